@@ -1,0 +1,61 @@
+// The engine's backend interface: a backend owns the model's weights in its own memory
+// and the KV caches of the sequences it serves, and turns new tokens into logits.
+// The CPU backend (src/engine/cpu) is the readable reference; the CUDA backend must
+// produce the same logits within per-op tolerances.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/config.h"
+
+namespace kernelllm {
+
+class WeightStore;
+
+using SeqId = int32_t;
+
+struct ForwardRequest {
+  SeqId seq = -1;
+  std::span<const int32_t> tokens;  // new tokens, appended at positions len(seq) ...
+  bool all_logits = false;          // logits for every new token, else only the last
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+
+  // An empty sequence. Errors when the backend's sequence or KV capacity is exhausted.
+  virtual Result<SeqId> create_sequence() = 0;
+  // A new sequence holding the same tokens as `parent`. The parent's KV is shared, not
+  // copied (copy-on-write for a partially filled page); both may then grow independently.
+  virtual Result<SeqId> fork_sequence(SeqId parent) = 0;
+  virtual void release_sequence(SeqId seq) = 0;
+  virtual int64_t sequence_length(SeqId seq) const = 0;
+
+  // Runs the model over each request's new tokens (several sequences in one batch),
+  // appending their K/V. `logits` is resized and filled with rows of vocab_size floats:
+  // for each request in order, one row per new token if all_logits, else one row.
+  // Unknown sequences, empty token lists, ids outside the vocabulary and positions past
+  // max_position_embeddings are errors, and then no sequence is modified.
+  virtual Status forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) = 0;
+};
+
+struct CpuBackendOptions {
+  int num_threads = 0;        // 0 → hardware concurrency
+  int64_t max_sequences = 256;
+  int64_t kv_page_tokens = 16;  // tokens per KV page; pages are shared between forks
+};
+
+// The CPU reference: fp32 compute over f32/f16/bf16 weights read in place from `weights`
+// (which must outlive the backend). Validates every tensor's name, shape and dtype first.
+Result<std::unique_ptr<Backend>> make_cpu_backend(const ModelConfig& config, const WeightStore& weights,
+                                                   const CpuBackendOptions& options = {});
+
+}  // namespace kernelllm

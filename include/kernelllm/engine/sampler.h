@@ -1,0 +1,46 @@
+// Token sampling: greedy, temperature, top-k, top-p; seeded with a counter-based RNG
+// (Philox-4x32-10 keyed by the seed, counter = (sample index, step)) so that a given
+// (seed, sample index, step) always draws the same number, whatever the batch or thread.
+// The CUDA backend's fused sampler uses the same RNG and the same order of operations.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernelllm/base/status.h"
+
+namespace kernelllm {
+
+struct SamplingParams {
+  float temperature = 0.6f;  // 0 → greedy (argmax, lowest id on ties)
+  float top_p = 1.0f;        // (0, 1]; 1 disables
+  int32_t top_k = 0;         // 0 disables
+  uint64_t seed = 0;
+};
+
+// Rejects temperature < 0 or non-finite, top_p outside (0, 1], top_k < 0.
+Status validate(const SamplingParams& params);
+
+// Philox-4x32-10 block for (key = seed, counter = {sample_index, step}); four 32-bit words.
+std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t sample_index, uint64_t step);
+// Uniform float in [0, 1) from the first word of that block (24 high bits).
+float uniform01(uint64_t seed, uint64_t sample_index, uint64_t step);
+
+// One candidate after filtering, in descending probability (ties: lower id first).
+struct Candidate {
+  int32_t id;
+  float prob;  // renormalized over the kept set
+};
+
+// The kept set, following HF's order: temperature, then top-k, then top-p (keep the
+// smallest prefix of the sorted distribution whose mass reaches top_p; always ≥ 1 token).
+std::vector<Candidate> candidate_set(std::span<const float> logits, const SamplingParams& params);
+
+// Draws a token: argmax when temperature == 0, else inverse-CDF over candidate_set with
+// uniform01(seed, sample_index, step).
+int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t sample_index,
+                     uint64_t step);
+
+}  // namespace kernelllm

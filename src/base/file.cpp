@@ -1,0 +1,91 @@
+// MappedFile and read_text_file on POSIX.
+#include "kernelllm/base/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace kernelllm {
+
+MappedFile::~MappedFile() { reset(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      path_(std::move(other.path_)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+void MappedFile::reset() {
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Result<MappedFile> MappedFile::open(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return error(errno == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
+                 path.string() + ": cannot open: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return error(ErrorCode::io_error, path.string() + ": cannot stat: " + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return error(ErrorCode::invalid_argument, path.string() + ": expected a regular file");
+  }
+  MappedFile file;
+  file.path_ = path;
+  file.size_ = static_cast<size_t>(st.st_size);
+  if (file.size_ > 0) {
+    void* p = mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      file.size_ = 0;
+      return error(ErrorCode::io_error, path.string() + ": mmap failed: " + std::strerror(e));
+    }
+    file.data_ = p;
+  }
+  ::close(fd);  // the mapping stays valid after close
+  return file;
+}
+
+Result<std::string> read_text_file(const std::filesystem::path& path, size_t max_bytes) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (ec) {
+    return error(std::filesystem::exists(path) ? ErrorCode::io_error : ErrorCode::not_found,
+                 path.string() + ": " + ec.message());
+  }
+  if (size > max_bytes) {
+    return error(ErrorCode::out_of_range, path.string() + ": expected at most " + std::to_string(max_bytes) +
+                                              " bytes, found " + std::to_string(size));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error(ErrorCode::io_error, path.string() + ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return error(ErrorCode::io_error, path.string() + ": read failed");
+  return ss.str();
+}
+
+}  // namespace kernelllm

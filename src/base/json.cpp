@@ -1,0 +1,102 @@
+// Typed JSON access; the only place that catches nlohmann's exceptions.
+#include "kernelllm/base/json.h"
+
+namespace kernelllm {
+namespace {
+
+Status wrong_type(std::string_view what, std::string_view key, std::string_view expected, const Json& found) {
+  return error(ErrorCode::parse_error, std::string(what) + ": expected " + std::string(expected) + " for \"" +
+                                           std::string(key) + "\", found " + std::string(json_type_name(found)));
+}
+
+Status missing(std::string_view what, std::string_view key) {
+  return error(ErrorCode::not_found, std::string(what) + ": missing required field \"" + std::string(key) + "\"");
+}
+
+const Json* member(const Json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+template <class T, class Pred, class Get>
+Result<std::optional<T>> get_opt(const Json& obj, std::string_view key, std::string_view what,
+                                 std::string_view expected, Pred is_type, Get get) {
+  const Json* m = member(obj, key);
+  if (m == nullptr) return std::optional<T>();
+  if (!is_type(*m)) return wrong_type(what, key, expected, *m);
+  return std::optional<T>(get(*m));
+}
+
+template <class T>
+Result<T> require(Result<std::optional<T>> r, std::string_view what, std::string_view key) {
+  if (!r.ok()) return r.status();
+  if (!r->has_value()) return missing(what, key);
+  return **r;
+}
+
+}  // namespace
+
+Result<Json> parse_json(std::string_view text, std::string_view what) {
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    return error(ErrorCode::parse_error, std::string(what) + ": invalid JSON at byte " + std::to_string(e.byte) +
+                                             ": " + e.what());
+  } catch (const std::exception& e) {
+    return error(ErrorCode::parse_error, std::string(what) + ": invalid JSON: " + e.what());
+  }
+}
+
+std::string_view json_type_name(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::object: return "object";
+    case Json::value_t::array: return "array";
+    case Json::value_t::string: return "string";
+    case Json::value_t::boolean: return "boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "integer";
+    case Json::value_t::number_float: return "number";
+    case Json::value_t::binary: return "binary";
+    case Json::value_t::discarded: return "invalid";
+  }
+  return "unknown";
+}
+
+Result<std::optional<int64_t>> json_opt_int(const Json& obj, std::string_view key, std::string_view what) {
+  return get_opt<int64_t>(
+      obj, key, what, "integer", [](const Json& j) { return j.is_number_integer(); },
+      [](const Json& j) { return j.get<int64_t>(); });
+}
+Result<std::optional<double>> json_opt_number(const Json& obj, std::string_view key, std::string_view what) {
+  return get_opt<double>(
+      obj, key, what, "number", [](const Json& j) { return j.is_number(); },
+      [](const Json& j) { return j.get<double>(); });
+}
+Result<std::optional<std::string>> json_opt_string(const Json& obj, std::string_view key, std::string_view what) {
+  return get_opt<std::string>(
+      obj, key, what, "string", [](const Json& j) { return j.is_string(); },
+      [](const Json& j) { return j.get<std::string>(); });
+}
+Result<std::optional<bool>> json_opt_bool(const Json& obj, std::string_view key, std::string_view what) {
+  return get_opt<bool>(
+      obj, key, what, "boolean", [](const Json& j) { return j.is_boolean(); },
+      [](const Json& j) { return j.get<bool>(); });
+}
+
+Result<int64_t> json_int(const Json& obj, std::string_view key, std::string_view what) {
+  return require(json_opt_int(obj, key, what), what, key);
+}
+Result<double> json_number(const Json& obj, std::string_view key, std::string_view what) {
+  return require(json_opt_number(obj, key, what), what, key);
+}
+Result<std::string> json_string(const Json& obj, std::string_view key, std::string_view what) {
+  return require(json_opt_string(obj, key, what), what, key);
+}
+Result<bool> json_bool(const Json& obj, std::string_view key, std::string_view what) {
+  return require(json_opt_bool(obj, key, what), what, key);
+}
+
+}  // namespace kernelllm
