@@ -1,0 +1,19 @@
+// The CLI's subcommands. Each registers its options on the top-level app and, when chosen,
+// runs through the callback stored in `run`; the callback returns the process exit code
+// (0 ok, 1 a failure reported with its Status, 2 a usage error).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace kernelllm::cli {
+
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+using CommandRun = std::function<int()>;
+
+void add_generate_command(CLI::App& app, CommandRun& run);
+
+}  // namespace kernelllm::cli
