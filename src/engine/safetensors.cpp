@@ -38,6 +38,20 @@ Status tensor_error(ErrorCode code, const std::string& name, const std::string& 
   return error(code, "safetensors tensor \"" + name + "\": " + message);
 }
 
+// A short description of untrusted JSON for messages. Never recursive: dump() of a deeply
+// nested array would overflow the stack, so only flat lists of scalars are printed.
+std::string describe(const Json& j) {
+  if (j.is_primitive()) {
+    std::string s = j.dump();
+    return s.size() > 64 ? s.substr(0, 61) + "..." : s;
+  }
+  if (j.is_array() && j.size() <= 8 &&
+      std::all_of(j.begin(), j.end(), [](const Json& e) { return e.is_number() || e.is_boolean() || e.is_null(); })) {
+    return j.dump();
+  }
+  return std::string(json_type_name(j)) + " of " + std::to_string(j.size()) + " items";
+}
+
 // A JSON integer that fits uint64 (nlohmann stores non-negative literals as unsigned).
 std::optional<uint64_t> as_u64(const Json& j) {
   if (j.is_number_unsigned()) return j.get<uint64_t>();
@@ -72,17 +86,17 @@ Result<TensorInfo> parse_entry(const std::string& name, const Json& e, uint64_t 
     auto v = as_u64(dim);
     if (!v || *v > uint64_t{std::numeric_limits<int64_t>::max()}) {
       return tensor_error(ErrorCode::parse_error, name,
-                          "expected non-negative integer shape entries, found " + dim.dump());
+                          "expected non-negative integer shape entries, found " + describe(dim));
     }
     if (__builtin_mul_overflow(numel, *v, &numel) || numel > uint64_t{std::numeric_limits<int64_t>::max()}) {
-      return tensor_error(ErrorCode::out_of_range, name, "element count of shape " + shape->dump() +
+      return tensor_error(ErrorCode::out_of_range, name, "element count of shape " + describe(*shape) +
                                                              " overflows 64 bits");
     }
     t.shape.push_back(static_cast<int64_t>(*v));
   }
   uint64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, uint64_t{d->bytes}, &nbytes)) {
-    return tensor_error(ErrorCode::out_of_range, name, "byte size of shape " + shape->dump() + " overflows 64 bits");
+    return tensor_error(ErrorCode::out_of_range, name, "byte size of shape " + describe(*shape) + " overflows 64 bits");
   }
 
   auto offsets = e.find("data_offsets");
@@ -94,7 +108,7 @@ Result<TensorInfo> parse_entry(const std::string& name, const Json& e, uint64_t 
   if (!begin || !end || *begin > *end) {
     return tensor_error(ErrorCode::parse_error, name,
                         "expected \"data_offsets\" [begin, end] with 0 <= begin <= end, found " +
-                            (offsets == e.end() ? std::string("nothing") : offsets->dump()));
+                            (offsets == e.end() ? std::string("nothing") : describe(*offsets)));
   }
   if (*end > data_size) {
     return tensor_error(ErrorCode::out_of_range, name,

@@ -213,6 +213,16 @@ TEST(SafetensorsHeader, RejectsBadOffsets) {
                   {1, 2, 3, 4}, {"overlaps"});
 }
 
+// Found by the libFuzzer target: printing a deeply nested value recursed until the stack ran out.
+TEST(SafetensorsHeader, DeeplyNestedJsonIsAnErrorNotACrash) {
+  const std::string deep = std::string(500'000, '[') + std::string(500'000, ']');
+  expect_rejected(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":)" + deep + "}}", {1},
+                  {"\"w\"", "data_offsets", "array of 1 items"});
+  expect_rejected(R"({"w":{"dtype":"U8","shape":[)" + deep + R"(],"data_offsets":[0,1]}})", {1},
+                  {"\"w\"", "shape entries", "array of 1 items"});
+  expect_rejected(deep, {}, {"expected a JSON object"});
+}
+
 TEST(WeightStore, OpensSingleFileAndDirectory) {
   TempDir dir;
   dir.write("model.safetensors", make_file(kTensors, Json{{"format", "pt"}}));
