@@ -147,7 +147,7 @@ class KernelLLM:
         """A Triton rewrite (`ModelNew`) of the PyTorch module in `code`, as the model writes it."""
         return self.generate_raw(self.format_prompt(code), temperature, max_new_tokens)
 
-    def run_repl(self) -> None:
+    def run_repl(self, max_new_tokens: int = 2048) -> None:
         """Reads a module from stdin until EOF (Ctrl+D), streams the model's Triton version
         of it, and repeats while stdin is a terminal. Empty input uses DEFAULT_MODEL_CODE."""
         while True:
@@ -162,7 +162,7 @@ class KernelLLM:
                 print(f"No code given; using the built-in example:\n{DEFAULT_MODEL_CODE}\n")
                 code = DEFAULT_MODEL_CODE
             try:
-                self.stream_raw(self.format_prompt(code))
+                self.stream_raw(self.format_prompt(code), max_new_tokens)
             except KeyboardInterrupt:
                 print("Aborting...")
             if not sys.stdin.isatty():

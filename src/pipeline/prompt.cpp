@@ -304,8 +304,20 @@ Result<std::string> parse_rhs(std::string_view src, size_t pos, std::string_view
 
 std::string_view builtin_prompt_template() { return kBuiltinTemplate; }
 
-Result<std::string> extract_prompt_template(std::string_view src, std::string_view what) {
+Result<std::string> extract_prompt_template(std::string_view raw_source, std::string_view what) {
   constexpr std::string_view kName = "PROMPT_TEMPLATE";
+  // Python reads source with universal newlines: "\r\n" and "\r" are "\n", also inside literals.
+  std::string normalized;
+  normalized.reserve(raw_source.size());
+  for (size_t k = 0; k < raw_source.size(); ++k) {
+    if (raw_source[k] == '\r') {
+      normalized += '\n';
+      if (k + 1 < raw_source.size() && raw_source[k + 1] == '\n') ++k;
+    } else {
+      normalized += raw_source[k];
+    }
+  }
+  const std::string_view src = normalized;
   std::optional<std::string> found;
   bool line_start = true;
   size_t i = 0;

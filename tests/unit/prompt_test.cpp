@@ -51,6 +51,10 @@ TEST(PromptExtract, AdjacentLiteralsConcatenate) {
   EXPECT_EQ(extract_ok("PROMPT_TEMPLATE = 'a' \"b\" \\\n    'c'\n"), "abc");
 }
 
+TEST(PromptExtract, CrLfSourceReadsAsLf) {
+  EXPECT_EQ(extract_ok("import os\r\nPROMPT_TEMPLATE = \"\"\"a\r\n{}\rb\"\"\"\r\n"), "a\n{}\nb");
+}
+
 TEST(PromptExtract, AnnotatedAndLastAssignmentWins) {
   EXPECT_EQ(extract_ok("PROMPT_TEMPLATE: str = 'one'\nPROMPT_TEMPLATE = 'two'\nPROMPT_TEMPLATE.format('x')\n"),
             "two");
