@@ -17,7 +17,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 VOCAB = 128256
 PROMPT_LENGTHS = (1, 7, 33, 100)
 DECODE_TOKENS = 64
@@ -133,7 +135,7 @@ def write_model(out_dir: Path, name: str, tokenizer_dir: Path | None, seed: int)
         json.dumps({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]}, indent=2) + "\n")
     if tokenizer_dir is not None and tokenizer_dir.is_dir():
         for f in tokenizer_dir.iterdir():
-            if f.is_file():
+            if f.is_file() and f.name in TOKENIZER_FILES:
                 shutil.copy(f, d / f.name)
 
     gen = torch.Generator().manual_seed(seed + 1)
@@ -151,6 +153,9 @@ def write_model(out_dir: Path, name: str, tokenizer_dir: Path | None, seed: int)
 
 
 def write_all(out_dir: Path, tokenizer_dir: Path | None = None) -> None:
+    # transformers warns that original_max_position_embeddings (8192) exceeds the tiny
+    # max_position_embeddings; that is intended (llama3 scaling applies at every position).
+    hf_logging.set_verbosity_error()
     out_dir.mkdir(parents=True, exist_ok=True)
     for seed, name in enumerate(MODELS):
         write_model(out_dir, name, tokenizer_dir, 1234 + 17 * seed)

@@ -90,34 +90,50 @@ std::vector<Candidate> candidate_set(std::span<const float> logits, const Sampli
     kept = static_cast<size_t>(mid - order.begin());
   }
   order.resize(kept);
-  std::sort(order.begin(), order.end(), desc);
 
   // Softmax over the kept set (the removed tokens are -inf in HF, i.e. zero mass).
-  const double max_score = scores[static_cast<size_t>(order[0])];
-  std::vector<double> prob(kept);
+  double max_score = -INFINITY;
+  for (int32_t id : order) max_score = std::max(max_score, static_cast<double>(scores[static_cast<size_t>(id)]));
+  std::vector<double> weight(logits.size(), 0.0);
   double total = 0.0;
-  for (size_t i = 0; i < kept; ++i) {
-    prob[i] = std::exp(static_cast<double>(scores[static_cast<size_t>(order[i])]) - max_score);
-    total += prob[i];
+  for (int32_t id : order) {
+    const double w = std::exp(static_cast<double>(scores[static_cast<size_t>(id)]) - max_score);
+    weight[static_cast<size_t>(id)] = w;
+    total += w;
   }
-  for (double& p : prob) p /= total;
 
-  if (params.top_p < 1.0f) {
-    // Ascending cumulative mass of token i = mass of i and every less likely token.
-    const double drop_below = 1.0 - static_cast<double>(params.top_p);
-    double tail = 0.0;
-    size_t new_kept = kept;
-    for (size_t i = kept; i-- > 1;) {
-      tail += prob[i];
-      if (tail > drop_below) break;
-      new_kept = i;
+  if (params.top_p >= 1.0f) {
+    std::sort(order.begin(), order.end(), desc);
+  } else {
+    // HF drops token j when the ascending cumulative mass up to and including j (the mass of j
+    // and every less likely token) is <= 1 - top_p, i.e. keeps j while the mass strictly
+    // above it is < top_p. Only the head of the distribution needs sorting: grow a sorted
+    // prefix until it holds >= top_p of the mass (or everything).
+    const double keep_mass = static_cast<double>(params.top_p) * total;
+    size_t sorted = std::min<size_t>(kept, 256);
+    for (;;) {
+      if (sorted == kept) {
+        std::sort(order.begin(), order.end(), desc);
+      } else {
+        std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(sorted), order.end(), desc);
+      }
+      double head = 0.0;
+      for (size_t i = 0; i < sorted; ++i) head += weight[static_cast<size_t>(order[i])];
+      if (head >= keep_mass || sorted == kept) break;
+      sorted = sorted * 16 >= kept / 2 ? kept : sorted * 16;
+    }
+    size_t new_kept = 1;
+    double above = weight[static_cast<size_t>(order[0])];
+    while (new_kept < sorted && above < keep_mass) {
+      above += weight[static_cast<size_t>(order[new_kept])];
+      ++new_kept;
     }
     kept = new_kept;
     order.resize(kept);
-    prob.resize(kept);
-    total = std::accumulate(prob.begin(), prob.end(), 0.0);
-    for (double& p : prob) p /= total;
+    total = above;
   }
+  std::vector<double> prob(kept);
+  for (size_t i = 0; i < kept; ++i) prob[i] = weight[static_cast<size_t>(order[i])] / total;
 
   std::vector<Candidate> out(kept);
   for (size_t i = 0; i < kept; ++i) out[i] = Candidate{order[i], static_cast<float>(prob[i])};

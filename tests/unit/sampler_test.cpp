@@ -107,6 +107,37 @@ TEST(Sampler, TopPKeepsSmallestSetAboveP) {
   }
 }
 
+// HF TopPLogitsWarper written out: ascending sort, cumulative softmax, drop <= 1 - top_p.
+std::set<int32_t> reference_top_p(const std::vector<float>& logits, float top_p) {
+  std::vector<int32_t> asc(logits.size());
+  for (size_t i = 0; i < asc.size(); ++i) asc[i] = static_cast<int32_t>(i);
+  std::sort(asc.begin(), asc.end(), [&](int32_t a, int32_t b) { return logits[a] < logits[b]; });
+  double m = *std::max_element(logits.begin(), logits.end()), total = 0;
+  for (float l : logits) total += std::exp(l - m);
+  double cum = 0;
+  std::set<int32_t> kept;
+  for (size_t i = 0; i < asc.size(); ++i) {
+    cum += std::exp(logits[asc[i]] - m) / total;
+    if (cum > 1.0 - top_p || i + 1 == asc.size()) kept.insert(asc[i]);
+  }
+  return kept;
+}
+
+TEST(Sampler, TopPMatchesHfOnLargeFlatAndPeakedDistributions) {
+  for (int shape = 0; shape < 3; ++shape) {
+    std::vector<float> logits(5000);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const double r = std::sin(static_cast<double>(i) * 12.9898) * 43758.5453;
+      const double noise = r - std::floor(r);
+      logits[i] = static_cast<float>(shape == 0 ? noise : shape == 1 ? 8.0 * noise : 30.0 * noise * noise);
+    }
+    for (float top_p : {0.3f, 0.9f, 0.99f}) {
+      const auto cands = candidate_set(logits, SamplingParams{1.0f, top_p, 0, 0});
+      EXPECT_EQ(ids_of(cands), reference_top_p(logits, top_p)) << "shape " << shape << " top_p " << top_p;
+    }
+  }
+}
+
 TEST(Sampler, AppliesTemperatureThenTopKThenTopP) {
   // At temperature 2 the probs of ids 0..3 flatten; top-k 3 drops id 3; top-p then acts on the
   // renormalized three.

@@ -1,0 +1,158 @@
+// k-sample generation: one prefill of the prompt, k forks sharing its KV, then one batched
+// forward per step over the samples still running. Sample i at step t draws with
+// sample_token(logits, params, i, t), so a sample's tokens depend only on (seed, i), not on
+// k, batching or which other samples already stopped.
+#include "kernelllm/engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace kernelllm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Releases every sequence it holds when generation ends, however it ends.
+class SequenceSet {
+ public:
+  explicit SequenceSet(Backend& backend) : backend_(backend) {}
+  ~SequenceSet() {
+    for (SeqId s : ids_) backend_.release_sequence(s);
+  }
+  SequenceSet(const SequenceSet&) = delete;
+  SequenceSet& operator=(const SequenceSet&) = delete;
+  void add(SeqId s) { ids_.push_back(s); }
+  void release(SeqId s) {
+    backend_.release_sequence(s);
+    ids_.erase(std::remove(ids_.begin(), ids_.end(), s), ids_.end());
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<SeqId> ids_;
+};
+
+Status check_options(const Backend& backend, std::span<const int32_t> prompt_ids, const GenerateOptions& options) {
+  if (options.num_samples < 1) {
+    return error(ErrorCode::invalid_argument,
+                 "generate: expected num_samples >= 1, found " + std::to_string(options.num_samples));
+  }
+  if (options.max_new_tokens < 0) {
+    return error(ErrorCode::invalid_argument,
+                 "generate: expected max_new_tokens >= 0, found " + std::to_string(options.max_new_tokens));
+  }
+  if (prompt_ids.empty()) return error(ErrorCode::invalid_argument, "generate: expected a non-empty prompt");
+  const int64_t max_pos = backend.config().max_position_embeddings;
+  if (static_cast<int64_t>(prompt_ids.size()) > max_pos) {
+    return error(ErrorCode::out_of_range, "generate: prompt of " + std::to_string(prompt_ids.size()) +
+                                              " tokens exceeds max_position_embeddings " + std::to_string(max_pos));
+  }
+  return validate(options.sampling);
+}
+
+struct SampleState {
+  SeqId seq = -1;
+  bool alive = true;
+  StreamDecoder decoder;
+  Completion out;
+};
+
+}  // namespace
+
+Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& tokenizer,
+                                         std::span<const int32_t> prompt_ids, const GenerateOptions& options,
+                                         const StreamCallback& on_text, GenerateStats* stats) {
+  KLLM_RETURN_IF_ERROR(check_options(backend, prompt_ids, options));
+  const int64_t vocab = backend.config().vocab_size;
+  const int64_t max_pos = backend.config().max_position_embeddings;
+  GenerateStats local_stats;
+  local_stats.prompt_tokens = static_cast<int64_t>(prompt_ids.size());
+  SequenceSet sequences(backend);
+
+  const auto t_prefill = Clock::now();
+  KLLM_ASSIGN_OR_RETURN(SeqId prompt_seq, backend.create_sequence());
+  sequences.add(prompt_seq);
+  std::vector<float> logits;
+  const ForwardRequest prefill{prompt_seq, prompt_ids, false};
+  KLLM_RETURN_IF_ERROR(backend.forward({&prefill, 1}, logits));
+  local_stats.prefill_ms = ms_since(t_prefill);
+
+  const auto k = static_cast<size_t>(options.num_samples);
+  std::vector<SampleState> samples;
+  samples.reserve(k);
+  for (size_t i = 0; i < k; ++i) {
+    KLLM_ASSIGN_OR_RETURN(SeqId s, backend.fork_sequence(prompt_seq));
+    sequences.add(s);
+    samples.push_back(SampleState{s, options.max_new_tokens > 0, StreamDecoder(tokenizer, options.skip_special_tokens), {}});
+  }
+  sequences.release(prompt_seq);  // the forks keep its pages
+
+  // Row r of `logits` belongs to the r-th alive sample; after the prefill every sample
+  // starts from the same row.
+  std::vector<size_t> row_of(k, 0);
+  bool cancelled = false;
+  const auto t_decode = Clock::now();
+  for (uint64_t step = 0;; ++step) {
+    std::vector<ForwardRequest> batch;
+    std::vector<size_t> batch_samples;
+    for (size_t i = 0; i < k && !cancelled; ++i) {
+      SampleState& s = samples[i];
+      if (!s.alive) continue;
+      const std::span<const float> row(logits.data() + row_of[i] * vocab, static_cast<size_t>(vocab));
+      const int32_t tok = sample_token(row, options.sampling, i, step);
+      s.out.tokens.push_back(tok);
+      ++local_stats.generated_tokens;
+      if (std::find(options.stop_ids.begin(), options.stop_ids.end(), tok) != options.stop_ids.end()) {
+        s.alive = false;
+        s.out.finish = FinishReason::stop;
+        continue;
+      }
+      std::string piece = s.decoder.push(tok);
+      if (!piece.empty()) {
+        s.out.text += piece;
+        if (on_text && !on_text(static_cast<int32_t>(i), piece)) cancelled = true;
+      }
+      const int64_t length = static_cast<int64_t>(prompt_ids.size() + s.out.tokens.size());
+      if (static_cast<int64_t>(s.out.tokens.size()) >= options.max_new_tokens || length >= max_pos) {
+        s.alive = false;
+        s.out.finish = FinishReason::length;
+        continue;
+      }
+      batch.push_back(ForwardRequest{s.seq, {&s.out.tokens.back(), 1}, false});
+      batch_samples.push_back(i);
+    }
+    if (cancelled) {
+      for (SampleState& s : samples) {
+        if (s.alive) s.out.finish = FinishReason::cancelled;
+        s.alive = false;
+      }
+      break;
+    }
+    if (batch.empty()) break;
+    KLLM_RETURN_IF_ERROR(backend.forward(batch, logits));
+    for (size_t r = 0; r < batch_samples.size(); ++r) row_of[batch_samples[r]] = r;
+  }
+  local_stats.decode_ms = ms_since(t_decode);
+
+  std::vector<Completion> out;
+  out.reserve(k);
+  for (size_t i = 0; i < k; ++i) {
+    SampleState& s = samples[i];
+    std::string rest = s.decoder.finish();
+    if (!rest.empty()) {
+      s.out.text += rest;
+      if (on_text && !cancelled) cancelled = !on_text(static_cast<int32_t>(i), rest);
+    }
+    out.push_back(std::move(s.out));
+  }
+  if (stats != nullptr) *stats = local_stats;
+  return out;
+}
+
+}  // namespace kernelllm
