@@ -166,5 +166,14 @@ TEST_F(ModelLookup, NonIdStringsDoNotSearchTheCache) {
   }
 }
 
+TEST_F(ModelLookup, LoadModelNamesTheMissingConfigFile) {
+  fs::create_directories(root_ / "empty-model");
+  auto r = load_model((root_ / "empty-model").string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::not_found);
+  EXPECT_NE(r.status().message().find((root_ / "empty-model" / "config.json").string()), std::string::npos)
+      << r.status().message();
+}
+
 }  // namespace
 }  // namespace kernelllm
