@@ -35,7 +35,7 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
-  std::vector<TensorInfo> tensors;            // in file order
+  std::vector<TensorInfo> tensors;            // in data order (by begin offset)
   std::map<std::string, std::string> metadata;  // __metadata__
   uint64_t data_offset = 0;                   // 8 + header length
 };
