@@ -60,3 +60,10 @@ def test_bad_model_is_a_failure_with_message(kernelllm_script, tmp_path):
     r = run(kernelllm_script, "generate", "--model", str(tmp_path / "missing"), "--prompt", "a")
     assert r.returncode == 1
     assert "error: not_found" in r.stderr and "missing" in r.stderr
+
+
+def test_generate_resolves_hf_id_in_hf_home(kernelllm_script, hf_home, tiny_model):
+    args = ["generate", "--prompt", "abc", "-n", "2", "--seed", "4", "--max-new-tokens", "5"]
+    by_id = run(kernelllm_script, *args, "--model", "facebook/KernelLLM")
+    assert by_id.returncode == 0, by_id.stderr
+    assert by_id.stdout == run(kernelllm_script, *args, "--model", str(tiny_model)).stdout
