@@ -1,5 +1,5 @@
 // Tokenizer (include/kernelllm/engine/tokenizer.h): encode/decode, added-token splitting, the
-// post-processor template and StreamDecoder. tokenizer_load.cpp reads tokenizer.json into Impl;
+// post-processor template and StreamDecoder. tokenizer_{json,load}.cpp read tokenizer.json into Impl;
 // BPE, regex and UTF-8 helpers live in tokenizer_{bpe,regex,utf8}.cpp.
 #include "kernelllm/engine/tokenizer.h"
 

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernelllm/base/json.h"
 #include "kernelllm/base/status.h"
 
 namespace kernelllm::tok {
@@ -155,6 +156,15 @@ struct TokenizerData {
   std::vector<TokenKind> kind;      // [vocab_size]
   int32_t vocab_size = 0;
 };
+
+// tokenizer.json split by a streaming parse: model.vocab and model.merges as flat lists (nullopt
+// when absent or not of the bulk shape), everything else as a DOM in `root`.
+struct TokenizerJson {
+  Json root;
+  std::optional<std::vector<std::pair<std::string, int64_t>>> vocab;
+  std::optional<std::vector<std::pair<std::string, std::string>>> merges;
+};
+Result<TokenizerJson> read_tokenizer_json(std::string_view text);
 
 // Parses tokenizer.json text into `out`; unsupported configurations are rejected.
 Status load_tokenizer(std::string_view json_text, TokenizerData& out);

@@ -72,7 +72,8 @@ Status load_pre_tokenizer(const Json& root, TokenizerData& out) {
   return {};
 }
 
-Status load_model(const Json& root, TokenizerData& out) {
+Status load_model(TokenizerJson& parsed, TokenizerData& out) {
+  const Json& root = parsed.root;
   if (null_or_missing(root, "model")) return malformed("expected a \"model\" object, found none");
   const Json& model = root["model"];
   KLLM_ASSIGN_OR_RETURN(std::string type, component_type(model, "model"));
@@ -89,17 +90,18 @@ Status load_model(const Json& root, TokenizerData& out) {
   auto ignore_merges = json_opt_bool(model, "ignore_merges", kWhat);
   if (!ignore_merges.ok()) return ignore_merges.status();
 
-  if (!model.contains("vocab") || !model["vocab"].is_object()) {
-    return malformed("model.vocab: expected an object of token -> id");
-  }
+  if (!parsed.vocab) return malformed("model.vocab: expected an object of token -> id");
   Bpe::Vocab vocab;
-  vocab.reserve(model["vocab"].size());
-  for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 30)) {
-      return malformed(fmt::format("model.vocab[{}]: expected an id in 0..2^30, found {}", token, id.dump()));
+  vocab.reserve(parsed.vocab->size());
+  for (auto& [token, id] : *parsed.vocab) {
+    if (id < 0 || id >= (int64_t{1} << 30)) {
+      return malformed(fmt::format("model.vocab[{}]: expected an id in 0..2^30, found {}", token, id));
     }
-    vocab.emplace(token, static_cast<int32_t>(id.get<int64_t>()));
+    if (!vocab.emplace(std::move(token), static_cast<int32_t>(id)).second) {
+      return malformed("model.vocab: a token appears twice");
+    }
   }
+  parsed.vocab.reset();
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab) max_id = std::max(max_id, id);
   out.vocab_size = max_id + 1;
@@ -119,37 +121,19 @@ Status load_model(const Json& root, TokenizerData& out) {
     return unsupported(fmt::format("model.unk_token is set and {} of 256 byte tokens are missing", missing_bytes));
   }
 
-  if (!model.contains("merges") || !model["merges"].is_array()) {
-    return malformed("model.merges: expected an array");
-  }
-  const Json& merges = model["merges"];
+  if (!parsed.merges) return malformed("model.merges: expected an array");
   std::vector<std::pair<int32_t, int32_t>> pairs;
   std::vector<int32_t> merged;
-  pairs.reserve(merges.size());
-  merged.reserve(merges.size());
+  pairs.reserve(parsed.merges->size());
+  merged.reserve(parsed.merges->size());
   std::string joined;
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const Json& m = merges[r];
-    std::string_view a, b;
-    if (m.is_string()) {
-      const std::string& s = m.get_ref<const std::string&>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return malformed(fmt::format("model.merges[{}]: expected \"left right\", found \"{}\"", r, s));
-      }
-      a = std::string_view(s).substr(0, sp);
-      b = std::string_view(s).substr(sp + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      a = m[0].get_ref<const std::string&>();
-      b = m[1].get_ref<const std::string&>();
-    } else {
-      return malformed(fmt::format("model.merges[{}]: expected a string or a pair of strings, found {}", r, m.dump()));
-    }
+  for (size_t r = 0; r < parsed.merges->size(); ++r) {
+    const auto& [a, b] = (*parsed.merges)[r];
     joined.assign(a);
     joined.append(b);
     const auto ia = vocab.find(a), ib = vocab.find(b), ij = vocab.find(joined);
     if (ia == vocab.end() || ib == vocab.end() || ij == vocab.end()) {
-      const std::string_view missing = ia == vocab.end() ? a : ib == vocab.end() ? b : std::string_view(joined);
+      const std::string& missing = ia == vocab.end() ? a : ib == vocab.end() ? b : joined;
       return malformed(fmt::format("model.merges[{}]: token \"{}\" is not in the vocab", r, missing));
     }
     pairs.emplace_back(ia->second, ib->second);
@@ -271,12 +255,13 @@ Status load_post_processor(const Json& root, TokenizerData& out) {
 }  // namespace
 
 Status load_tokenizer(std::string_view json_text, TokenizerData& out) {
-  KLLM_ASSIGN_OR_RETURN(Json root, parse_json(json_text, kWhat));
+  KLLM_ASSIGN_OR_RETURN(TokenizerJson parsed, read_tokenizer_json(json_text));
+  const Json& root = parsed.root;
   if (!root.is_object()) return malformed(fmt::format("expected a JSON object, found {}", json_type_name(root)));
   if (!null_or_missing(root, "normalizer")) {
     return unsupported(fmt::format("normalizer {} (only null is implemented)", root["normalizer"].dump().substr(0, 200)));
   }
-  KLLM_RETURN_IF_ERROR(load_model(root, out));
+  KLLM_RETURN_IF_ERROR(load_model(parsed, out));
   KLLM_RETURN_IF_ERROR(load_pre_tokenizer(root, out));
   KLLM_RETURN_IF_ERROR(load_added_tokens(root, out));
   KLLM_RETURN_IF_ERROR(load_post_processor(root, out));

@@ -294,6 +294,32 @@ TEST(Tokenizer, BadFilesGiveClearErrors) {
   spec["decoder"] = {{"type", "WordPiece"}};
   EXPECT_EQ(load_error(spec.dump()).code(), ErrorCode::unsupported);
 
+  spec = base_spec(json::array(), true);
+  spec["model"]["vocab"]["zz"] = "7";
+  s = load_error(spec.dump());
+  EXPECT_EQ(s.code(), ErrorCode::parse_error);
+  EXPECT_NE(s.message().find("model.vocab[zz]"), std::string::npos) << s.message();
+
+  spec = base_spec(json::array({"a b", 5}), true);
+  s = load_error(spec.dump());
+  EXPECT_EQ(s.code(), ErrorCode::parse_error);
+  EXPECT_NE(s.message().find("model.merges[1]"), std::string::npos) << s.message();
+
+  spec = base_spec(json::array({json::array({"a", "b", "c"})}), true);
+  EXPECT_EQ(load_error(spec.dump()).code(), ErrorCode::parse_error);
+
+  spec = base_spec(json::array(), true);
+  spec["model"]["vocab"] = json::array({"a"});
+  s = load_error(spec.dump());
+  EXPECT_EQ(s.code(), ErrorCode::parse_error);
+  EXPECT_NE(s.message().find("model.vocab"), std::string::npos) << s.message();
+
+  spec = base_spec(json::array(), true);
+  spec["model"]["vocab"]["zz"] = 5;  // id 5 is the byte 0x05 already
+  EXPECT_EQ(load_error(spec.dump()).code(), ErrorCode::parse_error);
+
+  EXPECT_EQ(load_error("[1, 2]").code(), ErrorCode::parse_error);
+
   auto missing = Tokenizer::from_file("/nonexistent/tokenizer.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/tokenizer.json"), std::string::npos);

@@ -33,7 +33,8 @@ class Tokenizer {
   Result<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens = true) const;
 
   // Concatenates token bytes; invalid UTF-8 in the result is replaced by U+FFFD as HF does.
-  // Ids out of range are an error.
+  // Ids that name no token (negative, >= vocab_size(), or in a gap of the vocab) are an error
+  // (HF drops them silently).
   Result<std::string> decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
   // The raw bytes a token stands for (byte-level decoded), empty for out-of-range ids.
