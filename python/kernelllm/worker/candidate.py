@@ -1,0 +1,301 @@
+"""The untrusted side: one process per candidate, never reused. Pre-warms (imports torch and
+Triton, installs the Triton launch counter, snapshots the timer/sync functions) and greets;
+then `load` imports the candidate file as its own module and builds ModelNew, `run` runs it
+on input files and writes its outputs with the facts the cheat rules need, `time` runs the
+timed loop. It never sees the reference, its outputs or the secret seed."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict, List
+
+import torch
+
+from . import protocol, rules, timing
+from .protocol import WorkerError
+
+try:
+    import triton
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+except Exception as _e:  # no Triton: the candidate cannot launch kernels; reported in hello
+    triton = None
+    _TRITON_IMPORT_ERROR = f"{type(_e).__name__}: {_e}"
+else:
+    _TRITON_IMPORT_ERROR = None
+
+DEFAULT_MAX_TENSOR_BYTES = 4 << 30
+
+
+class _LaunchCounter:
+    """Counts non-warmup `run` calls of every @triton.jit kernel (compiled or interpreted):
+    `kernel[grid](...)`, autotuners and heuristics all end in one of these two methods."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.wrappers: Dict[str, Any] = {}
+
+    def install(self) -> None:
+        if triton is None:
+            return
+        for cls in (JITFunction, InterpretedFunction):
+            original = cls.run
+
+            def counted(self_fn, *args, grid, warmup, _original=original, **kwargs):
+                if not warmup:
+                    _COUNTER.count += 1
+                return _original(self_fn, *args, grid=grid, warmup=warmup, **kwargs)
+
+            cls.run = counted
+            self.wrappers[f"{cls.__module__}.{cls.__qualname__}.run"] = counted
+
+    def current(self) -> Dict[str, Any]:
+        if triton is None:
+            return {}
+        return {f"{c.__module__}.{c.__qualname__}.run": c.run for c in (JITFunction, InterpretedFunction)}
+
+
+_COUNTER = _LaunchCounter()
+
+
+def _guarded() -> Dict[str, Any]:
+    funcs = dict(timing.trusted_functions())
+    funcs.update(_COUNTER.current())
+    funcs["threading.enumerate"] = threading.enumerate
+    funcs["hashlib.sha256"] = hashlib.sha256
+    funcs["torch.Tensor.untyped_storage"] = torch.Tensor.untyped_storage
+    return funcs
+
+
+class Candidate:
+    def __init__(self) -> None:
+        self.model = None
+        self.device = "cpu"
+        self.module_name = ""
+        _COUNTER.install()
+        self.trusted = _guarded()
+        # Pre-warm the intra-op pool so its threads are not counted against the candidate.
+        torch.ones(1 << 16).sum()
+        self.baseline_threads = {t.ident for t in threading.enumerate()}
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _patched(self) -> List[str]:
+        now = _guarded()
+        return sorted(k for k, f in self.trusted.items() if now.get(k) is not f)
+
+    def _check_patched(self, when: str) -> None:
+        patched = self._patched()
+        if patched:
+            raise WorkerError("cheat", f"functions replaced {when}: {', '.join(patched)}",
+                              rule="patched_timer", evidence=f"replaced {when}: {', '.join(patched)}")
+
+    def _candidate_error(self, e: BaseException, phase: str, what: str) -> WorkerError:
+        tb = traceback.format_exc()
+        kind = rules.classify_exception(e, tb, phase)
+        return WorkerError(kind, f"{what}: {type(e).__name__}: {e}", tb)
+
+    def _load_inputs(self, path: str, n_inputs: int, scalars: Dict[str, Any], max_bytes: int) -> List[Any]:
+        tensors = protocol.load_tensors(path, max_bytes)
+        names = {str(i) for i in range(n_inputs)}
+        if set(tensors) | set(scalars) != names or set(tensors) & set(scalars):
+            raise WorkerError("protocol", f"{path}: tensors {sorted(tensors)} and scalars {sorted(scalars)} "
+                                          f"must partition positions 0..{n_inputs - 1}")
+        args = []
+        for i in range(n_inputs):
+            if str(i) in scalars:
+                args.append(protocol.decode_value(scalars[str(i)], _no_files))
+            else:
+                args.append(tensors[str(i)].to(self.device))
+        return args
+
+    # ---- ops --------------------------------------------------------------------------
+
+    def load(self, msg: dict) -> dict:
+        if self.model is not None:
+            raise WorkerError("protocol", "load: a candidate process loads exactly one candidate")
+        t0 = time.perf_counter()
+        self.device = msg.get("device", "cpu")
+        if self.device == "cpu":
+            os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
+        elif self.device.startswith("cuda"):
+            torch.cuda.set_device(self.device)
+        max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
+        work_dir = os.path.dirname(msg["module_path"])
+        init = protocol.decode_value({"t": "dict", "v": msg.get("init", {"args": {"t": "list", "v": []},
+                                                                         "kwargs": {"t": "dict", "v": {}}})},
+                                     lambda f: protocol.load_tensors(os.path.join(msg.get("work_dir", work_dir), f), max_bytes))
+        args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in init.get("args", [])]
+        kwargs = {k: (a.to(self.device) if isinstance(a, torch.Tensor) else a) for k, a in init.get("kwargs", {}).items()}
+        path = msg["module_path"]
+        digest = hashlib.sha256(path.encode()).hexdigest()[:12]
+        self.module_name = f"kllm_candidate_{digest}_{os.getpid()}"
+        try:
+            spec = importlib.util.spec_from_file_location(self.module_name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot import {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[self.module_name] = module
+            spec.loader.exec_module(module)
+        except BaseException as e:  # SyntaxError, ImportError, SystemExit from candidate code
+            raise self._candidate_error(e, "load", "importing the candidate") from None
+        self._check_patched("while importing the candidate")
+        model_cls = getattr(module, "ModelNew", None)
+        if model_cls is None:
+            raise WorkerError("compile_error", f"{path} defines no ModelNew (found: "
+                                               f"{sorted(n for n in vars(module) if not n.startswith('_'))[:12]})")
+        try:
+            torch.manual_seed(int(msg["construct_seed"]))
+            with torch.no_grad():
+                model = model_cls(*args, **kwargs)
+                if isinstance(model, torch.nn.Module):
+                    model = model.to(self.device)
+        except BaseException as e:
+            raise self._candidate_error(e, "load", "constructing ModelNew") from None
+        self._check_patched("while constructing ModelNew")
+        self.model = model
+        n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
+        return {"load_ms": (time.perf_counter() - t0) * 1e3, "n_params": n_params, "module": self.module_name}
+
+    def _poison(self, nbytes: int) -> int:
+        """Fills memory a fresh allocation could reuse with NaN, then frees it."""
+        if self.device.startswith("cuda"):
+            free_cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            n = max(nbytes, free_cached) // 4
+            if n > 0:
+                buf = torch.full((n,), math.nan, dtype=torch.float32, device=self.device)
+                del buf
+            return n * 4
+        # CPU: small and medium blocks come back from malloc's free lists; poison a spread
+        # of sizes up to 1 MiB (larger blocks are mmap'd fresh, hence zeroed by the kernel).
+        total, size, bufs = 0, 4096, []
+        while total < nbytes and size <= (1 << 20):
+            bufs.append(torch.full((size // 4,), math.nan))
+            total += size
+            size *= 2
+        del bufs
+        return total
+
+    def run(self, msg: dict) -> dict:
+        if self.model is None:
+            raise WorkerError("protocol", "run before a successful load")
+        max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
+        args = self._load_inputs(msg["inputs_file"], int(msg["n_inputs"]), msg.get("scalars", {}), max_bytes)
+        tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
+        hashes_before = [_hash_tensor(t) for t in tensors_in]
+        poisoned = 0
+        if msg.get("poison", True):
+            in_bytes = sum(t.numel() * t.element_size() for t in tensors_in)
+            poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))))
+        threads_before = threading.active_count()
+        launches_before = _COUNTER.count
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad():
+                out = self.model(*args)
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except BaseException as e:
+            raise self._candidate_error(e, "run", "running ModelNew.forward") from None
+        run_ms = (time.perf_counter() - t0) * 1e3
+        launches = _COUNTER.count - launches_before
+        threads = threading.enumerate()
+        new_threads = [f"{t.name} ({type(t).__name__})" for t in threads if t.ident not in self.baseline_threads]
+        hashes_after = [_hash_tensor(t) for t in tensors_in]
+        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+        input_ptrs = {}
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.layout == torch.strided:
+                input_ptrs.setdefault(a.untyped_storage().data_ptr(), i)
+        output_types = [_describe_output(o, input_ptrs) for o in outputs]
+        report = {
+            "run_ms": run_ms,
+            "n_outputs": len(outputs),
+            "triton_launches": launches,
+            "threads_before": threads_before,
+            "threads_after": len(threads),
+            "new_threads": new_threads,
+            "input_hash_before": _combine(hashes_before),
+            "input_hash_after": _combine(hashes_after),
+            "input_hashes_before": hashes_before,
+            "input_hashes_after": hashes_after,
+            "output_types": output_types,
+            "patched": self._patched(),
+            "poisoned_bytes": poisoned,
+        }
+        report["violations"] = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
+        plain = all(t["type"] == "torch.Tensor" and t["layout"] == "torch.strided" for t in output_types)
+        if plain:
+            protocol.save_tensors(msg["outputs_file"], {str(i): o for i, o in enumerate(outputs)})
+        report["outputs_written"] = plain
+        return report
+
+    def time(self, msg: dict) -> dict:
+        if self.model is None:
+            raise WorkerError("protocol", "time before a successful load")
+        self._check_patched("before timing")
+        max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
+        sets = [self._load_inputs(f, int(msg["n_inputs"]), msg.get("scalars", {}), max_bytes)
+                for f in msg["inputs_files"]]
+        try:
+            res = timing.time_calls(self.model, sets, int(msg.get("warmup", 3)), int(msg.get("iters", 10)),
+                                    bool(msg.get("flush_l2", True)), self.device)
+        except BaseException as e:
+            raise self._candidate_error(e, "run", "timed call of ModelNew.forward") from None
+        self._check_patched("during timing")
+        out = res.pop("last_output")
+        if msg.get("outputs_file_last") and out is not None:
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if all(type(o) is torch.Tensor for o in outs):
+                protocol.save_tensors(msg["outputs_file_last"], {str(i): o for i, o in enumerate(outs)})
+        return res
+
+
+def _no_files(name: str) -> Dict[str, Any]:
+    raise WorkerError("protocol", f"scalars may not reference tensor files (found {name!r})")
+
+
+def _hash_tensor(t: torch.Tensor) -> str:
+    data = t.detach().to("cpu").contiguous()
+    h = hashlib.sha256(f"{tuple(data.shape)}|{data.dtype}".encode())
+    h.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return h.hexdigest()
+
+
+def _combine(hashes: List[str]) -> str:
+    return hashlib.sha256("".join(hashes).encode()).hexdigest()
+
+
+def _describe_output(o: Any, input_ptrs: Dict[int, int]) -> Dict[str, Any]:
+    if not isinstance(o, torch.Tensor):
+        return {"type": f"{type(o).__module__}.{type(o).__qualname__}", "layout": None, "aliases_input": None}
+    desc = {"type": "torch.Tensor" if type(o) is torch.Tensor else f"{type(o).__module__}.{type(o).__qualname__}",
+            "layout": str(o.layout), "shape": list(o.shape), "dtype": str(o.dtype), "aliases_input": None}
+    if o.layout == torch.strided:
+        desc["aliases_input"] = input_ptrs.get(o.untyped_storage().data_ptr())
+    return desc
+
+
+def main() -> int:
+    cand = Candidate()
+    hello = {
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "triton": getattr(triton, "__version__", None),
+        "triton_error": _TRITON_IMPORT_ERROR,
+        "numpy": __import__("numpy").__version__,
+        "cuda_initialized": torch.cuda.is_initialized(),
+        "launch_hook": sorted(_COUNTER.wrappers),
+    }
+    return protocol.serve({"load": cand.load, "run": cand.run, "time": cand.time}, hello)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

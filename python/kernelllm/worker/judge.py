@@ -1,0 +1,280 @@
+"""The trusted side: one process per problem x device. Loads the problem file as its own
+module, derives the construct and trial seeds from the secret per-run seed (which never
+leaves this process, except under the opt-in exact KernelBench seed scheme), makes each
+trial's inputs, runs the reference (and an fp64 copy in the strict profile), compares
+candidate outputs, evaluates the cheat rules on a candidate's run facts, times the reference."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import compare, protocol, rules, timing
+from .protocol import WorkerError
+
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "as_is": None}
+DEFAULT_TRIALS = 5  # KernelBench's num_correct_trials in its eval scripts
+
+
+def derive_seed(secret: int, label: str) -> int:
+    return int(hashlib.sha256(f"{secret}:{label}".encode()).hexdigest(), 16) % (2 ** 31)
+
+
+def kernelbench_trial_seeds(base: int, n: int) -> List[int]:
+    """KernelBench: torch.manual_seed(base), then n draws of torch.randint(0, 2**32 - 1, (1,))."""
+    g = torch.Generator().manual_seed(base)
+    return [int(torch.randint(0, 2 ** 32 - 1, (1,), generator=g).item()) for _ in range(n)]
+
+
+def split_init(init: Any) -> tuple:
+    """The init-input rule: `[args, kwargs]` (KernelBook) iff the value is a list or tuple of
+    exactly two items whose first is a list/tuple and whose second is a dict; anything else
+    is positional (KernelBench). A positional problem whose two init args happen to be a list
+    and a dict must write them as `[[a_list, a_dict], {}]`."""
+    if (isinstance(init, (list, tuple)) and len(init) == 2 and isinstance(init[0], (list, tuple))
+            and isinstance(init[1], dict)):
+        return list(init[0]), dict(init[1]), "args_kwargs"
+    if isinstance(init, (list, tuple)):
+        return list(init), {}, "positional"
+    raise WorkerError("problem_error", f"get_init_inputs() must return a list or tuple, found {type(init).__name__}")
+
+
+def _heavy_tailed(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """Same signs, log-normal magnitudes (sigma 1.5): breaks closed forms fitted to one law."""
+    g = torch.Generator().manual_seed(seed)
+    factor = torch.exp(1.5 * torch.randn(x.shape, generator=g, dtype=torch.float64))
+    return (x.double() * factor).to(x.dtype)
+
+
+def _as_list(out: Any) -> List[Any]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+class Judge:
+    def __init__(self) -> None:
+        self.loaded = False
+        self.trials: Dict[int, Dict[str, Any]] = {}
+
+    def load_problem(self, msg: dict) -> dict:
+        if self.loaded:
+            raise WorkerError("protocol", "load_problem: a judge serves exactly one problem")
+        self.device = msg.get("device", "cpu")
+        self.profile = msg.get("profile", "strict")
+        if self.profile not in ("strict", "kernelbench"):
+            raise WorkerError("protocol", f"profile: expected strict or kernelbench, found {self.profile!r}")
+        self.kb_tolerance = msg.get("kernelbench_tolerance", "v0")
+        if self.kb_tolerance not in compare.KERNELBENCH_TOLERANCES:
+            raise WorkerError("protocol", f"kernelbench_tolerance: expected v0 or current, found {self.kb_tolerance!r}")
+        precision = msg.get("precision", "fp32")
+        if precision not in PRECISIONS:
+            raise WorkerError("protocol", f"precision: expected one of {sorted(PRECISIONS)}, found {precision!r}")
+        self.precision = PRECISIONS[precision]
+        self.work_dir = msg["work_dir"]
+        self.max_tensor_bytes = int(msg.get("max_tensor_bytes", 4 << 30))
+        secret = int(msg["secret_seed"])
+        self.seed_scheme = msg.get("seed_scheme", "derived")
+        if self.seed_scheme == "kernelbench":
+            self.construct_seed, self.trial_base = secret, secret
+        elif self.seed_scheme == "derived":
+            self.construct_seed, self.trial_base = derive_seed(secret, "construct"), derive_seed(secret, "trials")
+        else:
+            raise WorkerError("protocol", f"seed_scheme: expected derived or kernelbench, found {self.seed_scheme!r}")
+        self.n_trials = int(msg.get("n_trials", DEFAULT_TRIALS))
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(self.device)
+        path = msg["problem_path"]
+        name = f"kllm_problem_{hashlib.sha256(path.encode()).hexdigest()[:12]}"
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot import {path}")
+            self.module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = self.module
+            spec.loader.exec_module(self.module)
+            for attr in ("Model", "get_inputs", "get_init_inputs"):
+                if not hasattr(self.module, attr):
+                    raise AttributeError(f"problem defines no {attr}")
+            torch.manual_seed(self.construct_seed)
+            args, kwargs, self.init_convention = split_init(self.module.get_init_inputs())
+            init_dev = [self._to_device(a, cast=False) for a in args]
+            kw_dev = {k: self._to_device(a, cast=False) for k, a in kwargs.items()}
+            torch.manual_seed(self.construct_seed)
+            with torch.no_grad():
+                self.model = self.module.Model(*init_dev, **kw_dev).to(self.device)
+        except WorkerError:
+            raise
+        except BaseException as e:
+            import traceback
+            raise WorkerError("problem_error", f"loading problem {path}: {type(e).__name__}: {e}",
+                              traceback.format_exc()) from None
+        self.model64, self.fp64_note = None, "not used in the kernelbench profile"
+        if self.profile == "strict":
+            try:
+                self.model64 = copy.deepcopy(self.model).to(torch.float64)
+                self.fp64_note = "fp64 copy of the reference"
+            except Exception as e:
+                self.fp64_note = f"no fp64 reference: {type(e).__name__}: {e}"
+        tensors: List[Any] = []
+        init_value = protocol.encode_value({"args": args, "kwargs": kwargs}, tensors, "init.safetensors")
+        if tensors:
+            protocol.save_tensors(os.path.join(self.work_dir, "init.safetensors"), {str(i): t for i, t in enumerate(tensors)})
+        self.loaded = True
+        distributions = ["normal"] * self.n_trials
+        if self.profile == "strict" and self.n_trials >= 2:
+            distributions[-1] = "heavy_tailed"
+        return {"init": init_value["v"], "init_convention": self.init_convention,
+                "construct_seed": self.construct_seed, "n_trials": self.n_trials,
+                "trial_distributions": distributions, "fp64_reference": self.model64 is not None,
+                "fp64_note": self.fp64_note}
+
+    def _to_device(self, x: Any, cast: bool) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        if cast and self.precision is not None and x.is_floating_point():
+            x = x.to(self.precision)
+        return x.to(self.device)
+
+    def _trial_seed(self, trial: int) -> int:
+        if trial < 0:
+            raise WorkerError("protocol", f"trial must be >= 0, found {trial}")
+        return kernelbench_trial_seeds(self.trial_base, max(trial + 1, self.n_trials))[trial]
+
+    def make_inputs(self, msg: dict) -> dict:
+        self._need_problem()
+        trial = int(msg["trial"])
+        dist = msg.get("distribution", "normal")
+        if dist not in ("normal", "heavy_tailed"):
+            raise WorkerError("protocol", f"distribution: expected normal or heavy_tailed, found {dist!r}")
+        seed = self._trial_seed(trial)
+        torch.manual_seed(seed)
+        try:
+            raw = list(self.module.get_inputs())
+        except Exception as e:
+            raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
+        args = [self._to_device(a, cast=True) for a in raw]
+        if dist == "heavy_tailed":
+            args = [_heavy_tailed(a.cpu(), seed + i).to(self.device) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                    else a for i, a in enumerate(args)]
+        tensors = {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+        scalars = {}
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                scalars[str(i)] = protocol.encode_value(a, [], "")
+        protocol.save_tensors(msg["file"], tensors)
+        with torch.no_grad():
+            ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+            ref = [r.detach().cpu() if isinstance(r, torch.Tensor) else r for r in ref]
+            ref64 = None
+            if self.model64 is not None:
+                try:
+                    a64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+                    ref64 = [r.detach().cpu().double() if isinstance(r, torch.Tensor) else r for r in _as_list(self.model64(*a64))]
+                except Exception as e:
+                    self.fp64_note = f"fp64 forward failed: {type(e).__name__}: {e}"
+        if not all(isinstance(r, torch.Tensor) for r in ref):
+            raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
+        self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist}
+        return {"n_inputs": len(args), "scalars": scalars, "input_hash": _hash_inputs(tensors),
+                "input_bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
+                "output_bytes": sum(r.numel() * r.element_size() for r in ref), "seed_index": trial}
+
+    def compare(self, msg: dict) -> dict:
+        self._need_problem()
+        trial = int(msg["trial"])
+        if trial not in self.trials:
+            raise WorkerError("protocol", f"compare: no inputs were made for trial {trial}")
+        t = self.trials[trial]
+        if msg.get("run_report") is not None:
+            found = rules.evaluate_run(msg["run_report"], require_triton=bool(msg.get("require_triton", True)))
+            if found:
+                return {"match": False, "verdict_hint": "cheat", "rule": found[0]["rule"],
+                        "evidence": found[0]["evidence"], "violations": found, "message": found[0]["evidence"]}
+        ref, ref64 = t["ref"], t["ref64"]
+        limit = 4 * sum(r.numel() * r.element_size() for r in ref) + (1 << 20)
+        try:
+            outs = protocol.load_tensors(msg["outputs_file"], limit)
+        except WorkerError as e:
+            return self._fail("wrong_shape", f"outputs: {e.message}")
+        if sorted(outs) != [str(i) for i in range(len(ref))]:
+            return self._fail("wrong_shape", f"expected {len(ref)} output(s) named 0..{len(ref) - 1}, found {sorted(outs)}")
+        all_stats, trusted, passing_baselines = [], True, {}
+        for i, r in enumerate(ref):
+            o = outs[str(i)]
+            if tuple(o.shape) != tuple(r.shape):
+                return self._fail("wrong_shape", f"output {i}: expected shape {list(r.shape)}, found {list(o.shape)}")
+            if o.dtype != r.dtype:
+                return self._fail("wrong_output", f"output {i}: expected dtype {r.dtype}, found {o.dtype}", rule="dtype")
+            checker = compare.Checker(self.profile, r, ref64[i] if ref64 else None, self.kb_tolerance)
+            s = compare.stats(o, r, ref64[i] if ref64 else None) if not checker.exact else {"exact": True}
+            s["tolerance"] = checker.describe
+            base = compare.baselines_passing(checker)
+            if base:
+                trusted = False
+                passing_baselines[str(i)] = base
+            all_stats.append(s)
+            if not checker.passes(o):
+                return self._fail("wrong_output", f"output {i}: values differ ({checker.describe})",
+                                  stats=all_stats, first_mismatch=compare.first_mismatch(checker, o),
+                                  tolerance_trusted=trusted, baselines_passing=passing_baselines)
+        hint = "correct"
+        message = "all outputs match"
+        if not trusted:
+            message = f"outputs match, but trivial outputs would also pass: {passing_baselines}"
+            if self.profile == "strict":
+                hint = "undiscriminating"
+        return {"match": True, "verdict_hint": hint, "rule": None, "stats": all_stats, "message": message,
+                "tolerance_trusted": trusted, "baselines_passing": passing_baselines,
+                "distribution": t["distribution"]}
+
+    def _fail(self, hint: str, message: str, rule: Optional[str] = None, **extra: Any) -> dict:
+        out = {"match": False, "verdict_hint": hint, "rule": rule, "message": message}
+        out.update(extra)
+        return out
+
+    def time_reference(self, msg: dict) -> dict:
+        self._need_problem()
+        sets = []
+        for f in msg["inputs_files"]:
+            tensors = protocol.load_tensors(f, self.max_tensor_bytes)
+            scalars = msg.get("scalars", {})
+            sets.append([protocol.decode_value(scalars[str(i)], lambda n: {}) if str(i) in scalars
+                         else tensors[str(i)].to(self.device) for i in range(int(msg["n_inputs"]))])
+        fn = torch.compile(self.model) if msg.get("compile") else self.model
+        res = timing.time_calls(fn, sets, int(msg.get("warmup", 3)), int(msg.get("iters", 10)),
+                                bool(msg.get("flush_l2", True)), self.device)
+        res.pop("last_output")
+        return res
+
+    def _need_problem(self) -> None:
+        if not self.loaded:
+            raise WorkerError("protocol", "load_problem must come first")
+
+
+def _hash_inputs(tensors: Dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for k in sorted(tensors, key=int):
+        d = tensors[k].detach().cpu().contiguous()
+        h.update(f"{k}|{tuple(d.shape)}|{d.dtype}|".encode())
+        h.update(d.view(torch.uint8).numpy().tobytes() if d.numel() else b"")
+    return h.hexdigest()
+
+
+def main() -> int:
+    import numpy
+    judge = Judge()
+    hello = {"pid": os.getpid(), "python": sys.version.split()[0], "torch": torch.__version__,
+             "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
+             "started": time.time()}
+    handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs,
+                "compare": judge.compare, "time_reference": judge.time_reference}
+    return protocol.serve(handlers, hello)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The cheat rules of SPEC-verify as pure functions over the facts a candidate `run` reports,
+each violation with its evidence, plus the classification of exceptions into verdict kinds
+(including the Triton-interpreter/NumPy environment failure). Used by the candidate worker
+(to report) and by the judge (to decide, from the same facts, in a trusted process)."""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List
+
+# Order = precedence when several rules fire: the first is the verdict's rule.
+RULES = (
+    "patched_timer",            # timing/sync/launch-hook functions replaced in the candidate process
+    "output_not_plain_tensor",  # subclass, non-strided layout, non-tensor output
+    "output_aliases_input",     # an output shares storage with an input
+    "input_mutation",           # input bytes changed during forward
+    "background_thread",        # Python threads alive after forward that were not there before
+    "no_triton_kernel",         # forward launched no Triton kernel
+)
+
+
+def violation(rule: str, evidence: str) -> Dict[str, str]:
+    assert rule in RULES, rule
+    return {"rule": rule, "evidence": evidence}
+
+
+def evaluate_run(report: Dict[str, Any], require_triton: bool = True) -> List[Dict[str, str]]:
+    """Violations shown by a candidate `run` reply (see the protocol's run reply fields)."""
+    found = []
+    patched = report.get("patched") or []
+    if patched:
+        found.append(violation("patched_timer", f"replaced in the candidate process: {', '.join(patched)}"))
+    for i, t in enumerate(report.get("output_types") or []):
+        if t.get("type") != "torch.Tensor" or t.get("layout") != "torch.strided":
+            found.append(violation("output_not_plain_tensor",
+                                   f"output {i}: expected exactly torch.Tensor with strided layout, "
+                                   f"found {t.get('type')} ({t.get('layout')})"))
+            break
+    for i, t in enumerate(report.get("output_types") or []):
+        if t.get("aliases_input") is not None:
+            found.append(violation("output_aliases_input",
+                                   f"output {i} shares storage with input {t['aliases_input']}"))
+            break
+    before, after = report.get("input_hash_before"), report.get("input_hash_after")
+    if before is not None and before != after:
+        changed = [i for i, (a, b) in enumerate(zip(report.get("input_hashes_before") or [],
+                                                    report.get("input_hashes_after") or [])) if a != b]
+        found.append(violation("input_mutation", f"input hash changed during forward ({before[:16]} -> "
+                                                 f"{str(after)[:16]}); changed inputs: {changed}"))
+    new_threads = report.get("new_threads") or []
+    if new_threads:
+        found.append(violation("background_thread",
+                               f"{len(new_threads)} thread(s) started by the candidate still alive: "
+                               f"{', '.join(new_threads[:5])} (threads {report.get('threads_before')} -> "
+                               f"{report.get('threads_after')})"))
+    if require_triton and report.get("triton_launches", 0) == 0:
+        found.append(violation("no_triton_kernel", "forward launched 0 Triton kernels (launch hook count)"))
+    found.sort(key=lambda v: RULES.index(v["rule"]))
+    return found
+
+
+# The Triton interpreter with a NumPy it was not built for fails on loops over runtime bounds
+# (SPEC-verify, CPU mode caveat). Not the candidate's fault: an environment limitation.
+_ENV_PATTERNS = (
+    re.compile(r"only 0-dimensional arrays can be converted to Python scalars"),
+    re.compile(r"only length-1 arrays can be converted to Python scalars"),
+)
+
+
+def classify_exception(exc: BaseException, tb: str, phase: str) -> str:
+    """Verdict kind for an exception raised by candidate code in `phase` ("load" or "run")."""
+    text = f"{type(exc).__name__}: {exc}"
+    if "triton/runtime/interpreter.py" in tb and any(p.search(text) for p in _ENV_PATTERNS):
+        return "environment_error"
+    mod = type(exc).__module__ or ""
+    if mod.startswith("triton.compiler") or type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
+        return "compile_error"
+    if phase == "load":
+        return "compile_error"
+    return "runtime_error"

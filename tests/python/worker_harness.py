@@ -1,0 +1,158 @@
+"""A pure-Python stand-in for the C++ orchestrator, for testing the verifier workers alone:
+spawns judge/candidate processes with fd 3/4 pipes, speaks protocol v1 and runs the protocol
+order (load_problem -> candidate load -> per trial make_inputs, run, compare -> verdict)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = ROOT / "python" / "kernelllm" / "worker" / "launch.py"
+MAX_MESSAGE_BYTES = 1 << 20
+
+
+class Worker:
+    """One worker process; `request` sends a message and returns the reply."""
+
+    def __init__(self, kind: str, env: Optional[Dict[str, str]] = None, timeout_s: float = 120.0) -> None:
+        req_r, self._req_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        # Move the child's ends above 3/4 so that the dup2 below cannot clobber one with the other.
+        req_hi, rep_hi = fcntl.fcntl(req_r, fcntl.F_DUPFD_CLOEXEC, 100), fcntl.fcntl(rep_w, fcntl.F_DUPFD_CLOEXEC, 100)
+        os.close(req_r)
+        os.close(rep_w)
+        self.stderr = tempfile.TemporaryFile()
+        full_env = dict(os.environ, TRITON_INTERPRET="1", **(env or {}))
+
+        def child_fds() -> None:
+            os.dup2(req_hi, 3)
+            os.dup2(rep_hi, 4)
+
+        self.proc = subprocess.Popen([sys.executable, str(LAUNCH), kind], stdin=subprocess.DEVNULL,
+                                     stdout=self.stderr, stderr=self.stderr, env=full_env,
+                                     preexec_fn=child_fds, pass_fds=(3, 4))
+        os.close(req_hi)
+        os.close(rep_hi)
+        self.timeout_s = timeout_s
+        self.hello = self.receive()
+
+    def send_raw(self, data: bytes) -> None:
+        os.write(self._req_w, data)
+
+    def send(self, msg: Dict[str, Any]) -> None:
+        import json
+        body = json.dumps(msg).encode()
+        self.send_raw(struct.pack("<I", len(body)) + body)
+
+    def receive(self) -> Dict[str, Any]:
+        import json
+        import select
+        ready, _, _ = select.select([self._rep_r], [], [], self.timeout_s)
+        if not ready:
+            raise TimeoutError(f"worker gave no reply in {self.timeout_s} s; stderr: {self.stderr_tail()}")
+        head = self._read(4)
+        (n,) = struct.unpack("<I", head)
+        assert n <= MAX_MESSAGE_BYTES, f"reply frame of {n} bytes"
+        return json.loads(self._read(n))
+
+    def _read(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            b = os.read(self._rep_r, n - len(buf))
+            if not b:
+                raise EOFError(f"worker closed its reply pipe; stderr: {self.stderr_tail()}")
+            buf += b
+        return buf
+
+    def request(self, op: str, **fields: Any) -> Dict[str, Any]:
+        self.send(dict(fields, v=1, op=op))
+        return self.receive()
+
+    def stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read()[-4000:].decode(errors="replace")
+
+    def close(self) -> Optional[int]:
+        if self.proc.poll() is None:
+            try:
+                self.request("exit")
+            except (OSError, EOFError, TimeoutError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._req_w, self._rep_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return self.proc.returncode
+
+
+class Session:
+    """One judge for one problem; `verify(candidate_path)` runs one candidate to a verdict."""
+
+    def __init__(self, problem: Path, work_dir: Path, profile: str = "strict", secret_seed: int = 1234,
+                 device: str = "cpu", **load_fields: Any) -> None:
+        self.work_dir = work_dir
+        self.device = device
+        self.judge = Worker("judge")
+        self.problem = self.judge.request("load_problem", problem_path=str(problem), device=device, profile=profile,
+                                          secret_seed=secret_seed, work_dir=str(work_dir), **load_fields)
+        self.inputs: Dict[int, Dict[str, Any]] = {}
+
+    def trial_inputs(self, trial: int, distribution: str) -> Dict[str, Any]:
+        if trial not in self.inputs:
+            f = self.work_dir / f"in{trial}.safetensors"
+            r = self.judge.request("make_inputs", trial=trial, distribution=distribution, file=str(f))
+            assert r["ok"], r
+            self.inputs[trial] = dict(r, file=str(f))
+        return self.inputs[trial]
+
+    def verify(self, candidate: Path, time_iters: int = 0) -> Dict[str, Any]:
+        """The verdict dict: {"verdict", "rule", "trial", "evidence", "replies"}."""
+        assert self.problem["ok"], self.problem
+        cand = Worker("candidate")
+        try:
+            load = cand.request("load", module_path=str(candidate), init=self.problem["init"],
+                                construct_seed=self.problem["construct_seed"], device=self.device,
+                                work_dir=str(self.work_dir))
+            if not load["ok"]:
+                e = load["error"]
+                return {"verdict": e["kind"], "rule": e.get("rule"), "trial": None, "evidence": e, "replies": [load]}
+            replies = [load]
+            for trial, dist in enumerate(self.problem["trial_distributions"]):
+                inp = self.trial_inputs(trial, dist)
+                out = self.work_dir / f"out_{candidate.stem}_{trial}.safetensors"
+                run = cand.request("run", inputs_file=inp["file"], n_inputs=inp["n_inputs"], scalars=inp["scalars"],
+                                   outputs_file=str(out), poison=True)
+                replies.append(run)
+                if not run["ok"]:
+                    e = run["error"]
+                    return {"verdict": e["kind"], "rule": e.get("rule"), "trial": trial, "evidence": e, "replies": replies}
+                report = {k: v for k, v in run.items() if k not in ("v", "ok", "op")}
+                cmp = self.judge.request("compare", trial=trial, outputs_file=str(out), run_report=report)
+                replies.append(cmp)
+                assert cmp["ok"], cmp
+                if not cmp["match"] or cmp["verdict_hint"] != "correct":
+                    return {"verdict": cmp["verdict_hint"], "rule": cmp.get("rule"), "trial": trial,
+                            "evidence": cmp, "replies": replies}
+            result = {"verdict": "correct", "rule": None, "trial": None, "evidence": None, "replies": replies}
+            if time_iters:
+                inp = self.trial_inputs(0, "normal")
+                result["timing"] = cand.request("time", inputs_files=[inp["file"]], n_inputs=inp["n_inputs"],
+                                                scalars=inp["scalars"], warmup=1, iters=time_iters, flush_l2=True)
+            return result
+        finally:
+            cand.close()
+
+    def close(self) -> None:
+        self.judge.close()
