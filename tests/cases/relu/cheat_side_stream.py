@@ -1,0 +1,34 @@
+# expect: cheat
+# rule: side_stream
+# why: launches the kernel on a new side stream and returns without making the caller's stream wait, so stream events miss the work (torch.cpu.Stream stands in on CPU).
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def launch_relu(x, out):
+    n = x.numel()
+    relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+    return out
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        backend = torch.cuda if x.is_cuda else torch.cpu
+        side = backend.Stream()
+        out = torch.empty_like(x)
+        with backend.stream(side):
+            launch_relu(x, out)
+        return out
