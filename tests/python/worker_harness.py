@@ -156,3 +156,20 @@ class Session:
 
     def close(self) -> None:
         self.judge.close()
+
+
+def import_worker(name: str):
+    """`kernelllm.worker.<name>` from this source tree, in-process, without requiring the
+    compiled extension (the installed `kernelllm`, if already imported, gets the source
+    package dir appended to its path)."""
+    import importlib
+    import types
+    src = str(ROOT / "python" / "kernelllm")
+    pkg = sys.modules.get("kernelllm")
+    if pkg is None:
+        pkg = types.ModuleType("kernelllm")
+        pkg.__path__ = [src]
+        sys.modules["kernelllm"] = pkg
+    elif src not in list(pkg.__path__):
+        pkg.__path__.append(src)
+    return importlib.import_module(f"kernelllm.worker.{name}")
