@@ -275,3 +275,54 @@ def test_kernelbench_profile_reports_untrusted_tolerance_but_passes(tmp_path):
     assert r["verdict"] == "correct"
     last = r["replies"][-1]
     assert last["tolerance_trusted"] is False and "allclose" in last["stats"][0]["tolerance"]
+
+
+PROBLEM_ROWSUM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=1)
+
+def get_inputs():
+    return [torch.randn(3, 200)]
+
+def get_init_inputs():
+    return []
+"""
+
+ROWSUM_LOOP = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def rowsum(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for s in range(0, n, BLOCK):
+        offs = s + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * n + offs, mask=offs < n, other=0.0)
+    tl.store(o_ptr + row, tl.sum(acc, axis=0))
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty(x.shape[0], device=x.device)
+        rowsum[(x.shape[0],)](x, out, x.shape[1], BLOCK=64)
+        return out
+"""
+
+
+def test_kernel_looping_over_runtime_bound_runs_in_interpreter(tmp_path):
+    """The CPU-mode environment (pinned Triton/NumPy) runs loops over runtime bounds."""
+    (tmp_path / "problem.py").write_text(PROBLEM_ROWSUM)
+    (tmp_path / "loop.py").write_text(ROWSUM_LOOP)
+    s = wh.Session(tmp_path / "problem.py", tmp_path)
+    try:
+        r = s.verify(tmp_path / "loop.py")
+    finally:
+        s.close()
+    assert r["verdict"] == "correct", r["evidence"]
+    assert r["replies"][1]["triton_launches"] == 1

@@ -235,6 +235,8 @@ def serve(handlers: Dict[str, Callable[[dict], dict]], hello: dict,
             reply = error_reply(e.kind, e.message, e.tb, **e.extra)
         except ProtocolError as e:
             reply = error_reply("protocol", str(e))
+        except KeyError as e:
+            reply = error_reply("protocol", f"request {op!r}: missing field {e}", traceback.format_exc())
         except Exception as e:  # a bug in the worker itself: report, keep serving
             reply = error_reply("internal", f"{type(e).__name__}: {e}", traceback.format_exc())
         try:

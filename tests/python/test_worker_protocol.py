@@ -1,0 +1,131 @@
+"""Protocol-level tests of the verifier workers: framing errors, version and op checks against
+a live judge process, and in-process checks of values, tensor-file limits, the init rule,
+KernelBench's trial seeds, the comparison profiles, the rules and exception classes."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+import worker_harness as wh
+
+protocol = wh.import_worker("protocol")
+judge = wh.import_worker("judge")
+compare = wh.import_worker("compare")
+rules = wh.import_worker("rules")
+
+
+def test_live_worker_refuses_bad_version_unknown_op_and_oversize_frame():
+    w = wh.Worker("judge")
+    try:
+        assert w.hello["ok"] and w.hello["op"] == "hello" and w.hello["cuda_initialized"] is False
+        missing = w.request("load_problem")
+        assert missing["error"]["kind"] == "protocol" and "missing field" in missing["error"]["message"]
+        w.send({"v": 2, "op": "make_inputs"})
+        bad_version = w.receive()
+        assert bad_version["error"]["kind"] == "protocol"
+        assert "expected 1, found 2" in bad_version["error"]["message"]
+        unknown = w.request("frobnicate")
+        assert unknown["error"]["kind"] == "protocol" and "unknown op 'frobnicate'" in unknown["error"]["message"]
+        assert "make_inputs" in unknown["error"]["message"]
+        early = w.request("make_inputs", trial=0, file="/nonexistent")
+        assert early["error"]["message"] == "load_problem must come first"
+        w.send_raw(struct.pack("<I", (1 << 20) + 1))
+        oversize = w.receive()
+        assert oversize["error"]["kind"] == "protocol"
+        assert f"exceeds the limit of {1 << 20} bytes" in oversize["error"]["message"]
+        assert w.proc.wait(timeout=30) == 3  # framing lost: the worker ends itself
+    finally:
+        w.close()
+
+
+def test_values_round_trip_and_refuse_objects(tmp_path):
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    value = {"args": [3, 0.5, float("nan"), float("-inf"), True, None, "s", (1, 2), x], "kwargs": {"k": [x]}}
+    tensors = []
+    enc = protocol.encode_value(value, tensors, "init.safetensors")
+    protocol.save_tensors(str(tmp_path / "init.safetensors"), {str(i): t for i, t in enumerate(tensors)})
+    import json
+    wire = json.loads(json.dumps(enc, allow_nan=False))
+    dec = protocol.decode_value(wire, lambda f: protocol.load_tensors(str(tmp_path / f), 1 << 20))
+    assert dec["args"][:2] == [3, 0.5] and dec["args"][2] != dec["args"][2] and dec["args"][3] == float("-inf")
+    assert dec["args"][4:8] == [True, None, "s", (1, 2)]
+    assert torch.equal(dec["args"][8], x) and torch.equal(dec["kwargs"]["k"][0], x)
+    with pytest.raises(protocol.WorkerError, match="cannot send a value of type builtins.object"):
+        protocol.encode_value([object()], [], "f")
+    with pytest.raises(protocol.ProtocolError, match="unknown value type 'blob'"):
+        protocol.decode_value({"t": "blob"}, lambda f: {})
+
+
+def test_tensor_files_are_size_checked_before_loading(tmp_path):
+    p = str(tmp_path / "t.safetensors")
+    size = protocol.save_tensors(p, {"0": torch.zeros(1000)})
+    assert protocol.load_tensors(p, size)["0"].shape == (1000,)
+    with pytest.raises(protocol.WorkerError, match=f"has {size} bytes, over the limit of {size - 1}"):
+        protocol.load_tensors(p, size - 1)
+    (tmp_path / "junk").write_bytes(b"\xff" * 64)
+    with pytest.raises(protocol.WorkerError, match="no valid safetensors header"):
+        protocol.load_tensors(str(tmp_path / "junk"), 1 << 20)
+
+
+def test_init_rule_positional_vs_args_kwargs():
+    assert judge.split_init([4, 8]) == ([4, 8], {}, "positional")
+    assert judge.split_init([]) == ([], {}, "positional")
+    assert judge.split_init([[4], {"bias": False}]) == ([4], {"bias": False}, "args_kwargs")
+    assert judge.split_init(([4, 8], {})) == ([4, 8], {}, "args_kwargs")
+    assert judge.split_init([[4], {"a": 1}, 3]) == ([[4], {"a": 1}, 3], {}, "positional")
+    with pytest.raises(protocol.WorkerError, match="must return a list or tuple, found int"):
+        judge.split_init(3)
+
+
+def test_trial_seeds_follow_kernelbench_scheme():
+    torch.manual_seed(42)
+    expected = [torch.randint(0, 2 ** 32 - 1, (1,)).item() for _ in range(5)]
+    assert judge.kernelbench_trial_seeds(42, 5) == expected
+    assert judge.kernelbench_trial_seeds(42, 7)[:5] == expected  # prefix-stable for extra (timing) trials
+    assert judge.derive_seed(1, "construct") != judge.derive_seed(1, "trials")
+
+
+def test_kernelbench_profile_is_allclose_with_kernelbench_argument_order():
+    ref = torch.tensor([1.0, 100.0])
+    c = compare.Checker("kernelbench", ref, None, "v0")
+    assert c.passes(ref + torch.tensor([0.0, 1.0]))  # |d| = 1 <= 0.01 + 0.01 * 101
+    assert not c.passes(ref + torch.tensor([0.05, 0.0]))
+    cur = compare.Checker("kernelbench", ref, None, "current")
+    assert cur.tol == 1e-4 and not cur.passes(ref + 1e-3)
+
+
+def test_strict_profile_scales_with_fp32_reference_error():
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 512, dtype=torch.float64), torch.randn(512, 32, dtype=torch.float64)
+    ref64 = a @ b
+    ref32 = (a.float() @ b.float())
+    c = compare.Checker("strict", ref32, ref64, "v0")
+    split_k = a.float()[:, :256] @ b.float()[:256] + a.float()[:, 256:] @ b.float()[256:]
+    assert c.passes(split_k)
+    assert not c.passes(ref32 + 0.05)
+    assert compare.baselines_passing(c) == []
+    tiny64 = torch.full((8,), 1e-60, dtype=torch.float64)
+    underflow = compare.Checker("strict", tiny64.float(), tiny64, "v0")
+    assert underflow.passes(torch.zeros(8)) and compare.baselines_passing(underflow) == ["zeros", "mean"]
+
+
+def test_rules_each_fire_with_evidence_in_precedence_order():
+    clean = {"triton_launches": 2, "input_hash_before": "a", "input_hash_after": "a", "new_threads": [],
+             "output_types": [{"type": "torch.Tensor", "layout": "torch.strided", "aliases_input": None}],
+             "patched": []}
+    assert rules.evaluate_run(clean) == []
+    dirty = dict(clean, triton_launches=0, input_hash_after="b", new_threads=["t1 (Thread)"], patched=["time.perf_counter"],
+                 output_types=[{"type": "mylib.Lazy", "layout": "torch.strided", "aliases_input": 0}])
+    found = [v["rule"] for v in rules.evaluate_run(dirty)]
+    assert found == list(rules.RULES)
+    assert rules.evaluate_run(dict(clean, triton_launches=0), require_triton=False) == []
+
+
+def test_interpreter_numpy_failure_is_an_environment_error():
+    tb = 'File ".../site-packages/triton/runtime/interpreter.py", line 900, in _implicit_cvt\n'
+    e = TypeError("only 0-dimensional arrays can be converted to Python scalars")
+    assert rules.classify_exception(e, tb, "run") == "environment_error"
+    assert rules.classify_exception(e, "File \"cand.py\", line 3", "run") == "runtime_error"
+    assert rules.classify_exception(SyntaxError("x"), "", "load") == "compile_error"
