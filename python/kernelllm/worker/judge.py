@@ -125,12 +125,20 @@ class Judge:
         if tensors:
             protocol.save_tensors(os.path.join(self.work_dir, "init.safetensors"), {str(i): t for i, t in enumerate(tensors)})
         self.loaded = True
+        torch.manual_seed(self.construct_seed)
+        try:
+            sample = list(self.module.get_inputs())
+        except Exception as e:
+            raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
+        input_specs = [{"index": i, "kind": "tensor", "shape": list(a.shape), "dtype": str(self.precision if self.precision is not None and a.is_floating_point() else a.dtype)}
+                       if isinstance(a, torch.Tensor) else {"index": i, "kind": "scalar", "type": type(a).__name__}
+                       for i, a in enumerate(sample)]
         distributions = ["normal"] * self.n_trials
         if self.profile == "strict" and self.n_trials >= 2:
             distributions[-1] = "heavy_tailed"
         return {"init": init_value["v"], "init_convention": self.init_convention,
                 "construct_seed": self.construct_seed, "n_trials": self.n_trials,
-                "trial_distributions": distributions, "fp64_reference": self.model64 is not None,
+                "trial_distributions": distributions, "input_specs": input_specs, "fp64_reference": self.model64 is not None,
                 "fp64_note": self.fp64_note}
 
     def _to_device(self, x: Any, cast: bool) -> Any:
