@@ -7,6 +7,9 @@ write_all(out_dir, tokenizer_dir) writes one directory per model under out_dir:
                       decode{i}_logits [64, vocab], row t = the logits that chose greedy token t
                       (row 0 is the last prompt position; later rows come from the KV-cached step)
   golden.json         {"prompts": [[ids]...], "greedy": [[64 ids]...], "dtype": ..., "sdpa_max_abs_diff": x}
+For bf16 models the same outputs are also written for HF running in fp32 on the bf16 weights
+(the math our CPU engine does): f32ref_prompt{i}_logits, f32ref_decode{i}_logits and
+"greedy_f32ref" — a tight comparison beside the loose one against HF's own bf16 run.
 """
 from __future__ import annotations
 
@@ -85,7 +88,7 @@ def _legacy_rope_config(config_path: Path, rope_scaling: dict | None) -> None:
     config_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def _golden(model: LlamaForCausalLM, prompts: list[list[int]]) -> tuple[dict, list[list[int]], float]:
+def _golden(model: LlamaForCausalLM, prompts: list[list[int]], prefix: str = "") -> tuple[dict, list[list[int]], float]:
     tensors: dict[str, torch.Tensor] = {}
     greedy: list[list[int]] = []
     sdpa_diff = 0.0
@@ -98,7 +101,7 @@ def _golden(model: LlamaForCausalLM, prompts: list[list[int]]) -> tuple[dict, li
             sdpa = model(x).logits[0]
             model.set_attn_implementation("eager")
             sdpa_diff = max(sdpa_diff, (eager.float() - sdpa.float()).abs().max().item())
-            tensors[f"prompt{i}_logits"] = eager.float().contiguous()
+            tensors[f"{prefix}prompt{i}_logits"] = eager.float().contiguous()
 
             out = model(x, use_cache=True)
             past = out.past_key_values
@@ -111,7 +114,7 @@ def _golden(model: LlamaForCausalLM, prompts: list[list[int]]) -> tuple[dict, li
                 out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 step_logits = out.logits[0, -1]
-            tensors[f"decode{i}_logits"] = torch.stack(rows).contiguous()
+            tensors[f"{prefix}decode{i}_logits"] = torch.stack(rows).contiguous()
             greedy.append(toks)
     return tensors, greedy, sdpa_diff
 
@@ -140,9 +143,21 @@ def write_model(out_dir: Path, name: str, tokenizer_dir: Path | None, seed: int)
 
     gen = torch.Generator().manual_seed(seed + 1)
     prompts = [torch.randint(0, 128000, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
-    tensors, greedy, sdpa_diff = _golden(model, prompts)
+    # The references run on the checkpoint as transformers loads it (what Meta's script does),
+    # not on the in-memory model: `.to(bf16)` would also round the RoPE inv_freq buffer, which
+    # from_pretrained keeps in fp32.
+    del model
+    reloaded = LlamaForCausalLM.from_pretrained(d, dtype=dtype).eval()
+    tensors, greedy, sdpa_diff = _golden(reloaded, prompts)
+    extra = {}
+    if dtype != torch.float32:
+        upcast = LlamaForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+        upcast, greedy_f32ref, _ = _golden(upcast, prompts, prefix="f32ref_")
+        tensors.update(upcast)
+        extra["greedy_f32ref"] = greedy_f32ref
     save_file(tensors, str(d / "golden.safetensors"))
     meta = {
+        **extra,
         "dtype": str(dtype).removeprefix("torch."),
         "prompts": prompts,
         "greedy": greedy,

@@ -26,6 +26,7 @@ struct TinyLlama {
   std::unique_ptr<WeightStore> golden;           // prompt{i}_logits, decode{i}_logits (f32)
   std::vector<std::vector<int32_t>> prompts;     // golden.json "prompts"
   std::vector<std::vector<int32_t>> greedy;      // golden.json "greedy": HF greedy ids per prompt
+  std::vector<std::vector<int32_t>> greedy_f32ref;  // bf16 models: HF greedy in fp32 on the same weights
   std::string dtype;                             // "float32" / "bfloat16"
 
   // Rows of a golden f32 matrix, copied (the mapping need not be 4-byte aligned).
@@ -73,6 +74,9 @@ inline bool load_tiny_llama(const std::string& name, TinyLlama& out) {
   out.prompts = meta.at("prompts").get<std::vector<std::vector<int32_t>>>();
   out.greedy = meta.at("greedy").get<std::vector<std::vector<int32_t>>>();
   out.dtype = meta.at("dtype").get<std::string>();
+  if (meta.contains("greedy_f32ref")) {
+    out.greedy_f32ref = meta.at("greedy_f32ref").get<std::vector<std::vector<int32_t>>>();
+  }
   return true;
 }
 
