@@ -15,4 +15,6 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
 
-python3 -m pytest tests/python -q -p no:cacheprovider --basetemp "$PWD/build/pytest"
+# pytest reuses the test data ctest's fixture made (tools/make_test_data.py skips up-to-date data).
+KERNELLLM_TESTDATA="$PWD/build/release/testdata" \
+  python3 -m pytest tests/python -q -p no:cacheprovider --basetemp "$PWD/build/pytest"
