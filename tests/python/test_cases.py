@@ -1,0 +1,258 @@
+"""Adversarial verifier suite: every labelled candidate under tests/cases/<problem>/ goes through
+the installed `kernelllm verify` (one call per problem, all its candidates at once) and must get
+the verdict (and, for cheat/sandbox_violation, the rule) its header names. See tests/cases/README.md.
+Env: KERNELLLM_CASES_DEVICE (default cpu; e.g. cuda:0), KERNELLLM_CASES_RECORD (write all reports
+to this JSON file, e.g. bench/results/verify-cases-h100.json), KERNELLLM_CLI (the CLI to run)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ROOT / "tests" / "cases"
+PROBLEMS = CASES / "problems"
+DEVICE = os.environ.get("KERNELLLM_CASES_DEVICE", "cpu")
+SECRET_VAR = "KERNELLLM_TEST_SECRET"
+SECRET = "kllm-test-secret-" + secrets.token_hex(8)
+VERDICTS = {"correct", "wrong_output", "wrong_shape", "compile_error", "runtime_error", "crash", "timeout", "cheat",
+            "sandbox_violation"}
+# Files the escape cases try to create; none may exist after a run.
+ESCAPE_MARKERS = [CASES / ".escape_marker", CASES / "relu" / ".escape_marker"]
+VERIFY_TIMEOUT_S = 3600
+
+
+def parse_header(path: Path) -> dict[str, str]:
+    """The leading `# key: value` comment lines of a case file."""
+    fields: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        key, sep, value = line[1:].partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def discover() -> list[tuple[str, Path, dict[str, str]]]:
+    found = []
+    for problem in sorted(PROBLEMS.glob("*.py")):
+        for case in sorted((CASES / problem.stem).glob("*.py")):
+            found.append((problem.stem, case, parse_header(case)))
+    return found
+
+
+ALL_CASES = discover()
+
+
+def find_cli() -> str | None:
+    """$KERNELLLM_CLI if set (e.g. a build tree's binary), else the installed console script."""
+    if os.environ.get("KERNELLLM_CLI"):
+        return os.environ["KERNELLLM_CLI"]
+    here = Path(sys.executable).parent / "kernelllm"
+    return str(here) if here.is_file() else shutil.which("kernelllm")
+
+
+def verify_available() -> tuple[bool, str]:
+    cli = find_cli()
+    if cli is None:
+        return False, "the kernelllm console script is not installed"
+    try:
+        r = subprocess.run([cli, "verify", "--help"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"`kernelllm verify --help` could not run: {e}"
+    if r.returncode != 0:
+        return False, f"`kernelllm verify --help` exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}"
+    # A CLI without the subcommand may still print its top-level help and exit 0.
+    usage = [line for line in r.stdout.splitlines() if line.lower().startswith("usage")]
+    if not any(" verify" in line for line in usage):
+        return False, f"`kernelllm verify --help` printed no verify usage: {usage[:1]}"
+    return True, ""
+
+
+_OK, _WHY = verify_available()
+if not _OK:
+    pytest.skip(f"kernelllm verify is not available ({_WHY})", allow_module_level=True)
+
+
+# --- reading the report ------------------------------------------------------------------------
+# Expected shape: {"results": [{"candidate": PATH, "verdict": STR, "rule": STR|null,
+#                               "multishape": {"verdict": "pass"|"fail", ...}|null, ...}, ...]}
+# in the order the candidates were given. The readers below also accept a top-level list,
+# "candidates" instead of "results", "path"/"file" instead of "candidate", and a verdict object
+# {"verdict"|"kind": STR, "rule": STR}.
+
+def report_entries(report) -> list[dict]:
+    if isinstance(report, list):
+        return report
+    for key in ("results", "candidates", "verdicts"):
+        if isinstance(report.get(key), list):
+            return report[key]
+    raise AssertionError(f"no list of per-candidate results in the report; top-level keys: {sorted(report)}")
+
+
+def entry_path(entry: dict) -> str | None:
+    for key in ("candidate", "path", "file", "candidate_path", "module_path"):
+        if isinstance(entry.get(key), str):
+            return entry[key]
+    return None
+
+
+def entry_verdict(entry: dict) -> tuple[str | None, str | None]:
+    verdict = entry.get("verdict")
+    rule = entry.get("rule")
+    if isinstance(verdict, dict):
+        rule = rule or verdict.get("rule")
+        verdict = verdict.get("verdict") or verdict.get("kind") or verdict.get("name")
+    if rule is None and isinstance(entry.get("evidence"), dict):
+        rule = entry["evidence"].get("rule")
+    return verdict, rule
+
+
+def entry_multishape(entry: dict) -> str | None:
+    """'pass', 'fail', or None when the report has no multi-shape result."""
+    value = entry.get("multishape", entry.get("multi_shape"))
+    if isinstance(value, dict):
+        for key in ("verdict", "status", "result", "passed", "ok"):
+            if key in value:
+                value = value[key]
+                break
+    if value is None:
+        return None
+    if value is True or value in ("pass", "passed", "correct", "ok"):
+        return "pass"
+    return "fail"
+
+
+def match_entries(cases: list[Path], entries: list[dict]) -> dict[Path, dict]:
+    matched: dict[Path, dict] = {}
+    by_path = {}
+    for entry in entries:
+        p = entry_path(entry)
+        if p is not None:
+            by_path[str(Path(p).resolve())] = entry
+    for case in cases:
+        if str(case.resolve()) in by_path:
+            matched[case] = by_path[str(case.resolve())]
+    if len(matched) < len(cases) and len(entries) == len(cases):
+        for case, entry in zip(cases, entries):
+            matched.setdefault(case, entry)
+    return matched
+
+
+# --- running the verifier ----------------------------------------------------------------------
+
+_REPORTS: dict[str, dict] = {}
+
+
+def run_problem(problem: str, tmp_dir: Path) -> dict:
+    """One `kernelllm verify` call for every case of `problem`; returns
+    {"report", "entries": {case: entry}, "stdout", "stderr", "returncode"}."""
+    if problem in _REPORTS:
+        return _REPORTS[problem]
+    cases = [case for p, case, _ in ALL_CASES if p == problem]
+    out = tmp_dir / f"{problem}.json"
+    for marker in ESCAPE_MARKERS:
+        marker.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env[SECRET_VAR] = SECRET
+    if DEVICE == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    cmd = [find_cli(), "verify", str(PROBLEMS / f"{problem}.py"), *map(str, cases), "--device", DEVICE, "--json",
+           str(out), "--no-cache"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env, cwd=tmp_dir)
+    assert out.is_file(), (f"`{' '.join(cmd)}` wrote no JSON (exit {r.returncode}).\n"
+                           f"stderr tail:\n{r.stderr[-3000:]}")
+    text = out.read_text()
+    report = json.loads(text)
+    result = {"report": report, "text": text, "entries": match_entries(cases, report_entries(report)),
+              "stdout": r.stdout, "stderr": r.stderr, "returncode": r.returncode,
+              "escaped": [str(m) for m in ESCAPE_MARKERS if m.exists()]}
+    for marker in ESCAPE_MARKERS:
+        marker.unlink(missing_ok=True)
+    _REPORTS[problem] = result
+    record = os.environ.get("KERNELLLM_CASES_RECORD")
+    if record:
+        write_record(Path(record))
+    return result
+
+
+def write_record(path: Path) -> None:
+    """All reports so far plus the header verdicts, for bench/results/verify-cases-*.json."""
+    expected = {f"{p}/{case.name}": h for p, case, h in ALL_CASES}
+    data = {"device": DEVICE, "host": platform.node(), "python": platform.python_version(),
+            "expected": expected, "reports": {p: r["report"] for p, r in _REPORTS.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+@pytest.fixture(scope="module")
+def verify_problem(tmp_path_factory):
+    base = tmp_path_factory.mktemp("verify-cases")
+    return lambda problem: run_problem(problem, base)
+
+
+# --- tests -------------------------------------------------------------------------------------
+
+def test_every_case_has_a_valid_header():
+    assert ALL_CASES, f"no cases under {CASES}"
+    bad = []
+    for problem, case, head in ALL_CASES:
+        expect = head.get("expect")
+        if expect not in VERDICTS:
+            bad.append(f"{problem}/{case.name}: expect={expect!r}")
+        elif expect in ("cheat", "sandbox_violation") and not head.get("rule"):
+            bad.append(f"{problem}/{case.name}: {expect} without a rule")
+        elif not head.get("why"):
+            bad.append(f"{problem}/{case.name}: no why")
+    assert not bad, "bad case headers:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("problem,case,head", ALL_CASES, ids=[f"{p}/{c.stem}" for p, c, _ in ALL_CASES])
+def test_case_verdict(verify_problem, problem, case, head):
+    run = verify_problem(problem)
+    entry = run["entries"].get(case)
+    assert entry is not None, f"no result for {case} in the report of {problem}"
+    verdict, rule = entry_verdict(entry)
+    detail = json.dumps(entry, indent=1)[:4000]
+    assert verdict == head["expect"], f"{problem}/{case.name}: expected {head['expect']}, got {verdict}\n{detail}"
+    if head["expect"] in ("cheat", "sandbox_violation"):
+        assert rule == head["rule"], f"{problem}/{case.name}: expected rule {head['rule']}, got {rule}\n{detail}"
+
+
+MULTISHAPE_CASES = [(p, c, h) for p, c, h in ALL_CASES if "multishape" in h]
+
+
+@pytest.mark.parametrize("problem,case,head", MULTISHAPE_CASES, ids=[f"{p}/{c.stem}" for p, c, _ in MULTISHAPE_CASES])
+def test_multishape_exposes_hardcoded_shapes(verify_problem, problem, case, head):
+    entry = verify_problem(problem)["entries"].get(case)
+    assert entry is not None, f"no result for {case}"
+    got = entry_multishape(entry)
+    assert got is not None, f"{problem}/{case.name}: the report has no multi-shape result\n{json.dumps(entry)[:2000]}"
+    assert got == head["multishape"], f"{problem}/{case.name}: multishape expected {head['multishape']}, got {got}"
+
+
+def test_correct_cases_pass_multishape_when_reported(verify_problem):
+    failures = []
+    for problem, case, head in ALL_CASES:
+        if head.get("expect") != "correct" or "multishape" in head:
+            continue
+        entry = verify_problem(problem)["entries"].get(case)
+        if entry is not None and entry_multishape(entry) == "fail":
+            failures.append(f"{problem}/{case.name}")
+    assert not failures, f"shape-generic correct candidates failed the multi-shape check: {failures}"
+
+
+def test_no_file_escaped_and_secret_not_leaked(verify_problem):
+    for problem in sorted({p for p, _, _ in ALL_CASES}):
+        run = verify_problem(problem)
+        assert not run["escaped"], f"candidates of {problem} wrote outside their sandbox: {run['escaped']}"
+        assert SECRET not in run["text"], f"{SECRET_VAR}'s value appears in the report of {problem}"
+        assert SECRET not in run["stdout"] + run["stderr"], f"{SECRET_VAR}'s value appears in the output for {problem}"
