@@ -1,0 +1,41 @@
+// The CUDA backend: the Llama forward of the CPU reference on one NVIDIA GPU, weights in
+// bf16, f16 or f32 (f32: a parity path), a paged copy-on-write KV cache on the device,
+// cuBLASLt for prefill/batched projections, a custom GEMV for small batches, CUDA graphs for
+// decode steps. Built only when a CUDA toolkit with cuBLASLt is found; otherwise every
+// function here returns ErrorCode::unsupported.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/backend.h"
+#include "kernelllm/engine/config.h"
+#include "kernelllm/engine/safetensors.h"
+
+namespace kernelllm {
+
+bool cuda_backend_built();
+
+struct CudaBackendOptions {
+  int device = 0;
+  DType dtype = DType::bf16;         // weights, activations fed to matmuls and KV: bf16, f16 or f32
+  int64_t max_sequences = 256;
+  int64_t kv_capacity_tokens = 0;    // KV pool size in tokens (all sequences); 0 → most of free memory
+  int64_t kv_page_tokens = 16;       // tokens per KV page; pages are shared between forks
+  int64_t max_batch_tokens = 4096;   // tokens per device pass; larger forwards run in chunks
+  bool cuda_graphs = true;           // capture single-token (decode) forwards per batch size
+  bool custom_gemv = true;           // the custom GEMV for batches <= 8 tokens (else cuBLASLt)
+};
+
+// Uploads `weights` (f32/f16/bf16, converted to options.dtype on the device). `weights` may be
+// released after the call.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const ModelConfig& config, const WeightStore& weights,
+                                                    const CudaBackendOptions& options = {});
+
+// Random weights made on the device from `seed` (uniform, std 0.02; norm weights 1): speed runs
+// with a real model's shape without reading a checkpoint.
+Result<std::unique_ptr<Backend>> make_cuda_backend_random(const ModelConfig& config, uint64_t seed,
+                                                           const CudaBackendOptions& options = {});
+
+}  // namespace kernelllm

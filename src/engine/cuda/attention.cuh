@@ -1,0 +1,38 @@
+// Causal attention over the paged KV cache (prefill and decode alike: every query token
+// attends to positions 0..pos of its own sequence), GQA (one block serves all query heads of
+// a KV head, so K/V are read once per group), split-KV: the positions of a token are cut into
+// `splits` chunks computed in parallel and merged with their softmax statistics.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/cuda/rope.cuh"
+#include "kernelllm/engine/safetensors.h"
+
+namespace kernelllm::cuda {
+
+inline constexpr int64_t kMaxAttentionGroup = 8;     // query heads per KV head
+inline constexpr int64_t kMaxAttentionHeadDim = 256;
+
+struct AttentionArgs {
+  const float* q = nullptr;          // [T, heads * head_dim], rotated
+  int64_t n_tokens = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  const int32_t* seq = nullptr;      // [T] row of block_table for each token
+  const int32_t* pos = nullptr;      // [T] position of each token (attends to 0..pos)
+  const int32_t* block_table = nullptr;  // [rows, table_width] physical page per logical page
+  int64_t table_width = 0;
+  KvLayout kv;
+  int64_t layer = 0;
+  int64_t splits = 1;
+  float* partial_acc = nullptr;      // [T, heads, splits, head_dim]
+  float* partial_ml = nullptr;       // [T, heads, splits, 2]
+  void* out = nullptr;               // [T, heads * head_dim], backend dtype
+};
+
+// Scratch floats needed: acc T*heads*splits*head_dim, ml T*heads*splits*2.
+void attention(DType type, const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace kernelllm::cuda

@@ -1,0 +1,44 @@
+// CUDA error mapping and the device allocation wrapper; see common.cuh.
+#include "engine/cuda/common.cuh"
+
+#include <utility>
+
+namespace kernelllm::cuda {
+
+Status cuda_status(cudaError_t err, const std::string& what) {
+  if (err == cudaSuccess) return Status::ok_status();
+  const ErrorCode code = err == cudaErrorMemoryAllocation ? ErrorCode::resource_exhausted : ErrorCode::internal;
+  return error(code, "cuda: " + what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+
+bool is_compute_dtype(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+}
+
+Status DeviceBuffer::allocate(size_t bytes, const std::string& what) {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+  if (bytes == 0) return Status::ok_status();
+  const cudaError_t err = cudaMalloc(&ptr_, bytes);
+  if (err != cudaSuccess) {
+    ptr_ = nullptr;
+    cudaGetLastError();
+    return cuda_status(err, "allocating " + std::to_string(bytes) + " bytes for " + what);
+  }
+  bytes_ = bytes;
+  return Status::ok_status();
+}
+
+}  // namespace kernelllm::cuda

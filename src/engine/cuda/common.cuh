@@ -1,0 +1,43 @@
+// Shared host-side pieces of the CUDA backend: CUDA errors as Status values and an RAII
+// device allocation. Includable from plain C++ (tests), no device code.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/safetensors.h"
+
+namespace kernelllm::cuda {
+
+// ok for cudaSuccess, else internal (resource_exhausted for out-of-memory) naming `what`.
+Status cuda_status(cudaError_t err, const std::string& what);
+
+#define KLLM_CUDA_RETURN(expr, what) KLLM_RETURN_IF_ERROR(::kernelllm::cuda::cuda_status((expr), (what)))
+
+// True for the dtypes the backend computes in (f32, f16, bf16).
+bool is_compute_dtype(DType t);
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  ~DeviceBuffer();
+
+  Status allocate(size_t bytes, const std::string& what);
+  void* get() const { return ptr_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace kernelllm::cuda

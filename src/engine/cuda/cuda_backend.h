@@ -1,0 +1,76 @@
+// The CUDA backend class (internal): weights and KV cache on the device, the per-layer launch
+// sequence, chunking of large forwards and CUDA graphs for decode steps. The public entry
+// points are in include/kernelllm/engine/cuda_backend.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/gemm.cuh"
+#include "engine/cuda/kv_pages.h"
+#include "kernelllm/engine/backend.h"
+#include "kernelllm/engine/cuda_backend.h"
+
+namespace kernelllm::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  // Allocates weights (uninitialized), activations and the Gemm; then one of the two fills.
+  Status init();
+  Status load(const WeightStore& store);
+  Status randomize(uint64_t seed);
+  // Allocates the KV pool (after the weights, so "most of free memory" means what is left).
+  Status init_kv();
+
+  std::string_view name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return config_; }
+  Result<SeqId> create_sequence() override { return pages_->create(); }
+  Result<SeqId> fork_sequence(SeqId parent) override;
+  void release_sequence(SeqId seq) override { pages_->release(seq); }
+  int64_t sequence_length(SeqId seq) const override { return pages_->length(seq); }
+  Status forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) override;
+
+  int64_t kv_capacity_tokens() const { return pages_->num_pages() * pages_->page_tokens(); }
+  int64_t kv_free_tokens() const { return pages_->free_pages() * pages_->page_tokens(); }
+
+ private:
+  struct Layer {
+    DeviceBuffer qkv, o, gate_up, down;  // dtype_ matrices, row-major [out, in]
+    DeviceBuffer in_norm, post_norm;     // f32 [hidden]
+  };
+  Status validate(std::span<const ForwardRequest> batch) const;
+  Status upload_table(SeqId seq, int64_t first_page);
+  Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
+  // The device work of one pass over n tokens whose metadata is in meta_; logits for r rows.
+  Status run_layers(int64_t n, int64_t r, bool logits_in_pass);
+  Status run_chunk(int64_t n, int64_t r, bool single_token, float* logits_out);
+  int64_t splits_for(int64_t n) const;
+
+  ModelConfig config_;
+  CudaBackendOptions opts_;
+  DType dtype_;
+  cudaStream_t stream_ = nullptr;
+  Gemm gemm_;
+  int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
+
+  DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
+  std::vector<Layer> layers_;
+  DeviceBuffer kv_pool_, block_table_;
+  std::unique_ptr<KvPages> pages_;
+
+  // Activations, sized for max_tokens_.
+  DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_;
+  DeviceBuffer meta_;               // int32 [5][max_tokens_]: ids, pos, seq, page, out_row
+  int32_t* meta_host_ = nullptr;    // pinned mirror
+  std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by token count
+  std::map<int64_t, int> graph_seen_;
+};
+
+}  // namespace kernelllm::cuda

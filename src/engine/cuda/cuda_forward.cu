@@ -1,0 +1,239 @@
+// The CUDA backend's forward pass (see cuda_backend.h): batch flattening, KV page updates,
+// chunks of at most max_batch_tokens tokens, the per-layer launch sequence, CUDA graphs for
+// single-token passes, and the public factory functions.
+#include <algorithm>
+#include <string>
+
+#include "engine/cuda/attention.cuh"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/embedding.cuh"
+#include "engine/cuda/rmsnorm.cuh"
+#include "engine/cuda/rope.cuh"
+#include "engine/cuda/swiglu.cuh"
+
+namespace kernelllm {
+namespace cuda {
+namespace {
+constexpr int64_t kMaxGraphTokens = 256;
+}  // namespace
+
+Status CudaBackend::run_layers(int64_t n, int64_t r, bool logits_in_pass) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  const int32_t* ids = meta_.as<int32_t>();
+  const int32_t* pos = ids + max_tokens_;
+  const int32_t* seq = pos + max_tokens_;
+  const int32_t* page = seq + max_tokens_;
+  const int32_t* out_rows = page + max_tokens_;
+  float* x = x_.as<float>();
+  float* y = proj_.as<float>();
+  const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_};
+
+  embedding(dtype_, embed_.get(), ids, n, h, x, stream_);
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    const Layer& l = layers_[static_cast<size_t>(li)];
+    if (li == 0) {
+      rmsnorm(dtype_, x, l.in_norm.as<float>(), n, h, eps, nullptr, xn_.get(), stream_);
+    } else {
+      add_rmsnorm(dtype_, x, y, l.in_norm.as<float>(), n, h, eps, xn_.get(), stream_);
+    }
+    KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.as<float>()));
+    rope_write_kv(dtype_, qkv_.as<float>(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page,
+                  inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
+    AttentionArgs a;
+    a.q = q_.as<float>();
+    a.n_tokens = n;
+    a.heads = c.num_attention_heads;
+    a.kv_heads = c.num_key_value_heads;
+    a.head_dim = c.head_dim;
+    a.seq = seq;
+    a.pos = pos;
+    a.block_table = block_table_.as<int32_t>();
+    a.table_width = table_width_;
+    a.kv = kv;
+    a.layer = li;
+    a.splits = splits_for(n);
+    a.partial_acc = part_acc_.as<float>();
+    a.partial_ml = part_ml_.as<float>();
+    a.out = att_.get();
+    attention(dtype_, a, stream_);
+    KLLM_RETURN_IF_ERROR(proj(l.o, h, q_dim_, att_.get(), n, y));
+    add_rmsnorm(dtype_, x, y, l.post_norm.as<float>(), n, h, eps, xn_.get(), stream_);
+    KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.as<float>()));
+    swiglu(dtype_, gate_up_.as<float>(), n, inter, act_.get(), stream_);
+    KLLM_RETURN_IF_ERROR(proj(l.down, h, inter, act_.get(), n, y));
+  }
+  // The last residual add (into x; the normed output is not used), then the final norm of the
+  // rows that produce logits.
+  add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, xn_.get(), stream_);
+  if (logits_in_pass) {
+    rmsnorm(dtype_, x, final_norm_.as<float>(), r, h, eps, out_rows, fin_.get(), stream_);
+    const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
+    KLLM_RETURN_IF_ERROR(proj(head, c.vocab_size, h, fin_.get(), r, logits_dev_.as<float>()));
+  }
+  return cuda_status(cudaGetLastError(), "launching the forward pass");
+}
+
+Status CudaBackend::run_chunk(int64_t n, int64_t r, bool single_token, float* logits_out) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  KLLM_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), meta_host_, static_cast<size_t>(5 * max_tokens_) * 4,
+                                   cudaMemcpyHostToDevice, stream_),
+                   "metadata upload");
+  const bool graph = opts_.cuda_graphs && single_token && n == r && n <= std::min(kMaxGraphTokens, max_logit_rows_);
+  if (graph) {
+    auto it = graphs_.find(n);
+    if (it == graphs_.end() && graph_seen_[n]++ >= 1) {
+      // Captured on its second use: the first ran eagerly, so lazy library setup is done.
+      cudaGraph_t g = nullptr;
+      KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+      const Status s = run_layers(n, r, true);
+      const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+      KLLM_RETURN_IF_ERROR(s);
+      KLLM_CUDA_RETURN(end, "end capture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      KLLM_CUDA_RETURN(inst, "instantiate graph");
+      it = graphs_.emplace(n, exec).first;
+    }
+    if (it != graphs_.end()) {
+      KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
+    } else {
+      KLLM_RETURN_IF_ERROR(run_layers(n, r, true));
+    }
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(logits_out, logits_dev_.get(), static_cast<size_t>(r * c.vocab_size) * 4,
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "logits download");
+    return cuda_status(cudaStreamSynchronize(stream_), "decode step");
+  }
+  KLLM_RETURN_IF_ERROR(run_layers(n, r, false));
+  // Logits in blocks of max_logit_rows_ rows.
+  const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
+  const int32_t* out_rows = meta_.as<int32_t>() + 4 * max_tokens_;
+  for (int64_t r0 = 0; r0 < r; r0 += max_logit_rows_) {
+    const int64_t rn = std::min(max_logit_rows_, r - r0);
+    rmsnorm(dtype_, x_.as<float>(), final_norm_.as<float>(), rn, h, static_cast<float>(c.rms_norm_eps), out_rows + r0,
+            fin_.get(), stream_);
+    KLLM_RETURN_IF_ERROR(proj(head, c.vocab_size, h, fin_.get(), rn, logits_dev_.as<float>()));
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(logits_out + r0 * c.vocab_size, logits_dev_.get(),
+                                     static_cast<size_t>(rn * c.vocab_size) * 4, cudaMemcpyDeviceToHost, stream_),
+                     "logits download");
+  }
+  KLLM_CUDA_RETURN(cudaGetLastError(), "launching the logits");
+  return cuda_status(cudaStreamSynchronize(stream_), "forward chunk");
+}
+
+Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) {
+  KLLM_RETURN_IF_ERROR(validate(batch));
+  struct Tok {
+    int32_t id, pos, seq, page;
+    bool out;
+  };
+  std::vector<Tok> toks;
+  std::vector<KvPages::Copy> copies;
+  bool single_token = true;
+  for (const ForwardRequest& req : batch) {
+    const int64_t start = pages_->length(req.seq);
+    const auto n = static_cast<int64_t>(req.tokens.size());
+    single_token = single_token && n == 1;
+    const int64_t first_changed = pages_->extend(req.seq, n, copies);
+    KLLM_RETURN_IF_ERROR(upload_table(req.seq, first_changed));
+    const std::vector<int32_t>& pages = pages_->pages(req.seq);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = start + i;
+      toks.push_back({req.tokens[static_cast<size_t>(i)], static_cast<int32_t>(p), req.seq,
+                      pages[static_cast<size_t>(p / opts_.kv_page_tokens)], req.all_logits || i == n - 1});
+    }
+  }
+  const size_t page_bytes = static_cast<size_t>(config_.num_hidden_layers * 2 * opts_.kv_page_tokens * kv_dim_) *
+                            dtype_size(dtype_);
+  for (const KvPages::Copy& cp : copies) {
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(kv_pool_.as<char>() + static_cast<size_t>(cp.dst) * page_bytes,
+                                     kv_pool_.as<char>() + static_cast<size_t>(cp.src) * page_bytes, page_bytes,
+                                     cudaMemcpyDeviceToDevice, stream_),
+                     "copy-on-write of a KV page");
+  }
+  int64_t total_rows = 0;
+  for (const Tok& t : toks) total_rows += t.out ? 1 : 0;
+  logits.resize(static_cast<size_t>(total_rows * config_.vocab_size));
+
+  int64_t done_rows = 0;
+  for (size_t t0 = 0; t0 < toks.size(); t0 += static_cast<size_t>(max_tokens_)) {
+    const size_t t1 = std::min(toks.size(), t0 + static_cast<size_t>(max_tokens_));
+    int32_t* m = meta_host_;
+    int64_t r = 0;
+    for (size_t t = t0; t < t1; ++t) {
+      const auto i = static_cast<int64_t>(t - t0);
+      m[i] = toks[t].id;
+      m[max_tokens_ + i] = toks[t].pos;
+      m[2 * max_tokens_ + i] = toks[t].seq;
+      m[3 * max_tokens_ + i] = toks[t].page;
+      if (toks[t].out) m[4 * max_tokens_ + r++] = static_cast<int32_t>(i);
+    }
+    KLLM_RETURN_IF_ERROR(run_chunk(static_cast<int64_t>(t1 - t0), r, single_token,
+                                   logits.data() + done_rows * config_.vocab_size));
+    done_rows += r;
+  }
+  return Status::ok_status();
+}
+
+namespace {
+Status check_config(const ModelConfig& c, const CudaBackendOptions& o) {
+  auto bad = [](const std::string& what) { return error(ErrorCode::unsupported, "cuda backend: " + what); };
+  if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers <= 0 || c.vocab_size <= 0 ||
+      c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 || c.max_position_embeddings <= 0) {
+    return bad("expected positive sizes in the model config");
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) return bad("expected heads to be a multiple of kv heads");
+  if (c.num_attention_heads / c.num_key_value_heads > kMaxAttentionGroup) {
+    return bad("expected at most " + std::to_string(kMaxAttentionGroup) + " query heads per KV head");
+  }
+  if (c.head_dim % 2 != 0 || c.head_dim > kMaxAttentionHeadDim) {
+    return bad("expected an even head_dim <= " + std::to_string(kMaxAttentionHeadDim) + ", found " +
+               std::to_string(c.head_dim));
+  }
+  if (c.attention_bias || c.mlp_bias) return bad("attention_bias / mlp_bias are not supported");
+  if (c.hidden_act != "silu") return bad("expected hidden_act silu, found " + c.hidden_act);
+  if (!is_compute_dtype(o.dtype)) {
+    return bad("expected dtype BF16, F16 or F32, found " + std::string(dtype_name(o.dtype)));
+  }
+  if (o.kv_page_tokens <= 0 || o.max_sequences <= 0 || o.max_batch_tokens <= 0 || o.kv_capacity_tokens < 0) {
+    return error(ErrorCode::invalid_argument,
+                 "cuda backend: expected kv_page_tokens, max_sequences, max_batch_tokens > 0 and kv_capacity_tokens >= 0");
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= o.device || o.device < 0) {
+    cudaGetLastError();
+    return error(ErrorCode::not_found, "cuda backend: expected a CUDA device " + std::to_string(o.device) +
+                                           ", found " + std::to_string(count) + " device(s)");
+  }
+  return Status::ok_status();
+}
+}  // namespace
+}  // namespace cuda
+
+bool cuda_backend_built() { return true; }
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const ModelConfig& config, const WeightStore& weights,
+                                                    const CudaBackendOptions& options) {
+  KLLM_RETURN_IF_ERROR(cuda::check_config(config, options));
+  auto b = std::make_unique<cuda::CudaBackend>(config, options);
+  KLLM_RETURN_IF_ERROR(b->init());
+  KLLM_RETURN_IF_ERROR(b->load(weights).with_context("cuda backend: loading weights"));
+  KLLM_RETURN_IF_ERROR(b->init_kv());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend_random(const ModelConfig& config, uint64_t seed,
+                                                           const CudaBackendOptions& options) {
+  KLLM_RETURN_IF_ERROR(cuda::check_config(config, options));
+  auto b = std::make_unique<cuda::CudaBackend>(config, options);
+  KLLM_RETURN_IF_ERROR(b->init());
+  KLLM_RETURN_IF_ERROR(b->randomize(seed));
+  KLLM_RETURN_IF_ERROR(b->init_kv());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace kernelllm

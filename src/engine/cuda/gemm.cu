@@ -1,0 +1,103 @@
+// cuBLASLt projections; see gemm.cuh. Row-major W [rows, cols] is column-major [cols, rows],
+// so Y^T (column-major [rows, n]) = op_T(W) . X^T: the "TN" layout cuBLASLt serves best.
+#include <cublasLt.h>
+
+#include <string>
+
+#include "engine/cuda/gemm.cuh"
+
+namespace kernelllm::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+Status lt_status(cublasStatus_t s, const std::string& what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::ok_status();
+  return error(ErrorCode::internal, "cuBLASLt: " + what + " failed with status " + std::to_string(static_cast<int>(s)));
+}
+
+cudaDataType_t data_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+}  // namespace
+
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+Gemm::Gemm() = default;
+
+Gemm::~Gemm() {
+  plans_.clear();
+  if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+Status Gemm::init(DType type) {
+  type_ = type;
+  cublasLtHandle_t h = nullptr;
+  KLLM_RETURN_IF_ERROR(lt_status(cublasLtCreate(&h), "create"));
+  handle_ = h;
+  return workspace_.allocate(kWorkspaceBytes, "cuBLASLt workspace");
+}
+
+Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n) {
+  const auto key = std::make_tuple(rows, cols, n);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  auto p = std::make_unique<Plan>();
+  const cudaDataType_t dt = data_type(type_);
+  KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+  const cublasOperation_t trans = CUBLAS_OP_T, no = CUBLAS_OP_N;
+  KLLM_RETURN_IF_ERROR(lt_status(
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)), "transa"));
+  KLLM_RETURN_IF_ERROR(
+      lt_status(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &no, sizeof(no)), "transb"));
+  const auto r = static_cast<uint64_t>(rows), k = static_cast<uint64_t>(cols), m = static_cast<uint64_t>(n);
+  KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&p->a, dt, k, r, static_cast<int64_t>(k)), "layout A"));
+  KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&p->b, dt, k, m, static_cast<int64_t>(k)), "layout B"));
+  KLLM_RETURN_IF_ERROR(
+      lt_status(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, r, m, static_cast<int64_t>(r)), "layout C"));
+  cublasLtMatmulPreference_t pref = nullptr;
+  KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+  const uint64_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
+                                                          p->c, p->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  KLLM_RETURN_IF_ERROR(lt_status(s, "heuristic"));
+  if (found == 0) {
+    return error(ErrorCode::unsupported, "cuBLASLt: no algorithm for [" + std::to_string(n) + " x " +
+                                             std::to_string(cols) + "] . [" + std::to_string(rows) + " x " +
+                                             std::to_string(cols) + "]^T");
+  }
+  p->algo = result.algo;
+  Plan* raw = p.get();
+  plans_.emplace(key, std::move(p));
+  return raw;
+}
+
+Status Gemm::run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y, cudaStream_t stream) {
+  if (n == 0) return Status::ok_status();
+  KLLM_ASSIGN_OR_RETURN(Plan * p, plan(rows, cols, n));
+  const float alpha = 1.0f, beta = 0.0f;
+  return lt_status(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x, p->b, &beta, y,
+                                  p->c, y, p->c, &p->algo, workspace_.get(), kWorkspaceBytes, stream),
+                   "matmul");
+}
+
+}  // namespace kernelllm::cuda

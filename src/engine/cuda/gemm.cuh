@@ -1,0 +1,39 @@
+// Projections through cuBLASLt: Y[n, rows] (fp32) = X[n, cols] . W[rows, cols]^T with W and X
+// in the backend dtype (fp32 accumulation; no TF32 for f32). Plans (layouts, heuristic
+// algorithm) are cached per shape, so replays under CUDA graphs reuse them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "engine/cuda/common.cuh"
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/safetensors.h"
+
+namespace kernelllm::cuda {
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  Status init(DType type);
+  Status run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  Result<Plan*> plan(int64_t rows, int64_t cols, int64_t n);
+
+  DType type_ = DType::bf16;
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  DeviceBuffer workspace_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace kernelllm::cuda

@@ -1,0 +1,57 @@
+// Host bookkeeping of the CUDA backend's paged KV cache: a fixed pool of device pages, each
+// sequence a list of page indices plus a length, pages refcounted so forks share them; the
+// first write into a shared, partially filled page asks for a copy (copy-on-write).
+// The device memory itself belongs to the backend; this class only decides page numbers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/backend.h"
+
+namespace kernelllm::cuda {
+
+class KvPages {
+ public:
+  KvPages(int64_t num_pages, int64_t page_tokens, int64_t max_sequences);
+
+  Result<SeqId> create();
+  Result<SeqId> fork(SeqId parent);
+  void release(SeqId seq);  // unknown ids are ignored
+  bool contains(SeqId seq) const;
+  int64_t length(SeqId seq) const;  // -1 for unknown ids
+
+  // Pages that extend(seq, n) would take from the free list (new pages and a copy-on-write).
+  int64_t pages_needed(SeqId seq, int64_t n) const;
+  int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
+  int64_t num_pages() const { return num_pages_; }
+  int64_t page_tokens() const { return page_tokens_; }
+
+  struct Copy {
+    int32_t src, dst;
+  };
+  // Makes positions [length, length + n) writable and sets length += n; the caller must have
+  // checked pages_needed against free_pages. Appends the page copies to do to `copies` and
+  // returns the first logical page index whose physical page changed.
+  int64_t extend(SeqId seq, int64_t n, std::vector<Copy>& copies);
+  const std::vector<int32_t>& pages(SeqId seq) const { return seqs_[static_cast<size_t>(seq)]->pages; }
+  int32_t refcount(int32_t page) const { return refcount_[static_cast<size_t>(page)]; }
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> pages;
+    int64_t length = 0;
+  };
+  Result<SeqId> free_slot();
+  int32_t take();
+  void unref(int32_t page);
+
+  int64_t num_pages_, page_tokens_, max_sequences_;
+  std::vector<int32_t> refcount_;
+  std::vector<int32_t> free_;
+  std::vector<std::optional<Sequence>> seqs_;
+};
+
+}  // namespace kernelllm::cuda

@@ -1,0 +1,20 @@
+// RMSNorm (HF LlamaRMSNorm in fp32: x / sqrt(mean(x^2) + eps) * weight) over the fp32
+// residual stream, writing the matmul input dtype; optionally adding a delta first.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernelllm/engine/safetensors.h"
+
+namespace kernelllm::cuda {
+
+// out[r] = norm(x[rows_index ? rows_index[r] : r]) for r < rows; out has `type` elements.
+void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+             const int32_t* rows_index, void* out, cudaStream_t stream);
+// x[r] += delta[r]; out[r] = norm(x[r]).
+void add_rmsnorm(DType type, float* x, const float* delta, const float* weight, int64_t rows, int64_t n, float eps,
+                 void* out, cudaStream_t stream);
+
+}  // namespace kernelllm::cuda

@@ -1,0 +1,204 @@
+// The CUDA backend as a whole against the CPU reference backend on the tiny random Llama-3
+// checkpoints ($KERNELLLM_TESTDATA, tools/make_test_data.py): logits of prompts (all
+// positions), greedy decoding against HF's greedy ids, forks sharing prompt pages, mixed
+// prefill/decode batches, chunked passes, CUDA graphs, and the error paths (no mutation).
+// Tolerances (normalized logits error vs the CPU backend on the same checkpoint): f32 path
+// 1e-5; bf16 path 3e-2 (weights, matmul inputs and KV rounded to bf16; the CPU keeps fp32).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "cuda/cuda_test_util.h"
+#include "kernelllm/engine/cuda_backend.h"
+#include "parity/tiny_llama_golden.h"
+
+namespace kernelllm {
+namespace {
+
+using cuda_test::rel_error;
+using testing::TinyLlama;
+
+std::unique_ptr<Backend> cpu_backend(const TinyLlama& m) {
+  auto b = make_cpu_backend(m.config, *m.weights);
+  EXPECT_TRUE(b.ok()) << b.status().to_string();
+  return b.ok() ? std::move(b).value() : nullptr;
+}
+
+std::unique_ptr<Backend> gpu_backend(const TinyLlama& m, CudaBackendOptions o) {
+  auto b = make_cuda_backend(m.config, *m.weights, o);
+  EXPECT_TRUE(b.ok()) << b.status().to_string();
+  return b.ok() ? std::move(b).value() : nullptr;
+}
+
+std::vector<float> run(Backend& b, SeqId s, std::vector<int32_t> toks, bool all = false) {
+  std::vector<float> out;
+  const ForwardRequest r{s, toks, all};
+  const Status st = b.forward({&r, 1}, out);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out;
+}
+
+int32_t argmax(std::span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+class TinyModels : public ::testing::TestWithParam<std::string> {};
+
+// Prompt logits at every position and 24 greedy steps; f32: identical greedy ids to HF.
+TEST_P(TinyModels, PromptLogitsAndGreedyMatchCpu) {
+  TinyLlama m;
+  ASSERT_TRUE(testing::load_tiny_llama(GetParam(), m));
+  auto cpu = cpu_backend(m);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    CudaBackendOptions o;
+    o.dtype = dt;
+    o.kv_capacity_tokens = 4096;
+    auto gpu = gpu_backend(m, o);
+    ASSERT_TRUE(cpu && gpu);
+    const double tol = dt == DType::f32 ? 1e-5 : 3e-2;
+    for (size_t pi = 0; pi < m.prompts.size(); ++pi) {
+      const SeqId cs = *cpu->create_sequence(), gs = *gpu->create_sequence();
+      const auto ref = run(*cpu, cs, m.prompts[pi], true);
+      const auto got = run(*gpu, gs, m.prompts[pi], true);
+      const double e = rel_error(got, ref);
+      std::printf("[%s %s prompt %zu] prompt logits rel err %.3g\n", GetParam().c_str(),
+                  std::string(dtype_name(dt)).c_str(), pi, e);
+      EXPECT_LT(e, tol);
+      std::vector<int32_t> ids_gpu;
+      int32_t next = argmax({got.data() + got.size() - static_cast<size_t>(m.config.vocab_size),
+                             static_cast<size_t>(m.config.vocab_size)});
+      double worst = 0;
+      std::vector<float> c_l, g_l;
+      for (int step = 0; step < 24; ++step) {
+        ids_gpu.push_back(next);
+        c_l = run(*cpu, cs, {next});
+        g_l = run(*gpu, gs, {next});
+        worst = std::max(worst, rel_error(g_l, c_l));
+        next = argmax(g_l);
+      }
+      std::printf("[%s %s prompt %zu] decode logits worst rel err %.3g\n", GetParam().c_str(),
+                  std::string(dtype_name(dt)).c_str(), pi, worst);
+      EXPECT_LT(worst, tol);
+      if (dt == DType::f32 && m.dtype == "float32" && pi < m.greedy.size()) {
+        const std::vector<int32_t> hf(m.greedy[pi].begin(), m.greedy[pi].begin() + 24);
+        EXPECT_EQ(ids_gpu, hf) << "greedy ids differ from HF for prompt " << pi;
+      }
+      cpu->release_sequence(cs);
+      gpu->release_sequence(gs);
+    }
+  }
+}
+
+// A prompt of 21 tokens (a partial second page), three forks decoding different tokens in one
+// batch with the parent; every sequence's logits match the CPU doing the same; chunked
+// (max_batch_tokens 8) and graph-free runs agree too.
+TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
+  TinyLlama m;
+  ASSERT_TRUE(testing::load_tiny_llama(GetParam(), m));
+  auto cpu = cpu_backend(m);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back((i * 977 + 5) % 128000);
+  for (int variant = 0; variant < 3; ++variant) {
+    CudaBackendOptions o;
+    o.dtype = DType::f32;
+    o.kv_capacity_tokens = 1024;
+    o.max_batch_tokens = variant == 1 ? 8 : 4096;
+    o.cuda_graphs = variant != 2;
+    auto gpu = gpu_backend(m, o);
+    ASSERT_TRUE(cpu && gpu);
+    const SeqId cp = *cpu->create_sequence(), gp = *gpu->create_sequence();
+    const double e0 = rel_error(run(*gpu, gp, prompt, true), run(*cpu, cp, prompt, true));
+    EXPECT_LT(e0, 1e-5);
+    std::vector<SeqId> cs = {cp}, gs = {gp};
+    for (int k = 0; k < 3; ++k) {
+      cs.push_back(*cpu->fork_sequence(cp));
+      gs.push_back(*gpu->fork_sequence(gp));
+      EXPECT_EQ(gpu->sequence_length(gs.back()), 21);
+    }
+    double worst = 0;
+    for (int step = 0; step < 14; ++step) {  // crosses the page boundary at 32
+      std::vector<int32_t> toks(4);
+      std::vector<ForwardRequest> creq, greq;
+      for (int k = 0; k < 4; ++k) toks[static_cast<size_t>(k)] = (step * 131 + k * 7001) % 128000;
+      for (int k = 0; k < 4; ++k) {
+        creq.push_back({cs[static_cast<size_t>(k)], {&toks[static_cast<size_t>(k)], 1}, false});
+        greq.push_back({gs[static_cast<size_t>(k)], {&toks[static_cast<size_t>(k)], 1}, false});
+      }
+      if (step == 5) {  // a mixed batch: a new 9-token prompt joins the decode step
+        const SeqId cn = *cpu->create_sequence(), gn = *gpu->create_sequence();
+        static const std::vector<int32_t> extra = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+        creq.push_back({cn, extra, true});
+        greq.push_back({gn, extra, true});
+      }
+      std::vector<float> cl, gl;
+      ASSERT_TRUE(cpu->forward(creq, cl).ok());
+      const Status st = gpu->forward(greq, gl);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      worst = std::max(worst, rel_error(gl, cl));
+    }
+    std::printf("[%s variant %d] fork/batch logits worst rel err %.3g\n", GetParam().c_str(), variant, worst);
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, TinyModels, ::testing::Values("tiny-f32-gqa", "tiny-f32-tied"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(CudaBackendErrors, ValidationBeforeMutationAndCapacity) {
+  TinyLlama m;
+  ASSERT_TRUE(testing::load_tiny_llama("tiny-f32-gqa", m));
+  CudaBackendOptions o;
+  o.dtype = DType::f32;
+  o.kv_capacity_tokens = 48;  // 3 pages of 16
+  o.max_sequences = 3;
+  auto gpu = gpu_backend(m, o);
+  ASSERT_TRUE(gpu);
+  const SeqId a = *gpu->create_sequence();
+  std::vector<float> out;
+  const std::vector<int32_t> good = {1, 2, 3}, bad = {1, -4}, big(60, 7);
+  const ForwardRequest two[2] = {{a, good, false}, {a + 100, good, false}};
+  EXPECT_EQ(gpu->forward(two, out).code(), ErrorCode::not_found);
+  EXPECT_EQ(gpu->sequence_length(a), 0);
+  const ForwardRequest r_bad{a, bad, false};
+  EXPECT_EQ(gpu->forward({&r_bad, 1}, out).code(), ErrorCode::out_of_range);
+  const ForwardRequest r_big{a, big, false};
+  const Status s = gpu->forward({&r_big, 1}, out);
+  EXPECT_EQ(s.code(), ErrorCode::resource_exhausted) << s.to_string();
+  EXPECT_EQ(gpu->sequence_length(a), 0);
+  const std::vector<int32_t> p40(40, 9);
+  const ForwardRequest r40{a, p40, false};
+  ASSERT_TRUE(gpu->forward({&r40, 1}, out).ok());
+  // Two forks share all 3 pages; each extension needs a copy of the partial page: one fits? no.
+  const SeqId f1 = *gpu->fork_sequence(a);
+  const ForwardRequest r1{f1, good, false};
+  EXPECT_EQ(gpu->forward({&r1, 1}, out).code(), ErrorCode::resource_exhausted);
+  EXPECT_EQ(gpu->sequence_length(f1), 40);
+  EXPECT_EQ(gpu->create_sequence().ok(), true);
+  EXPECT_EQ(gpu->create_sequence().status().code(), ErrorCode::resource_exhausted);  // max_sequences 3
+  gpu->release_sequence(a);  // the fork still holds the pages
+  EXPECT_EQ(gpu->forward({&r1, 1}, out).code(), ErrorCode::ok);  // sole owner now: no copy needed
+  EXPECT_EQ(gpu->sequence_length(f1), 43);
+}
+
+TEST(CudaBackendErrors, RandomWeightsRejectBadOptions) {
+  TinyLlama m;
+  ASSERT_TRUE(testing::load_tiny_llama("tiny-f32-gqa", m));
+  CudaBackendOptions o;
+  o.dtype = DType::i32;
+  EXPECT_EQ(make_cuda_backend_random(m.config, 1, o).status().code(), ErrorCode::unsupported);
+  o.dtype = DType::bf16;
+  o.kv_capacity_tokens = 64;
+  auto b = make_cuda_backend_random(m.config, 1, o);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  const SeqId s = *(*b)->create_sequence();
+  const auto l = run(**b, s, {1, 2, 3});
+  ASSERT_EQ(l.size(), static_cast<size_t>(m.config.vocab_size));
+  for (float v : l) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace kernelllm

@@ -1,0 +1,245 @@
+// Each CUDA op against the CPU reference (engine/cpu/ops.h, or a float64 loop where the CPU
+// backend has no standalone op), by normalized error ||gpu - ref|| / ||ref|| on random inputs;
+// inputs are rounded to the op's dtype first, so the error measures the op, not the rounding.
+// Tolerances: f32 outputs 1e-5 (fp32 arithmetic, different summation order); bf16 outputs 8e-3
+// and f16 outputs 1e-3 (one rounding of the output: 2^-8 and 2^-11 relative, on average far less).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cuda/cuda_test_util.h"
+#include "engine/cuda/attention.cuh"
+#include "engine/cuda/embedding.cuh"
+#include "engine/cuda/gemm.cuh"
+#include "engine/cuda/gemv.cuh"
+#include "engine/cuda/rmsnorm.cuh"
+#include "engine/cuda/rope.cuh"
+#include "engine/cuda/swiglu.cuh"
+
+namespace kernelllm {
+namespace {
+
+using namespace cuda_test;
+
+double out_tolerance(DType t) { return t == DType::f32 ? 1e-5 : t == DType::bf16 ? 8e-3 : 1e-3; }
+
+class OpTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(OpTest, Embedding) {
+  const DType t = GetParam();
+  const int64_t vocab = 1000, hidden = 96;
+  auto table = random_vector(static_cast<size_t>(vocab * hidden), 1);
+  const auto bytes = encode(table, t);
+  const std::vector<int32_t> ids = {5, 999, 0, 5, 417};
+  auto d_table = upload(bytes.data(), bytes.size());
+  auto d_ids = upload(ids);
+  auto d_out = poisoned(ids.size() * hidden * 4);
+  cuda::embedding(t, d_table.get(), d_ids.as<int32_t>(), 5, hidden, d_out.as<float>(), nullptr);
+  const auto got = download(d_out, ids.size() * hidden);
+  std::vector<float> ref;
+  for (int32_t id : ids) ref.insert(ref.end(), table.begin() + id * hidden, table.begin() + (id + 1) * hidden);
+  EXPECT_EQ(rel_error(got, ref), 0.0);
+}
+
+TEST_P(OpTest, RmsNormAndAddRmsNorm) {
+  const DType t = GetParam();
+  const int64_t rows = 7, n = 4096;
+  auto x = random_vector(static_cast<size_t>(rows * n), 2);
+  auto delta = random_vector(x.size(), 3);
+  auto w = random_vector(static_cast<size_t>(n), 4, 0.5f);
+  auto d_x = upload(x);
+  auto d_delta = upload(delta);
+  auto d_w = upload(w);
+  auto d_out = poisoned(x.size() * dtype_size(t));
+  const float eps = 1e-5f;
+  cuda::rmsnorm(t, d_x.as<float>(), d_w.as<float>(), rows, n, eps, nullptr, d_out.get(), nullptr);
+  std::vector<float> ref(x.size());
+  for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), n, eps, ref.data() + r * n);
+  const double e1 = rel_error(download(d_out, x.size(), t), ref);
+  EXPECT_LT(e1, out_tolerance(t));
+
+  cuda::add_rmsnorm(t, d_x.as<float>(), d_delta.as<float>(), d_w.as<float>(), rows, n, eps, d_out.get(), nullptr);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+  for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), n, eps, ref.data() + r * n);
+  const double e2 = rel_error(download(d_out, x.size(), t), ref);
+  EXPECT_LT(e2, out_tolerance(t));
+  EXPECT_LT(rel_error(download(d_x, x.size()), x), 1e-7);
+  RecordProperty("rmsnorm_err", std::to_string(e1) + " / " + std::to_string(e2));
+  std::printf("[rmsnorm %s] rel err %.3g, add+norm %.3g\n", std::string(dtype_name(t)).c_str(), e1, e2);
+}
+
+TEST_P(OpTest, SwiGlu) {
+  const DType t = GetParam();
+  const int64_t n_tok = 3, inter = 1000;
+  auto gu = random_vector(static_cast<size_t>(n_tok * 2 * inter), 5, 2.0f);
+  auto d_gu = upload(gu);
+  auto d_out = poisoned(static_cast<size_t>(n_tok * inter) * dtype_size(t));
+  cuda::swiglu(t, d_gu.as<float>(), n_tok, inter, d_out.get(), nullptr);
+  std::vector<float> ref(static_cast<size_t>(n_tok * inter));
+  for (int64_t r = 0; r < n_tok; ++r) {
+    cpu::silu_mul(gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter, ref.data() + r * inter);
+  }
+  const double e = rel_error(download(d_out, ref.size(), t), ref);
+  std::printf("[swiglu %s] rel err %.3g\n", std::string(dtype_name(t)).c_str(), e);
+  EXPECT_LT(e, out_tolerance(t));
+}
+
+// y = x . W^T by cuBLASLt and by the GEMV (n <= 8), against float64 on the rounded inputs.
+TEST_P(OpTest, Projections) {
+  const DType t = GetParam();
+  cuda::Gemm gemm;
+  ASSERT_TRUE(gemm.init(t).ok());
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 4096}, {4096, 14336}, {200, 64}, {6144, 4096}}) {
+    auto w = random_vector(static_cast<size_t>(rows * cols), 6, 0.02f);
+    const auto wb = encode(w, t);
+    auto d_w = upload(wb.data(), wb.size());
+    for (int64_t n : {1, 3, 8, 20, 77}) {
+      if (n == 77 && rows * cols > 10'000'000) continue;  // keeps the float64 reference quick
+      auto x = random_vector(static_cast<size_t>(n * cols), static_cast<uint32_t>(7 + n));
+      const auto xb = encode(x, t);
+      auto d_x = upload(xb.data(), xb.size());
+      std::vector<float> ref(static_cast<size_t>(n * rows));
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double s = 0;
+          for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(w[r * cols + c]) * x[i * cols + c];
+          ref[static_cast<size_t>(i * rows + r)] = static_cast<float>(s);
+        }
+      }
+      auto d_y = poisoned(ref.size() * 4);
+      ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.as<float>(), nullptr).ok());
+      const double eg = rel_error(download(d_y, ref.size()), ref);
+      EXPECT_LT(eg, 1e-5) << "gemm rows " << rows << " cols " << cols << " n " << n;
+      double ev = -1;
+      if (cuda::gemv_supported(t, cols, n)) {
+        auto d_y2 = poisoned(ref.size() * 4);
+        cuda::gemv(t, d_w.get(), rows, cols, d_x.get(), n, d_y2.as<float>(), nullptr);
+        ev = rel_error(download(d_y2, ref.size()), ref);
+        EXPECT_LT(ev, 1e-5) << "gemv rows " << rows << " cols " << cols << " n " << n;
+      }
+      std::printf("[proj %s %lldx%lld n=%lld] gemm rel err %.3g, gemv %.3g\n", std::string(dtype_name(t)).c_str(),
+                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), eg, ev);
+    }
+  }
+}
+
+// RoPE + KV write then paged attention, against a float64 reference that applies the CPU
+// backend's RoPE (cpu::rope_cos_sin / rope_apply) and a plain causal softmax per head.
+void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_t splits) {
+  ModelConfig c;
+  c.head_dim = hd;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = {RopeScaling::Type::llama3, 8.0, 1.0, 4.0, 8192};
+  const std::vector<float> inv = cpu::rope_inv_freq(c);
+  const int64_t pt = 16, layers = 2, layer = 1, kv_dim = kv_heads * hd, q_dim = heads * hd;
+  // Two sequences of 45 and 70 tokens on scattered pages; every token is a query (causal).
+  const std::vector<int64_t> lens = {45, 70};
+  const int64_t num_pages = 12;
+  std::vector<int32_t> table = {7, 2, 9, 0, 0, 0, 0, 0, 11, 3, 5, 1, 4, 0, 0, 0};  // width 8
+  const int64_t width = 8;
+  // Every position's qkv goes through rope_write_kv (to fill the cache); attention runs for all.
+  std::vector<int32_t> pos, seq, page;
+  for (int64_t s = 0; s < 2; ++s) {
+    for (int64_t p = 0; p < lens[static_cast<size_t>(s)]; ++p) {
+      pos.push_back(static_cast<int32_t>(p));
+      seq.push_back(static_cast<int32_t>(s));
+      page.push_back(table[static_cast<size_t>(s * width + p / pt)]);
+    }
+  }
+  const auto T = static_cast<int64_t>(pos.size());
+  auto qkv = random_vector(static_cast<size_t>(T * (q_dim + 2 * kv_dim)), 11);
+  auto d_qkv = upload(qkv);
+  auto d_pos = upload(pos);
+  auto d_seq = upload(seq);
+  auto d_page = upload(page);
+  auto d_table = upload(table);
+  auto d_inv = upload(inv);
+  cuda::DeviceBuffer pool = poisoned(static_cast<size_t>(num_pages * layers * 2 * pt * kv_dim) * dtype_size(t));
+  auto d_q = poisoned(static_cast<size_t>(T * q_dim) * 4);
+  const cuda::KvLayout kv{pool.get(), layers, pt, kv_dim};
+  cuda::rope_write_kv(t, d_qkv.as<float>(), T, heads, kv_heads, hd, d_pos.as<int32_t>(), d_page.as<int32_t>(),
+                      d_inv.as<float>(), kv, layer, d_q.as<float>(), nullptr);
+  // Reference: rotated q, k (k rounded to the cache dtype), v rounded.
+  const int64_t half = hd / 2;
+  std::vector<float> q_ref(static_cast<size_t>(T * q_dim)), k_ref(static_cast<size_t>(T * kv_dim)),
+      v_ref(static_cast<size_t>(T * kv_dim));
+  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  for (int64_t i = 0; i < T; ++i) {
+    const float* row = qkv.data() + i * (q_dim + 2 * kv_dim);
+    std::copy_n(row, q_dim, q_ref.data() + i * q_dim);
+    std::copy_n(row + q_dim, kv_dim, k_ref.data() + i * kv_dim);
+    std::copy_n(row + q_dim + kv_dim, kv_dim, v_ref.data() + i * kv_dim);
+    cpu::rope_cos_sin(inv, pos[static_cast<size_t>(i)], cs.data(), sn.data());
+    for (int64_t h = 0; h < heads; ++h) cpu::rope_apply(q_ref.data() + i * q_dim + h * hd, cs.data(), sn.data(), half);
+    for (int64_t h = 0; h < kv_heads; ++h) cpu::rope_apply(k_ref.data() + i * kv_dim + h * hd, cs.data(), sn.data(), half);
+  }
+  EXPECT_LT(rel_error(download(d_q, q_ref.size()), q_ref), 1e-6);
+  encode(k_ref, t);
+  encode(v_ref, t);
+
+  std::vector<float> ref(static_cast<size_t>(T * q_dim));
+  const int64_t group = heads / kv_heads;
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t base = i - pos[static_cast<size_t>(i)];  // first token of the same sequence
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t g = h / group;
+      std::vector<double> sc(static_cast<size_t>(pos[static_cast<size_t>(i)] + 1));
+      double mx = -1e300;
+      for (size_t p = 0; p < sc.size(); ++p) {
+        double s = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          s += static_cast<double>(q_ref[i * q_dim + h * hd + d]) * k_ref[(base + static_cast<int64_t>(p)) * kv_dim + g * hd + d];
+        }
+        sc[p] = s / std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, sc[p]);
+      }
+      double tot = 0;
+      for (double& s : sc) tot += (s = std::exp(s - mx));
+      for (int64_t d = 0; d < hd; ++d) {
+        double o = 0;
+        for (size_t p = 0; p < sc.size(); ++p) o += sc[p] / tot * v_ref[(base + static_cast<int64_t>(p)) * kv_dim + g * hd + d];
+        ref[static_cast<size_t>(i * q_dim + h * hd + d)] = static_cast<float>(o);
+      }
+    }
+  }
+  auto d_acc = poisoned(static_cast<size_t>(T * heads * splits * hd) * 4);
+  auto d_ml = poisoned(static_cast<size_t>(T * heads * splits * 2) * 4);
+  auto d_out = poisoned(static_cast<size_t>(T * q_dim) * dtype_size(t));
+  cuda::AttentionArgs a;
+  a.q = d_q.as<float>();
+  a.n_tokens = T;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.seq = d_seq.as<int32_t>();
+  a.pos = d_pos.as<int32_t>();
+  a.block_table = d_table.as<int32_t>();
+  a.table_width = width;
+  a.kv = kv;
+  a.layer = layer;
+  a.splits = splits;
+  a.partial_acc = d_acc.as<float>();
+  a.partial_ml = d_ml.as<float>();
+  a.out = d_out.get();
+  cuda::attention(t, a, nullptr);
+  const double e = rel_error(download(d_out, ref.size(), t), ref);
+  std::printf("[attention %s heads %lld/%lld hd %lld splits %lld] rel err %.3g\n", std::string(dtype_name(t)).c_str(),
+              static_cast<long long>(heads), static_cast<long long>(kv_heads), static_cast<long long>(hd),
+              static_cast<long long>(splits), e);
+  EXPECT_LT(e, out_tolerance(t) + 1e-5);
+}
+
+TEST_P(OpTest, RopeAndPagedAttention) {
+  attention_case(GetParam(), 32, 8, 128, 1);
+  attention_case(GetParam(), 32, 8, 128, 7);
+  attention_case(GetParam(), 4, 2, 16, 1);
+  attention_case(GetParam(), 4, 2, 16, 32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpTest, ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+}  // namespace
+}  // namespace kernelllm
