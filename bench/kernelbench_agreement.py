@@ -1,0 +1,171 @@
+"""Agreement of `kernelllm verify --profile kernelbench` with KernelBench's own eval on honest
+candidates (tests/cases/kernelbench_agreement/*.py, each naming its problem in a
+`# kernelbench: level1/NN_Name.py` header). Needs a GPU and a KernelBench checkout fetched by the
+user (nothing of KernelBench is vendored here):
+
+  python3 bench/kernelbench_agreement.py --kernelbench ~/src/KernelBench --device cuda:0 \
+      --out bench/results/kernelbench-agreement-h100.json
+
+KernelBench runs each candidate in its own child process (its eval is same-process: reference then
+candidate); ours runs one `kernelllm verify` per problem. Verdicts are compared as pass/fail, and
+the finer class (compile_error, runtime_error, wrong_shape, wrong_output) is recorded. Exit 1 on
+any pass/fail disagreement.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "tests" / "cases" / "kernelbench_agreement"
+
+
+def header(path: Path) -> dict[str, str]:
+    fields = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        key, sep, value = line[1:].partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def problem_path(kernelbench: Path, rel: str) -> Path:
+    for base in (kernelbench / "KernelBench", kernelbench):
+        if (base / rel).is_file():
+            return base / rel
+    raise SystemExit(f"problem {rel} not found under {kernelbench}/KernelBench or {kernelbench}")
+
+
+# --- KernelBench side (runs in a child process with the checkout on sys.path) ------------------
+
+def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: int, device: str) -> dict:
+    """Calls KernelBench's eval_kernel_against_ref with the keyword arguments its version has."""
+    sys.path[:0] = [str(kernelbench / "src"), str(kernelbench)]
+    try:
+        from kernelbench.eval import eval_kernel_against_ref  # current layout: src/kernelbench/eval.py
+    except ImportError:
+        from src.eval import eval_kernel_against_ref  # older layout: src/eval.py
+    import torch
+
+    dev = torch.device(device)
+    wanted = {"original_model_src": problem.read_text(), "custom_model_src": candidate.read_text(),
+              "seed_num": 42, "num_correct_trials": trials, "num_perf_trials": 10, "measure_performance": False,
+              "verbose": False, "device": dev, "backend": "triton", "build_dir": tempfile.mkdtemp(prefix="kb-build-"),
+              "precision": torch.float32, "check_for_excessive_speedup": False}
+    accepted = inspect.signature(eval_kernel_against_ref).parameters
+    kwargs = {k: v for k, v in wanted.items() if k in accepted}
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    result = eval_kernel_against_ref(**kwargs)
+    if result is None:  # some versions return None on a lock/compile race
+        return {"verdict": "compile_error", "raw": None}
+    metadata = {k: str(v) for k, v in (getattr(result, "metadata", None) or {}).items()}
+    if not result.compiled:
+        verdict = "compile_error"
+    elif result.correctness:
+        verdict = "correct"
+    elif any("runtime_error" in k for k in metadata):
+        verdict = "runtime_error"
+    elif "shape" in json.dumps(metadata).lower():
+        verdict = "wrong_shape"
+    else:
+        verdict = "wrong_output"
+    return {"verdict": verdict, "metadata": metadata, "kwargs_used": sorted(kwargs)}
+
+
+def run_kernelbench(args, problem: Path, candidate: Path) -> dict:
+    cmd = [sys.executable, __file__, "--kb-one", str(problem), str(candidate), "--kernelbench", str(args.kernelbench),
+           "--device", args.device, "--trials", str(args.trials)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode != 0 or not lines:
+        return {"verdict": "crash", "returncode": r.returncode, "stderr_tail": r.stderr[-2000:]}
+    return json.loads(lines[-1])
+
+
+# --- our side --------------------------------------------------------------------------------------
+
+def our_verdicts(args, problem: Path, candidates: list[Path], work: Path) -> dict[Path, dict]:
+    out = work / f"{problem.stem}.json"
+    cmd = [args.cli, "verify", str(problem), *map(str, candidates), "--profile", "kernelbench", "--device",
+           args.device, "--json", str(out), "--no-cache"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if not out.is_file():
+        return {c: {"verdict": "no_report", "returncode": r.returncode, "stderr_tail": r.stderr[-2000:]}
+                for c in candidates}
+    report = json.loads(out.read_text())
+    entries = report if isinstance(report, list) else report.get("results", report.get("candidates", []))
+    found = {}
+    for candidate, entry in zip(candidates, entries):
+        for key in ("candidate", "path", "file"):
+            if isinstance(entry.get(key), str):
+                match = [c for c in candidates if Path(entry[key]).resolve() == c.resolve()]
+                candidate = match[0] if match else candidate
+                break
+        verdict = entry.get("verdict")
+        if isinstance(verdict, dict):
+            verdict = verdict.get("verdict") or verdict.get("kind")
+        found[candidate] = {"verdict": verdict, "entry": entry}
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--trials", type=int, default=5, help="correctness trials (KernelBench's default is 5)")
+    parser.add_argument("--cases", type=Path, default=CASES)
+    parser.add_argument("--cli", default=os.environ.get("KERNELLLM_CLI") or shutil.which("kernelllm") or "kernelllm")
+    parser.add_argument("--timeout", type=int, default=1800)
+    parser.add_argument("--out", type=Path, help="write the comparison as JSON")
+    parser.add_argument("--kb-one", nargs=2, type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.kb_one:
+        print(json.dumps(kernelbench_one(args.kernelbench, args.kb_one[0], args.kb_one[1], args.trials, args.device)))
+        return 0
+
+    by_problem: dict[Path, list[Path]] = {}
+    for candidate in sorted(args.cases.glob("*.py")):
+        rel = header(candidate).get("kernelbench")
+        if rel:
+            by_problem.setdefault(problem_path(args.kernelbench, rel), []).append(candidate)
+    if not by_problem:
+        raise SystemExit(f"no candidates with a '# kernelbench:' header under {args.cases}")
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kb-agreement-") as tmp:
+        for problem, candidates in by_problem.items():
+            ours = our_verdicts(args, problem, candidates, Path(tmp))
+            for candidate in candidates:
+                theirs = run_kernelbench(args, problem, candidate)
+                mine = ours.get(candidate, {"verdict": "missing"})
+                rows.append({"problem": problem.name, "candidate": candidate.name,
+                             "expect": header(candidate).get("expect"), "kernelbench": theirs["verdict"],
+                             "kernelllm": mine["verdict"],
+                             "agree": (theirs["verdict"] == "correct") == (mine["verdict"] == "correct"),
+                             "kernelbench_detail": theirs, "kernelllm_detail": mine.get("entry", mine)})
+    width = max(len(r["candidate"]) for r in rows)
+    for r in rows:
+        print(f"{r['candidate']:<{width}}  kernelbench={r['kernelbench']:<14} kernelllm={r['kernelllm']!s:<14} "
+              f"{'agree' if r['agree'] else 'DISAGREE'}")
+    agreed = sum(r["agree"] for r in rows)
+    print(f"agreement: {agreed}/{len(rows)}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"device": args.device, "host": platform.node(), "trials": args.trials,
+                                        "agreed": agreed, "total": len(rows), "rows": rows}, indent=1))
+    return 0 if agreed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
