@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 
 def main() -> None:
@@ -27,6 +28,9 @@ def main() -> None:
         tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001)
     with torch.device("cuda"):
         model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+        # .to() rounded the RoPE inverse frequencies (a buffer) to bf16; from_pretrained keeps
+        # them fp32, so rebuild the rotary module as a loaded checkpoint has it.
+        model.model.rotary_emb = LlamaRotaryEmbedding(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):

@@ -1,6 +1,6 @@
 // Paged GQA attention with split-KV; see attention.cuh. A block of 4 warps handles one
-// (token, KV head, split): each warp walks every 4th position with an online softmax for all
-// the group's query heads (lane i holds dims i, i+32, ...), the warps merge in shared memory
+// (token, KV head, split): each warp takes 4 positions at a time (their loads all in flight)
+// with an online softmax for all the group's query heads (lane i holds dims i, i+32, ...), the warps merge in shared memory
 // and write the split's (max, sum, unnormalized output); a second kernel merges the splits.
 #include <cfloat>
 
@@ -11,10 +11,11 @@ namespace kernelllm::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kG = static_cast<int>(kMaxAttentionGroup);
-constexpr int kD = static_cast<int>(kMaxAttentionHeadDim / 32);
+constexpr int kPos = 4;  // positions a warp loads before it uses any: independent loads in flight
 
-template <class T>
+// G: query heads per KV head (rounded up to a power of two; extra heads are skipped),
+// D: head dims per lane (head_dim <= 32 * D).
+template <class T, int G, int D>
 __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(AttentionArgs a) {
   const int64_t t = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -25,13 +26,13 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
   const int64_t end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
   const float scale = rsqrtf(static_cast<float>(hd));
 
-  float q[kG][kD], acc[kG][kD], m[kG], l[kG];
+  float q[G][D], acc[G][D], m[G], l[G];
 #pragma unroll
-  for (int h = 0; h < kG; ++h) {
+  for (int h = 0; h < G; ++h) {
     m[h] = -FLT_MAX;
     l[h] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kD; ++i) {
+    for (int i = 0; i < D; ++i) {
       const int64_t d = lane + 32 * i;
       acc[h][i] = 0.0f;
       q[h][i] = (h < group && d < hd) ? a.q[(t * a.heads + g * group + h) * hd + d] * scale : 0.0f;
@@ -40,46 +41,60 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
   const T* pool = static_cast<const T*>(a.kv.pool);
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int64_t pt = a.kv.page_tokens;
-  for (int64_t p = begin + warp; p < end; p += kWarps) {
-    const int64_t page = table[p / pt];
-    const T* kp = pool + (((page * a.kv.layers + a.layer) * 2 + 0) * pt + p % pt) * kv_dim + g * hd;
-    const T* vp = kp + pt * kv_dim;
-    float k[kD], v[kD];
+  for (int64_t p0 = begin + warp * kPos; p0 < end; p0 += kWarps * kPos) {
+    float k[kPos][D], v[kPos][D];
 #pragma unroll
-    for (int i = 0; i < kD; ++i) {
-      const int64_t d = lane + 32 * i;
-      k[i] = d < hd ? to_f32(kp[d]) : 0.0f;
-      v[i] = d < hd ? to_f32(vp[d]) : 0.0f;
+    for (int j = 0; j < kPos; ++j) {
+      const int64_t p = p0 + j;
+      const bool valid = p < end;
+      const int64_t page = valid ? table[p / pt] : 0;
+      const T* kp = pool + (((page * a.kv.layers + a.layer) * 2 + 0) * pt + p % pt) * kv_dim + g * hd;
+      const T* vp = kp + pt * kv_dim;
+#pragma unroll
+      for (int i = 0; i < D; ++i) {
+        const int64_t d = lane + 32 * i;
+        k[j][i] = valid && d < hd ? to_f32(kp[d]) : 0.0f;
+        v[j][i] = valid && d < hd ? to_f32(vp[d]) : 0.0f;
+      }
     }
 #pragma unroll
-    for (int h = 0; h < kG; ++h) {
+    for (int h = 0; h < G; ++h) {
       if (h >= group) break;
-      float s = 0.0f;
+      float s[kPos];
+      float m_new = m[h];
 #pragma unroll
-      for (int i = 0; i < kD; ++i) s += q[h][i] * k[i];
-      s = warp_sum(s);
-      const float m_new = fmaxf(m[h], s);
-      const float c = __expf(m[h] - m_new), e = __expf(s - m_new);
-      l[h] = l[h] * c + e;
+      for (int j = 0; j < kPos; ++j) {
+        float dot = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kD; ++i) acc[h][i] = acc[h][i] * c + e * v[i];
+        for (int i = 0; i < D; ++i) dot += q[h][i] * k[j][i];
+        s[j] = p0 + j < end ? warp_sum(dot) : -FLT_MAX;
+        m_new = fmaxf(m_new, s[j]);
+      }
+      const float c = __expf(m[h] - m_new);
+      l[h] *= c;
+#pragma unroll
+      for (int i = 0; i < D; ++i) acc[h][i] *= c;
+#pragma unroll
+      for (int j = 0; j < kPos; ++j) {
+        const float e = p0 + j < end ? __expf(s[j] - m_new) : 0.0f;
+        l[h] += e;
+#pragma unroll
+        for (int i = 0; i < D; ++i) acc[h][i] += e * v[j][i];
+      }
       m[h] = m_new;
     }
   }
 
-  __shared__ float s_ml[kWarps][kG][2];
-  __shared__ float s_acc[kWarps][kG][kMaxAttentionHeadDim];
+  __shared__ float s_ml[kWarps][G][2];
+  __shared__ float s_acc[kWarps][G][32 * D];
 #pragma unroll
-  for (int h = 0; h < kG; ++h) {
-    if (h >= group) break;
+  for (int h = 0; h < G; ++h) {
     if (lane == 0) {
       s_ml[warp][h][0] = m[h];
       s_ml[warp][h][1] = l[h];
     }
 #pragma unroll
-    for (int i = 0; i < kD; ++i) {
-      if (lane + 32 * i < hd) s_acc[warp][h][lane + 32 * i] = acc[h][i];
-    }
+    for (int i = 0; i < D; ++i) s_acc[warp][h][lane + 32 * i] = acc[h][i];
   }
   __syncthreads();
   for (int64_t idx = threadIdx.x; idx < group * hd; idx += kWarps * 32) {
@@ -98,6 +113,20 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
       a.partial_ml[slot * 2] = mx;
       a.partial_ml[slot * 2 + 1] = sum;
     }
+  }
+}
+
+template <class T, int G>
+void launch_partial(const AttentionArgs& args, dim3 grid, cudaStream_t stream) {
+  const int64_t d = (args.head_dim + 31) / 32;
+  if (d <= 1) {
+    attention_partial_kernel<T, G, 1><<<grid, kWarps * 32, 0, stream>>>(args);
+  } else if (d <= 2) {
+    attention_partial_kernel<T, G, 2><<<grid, kWarps * 32, 0, stream>>>(args);
+  } else if (d <= 4) {
+    attention_partial_kernel<T, G, 4><<<grid, kWarps * 32, 0, stream>>>(args);
+  } else {
+    attention_partial_kernel<T, G, 8><<<grid, kWarps * 32, 0, stream>>>(args);
   }
 }
 
@@ -133,7 +162,16 @@ void attention(DType type, const AttentionArgs& args, cudaStream_t stream) {
     using T = decltype(d);
     const dim3 grid(static_cast<unsigned>(args.n_tokens), static_cast<unsigned>(args.kv_heads),
                     static_cast<unsigned>(args.splits));
-    attention_partial_kernel<T><<<grid, kWarps * 32, 0, stream>>>(args);
+    const int64_t group = args.heads / args.kv_heads;
+    if (group <= 1) {
+      launch_partial<T, 1>(args, grid, stream);
+    } else if (group <= 2) {
+      launch_partial<T, 2>(args, grid, stream);
+    } else if (group <= 4) {
+      launch_partial<T, 4>(args, grid, stream);
+    } else {
+      launch_partial<T, 8>(args, grid, stream);
+    }
     attention_merge_kernel<T><<<static_cast<unsigned>(args.n_tokens * args.heads), 128, 0, stream>>>(args);
   });
 }

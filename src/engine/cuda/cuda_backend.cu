@@ -220,7 +220,7 @@ Status CudaBackend::validate(std::span<const ForwardRequest> batch) const {
 
 int64_t CudaBackend::splits_for(int64_t n) const {
   const int64_t blocks = n * config_.num_key_value_heads;
-  const int64_t want = (2 * 132 + blocks - 1) / blocks;
+  const int64_t want = (4 * 132 + blocks - 1) / blocks;  // about four blocks per SM of an H100
   return std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxSplits, max_tokens_ / n));
 }
 

@@ -6,7 +6,7 @@ namespace kernelllm::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 8;
 
 template <class T, int N>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const T* w, int64_t rows, int64_t cols,

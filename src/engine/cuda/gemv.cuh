@@ -1,6 +1,6 @@
 // Small-batch projection for decode: y[n, rows] = x[n, cols] . W[rows, cols]^T with W and x in
 // the backend dtype and y in fp32, for n <= kGemvMaxTokens. Weight-bandwidth bound: one warp
-// per output row, 16-byte loads, four loads in flight per lane, every weight read once for all n.
+// per output row, 16-byte loads, eight loads in flight per lane, every weight read once for all n.
 #pragma once
 
 #include <cuda_runtime_api.h>
