@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .deps && cd .deps
 apt-get download nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 libpcre2-dev libpcre2-8-0 \
-  libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libgtest-dev libgmock-dev googletest
+  libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libgtest-dev libgmock-dev googletest \
+  libsqlite3-dev libsqlite3-0

@@ -15,5 +15,7 @@ inline constexpr int kExitUsage = 2;
 using CommandRun = std::function<int()>;
 
 void add_generate_command(CLI::App& app, CommandRun& run);
+void add_bench_command(CLI::App& app, CommandRun& run);
+void add_verify_command(CLI::App& app, CommandRun& run);
 
 }  // namespace kernelllm::cli

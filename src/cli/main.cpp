@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kernelllm::cli::CommandRun run;
   kernelllm::cli::add_generate_command(app, run);
+  kernelllm::cli::add_bench_command(app, run);
+  kernelllm::cli::add_verify_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,88 @@
+// The candidate sandbox: bubblewrap namespaces (no network, own pid/ipc namespace, read-only
+// view of the system, private writable work dir and caches, non-root uid), a cleared
+// environment with an allow-list, and process/memory limits (cgroup when writable, else rlimits).
+// `probe` tests at start which of these work here; `summary` says so in one line. A protection
+// that does not work is reported as inactive, never silently dropped.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernelllm/base/status.h"
+#include "kernelllm/harness/subprocess.h"
+
+namespace kernelllm::harness {
+
+struct SandboxSettings {
+  bool enabled = true;                        // false: --no-sandbox (loud warning by the caller)
+  bool gpu = false;                           // bind /dev/nvidia* into the sandbox
+  uint64_t memory_bytes = uint64_t{8} << 30;  // per candidate
+  int max_tasks = 1024;                       // processes + threads (torch starts many threads)
+  std::string python;                         // absolute path of the interpreter
+  std::string bwrap;                          // empty: $KERNELLLM_BWRAP, else bwrap on PATH
+};
+
+// What the probe found working.
+struct SandboxProbe {
+  std::string bwrap_path;     // empty when not found
+  bool namespaces = false;    // bwrap ran the probe script
+  bool net_off = false;       // only loopback inside
+  bool fs_read_only = false;  // writing under / failed inside
+  int uid = -1;               // uid the probe saw inside (65534 when mapped)
+  bool real_uid_root = false; // the host uid behind it is still 0 (user namespace mapping)
+  bool cgroup_memory = false;
+  bool cgroup_pids = false;
+  std::string cgroup_kind;    // "v1", "v2" or ""
+  std::string note;           // why something is inactive
+};
+
+// Per-process cgroup directories; removed on destruction (after the process was killed).
+class CgroupLease {
+ public:
+  CgroupLease() = default;
+  ~CgroupLease();
+  CgroupLease(const CgroupLease&) = delete;
+  CgroupLease& operator=(const CgroupLease&) = delete;
+  std::vector<std::string> dirs;
+  std::vector<std::string> procs_files() const;
+};
+
+struct PreparedSpawn {
+  SpawnOptions options;
+  std::unique_ptr<CgroupLease> cgroup;  // keep alive at least as long as the Process
+};
+
+class Sandbox {
+ public:
+  // Probes once (runs bwrap with a tiny Python script); never fails: missing parts are inactive.
+  static Sandbox create(const SandboxSettings& settings);
+
+  const SandboxSettings& settings() const { return settings_; }
+  const SandboxProbe& probe() const { return probe_; }
+  // "sandbox: net=off fs=read-only uid=65534 (user namespace; host uid 0) tasks=1024 (cgroup) mem=8G (cgroup)"
+  std::string summary() const;
+  bool active() const { return settings_.enabled && probe_.namespaces; }
+
+  // argv/env for a worker whose private writable directory is `work_dir` and which may read
+  // `readable_dirs` (bound read-only; the rest of the system is read-only anyway but /tmp and
+  // /dev/shm are private). `env` is the complete allow-listed environment.
+  Result<PreparedSpawn> prepare(const std::filesystem::path& work_dir, const std::vector<std::filesystem::path>& readable_dirs,
+                                const std::vector<std::string>& argv, std::vector<std::string> env) const;
+
+ private:
+  Result<std::unique_ptr<CgroupLease>> make_cgroup() const;
+  std::vector<std::string> bwrap_args(const std::filesystem::path& work_dir,
+                                      const std::vector<std::filesystem::path>& readable_dirs) const;
+
+  SandboxSettings settings_;
+  SandboxProbe probe_;
+  bool probing_ = false;  // prepare() wraps in bwrap even before the probe succeeded
+};
+
+// Finds an executable on PATH (or returns `name` if it contains a '/'); empty when absent.
+std::string find_executable(const std::string& name);
+
+}  // namespace kernelllm::harness

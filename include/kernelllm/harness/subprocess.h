@@ -1,0 +1,141 @@
+// Child processes for the verifier: spawn with two protocol pipes (fd 3 = requests to the
+// child, fd 4 = replies from it; 4-byte little-endian length + JSON frames), stdout/stderr kept
+// as bounded tails, own session/process group, deadline-based I/O, and a kill that takes the
+// whole process tree (process group, /proc descendants, optional cgroup). RAII: the destructor
+// kills and reaps. Not thread-safe per object; different objects may be used from different threads.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
+
+namespace kernelllm::harness {
+
+inline constexpr size_t kMaxMessageBytes = size_t{1} << 20;  // protocol frame payload limit
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+inline Deadline deadline_in(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// Keeps the last `capacity` bytes written and counts all of them.
+class RingBuffer {
+ public:
+  explicit RingBuffer(size_t capacity) : capacity_(capacity) {}
+  void append(std::string_view bytes);
+  std::string str() const;  // the kept tail, oldest first
+  size_t total_bytes() const { return total_; }
+  bool truncated() const { return total_ > capacity_; }
+
+ private:
+  size_t capacity_;
+  std::string buf_;  // size ≤ capacity_; when full, head_ marks the oldest byte
+  size_t head_ = 0;
+  size_t total_ = 0;
+};
+
+// Frame encoding/decoding. The decoder accepts bytes in any chunking.
+std::string encode_frame(const Json& message);
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(size_t max_bytes = kMaxMessageBytes) : max_bytes_(max_bytes) {}
+  void feed(std::string_view bytes) { buf_.append(bytes); }
+  // A complete message, nullopt when more bytes are needed, or an error (oversize, bad JSON).
+  Result<std::optional<Json>> next();
+
+ private:
+  size_t max_bytes_;
+  std::string buf_;
+};
+
+struct ExitInfo {
+  bool exited = false;  // normal exit (code valid)
+  int code = 0;
+  int signal = 0;       // terminating signal when !exited
+  std::string describe() const;  // "exit code 3", "killed by signal 11 (SIGSEGV)"
+};
+
+struct SpawnOptions {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH of the parent
+  std::vector<std::string> env;   // "KEY=VALUE"; the child sees exactly these
+  std::string cwd;                // empty: inherit
+  bool protocol_fds = true;       // fd 3/4 pipes
+  size_t tail_bytes = 64 * 1024;  // per stream
+  std::optional<uint64_t> rlimit_as_bytes;
+  std::optional<uint64_t> rlimit_nproc;
+  std::vector<std::string> cgroup_procs_files;  // the child joins these before exec
+  bool no_core_dumps = true;
+};
+
+enum class ReceiveStatus { ok, timeout, closed, protocol_error };
+struct Received {
+  ReceiveStatus status = ReceiveStatus::closed;
+  Json message;       // when ok
+  std::string error;  // otherwise
+};
+
+class Process {
+ public:
+  Process() = default;
+  ~Process();
+  Process(Process&& other) noexcept;
+  Process& operator=(Process&& other) noexcept;
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  static Result<Process> spawn(const SpawnOptions& options);
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0 && !exit_.has_value(); }
+
+  // Writes one frame; fails when the child does not read it before the deadline or is gone.
+  Status send(const Json& message, Deadline deadline);
+  // Reads one frame, draining stdout/stderr meanwhile.
+  Received receive(Deadline deadline);
+  // Drains stdout/stderr until the child exits or the deadline passes; returns the exit if seen.
+  std::optional<ExitInfo> wait(Deadline deadline);
+  // SIGKILLs the process group, every /proc descendant and every member of the cgroups, then reaps.
+  void kill_tree();
+
+  const std::optional<ExitInfo>& exit_info() const { return exit_; }
+  std::string stdout_tail() const { return out_.str(); }
+  std::string stderr_tail() const { return err_.str(); }
+
+ private:
+  void close_fds();
+  void drain(int timeout_ms);  // one poll round over stdout/stderr
+  bool try_reap();
+
+  pid_t pid_ = -1;
+  int to_child_ = -1;    // write end of fd 3
+  int from_child_ = -1;  // read end of fd 4
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  RingBuffer out_{64 * 1024};
+  RingBuffer err_{64 * 1024};
+  FrameDecoder decoder_;
+  std::vector<std::string> cgroup_procs_files_;
+  std::optional<ExitInfo> exit_;
+};
+
+// All live descendants of `root` (children, grandchildren, ...) from /proc, in discovery order.
+std::vector<pid_t> list_descendants(pid_t root);
+// Makes this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER) so that orphaned
+// grandchildren (setsid + parent exit) stay visible as our descendants. Returns false if refused.
+bool become_subreaper();
+// Kills and reaps direct children of this process that are not in `known` and carry the worker
+// marker KERNELLLM_WORKER=1 in their environment (orphans adopted as subreaper). Call it only
+// when no worker of ours is running.
+int reap_orphans(const std::vector<pid_t>& known);
+
+}  // namespace kernelllm::harness

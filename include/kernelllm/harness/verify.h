@@ -1,0 +1,119 @@
+// The verifier's C++ API: verify(problem, candidates, options) runs a trusted judge per device,
+// one sandboxed pre-warmed worker per candidate (never reused), correctness trials, timing
+// serialized per GPU, cheat rules, the result cache and the choice among correct candidates.
+// Every candidate gets a verdict with evidence; only infrastructure failures (no Python, the
+// problem cannot load, no healthy device) are errors.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
+#include "kernelllm/harness/timing.h"
+
+namespace kernelllm::harness {
+
+inline constexpr std::string_view kVerifierVersion = "verify-1";
+
+enum class Verdict {
+  correct,
+  wrong_output,
+  wrong_shape,
+  compile_error,
+  runtime_error,
+  crash,
+  timeout,
+  cheat,
+  sandbox_violation,
+  undiscriminating,   // matched, but trivial outputs (zeros, mean) would match too: not evidence
+  environment_error,  // our environment cannot run it (Triton interpreter/NumPy limitation)
+  not_verified,       // infrastructure: no healthy device or worker left for it
+};
+std::string_view verdict_name(Verdict v);
+std::optional<Verdict> verdict_from_name(std::string_view name);
+
+struct VerifyOptions {
+  std::string profile = "strict";            // strict | kernelbench
+  std::string kernelbench_tolerance = "v0";  // v0 | current (kernelbench profile)
+  std::vector<std::string> devices = {"cpu"};  // "cpu" or "cuda:N" (one judge and timing lock each)
+  int jobs = 0;                              // parallel candidate workers; 0: min(cores, candidates)
+  int n_trials = 5;
+  bool sandbox = true;
+  uint64_t memory_bytes = uint64_t{8} << 30;  // per candidate
+  int max_tasks = 1024;                        // processes + threads per candidate
+  bool use_cache = true;
+  std::string cache_path;  // empty: default_cache_path()
+  bool timing = true;
+  bool time_compile = false;  // also time torch.compile(reference)
+  int warmup = 3;
+  int iters = 20;
+  bool select = true;  // re-time finalists side by side and pick one
+  int finalists = 3;
+  double start_timeout_s = 180;    // worker start (torch import) until hello
+  double load_timeout_s = 120;     // import + construct ModelNew (includes Triton JIT at first run? no: run)
+  double run_timeout_min_s = 30;   // per run: max(this, factor × reference forward time)
+  double run_timeout_factor = 50;
+  double timing_timeout_s = 300;
+  double peak_bandwidth_gbs = 0;   // roofline floor; 0: from the device name, else 10000 GB/s
+  std::string python;              // empty: $KERNELLLM_PYTHON, else python3 on PATH
+  std::string package_dir;         // dir holding kernelllm/worker; empty: auto
+  std::function<void(const std::string&)> log;  // progress lines (may be empty)
+};
+
+struct TimingResult {
+  bool meaningful = false;  // false on CPU
+  TimingStats stats;
+  std::vector<double> times_ms;
+  double event_total_ms = 0;
+  double wall_total_ms = 0;        // the worker's own host clock
+  double orchestrator_wall_ms = 0; // our clock around the whole request
+};
+
+struct CandidateResult {
+  std::string path;
+  std::string device;
+  Verdict verdict = Verdict::not_verified;
+  std::string rule;     // cheat rule, or the error kind
+  std::string message;  // one-line reason
+  std::string stderr_tail;
+  Json stats;           // error statistics from the judge (last compared trial)
+  Json evidence;        // everything else: exit status, violations, trial index, phase times
+  std::optional<TimingResult> timing;
+  double speedup = 0;   // reference median / candidate median (meaningful timings only)
+  bool cached = false;
+  Json to_json() const;
+};
+
+struct VerifyReport {
+  std::string problem;
+  std::string profile;
+  std::string sandbox;  // the one-line summary of active protections
+  std::vector<std::string> warnings;
+  Json environment;     // python, torch, triton, devices
+  std::optional<TimingResult> reference_timing;
+  std::optional<TimingResult> compile_timing;
+  std::vector<CandidateResult> candidates;
+  std::optional<size_t> selected;
+  std::string selection_reason;
+  Json to_json() const;
+};
+
+Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,
+                            const VerifyOptions& options);
+
+// "cuda" → every visible GPU (asks the Python probe), "cuda:0,cuda:1", "cpu".
+Result<std::vector<std::string>> parse_devices(std::string_view spec);
+
+// Roofline floor in ms for moving `bytes` at `peak_gbs`.
+inline double roofline_floor_ms(uint64_t bytes, double peak_gbs) {
+  return peak_gbs <= 0 ? 0 : static_cast<double>(bytes) / (peak_gbs * 1e9) * 1e3;
+}
+// Peak DRAM bandwidth for known GPUs by name (GB/s), else a generous upper bound.
+double peak_bandwidth_for(std::string_view device_name);
+
+}  // namespace kernelllm::harness

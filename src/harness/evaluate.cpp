@@ -1,0 +1,327 @@
+// One candidate on one pre-warmed worker: load, correctness trials (each compared by the
+// judge, which re-evaluates the cheat rules from the run facts), then timing under the
+// device's lock with the orchestrator's own clock, the roofline floor and the event/wall checks.
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "verifier.h"
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kMaxTensorBytes = uint64_t{4} << 30;
+
+// Errors that mean the candidate ran into a sandbox wall rather than a bug of its own.
+bool looks_like_sandbox_wall(const std::string& text) {
+  static const std::regex re(
+      "Read-only file system|Network is unreachable|Temporary failure in name resolution|Name or service not known|"
+      "Permission denied|Operation not permitted|can't start new thread|Resource temporarily unavailable|"
+      "BlockingIOError|Cannot allocate memory");
+  return std::regex_search(text, re);
+}
+
+// Memory-limit kills show up in the cgroup's counters.
+bool cgroup_saw_oom(const Worker& w) {
+  if (!w.cgroup) return false;
+  for (const std::string& d : w.cgroup->dirs) {
+    std::ifstream v1(d + "/memory.failcnt");
+    long n = 0;
+    if (v1 >> n && n > 0) return true;
+    std::ifstream v2(d + "/memory.events");
+    std::string key;
+    long val = 0;
+    while (v2 >> key >> val) {
+      if ((key == "oom_kill" || key == "oom") && val > 0) return true;
+    }
+  }
+  return false;
+}
+
+std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
+
+}  // namespace
+
+double Verifier::run_timeout_s(const DeviceState& dev) const {
+  double ref_ms = 0;
+  for (const TrialInput& t : dev.trials) ref_ms = std::max(ref_ms, t.reference_ms);
+  return std::max(opts_.run_timeout_min_s, opts_.run_timeout_factor * ref_ms / 1000.0);
+}
+
+bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
+                               CandidateResult& r) {
+  if (reply.ok()) return false;
+  r.evidence["phase"] = phase;
+  if (reply.status != ReceiveStatus::ok) {
+    w.proc.kill_tree();
+    r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
+    r.evidence["exit"] = w.describe_exit();
+    r.evidence["stdout_tail"] = tail(w.proc.stdout_tail(), 2000);
+    if (reply.status == ReceiveStatus::timeout) {
+      r.verdict = Verdict::timeout;
+      r.message = fmt::format("no reply to {} within {:.0f} s; process tree killed", phase, timeout_s);
+    } else if (cgroup_saw_oom(w)) {
+      r.verdict = Verdict::crash;
+      r.rule = "out_of_memory";
+      r.message = fmt::format("killed at the memory limit during {} ({})", phase, w.describe_exit());
+    } else {
+      r.verdict = Verdict::crash;
+      r.message = fmt::format("worker died during {}: {} ({})", phase, w.describe_exit(), reply.error);
+    }
+    if (dev.cuda()) {
+      Status health = gpu_health_check(py_, dev.name, 60);
+      r.evidence["gpu_health_after"] = health.ok() ? "ok" : health.message();
+      if (!health.ok()) {
+        dev.healthy = false;
+        warn(fmt::format("{} is unhealthy after a candidate's {}: {}; no further candidates run on it", dev.name,
+                         verdict_name(r.verdict), health.message()));
+      }
+    }
+    return true;
+  }
+  std::string kind = reply.error_kind();
+  const Json& err = reply.message["error"];
+  r.message = reply.error_message();
+  r.evidence["traceback"] = tail(err.value("traceback", ""), 4000);
+  r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
+  r.rule = kind;
+  if (kind == "compile_error") r.verdict = Verdict::compile_error;
+  else if (kind == "runtime_error") r.verdict = Verdict::runtime_error;
+  else if (kind == "environment_error") r.verdict = Verdict::environment_error;
+  else if (kind == "cheat") r.verdict = Verdict::cheat;
+  else r.verdict = Verdict::crash;  // protocol/internal: the worker is in a state we cannot trust
+  if ((r.verdict == Verdict::compile_error || r.verdict == Verdict::runtime_error) && sandbox_.active() &&
+      looks_like_sandbox_wall(r.message)) {
+    r.evidence["error_kind"] = kind;
+    r.verdict = Verdict::sandbox_violation;
+    r.rule = "blocked_by_sandbox";
+  }
+  return true;
+}
+
+bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r) {
+  fs::path module = w.work_dir / "candidate.py";
+  {
+    std::ofstream f(module, std::ios::binary);
+    f << sources_[i];
+    if (!f) {
+      r.verdict = Verdict::not_verified;
+      r.message = "cannot write " + module.string();
+      return false;
+    }
+  }
+  Json init = dev.problem.value("init", Json::object());
+  Json req{{"op", "load"},
+           {"module_path", module.string()},
+           {"init", init},
+           {"construct_seed", dev.problem.value("construct_seed", 0)},
+           {"device", dev.name},
+           {"work_dir", dev.shared_dir.string()},
+           {"max_tensor_bytes", kMaxTensorBytes}};
+  Reply reply = w.request(req, opts_.load_timeout_s);
+  r.evidence["load_ms"] = reply.elapsed_ms;
+  return !fail_from_reply(reply, "load", opts_.load_timeout_s, w, dev, r);
+}
+
+void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r) {
+  r.evidence = Json::object();
+  r.evidence["worker_pid"] = w.hello.value("pid", 0);
+  if (!load_candidate(i, w, dev, r)) return;
+  bool undiscriminating = false;
+  Json trials = Json::array();
+  for (size_t t = 0; t < dev.trials.size(); ++t) {
+    const TrialInput& in = dev.trials[t];
+    fs::path out = w.work_dir / fmt::format("out-{}.safetensors", t);
+    // The first run also JIT-compiles the Triton kernels.
+    double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
+    Json req{{"op", "run"},           {"inputs_file", in.file.string()}, {"n_inputs", in.n_inputs},
+             {"scalars", in.scalars}, {"outputs_file", out.string()},    {"poison", true},
+             {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}};
+    Reply run = w.request(req, timeout);
+    if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
+      r.evidence["trial"] = t;
+      return;
+    }
+    Json facts = run.message;
+    facts.erase("ok");
+    facts.erase("v");
+    Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"run_report", facts},
+                                     {"require_triton", true}},
+                           opts_.load_timeout_s);
+    if (!cmp.ok()) {
+      r.verdict = Verdict::not_verified;
+      r.message = fmt::format("the judge could not compare trial {}: {}: {}", t, cmp.error_kind(), cmp.error_message());
+      return;
+    }
+    const Json& c = cmp.message;
+    trials.push_back(Json{{"trial", t}, {"distribution", in.distribution}, {"run_ms", facts.value("run_ms", 0.0)},
+                          {"triton_launches", facts.value("triton_launches", Json(nullptr))}, {"match", c.value("match", false)}});
+    r.stats = c.value("stats", Json());
+    if (!c.value("match", false)) {
+      std::string hint = c.value("verdict_hint", "wrong_output");
+      r.verdict = verdict_from_name(hint).value_or(Verdict::wrong_output);
+      r.rule = c.value("rule", Json(nullptr)).is_string() ? c["rule"].get<std::string>() : "";
+      r.message = fmt::format("trial {} ({}): {}", t, in.distribution, c.value("message", ""));
+      for (const char* k : {"violations", "evidence", "first_mismatch", "tolerance_trusted", "baselines_passing"}) {
+        if (c.contains(k)) r.evidence[k] = c[k];
+      }
+      r.evidence["trial"] = t;
+      r.evidence["trials"] = trials;
+      r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
+      return;
+    }
+    if (c.value("verdict_hint", "correct") == "undiscriminating") {
+      undiscriminating = true;
+      r.evidence["baselines_passing"] = c.value("baselines_passing", Json());
+      r.message = c.value("message", "");
+    }
+  }
+  r.evidence["trials"] = trials;
+  if (undiscriminating) {
+    r.verdict = Verdict::undiscriminating;
+    r.rule = "zeros_would_pass";
+    return;
+  }
+  r.verdict = Verdict::correct;
+  r.message = fmt::format("{} trial(s) match", dev.trials.size());
+  if (opts_.timing) time_candidate(w, dev, r);
+}
+
+std::vector<size_t> Verifier::timing_trials(const DeviceState& dev) const {
+  std::vector<size_t> idx;
+  for (size_t t = 0; t < dev.trials.size(); ++t) {
+    if (dev.trials[t].distribution == "normal") idx.push_back(t);
+  }
+  if (idx.empty()) {
+    for (size_t t = 0; t < dev.trials.size(); ++t) idx.push_back(t);
+  }
+  return idx;
+}
+
+Json Verifier::time_request(const DeviceState& dev, int iters) const {
+  Json files = Json::array();
+  for (size_t t : timing_trials(dev)) files.push_back(dev.trials[t].file.string());
+  const TrialInput& first = dev.trials.front();
+  return Json{{"inputs_files", files}, {"n_inputs", first.n_inputs},  {"scalars", first.scalars},
+              {"warmup", dev.cuda() ? opts_.warmup : 1}, {"iters", iters}, {"flush_l2", dev.cuda()},
+              {"max_tensor_bytes", kMaxTensorBytes}};
+}
+
+namespace {
+
+Result<TimingResult> timing_from(const Reply& reply, bool meaningful) {
+  if (!reply.ok()) return error(ErrorCode::internal, reply.error_kind() + ": " + reply.error_message());
+  TimingResult t;
+  t.meaningful = meaningful;
+  for (const auto& v : reply.message.value("times_ms", Json::array())) {
+    if (v.is_number()) t.times_ms.push_back(v.get<double>());
+  }
+  t.stats = timing_stats(t.times_ms);
+  t.event_total_ms = reply.message.value("event_total_ms", 0.0);
+  t.wall_total_ms = reply.message.value("wall_total_ms", 0.0);
+  t.orchestrator_wall_ms = reply.elapsed_ms;
+  if (t.times_ms.empty()) return error(ErrorCode::parse_error, "timing reply without times_ms");
+  return t;
+}
+
+}  // namespace
+
+void Verifier::ensure_reference_timing(DeviceState& dev) {
+  if (dev.ref_timing_tried) return;
+  dev.ref_timing_tried = true;
+  int iters = dev.cuda() ? opts_.iters : 3;
+  Json req = time_request(dev, iters);
+  req["op"] = "time_reference";
+  req["compile"] = false;
+  auto ref = timing_from(judge_call(dev, req, opts_.timing_timeout_s), dev.cuda());
+  if (ref.ok()) dev.ref_timing = *ref;
+  else warn(fmt::format("reference timing on {} failed: {}", dev.name, ref.status().message()));
+  if (opts_.time_compile) {
+    req["compile"] = true;
+    auto comp = timing_from(judge_call(dev, req, opts_.timing_timeout_s), dev.cuda());
+    if (comp.ok()) dev.compile_timing = *comp;
+    else warn(fmt::format("torch.compile reference timing on {} failed: {}", dev.name, comp.status().message()));
+  }
+}
+
+void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
+  int iters = dev.cuda() ? opts_.iters : 3;
+  Json req = time_request(dev, iters);
+  req["op"] = "time";
+  std::vector<size_t> used = timing_trials(dev);
+  size_t last_trial = used[static_cast<size_t>(iters - 1) % used.size()];
+  fs::path last_out = w.work_dir / "out-timed-last.safetensors";
+  req["outputs_file_last"] = last_out.string();
+  Reply reply;
+  {
+    std::lock_guard<std::mutex> lock(dev.timing_mu);
+    ensure_reference_timing(dev);
+    reply = w.request(req, opts_.timing_timeout_s);
+  }
+  if (fail_from_reply(reply, "timing", opts_.timing_timeout_s, w, dev, r)) return;
+  auto t = timing_from(reply, dev.cuda());
+  if (!t.ok()) {
+    r.verdict = Verdict::crash;
+    r.message = "malformed timing reply: " + t.status().message();
+    return;
+  }
+  r.timing = *t;
+  if (dev.cuda() && dev.ref_timing && t->stats.median_ms > 0) r.speedup = dev.ref_timing->stats.median_ms / t->stats.median_ms;
+
+  // The output of the last timed call must still be right (no cached or replayed answers).
+  Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", last_trial}, {"outputs_file", last_out.string()}},
+                         opts_.load_timeout_s);
+  if (cmp.ok() && !cmp.message.value("match", false)) {
+    r.verdict = Verdict::cheat;
+    r.rule = "timed_output_mismatch";
+    r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong: {}", last_trial,
+                            cmp.message.value("message", ""));
+    return;
+  }
+  if (!dev.cuda()) return;
+  // Timing plausibility. Our clock bounds the worker's: a worker that reports more time than
+  // passed, or events longer than its own wall clock, patched something.
+  const TimingResult& tr = *r.timing;
+  double event_sum = std::accumulate(tr.times_ms.begin(), tr.times_ms.end(), 0.0);
+  std::string why;
+  if (tr.wall_total_ms > tr.orchestrator_wall_ms * 1.02 + 1.0 || event_sum > tr.orchestrator_wall_ms * 1.02 + 1.0) {
+    why = fmt::format("worker reports {:.3f} ms wall / {:.3f} ms events, but only {:.3f} ms passed on the orchestrator's clock",
+                      tr.wall_total_ms, event_sum, tr.orchestrator_wall_ms);
+  } else if (event_sum > tr.wall_total_ms * 1.05 + 0.5) {
+    why = fmt::format("event total {:.3f} ms exceeds the worker's wall clock {:.3f} ms", event_sum, tr.wall_total_ms);
+  }
+  const TrialInput& in = dev.trials[used.front()];
+  double peak = opts_.peak_bandwidth_gbs > 0 ? opts_.peak_bandwidth_gbs : peak_bandwidth_for(dev.hardware);
+  double floor_ms = roofline_floor_ms(in.input_bytes + in.output_bytes, peak);
+  r.evidence["roofline_floor_ms"] = floor_ms;
+  if (why.empty() && tr.stats.median_ms < floor_ms) {
+    why = fmt::format("median {:.5f} ms is below the roofline floor {:.5f} ms ({} bytes at {:.0f} GB/s)", tr.stats.median_ms,
+                      floor_ms, in.input_bytes + in.output_bytes, peak);
+  }
+  // Work the events do not see (side streams) shows as a per-call wall-clock gap far larger
+  // than the reference's gap, which has the same flush and synchronize overheads.
+  if (why.empty() && dev.ref_timing && !tr.times_ms.empty()) {
+    double gap = tr.wall_total_ms / static_cast<double>(tr.times_ms.size()) - tr.stats.median_ms;
+    const TimingResult& ref = *dev.ref_timing;
+    double ref_gap = ref.times_ms.empty() ? 0 : ref.wall_total_ms / static_cast<double>(ref.times_ms.size()) - ref.stats.median_ms;
+    r.evidence["wall_gap_ms"] = gap;
+    r.evidence["reference_wall_gap_ms"] = ref_gap;
+    if (gap - ref_gap > std::max(0.2, 2.0 * tr.stats.median_ms)) {
+      why = fmt::format("per-call wall-clock gap {:.3f} ms vs the reference's {:.3f} ms with an event median of {:.4f} ms: "
+                        "work outside the timed stream",
+                        gap, ref_gap, tr.stats.median_ms);
+    }
+  }
+  if (!why.empty()) {
+    r.verdict = Verdict::cheat;
+    r.rule = "timing_implausible";
+    r.message = why;
+  }
+}
+
+}  // namespace kernelllm::harness

@@ -1,0 +1,262 @@
+// Candidate sandbox: bubblewrap arguments, cgroup limits and the start-up probe of what works.
+#include "kernelllm/harness/sandbox.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+std::string find_executable(const std::string& name) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    std::string dir = p.substr(start, end - start);
+    if (!dir.empty()) {
+      std::string cand = dir + "/" + name;
+      if (::access(cand.c_str(), X_OK) == 0) return cand;
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+CgroupLease::~CgroupLease() {
+  for (const std::string& d : dirs) ::rmdir(d.c_str());
+}
+
+std::vector<std::string> CgroupLease::procs_files() const {
+  std::vector<std::string> out;
+  for (const std::string& d : dirs) out.push_back(d + "/cgroup.procs");
+  return out;
+}
+
+namespace {
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+std::string unique_name() {
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("kernelllm-{}-{}", ::getpid(), counter++);
+}
+
+std::string human_bytes(uint64_t b) {
+  if (b % (uint64_t{1} << 30) == 0) return fmt::format("{}G", b >> 30);
+  return fmt::format("{}M", b >> 20);
+}
+
+// The probe script: which protections hold inside the sandbox. Standard library only.
+constexpr const char* kProbeScript = R"(import os, json
+ro = False
+try:
+    open('/kernelllm-probe', 'w')
+except OSError:
+    ro = True
+nets = [n for n in os.listdir('/sys/class/net')] if os.path.isdir('/sys/class/net') else []
+try:
+    import socket
+    ifs = [n for _, n in socket.if_nameindex()]
+except OSError:
+    ifs = nets
+print(json.dumps({'uid': os.getuid(), 'ro': ro, 'ifs': ifs}))
+)";
+
+}  // namespace
+
+Result<std::unique_ptr<CgroupLease>> Sandbox::make_cgroup() const {
+  auto lease = std::make_unique<CgroupLease>();
+  if (!probe_.cgroup_memory && !probe_.cgroup_pids) return lease;
+  std::string name = unique_name();
+  if (probe_.cgroup_kind == "v2") {
+    std::string d = "/sys/fs/cgroup/" + name;
+    if (::mkdir(d.c_str(), 0755) != 0) return error(ErrorCode::io_error, "cgroup v2: mkdir " + d + " failed");
+    lease->dirs.push_back(d);
+    if (probe_.cgroup_memory) write_file(d + "/memory.max", std::to_string(settings_.memory_bytes));
+    if (probe_.cgroup_memory) write_file(d + "/memory.swap.max", "0");
+    if (probe_.cgroup_pids) write_file(d + "/pids.max", std::to_string(settings_.max_tasks));
+    return lease;
+  }
+  if (probe_.cgroup_memory) {
+    std::string d = "/sys/fs/cgroup/memory/" + name;
+    if (::mkdir(d.c_str(), 0755) != 0) return error(ErrorCode::io_error, "cgroup v1: mkdir " + d + " failed");
+    lease->dirs.push_back(d);
+    if (!write_file(d + "/memory.limit_in_bytes", std::to_string(settings_.memory_bytes))) {
+      return error(ErrorCode::io_error, "cgroup v1: cannot set " + d + "/memory.limit_in_bytes");
+    }
+  }
+  if (probe_.cgroup_pids) {
+    std::string d = "/sys/fs/cgroup/pids/" + name;
+    if (::mkdir(d.c_str(), 0755) != 0) return error(ErrorCode::io_error, "cgroup v1: mkdir " + d + " failed");
+    lease->dirs.push_back(d);
+    if (!write_file(d + "/pids.max", std::to_string(settings_.max_tasks))) {
+      return error(ErrorCode::io_error, "cgroup v1: cannot set " + d + "/pids.max");
+    }
+  }
+  return lease;
+}
+
+std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std::vector<fs::path>& readable_dirs) const {
+  std::vector<std::string> a = {probe_.bwrap_path, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                                "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev",
+                                "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"};
+  if (::geteuid() == 0) {
+    for (const char* s : {"--unshare-user", "--uid", "65534", "--gid", "65534"}) a.emplace_back(s);
+  }
+  if (settings_.gpu) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/dev", ec)) {
+      std::string n = e.path().filename().string();
+      if (n.rfind("nvidia", 0) == 0) {
+        for (const std::string& s : {std::string("--dev-bind"), e.path().string(), e.path().string()}) a.push_back(s);
+      }
+    }
+  }
+  for (const fs::path& d : readable_dirs) {
+    for (const std::string& s : {std::string("--ro-bind"), d.string(), d.string()}) a.push_back(s);
+  }
+  for (const std::string& s : {std::string("--bind"), work_dir.string(), work_dir.string(), std::string("--chdir"),
+                               work_dir.string()}) {
+    a.push_back(s);
+  }
+  a.emplace_back("--");
+  return a;
+}
+
+Result<PreparedSpawn> Sandbox::prepare(const fs::path& work_dir, const std::vector<fs::path>& readable_dirs,
+                                       const std::vector<std::string>& argv, std::vector<std::string> env) const {
+  PreparedSpawn out;
+  SpawnOptions& o = out.options;
+  o.env = std::move(env);
+  o.cwd = work_dir.string();
+  if (!active() && !probing_) {
+    o.argv = argv;
+    return out;
+  }
+  o.argv = bwrap_args(work_dir, readable_dirs);
+  o.argv.insert(o.argv.end(), argv.begin(), argv.end());
+  KLLM_ASSIGN_OR_RETURN(out.cgroup, make_cgroup());
+  o.cgroup_procs_files = out.cgroup->procs_files();
+  // rlimits where no cgroup does the job. RLIMIT_NPROC counts per real uid, so under uid 0 it
+  // would count every root process on the host: only used when we are not root.
+  if (!probe_.cgroup_pids && ::geteuid() != 0) o.rlimit_nproc = static_cast<uint64_t>(settings_.max_tasks);
+  // RLIMIT_AS breaks CUDA's large virtual reservations: only without a GPU.
+  if (!probe_.cgroup_memory && !settings_.gpu) o.rlimit_as_bytes = settings_.memory_bytes;
+  return out;
+}
+
+Sandbox Sandbox::create(const SandboxSettings& settings) {
+  Sandbox s;
+  s.settings_ = settings;
+  SandboxProbe& p = s.probe_;
+  if (!settings.enabled) return s;
+  std::string bw = settings.bwrap;
+  if (bw.empty()) {
+    const char* env = std::getenv("KERNELLLM_BWRAP");
+    bw = env && *env ? env : "bwrap";
+  }
+  p.bwrap_path = find_executable(bw);
+  if (p.bwrap_path.empty()) {
+    p.note = "bubblewrap (bwrap) not found: no namespaces";
+    return s;
+  }
+  // cgroups: v2 when the root has controllers we may use, else v1 hierarchies.
+  if (::access("/sys/fs/cgroup/cgroup.controllers", R_OK) == 0) {
+    std::ifstream f("/sys/fs/cgroup/cgroup.subtree_control");
+    std::string ctl((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string d = "/sys/fs/cgroup/" + unique_name();
+    if (::mkdir(d.c_str(), 0755) == 0) {
+      p.cgroup_kind = "v2";
+      p.cgroup_memory = ctl.find("memory") != std::string::npos && ::access((d + "/memory.max").c_str(), W_OK) == 0;
+      p.cgroup_pids = ctl.find("pids") != std::string::npos && ::access((d + "/pids.max").c_str(), W_OK) == 0;
+      ::rmdir(d.c_str());
+    }
+  } else {
+    p.cgroup_kind = "v1";
+    for (const char* ctl : {"memory", "pids"}) {
+      std::string d = fmt::format("/sys/fs/cgroup/{}/{}", ctl, unique_name());
+      if (::mkdir(d.c_str(), 0755) == 0) {
+        bool ok = ::access((d + (std::string(ctl) == "memory" ? "/memory.limit_in_bytes" : "/pids.max")).c_str(), W_OK) == 0;
+        (std::string(ctl) == "memory" ? p.cgroup_memory : p.cgroup_pids) = ok;
+        ::rmdir(d.c_str());
+      }
+    }
+  }
+  if (!p.cgroup_memory && !p.cgroup_pids) p.cgroup_kind.clear();
+
+  // Run the probe script in the sandbox as a candidate would run.
+  char tmpl[] = "/tmp/kernelllm-probe-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) {
+    p.note = "cannot make a probe directory";
+    return s;
+  }
+  fs::path dir = tmpl;
+  s.probing_ = true;
+  auto prepared = s.prepare(dir, {}, {settings.python, "-I", "-c", kProbeScript}, {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"});
+  if (prepared.ok()) {
+    prepared->options.protocol_fds = false;
+    prepared->options.cgroup_procs_files.clear();  // the probe needs no limits
+    auto proc = Process::spawn(prepared->options);
+    if (proc.ok()) {
+      auto exit = proc->wait(deadline_in(30));
+      std::string out = proc->stdout_tail();
+      if (exit && exit->exited && exit->code == 0) {
+        auto j = parse_json(out, "sandbox probe");
+        if (j.ok() && j->is_object()) {
+          p.namespaces = true;
+          p.uid = j->value("uid", -1);
+          p.fs_read_only = j->value("ro", false);
+          p.net_off = true;
+          for (const auto& n : j->value("ifs", Json::array())) {
+            if (n.is_string() && n.get<std::string>() != "lo") p.net_off = false;
+          }
+          p.real_uid_root = ::geteuid() == 0;
+        }
+      }
+      if (!p.namespaces) {
+        p.note = fmt::format("bwrap probe failed ({}): {}", exit ? exit->describe() : "timeout", proc->stderr_tail());
+      }
+    } else {
+      p.note = "bwrap probe: " + proc.status().to_string();
+    }
+  } else {
+    p.note = "bwrap probe: " + prepared.status().to_string();
+  }
+  s.probing_ = false;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return s;
+}
+
+std::string Sandbox::summary() const {
+  if (!settings_.enabled) return "sandbox: DISABLED (--no-sandbox): candidates run with full access";
+  if (!probe_.namespaces) return "sandbox: INACTIVE (" + probe_.note + "): candidates run unconfined";
+  std::string uid = probe_.uid == 65534 && probe_.real_uid_root ? "65534 (user namespace; host uid 0 without capabilities)"
+                                                                 : std::to_string(probe_.uid);
+  std::string tasks = probe_.cgroup_pids ? fmt::format("{} (cgroup {})", settings_.max_tasks, probe_.cgroup_kind)
+                      : ::geteuid() != 0 ? fmt::format("{} (rlimit)", settings_.max_tasks)
+                                         : std::string("inactive (no pids cgroup; root)");
+  std::string mem = probe_.cgroup_memory ? fmt::format("{} (cgroup {})", human_bytes(settings_.memory_bytes), probe_.cgroup_kind)
+                    : !settings_.gpu     ? fmt::format("{} (rlimit)", human_bytes(settings_.memory_bytes))
+                                         : std::string("inactive (no memory cgroup; RLIMIT_AS breaks CUDA)");
+  return fmt::format("sandbox: net={} fs={} uid={} tasks={} mem={} core=off env=allow-list", probe_.net_off ? "off" : "ON",
+                     probe_.fs_read_only ? "read-only" : "WRITABLE", uid, tasks, mem);
+}
+
+}  // namespace kernelllm::harness

@@ -1,0 +1,117 @@
+// Choosing among correct candidates: on a GPU, the fastest few are re-timed side by side on
+// one device (fresh workers, interleaved rounds, so drift hits all alike) and the best median
+// wins only beyond noise, else the shortest source; on CPU, timing is not meaningful and the
+// shortest correct source is chosen.
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "verifier.h"
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+void Verifier::select() {
+  std::vector<size_t> correct;
+  for (size_t i = 0; i < report_.candidates.size(); ++i) {
+    if (report_.candidates[i].verdict == Verdict::correct) correct.push_back(i);
+  }
+  if (correct.empty()) {
+    report_.selection_reason = "no correct candidate";
+    return;
+  }
+  auto shortest = [&](const std::vector<size_t>& idx) {
+    return *std::min_element(idx.begin(), idx.end(), [&](size_t a, size_t b) { return sources_[a].size() < sources_[b].size(); });
+  };
+  if (correct.size() == 1) {
+    report_.selected = correct.front();
+    report_.selection_reason = "the only correct candidate";
+    return;
+  }
+  std::vector<size_t> timed;
+  for (size_t i : correct) {
+    const CandidateResult& c = report_.candidates[i];
+    if (c.timing && c.timing->meaningful) timed.push_back(i);
+  }
+  if (timed.size() < 2) {
+    report_.selected = shortest(correct);
+    report_.selection_reason = "timing not meaningful here: the shortest correct source";
+    return;
+  }
+  std::sort(timed.begin(), timed.end(), [&](size_t a, size_t b) {
+    return report_.candidates[a].timing->stats.median_ms < report_.candidates[b].timing->stats.median_ms;
+  });
+  if (timed.size() > static_cast<size_t>(std::max(2, opts_.finalists))) timed.resize(static_cast<size_t>(std::max(2, opts_.finalists)));
+  DeviceState* dev = pick_device(0);
+  if (!dev || !dev->cuda()) {
+    report_.selected = timed.front();
+    report_.selection_reason = "no healthy GPU for re-timing: the best first-pass median";
+    return;
+  }
+  // Fresh workers for the finalists, loaded once, then interleaved rounds of short timings.
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<size_t> alive;
+  for (size_t i : timed) {
+    auto w = start_candidate_worker(*dev, 1000 + i);
+    if (w.ok()) {
+      Status hello = await_hello(**w, opts_.start_timeout_s);
+      if (!hello.ok()) w = hello;
+    }
+    if (!w.ok()) {
+      warn(fmt::format("re-timing: cannot start a worker for {}: {}", candidate_paths_[i], w.status().message()));
+      continue;
+    }
+    CandidateResult scratch;
+    if (!load_candidate(i, **w, *dev, scratch)) {
+      warn(fmt::format("re-timing: {} failed to load again: {}", candidate_paths_[i], scratch.message));
+      continue;
+    }
+    workers.push_back(std::move(*w));
+    alive.push_back(i);
+  }
+  constexpr int kRounds = 5;
+  int per_round = std::max(3, opts_.iters / kRounds);
+  std::vector<Finalist> finalists(alive.size());
+  std::vector<bool> ok(alive.size(), true);
+  {
+    std::lock_guard<std::mutex> lock(dev->timing_mu);
+    for (int round = 0; round < kRounds; ++round) {
+      for (size_t k = 0; k < alive.size(); ++k) {
+        if (!ok[k]) continue;
+        Json req = time_request(*dev, per_round);
+        req["op"] = "time";
+        Reply r = workers[k]->request(req, opts_.timing_timeout_s);
+        if (!r.ok()) {
+          ok[k] = false;
+          workers[k]->proc.kill_tree();
+          warn(fmt::format("re-timing {} failed: {}: {}", candidate_paths_[alive[k]], r.error_kind(), r.error_message()));
+          continue;
+        }
+        for (const auto& v : r.message.value("times_ms", Json::array())) {
+          if (v.is_number()) finalists[k].times_ms.push_back(v.get<double>());
+        }
+      }
+    }
+  }
+  std::vector<Finalist> usable;
+  std::vector<size_t> usable_idx;
+  for (size_t k = 0; k < alive.size(); ++k) {
+    if (!ok[k] || finalists[k].times_ms.empty()) continue;
+    finalists[k].source_bytes = sources_[alive[k]].size();
+    usable.push_back(finalists[k]);
+    usable_idx.push_back(alive[k]);
+    report_.candidates[alive[k]].evidence["retimed_ms"] = finalists[k].times_ms;
+  }
+  for (auto& w : workers) w->proc.kill_tree();
+  if (usable.empty()) {
+    report_.selected = timed.front();
+    report_.selection_reason = "re-timing failed for every finalist: the best first-pass median";
+    return;
+  }
+  Selection s = select_finalist(usable);
+  report_.selected = usable_idx[s.index];
+  report_.selection_reason = fmt::format("{} finalist(s) re-timed side by side on {}: {}", usable.size(), dev->name, s.reason);
+}
+
+}  // namespace kernelllm::harness

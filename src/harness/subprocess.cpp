@@ -1,0 +1,405 @@
+// Child processes with protocol pipes, bounded output tails, deadlines and whole-tree kill.
+// The child is set up between fork and exec with async-signal-safe calls only.
+#include "kernelllm/harness/subprocess.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace kernelllm::harness {
+
+void RingBuffer::append(std::string_view bytes) {
+  total_ += bytes.size();
+  if (capacity_ == 0) return;
+  if (bytes.size() >= capacity_) {
+    buf_.assign(bytes.substr(bytes.size() - capacity_));
+    head_ = 0;
+    return;
+  }
+  for (char c : bytes) {
+    if (buf_.size() < capacity_) {
+      buf_.push_back(c);
+    } else {
+      buf_[head_] = c;
+      head_ = (head_ + 1) % capacity_;
+    }
+  }
+}
+
+std::string RingBuffer::str() const {
+  if (buf_.size() < capacity_) return buf_;
+  return buf_.substr(head_) + buf_.substr(0, head_);
+}
+
+std::string encode_frame(const Json& message) {
+  std::string body = message.dump(-1, ' ', false, Json::error_handler_t::replace);
+  uint32_t n = static_cast<uint32_t>(body.size());
+  std::string out(4, '\0');
+  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return out + body;
+}
+
+Result<std::optional<Json>> FrameDecoder::next() {
+  if (buf_.size() < 4) return std::optional<Json>{};
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<unsigned char>(buf_[static_cast<size_t>(i)])) << (8 * i);
+  if (n > max_bytes_) {
+    return error(ErrorCode::resource_exhausted,
+                 fmt::format("protocol frame of {} bytes, expected at most {}", n, max_bytes_));
+  }
+  if (buf_.size() < 4 + size_t{n}) return std::optional<Json>{};
+  std::string body = buf_.substr(4, n);
+  buf_.erase(0, 4 + size_t{n});
+  KLLM_ASSIGN_OR_RETURN(Json j, parse_json(body, "protocol frame"));
+  if (!j.is_object()) {
+    return error(ErrorCode::parse_error, fmt::format("protocol frame: expected a JSON object, found {}", json_type_name(j)));
+  }
+  return std::optional<Json>(std::move(j));
+}
+
+std::string ExitInfo::describe() const {
+  if (exited) return fmt::format("exit code {}", code);
+  const char* name = sigabbrev_np(signal);
+  return fmt::format("killed by signal {} (SIG{})", signal, name ? name : "?");
+}
+
+namespace {
+
+int ms_until(Deadline d) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1000 * 1000));
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Child side after fork: never returns. Only async-signal-safe calls.
+[[noreturn]] void exec_child(const SpawnOptions& o, char* const* argv, char* const* envp, int req_r, int rep_w,
+                             int out_w, int err_w) {
+  ::setsid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  for (const std::string& f : o.cgroup_procs_files) {
+    int fd = ::open(f.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      if (::write(fd, "0", 1) < 0) {}  // "0" = the writing process
+      ::close(fd);
+    }
+  }
+  int devnull = ::open("/dev/null", O_RDONLY);
+  ::dup2(devnull, 0);
+  ::dup2(out_w, 1);
+  ::dup2(err_w, 2);
+  if (o.protocol_fds) {
+    // Move the pipe ends out of the way first so dup2 onto 3/4 cannot clobber one of them.
+    int a = ::fcntl(req_r, F_DUPFD, 10);
+    int b = ::fcntl(rep_w, F_DUPFD, 10);
+    ::dup2(a, 3);
+    ::dup2(b, 4);
+  }
+  // Close everything else (fd ≥ 5, or ≥ 3 without protocol fds).
+  int first = o.protocol_fds ? 5 : 3;
+  long max_fd = ::sysconf(_SC_OPEN_MAX);
+  for (long fd = first; fd < std::min(max_fd, 65536L); ++fd) ::close(static_cast<int>(fd));
+  if (o.no_core_dumps) {
+    rlimit r{0, 0};
+    ::setrlimit(RLIMIT_CORE, &r);
+  }
+  if (o.rlimit_as_bytes) {
+    rlimit r{*o.rlimit_as_bytes, *o.rlimit_as_bytes};
+    ::setrlimit(RLIMIT_AS, &r);
+  }
+  if (o.rlimit_nproc) {
+    rlimit r{*o.rlimit_nproc, *o.rlimit_nproc};
+    ::setrlimit(RLIMIT_NPROC, &r);
+  }
+  if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) ::_exit(126);
+  ::execvpe(argv[0], argv, envp);
+  const char msg[] = "kernelllm: exec failed\n";
+  if (::write(2, msg, sizeof msg - 1) < 0) {}
+  ::_exit(127);
+}
+
+}  // namespace
+
+Result<Process> Process::spawn(const SpawnOptions& o) {
+  if (o.argv.empty()) return error(ErrorCode::invalid_argument, "spawn: expected a non-empty argv");
+  int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int* p : {req, rep, out, err}) { close_fd(p[0]); close_fd(p[1]); }
+  };
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+      (o.protocol_fds && (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0))) {
+    Status s = error(ErrorCode::io_error, fmt::format("spawn {}: pipe: {}", o.argv[0], std::strerror(errno)));
+    close_all();
+    return s;
+  }
+  std::vector<char*> argv, envp;
+  for (const std::string& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& e : o.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    Status s = error(ErrorCode::resource_exhausted, fmt::format("spawn {}: fork: {}", o.argv[0], std::strerror(errno)));
+    close_all();
+    return s;
+  }
+  if (pid == 0) exec_child(o, argv.data(), envp.data(), req[0], rep[1], out[1], err[1]);
+
+  Process p;
+  p.pid_ = pid;
+  p.out_ = RingBuffer(o.tail_bytes);
+  p.err_ = RingBuffer(o.tail_bytes);
+  p.cgroup_procs_files_ = o.cgroup_procs_files;
+  close_fd(req[0]);
+  close_fd(rep[1]);
+  close_fd(out[1]);
+  close_fd(err[1]);
+  p.to_child_ = req[1];
+  p.from_child_ = rep[0];
+  p.out_fd_ = out[0];
+  p.err_fd_ = err[0];
+  for (int fd : {p.to_child_, p.from_child_, p.out_fd_, p.err_fd_}) {
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  return p;
+}
+
+Process::~Process() {
+  if (pid_ > 0) kill_tree();
+  close_fds();
+}
+
+Process::Process(Process&& other) noexcept { *this = std::move(other); }
+
+Process& Process::operator=(Process&& other) noexcept {
+  if (this == &other) return *this;
+  if (pid_ > 0) kill_tree();
+  close_fds();
+  pid_ = std::exchange(other.pid_, -1);
+  to_child_ = std::exchange(other.to_child_, -1);
+  from_child_ = std::exchange(other.from_child_, -1);
+  out_fd_ = std::exchange(other.out_fd_, -1);
+  err_fd_ = std::exchange(other.err_fd_, -1);
+  out_ = std::move(other.out_);
+  err_ = std::move(other.err_);
+  decoder_ = std::move(other.decoder_);
+  cgroup_procs_files_ = std::move(other.cgroup_procs_files_);
+  exit_ = std::move(other.exit_);
+  return *this;
+}
+
+void Process::close_fds() {
+  close_fd(to_child_);
+  close_fd(from_child_);
+  close_fd(out_fd_);
+  close_fd(err_fd_);
+}
+
+bool Process::try_reap() {
+  if (pid_ <= 0 || exit_) return exit_.has_value();
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r != pid_) return false;
+  ExitInfo e;
+  if (WIFEXITED(st)) { e.exited = true; e.code = WEXITSTATUS(st); }
+  else if (WIFSIGNALED(st)) { e.signal = WTERMSIG(st); }
+  exit_ = e;
+  return true;
+}
+
+void Process::drain(int timeout_ms) {
+  pollfd fds[2];
+  int n = 0;
+  if (out_fd_ >= 0) fds[n++] = {out_fd_, POLLIN, 0};
+  if (err_fd_ >= 0) fds[n++] = {err_fd_, POLLIN, 0};
+  if (n == 0) {
+    if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 20)));
+    return;
+  }
+  if (::poll(fds, static_cast<nfds_t>(n), timeout_ms) <= 0) return;
+  char buf[16384];
+  for (int i = 0; i < n; ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    int& fd = fds[i].fd == out_fd_ ? out_fd_ : err_fd_;
+    RingBuffer& ring = fds[i].fd == out_fd_ ? out_ : err_;
+    ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r > 0) ring.append(std::string_view(buf, static_cast<size_t>(r)));
+    else if (r == 0 || (errno != EAGAIN && errno != EINTR)) close_fd(fd);
+  }
+}
+
+Status Process::send(const Json& message, Deadline deadline) {
+  std::string frame = encode_frame(message);
+  if (frame.size() - 4 > kMaxMessageBytes) {
+    return error(ErrorCode::invalid_argument, fmt::format("request of {} bytes exceeds {}", frame.size() - 4, kMaxMessageBytes));
+  }
+  if (to_child_ < 0) return error(ErrorCode::io_error, "request pipe is closed");
+  size_t off = 0;
+  while (off < frame.size()) {
+    ssize_t w = ::write(to_child_, frame.data() + off, frame.size() - off);
+    if (w > 0) { off += static_cast<size_t>(w); continue; }
+    if (w < 0 && errno != EAGAIN && errno != EINTR) {
+      return error(ErrorCode::io_error, fmt::format("writing request: {}", std::strerror(errno)));
+    }
+    if (Clock::now() >= deadline) return error(ErrorCode::resource_exhausted, "child did not read its request before the deadline");
+    pollfd p{to_child_, POLLOUT, 0};
+    ::poll(&p, 1, std::min(ms_until(deadline), 50));
+    drain(0);
+  }
+  return {};
+}
+
+Received Process::receive(Deadline deadline) {
+  Received out;
+  char buf[65536];
+  for (;;) {
+    auto msg = decoder_.next();
+    if (!msg.ok()) {
+      out.status = ReceiveStatus::protocol_error;
+      out.error = msg.status().message();
+      return out;
+    }
+    if (msg->has_value()) {
+      out.status = ReceiveStatus::ok;
+      out.message = std::move(**msg);
+      return out;
+    }
+    if (from_child_ < 0) {
+      out.status = ReceiveStatus::closed;
+      out.error = "reply pipe closed";
+      return out;
+    }
+    int left = ms_until(deadline);
+    pollfd fds[3] = {{from_child_, POLLIN, 0}, {out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+    int n = ::poll(fds, 3, std::min(left, 200));
+    if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t r = ::read(from_child_, buf, sizeof buf);
+      if (r > 0) decoder_.feed(std::string_view(buf, static_cast<size_t>(r)));
+      else if (r == 0 || (errno != EAGAIN && errno != EINTR)) close_fd(from_child_);
+    }
+    if (n > 0 && ((fds[1].revents | fds[2].revents) & (POLLIN | POLLHUP | POLLERR))) drain(0);
+    if (left == 0) {
+      out.status = ReceiveStatus::timeout;
+      out.error = "no reply before the deadline";
+      return out;
+    }
+  }
+}
+
+std::optional<ExitInfo> Process::wait(Deadline deadline) {
+  for (;;) {
+    if (try_reap()) {
+      drain(0);
+      drain(0);
+      return exit_;
+    }
+    if (Clock::now() >= deadline) return std::nullopt;
+    drain(std::min(ms_until(deadline), 20));
+  }
+}
+
+std::vector<pid_t> list_descendants(pid_t root) {
+  // ppid of every process, from /proc/<pid>/stat (field 4, after the parenthesised comm).
+  std::vector<std::pair<pid_t, pid_t>> parent_of;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (!end || *end != '\0' || pid <= 0) continue;
+      std::ifstream f(fmt::format("/proc/{}/stat", pid));
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      size_t rp = stat.rfind(')');
+      if (rp == std::string::npos) continue;
+      std::istringstream rest(stat.substr(rp + 1));
+      char state = 0;
+      long ppid = 0;
+      rest >> state >> ppid;
+      parent_of.emplace_back(static_cast<pid_t>(pid), static_cast<pid_t>(ppid));
+    }
+    ::closedir(d);
+  }
+  std::vector<pid_t> out{root};
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (auto [pid, ppid] : parent_of) {
+      if (ppid == out[i] && std::find(out.begin(), out.end(), pid) == out.end()) out.push_back(pid);
+    }
+  }
+  out.erase(out.begin());
+  return out;
+}
+
+void Process::kill_tree() {
+  if (pid_ <= 0) return;
+  // Repeat: a process may fork between the scan and the kill. The leader stays a zombie (not
+  // reaped) until the end, so its pid and process group cannot be reused meanwhile.
+  for (int round = 0; round < 20; ++round) {
+    // After the leader was reaped its pid may be reused: then only the group and cgroups count.
+    std::vector<pid_t> victims = exit_ ? std::vector<pid_t>{} : list_descendants(pid_);
+    for (const std::string& procs : cgroup_procs_files_) {
+      std::ifstream f(procs);
+      for (long p; f >> p;) victims.push_back(static_cast<pid_t>(p));
+    }
+    ::kill(-pid_, SIGKILL);
+    if (!exit_) ::kill(pid_, SIGKILL);
+    for (pid_t v : victims) ::kill(v, SIGKILL);
+    if (victims.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!exit_) {
+    int st = 0;
+    if (::waitpid(pid_, &st, 0) == pid_) {
+      ExitInfo e;
+      if (WIFEXITED(st)) { e.exited = true; e.code = WEXITSTATUS(st); }
+      else if (WIFSIGNALED(st)) { e.signal = WTERMSIG(st); }
+      exit_ = e;
+    }
+  }
+  drain(0);
+  close_fds();
+  pid_ = -1;
+}
+
+bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
+
+int reap_orphans(const std::vector<pid_t>& known) {
+  int n = 0;
+  for (pid_t child : list_descendants(::getpid())) {
+    if (std::find(known.begin(), known.end(), child) != known.end()) continue;
+    std::ifstream st(fmt::format("/proc/{}/stat", child));
+    std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+    size_t rp = stat.rfind(')');
+    std::istringstream rest(rp == std::string::npos ? std::string() : stat.substr(rp + 1));
+    char state = 0;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != ::getpid()) continue;  // only direct children: orphans adopted by the subreaper
+    std::ifstream f(fmt::format("/proc/{}/environ", child));
+    std::string env((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (env.find("KERNELLLM_WORKER=1") == std::string::npos) continue;
+    ::kill(-child, SIGKILL);
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace kernelllm::harness

@@ -1,0 +1,98 @@
+// Internal to the harness: the state of one verify() run, shared by verify.cpp (set-up, the
+// worker threads, cache), evaluate.cpp (one candidate: load, trials, timing, rules) and
+// select.cpp (side-by-side re-timing of finalists).
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernelllm/harness/cache.h"
+#include "kernelllm/harness/sandbox.h"
+#include "kernelllm/harness/verify.h"
+#include "workers.h"
+
+namespace kernelllm::harness {
+
+struct TrialInput {
+  std::filesystem::path file;  // safetensors written by the judge
+  int64_t n_inputs = 0;
+  Json scalars = Json::object();
+  uint64_t input_bytes = 0;
+  uint64_t output_bytes = 0;
+  std::string distribution;
+  double reference_ms = 0;  // wall time of make_inputs (reference forward, fp64 included)
+};
+
+struct DeviceState {
+  size_t index = 0;
+  std::string name;      // "cpu", "cuda:0"
+  std::string hardware;  // "cpu" or the GPU's name
+  std::unique_ptr<Worker> judge;
+  std::mutex judge_mu;   // one judge request at a time
+  std::mutex timing_mu;  // one timed workload per device
+  Json problem;          // load_problem reply
+  std::vector<TrialInput> trials;
+  std::filesystem::path shared_dir;  // init tensors and inputs, read-only to candidates
+  std::optional<TimingResult> ref_timing, compile_timing;
+  bool ref_timing_tried = false;
+  std::atomic<bool> healthy{true};
+  bool cuda() const { return name != "cpu"; }
+};
+
+class Verifier {
+ public:
+  Verifier(std::string problem, std::vector<std::string> candidates, VerifyOptions opts)
+      : problem_path_(std::move(problem)), candidate_paths_(std::move(candidates)), opts_(std::move(opts)) {}
+  Result<VerifyReport> run();
+
+ private:
+  Status setup();
+  Status setup_device(DeviceState& dev);
+  void worker_thread(size_t thread);
+  Result<std::unique_ptr<Worker>> start_candidate_worker(DeviceState& dev, size_t thread);
+  DeviceState* pick_device(size_t hint);
+  std::string cache_key_for(size_t i, const DeviceState& dev) const;
+  static void from_cache(const Json& j, CandidateResult& r);
+  Reply judge_call(DeviceState& dev, const Json& request, double timeout_s);
+  void log(const std::string& line) const;
+  void warn(const std::string& line);
+
+  // evaluate.cpp
+  void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  bool fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
+                       CandidateResult& r);
+  void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
+  void ensure_reference_timing(DeviceState& dev);
+  Json time_request(const DeviceState& dev, int iters) const;
+  std::vector<size_t> timing_trials(const DeviceState& dev) const;
+  double run_timeout_s(const DeviceState& dev) const;
+
+  // select.cpp
+  void select();
+
+  std::string problem_path_;
+  std::vector<std::string> candidate_paths_;
+  VerifyOptions opts_;
+  VerifyReport report_;
+  std::string reference_source_;
+  std::vector<std::string> sources_, source_errors_;
+  PythonEnv py_;
+  std::filesystem::path package_dir_;
+  Sandbox sandbox_;
+  std::filesystem::path run_dir_;
+  uint64_t secret_seed_ = 0;  // sent to judges only
+  std::vector<std::unique_ptr<DeviceState>> devices_;
+  std::unique_ptr<ResultCache> cache_;
+  std::atomic<size_t> next_candidate_{0};
+  std::atomic<uint64_t> worker_seq_{0};
+  int jobs_ = 1;
+  std::mutex warn_mu_;
+};
+
+}  // namespace kernelllm::harness

@@ -1,0 +1,324 @@
+// The verifier orchestrator: set-up (interpreter probe, sandbox probe, one judge per device,
+// trial inputs made once), parallel candidate evaluation on pre-warmed sandboxed workers, and
+// the result cache. Per-candidate logic lives in evaluate.cpp, finalist selection in select.cpp.
+#include "verifier.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "kernelllm/base/file.h"
+#include "kernelllm/harness/cache.h"
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+void Verifier::log(const std::string& line) const {
+  if (opts_.log) opts_.log(line);
+}
+
+void Verifier::warn(const std::string& line) {
+  std::lock_guard<std::mutex> lock(warn_mu_);
+  report_.warnings.push_back(line);
+}
+
+Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout_s) {
+  std::lock_guard<std::mutex> lock(dev.judge_mu);
+  if (!dev.judge || !dev.judge->proc.running()) {
+    Reply r;
+    r.error = "the judge process is gone";
+    return r;
+  }
+  Reply r = dev.judge->request(request, timeout_s);
+  if (r.status != ReceiveStatus::ok) {
+    dev.judge->proc.kill_tree();
+    dev.healthy = false;
+    warn(fmt::format("judge on {} failed ({}): {}; {}", dev.name, r.error_kind(), r.error, dev.judge->proc.stderr_tail()));
+  }
+  return r;
+}
+
+Status Verifier::setup_device(DeviceState& dev) {
+  dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.index);
+  fs::create_directories(dev.shared_dir);
+  auto judge = start_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.index), {}, dev.name, nullptr,
+                            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2), opts_.start_timeout_s);
+  if (!judge.ok()) return judge.status().with_context("judge on " + dev.name);
+  dev.judge = std::move(*judge);
+  Json req{{"op", "load_problem"},  {"problem_path", fs::absolute(problem_path_).string()},
+           {"device", dev.name},    {"profile", opts_.profile},
+           {"secret_seed", secret_seed_}, {"work_dir", dev.shared_dir.string()},
+           {"n_trials", opts_.n_trials}, {"kernelbench_tolerance", opts_.kernelbench_tolerance}};
+  Reply r = judge_call(dev, req, opts_.load_timeout_s);
+  if (!r.ok()) {
+    return error(ErrorCode::invalid_argument, fmt::format("problem {} on {}: {}: {}", problem_path_, dev.name, r.error_kind(),
+                                                          r.error_message()));
+  }
+  dev.problem = r.message;
+  int n = dev.problem.value("n_trials", opts_.n_trials);
+  Json dists = dev.problem.value("trial_distributions", Json::array());
+  for (int t = 0; t < n; ++t) {
+    TrialInput in;
+    in.file = dev.shared_dir / fmt::format("inputs-{}.safetensors", t);
+    in.distribution = t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>() : "normal";
+    Reply m = judge_call(dev, Json{{"op", "make_inputs"}, {"trial", t}, {"distribution", in.distribution}, {"file", in.file.string()}},
+                         opts_.load_timeout_s);
+    if (!m.ok()) {
+      return error(ErrorCode::invalid_argument, fmt::format("problem {}: make_inputs({}) on {}: {}: {}", problem_path_, t, dev.name,
+                                                            m.error_kind(), m.error_message()));
+    }
+    in.n_inputs = m.message.value("n_inputs", 0);
+    in.scalars = m.message.value("scalars", Json::object());
+    in.input_bytes = m.message.value("input_bytes", uint64_t{0});
+    in.output_bytes = m.message.value("output_bytes", uint64_t{0});
+    // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
+    in.reference_ms = m.elapsed_ms;
+    dev.trials.push_back(std::move(in));
+  }
+  return {};
+}
+
+Status Verifier::setup() {
+  report_.problem = problem_path_;
+  report_.profile = opts_.profile;
+  if (opts_.profile != "strict" && opts_.profile != "kernelbench") {
+    return error(ErrorCode::invalid_argument, fmt::format("profile: expected strict or kernelbench, found '{}'", opts_.profile));
+  }
+  KLLM_ASSIGN_OR_RETURN(reference_source_, read_text_file(problem_path_, 16 << 20));
+  for (const std::string& c : candidate_paths_) {
+    auto src = read_text_file(c, 16 << 20);
+    sources_.push_back(src.ok() ? std::move(*src) : std::string());
+    source_errors_.push_back(src.ok() ? std::string() : src.status().to_string());
+  }
+  bool cuda = opts_.devices.empty() || opts_.devices.front() != "cpu";
+  KLLM_ASSIGN_OR_RETURN(py_, probe_python(choose_python(opts_.python), cuda));
+  KLLM_ASSIGN_OR_RETURN(package_dir_, find_package_dir(opts_.package_dir));
+  std::vector<std::string> names = opts_.devices;
+  if (cuda && (names.empty() || (names.size() == 1 && names[0] == "cuda"))) {
+    names.clear();
+    for (size_t i = 0; i < py_.cuda_names.size(); ++i) names.push_back(fmt::format("cuda:{}", i));
+  }
+  if (names.empty()) return error(ErrorCode::not_found, "device cuda: torch sees no CUDA device");
+  report_.environment = Json{{"python", py_.executable}, {"python_version", py_.python_version}, {"torch", py_.torch_version},
+                             {"triton", py_.triton_version}, {"numpy", py_.numpy_version}, {"package_dir", package_dir_.string()}};
+  Json devs = Json::array();
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto dev = std::make_unique<DeviceState>();
+    dev->index = i;
+    dev->name = names[i];
+    if (dev->name == "cpu") {
+      dev->hardware = "cpu";
+    } else {
+      size_t ordinal = std::stoul(dev->name.substr(5));
+      if (ordinal >= py_.cuda_names.size()) {
+        return error(ErrorCode::not_found, fmt::format("device {}: torch sees {} CUDA device(s)", dev->name, py_.cuda_names.size()));
+      }
+      dev->hardware = py_.cuda_names[ordinal];
+    }
+    devs.push_back(Json{{"name", dev->name}, {"hardware", dev->hardware}});
+    devices_.push_back(std::move(dev));
+  }
+  report_.environment["devices"] = devs;
+
+  SandboxSettings ss;
+  ss.enabled = opts_.sandbox;
+  ss.gpu = cuda;
+  ss.memory_bytes = opts_.memory_bytes;
+  ss.max_tasks = opts_.max_tasks;
+  ss.python = py_.executable;
+  sandbox_ = Sandbox::create(ss);
+  report_.sandbox = sandbox_.summary();
+  if (!sandbox_.active()) report_.warnings.push_back(report_.sandbox);
+
+  const char* shm = "/dev/shm";
+  std::string base = ::access(shm, W_OK) == 0 ? shm : fs::temp_directory_path().string();
+  std::string tmpl = base + "/kernelllm-verify-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return error(ErrorCode::io_error, "cannot create a run directory under " + base);
+  run_dir_ = tmpl;
+
+  std::random_device rd;
+  secret_seed_ = ((uint64_t{rd()} << 32) | rd()) & ((uint64_t{1} << 62) - 1);
+
+  if (opts_.use_cache) {
+    fs::path path = opts_.cache_path.empty() ? default_cache_path() : fs::path(opts_.cache_path);
+    auto c = ResultCache::open(path);
+    if (c.ok()) {
+      cache_ = std::make_unique<ResultCache>(std::move(*c));
+    } else {
+      report_.warnings.push_back("result cache disabled: " + c.status().to_string());
+    }
+  }
+  become_subreaper();
+  for (auto& dev : devices_) {
+    log(fmt::format("judge: loading the problem on {}", dev->name));
+    KLLM_RETURN_IF_ERROR(setup_device(*dev));
+  }
+  return {};
+}
+
+std::string Verifier::cache_key_for(size_t i, const DeviceState& dev) const {
+  CacheKeyParts p;
+  p.reference_source = reference_source_;
+  p.candidate_source = sources_[i];
+  p.profile = opts_.profile;
+  p.device_name = dev.hardware;
+  p.torch_version = py_.torch_version;
+  p.triton_version = py_.triton_version;
+  p.verifier_version = std::string(kVerifierVersion);
+  p.options = fmt::format("trials={} tol={} timing={} compile={} iters={} sandbox={}", opts_.n_trials, opts_.kernelbench_tolerance,
+                          opts_.timing, opts_.time_compile, opts_.iters, sandbox_.active());
+  return cache_key(p);
+}
+
+DeviceState* Verifier::pick_device(size_t hint) {
+  std::vector<DeviceState*> ok;
+  for (auto& d : devices_) {
+    if (d->healthy) ok.push_back(d.get());
+  }
+  return ok.empty() ? nullptr : ok[hint % ok.size()];
+}
+
+Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& dev, size_t thread) {
+  uint64_t seq = worker_seq_++;
+  fs::path dir = run_dir_ / fmt::format("cand-{}-{}", thread, seq);
+  int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, jobs_));
+  return spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir}, dev.name, sandbox_.active() ? &sandbox_ : nullptr,
+                      threads);
+}
+
+void Verifier::worker_thread(size_t thread) {
+  // The next worker is spawned while the current candidate runs and imports torch meanwhile.
+  std::unique_ptr<Worker> next;
+  for (;;) {
+    size_t i = next_candidate_++;
+    if (i >= candidate_paths_.size()) break;
+    CandidateResult& r = report_.candidates[i];
+    r.path = candidate_paths_[i];
+    if (!source_errors_[i].empty()) {
+      r.verdict = Verdict::compile_error;
+      r.message = "cannot read the candidate: " + source_errors_[i];
+      continue;
+    }
+    DeviceState* dev = pick_device(thread);
+    if (!dev) {
+      r.verdict = Verdict::not_verified;
+      r.message = "no healthy device left";
+      continue;
+    }
+    r.device = dev->name;
+    std::string key = cache_key_for(i, *dev);
+    if (cache_) {
+      auto hit = cache_->get(key);
+      if (hit.ok() && hit->has_value()) {
+        from_cache(**hit, r);
+        log(fmt::format("[{}] {}: {} (cached)", i, r.path, verdict_name(r.verdict)));
+        continue;
+      }
+    }
+    std::unique_ptr<Worker> w;
+    std::string start_error;
+    for (int attempt = 0; attempt < 2 && !w; ++attempt) {  // one retry: start-up can fail for unrelated reasons
+      if (next && next->device == dev->name) {
+        w = std::move(next);
+      } else {
+        next.reset();
+        auto s = start_candidate_worker(*dev, thread);
+        if (!s.ok()) {
+          start_error = s.status().to_string();
+          continue;
+        }
+        w = std::move(*s);
+      }
+      Status hello = await_hello(*w, opts_.start_timeout_s);
+      if (!hello.ok()) {
+        start_error = hello.to_string();
+        w.reset();
+      }
+    }
+    if (!w) {
+      r.verdict = Verdict::not_verified;
+      r.message = "could not start a candidate worker: " + start_error;
+      continue;
+    }
+    if (next_candidate_.load() < candidate_paths_.size()) {
+      auto s = start_candidate_worker(*dev, thread);
+      if (s.ok()) next = std::move(*s);
+    }
+    evaluate(i, *w, *dev, r);
+    w->proc.kill_tree();
+    log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
+                    r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
+    if (cache_ && r.verdict != Verdict::not_verified) {
+      Status s = cache_->put(key, r.to_json());
+      if (!s.ok()) warn("cache write: " + s.to_string());
+    }
+  }
+}
+
+void Verifier::from_cache(const Json& j, CandidateResult& r) {
+  r.verdict = verdict_from_name(j.value("verdict", "")).value_or(Verdict::not_verified);
+  r.rule = j.value("rule", "");
+  r.message = j.value("message", "");
+  r.stderr_tail = j.value("stderr_tail", "");
+  r.stats = j.value("stats", Json());
+  r.evidence = j.value("evidence", Json());
+  r.cached = true;
+  if (j.contains("timing") && j["timing"].is_object()) {
+    const Json& t = j["timing"];
+    TimingResult tr;
+    tr.meaningful = t.value("meaningful", false);
+    tr.times_ms = t.value("times_ms", std::vector<double>{});
+    tr.stats = timing_stats(tr.times_ms);
+    tr.event_total_ms = t.value("event_total_ms", 0.0);
+    tr.wall_total_ms = t.value("wall_total_ms", 0.0);
+    tr.orchestrator_wall_ms = t.value("orchestrator_wall_ms", 0.0);
+    r.timing = tr;
+    r.speedup = j.value("speedup", Json(nullptr)).is_number() ? j["speedup"].get<double>() : 0.0;
+  }
+}
+
+Result<VerifyReport> Verifier::run() {
+  KLLM_RETURN_IF_ERROR(setup());
+  report_.candidates.resize(candidate_paths_.size());
+  int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  jobs_ = opts_.jobs > 0 ? opts_.jobs : std::min(hw, static_cast<int>(candidate_paths_.size()));
+  jobs_ = std::max(1, std::min(jobs_, static_cast<int>(candidate_paths_.size())));
+  log(fmt::format("{}; {} candidate(s), {} worker(s)", report_.sandbox, candidate_paths_.size(), jobs_));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < jobs_; ++t) threads.emplace_back([this, t] { worker_thread(static_cast<size_t>(t)); });
+  for (std::thread& t : threads) t.join();
+  for (auto& dev : devices_) {
+    if (!dev->healthy && dev->name != "cpu") report_.warnings.push_back(fmt::format("device {} was taken out of use", dev->name));
+    if (!report_.reference_timing && dev->ref_timing) {
+      report_.reference_timing = dev->ref_timing;
+      report_.compile_timing = dev->compile_timing;
+    }
+  }
+  if (opts_.select) select();
+  for (auto& dev : devices_) {
+    if (dev->judge && dev->judge->proc.running()) {
+      dev->judge->request(Json{{"op", "exit"}}, 5);
+      dev->judge->proc.wait(deadline_in(5));
+      dev->judge->proc.kill_tree();
+    }
+  }
+  int orphans = reap_orphans({});
+  if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
+  std::error_code ec;
+  fs::remove_all(run_dir_, ec);
+  return std::move(report_);
+}
+
+Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,
+                            const VerifyOptions& options) {
+  if (candidate_paths.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
+  Verifier v(problem_path, candidate_paths, options);
+  return v.run();
+}
+
+}  // namespace kernelllm::harness

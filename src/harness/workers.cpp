@@ -1,0 +1,232 @@
+// Worker start-up and request/reply rounds; the interpreter probe; the GPU health check.
+#include "workers.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kPassThrough[] = {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH",
+                              "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES"};
+
+constexpr const char* kProbeScript = R"(import sys, json
+info = {'executable': sys.executable, 'python': sys.version.split()[0]}
+import torch
+info['torch'] = torch.__version__
+try:
+    import numpy
+    info['numpy'] = numpy.__version__
+except Exception:
+    info['numpy'] = ''
+try:
+    import triton
+    info['triton'] = triton.__version__
+except Exception as e:
+    info['triton'] = ''
+if 'cuda' in sys.argv:
+    info['cuda'] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+print(json.dumps(info))
+)";
+
+std::vector<std::string> parent_env_subset() {
+  std::vector<std::string> env;
+  for (const char* k : kPassThrough) {
+    if (const char* v = std::getenv(k)) env.push_back(std::string(k) + "=" + v);
+  }
+  return env;
+}
+
+}  // namespace
+
+std::string choose_python(const std::string& option) {
+  if (!option.empty()) return option;
+  if (const char* p = std::getenv("KERNELLLM_PYTHON"); p && *p) return p;
+  return "python3";
+}
+
+Result<fs::path> find_package_dir(const std::string& option) {
+  auto has_worker = [](const fs::path& d) { return fs::exists(d / "kernelllm" / "worker" / "launch.py"); };
+  std::vector<fs::path> tried;
+  if (!option.empty()) tried.emplace_back(option);
+  if (const char* p = std::getenv("KERNELLLM_PACKAGE_DIR"); p && *p) tried.emplace_back(p);
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) tried.push_back(exe.parent_path().parent_path().parent_path());  // site-packages/kernelllm/bin/kernelllm
+#ifdef KERNELLLM_SOURCE_PYTHON_DIR
+  tried.emplace_back(KERNELLLM_SOURCE_PYTHON_DIR);
+#endif
+  std::string list;
+  for (const fs::path& d : tried) {
+    if (has_worker(d)) return fs::absolute(d);
+    list += (list.empty() ? "" : ", ") + d.string();
+  }
+  return error(ErrorCode::not_found, "kernelllm/worker/launch.py not found; looked in: " + list +
+                                         " (set KERNELLLM_PACKAGE_DIR to the directory that contains kernelllm/)");
+}
+
+std::vector<std::string> worker_env(const fs::path& work_dir, const std::string& device, int threads) {
+  std::vector<std::string> env = parent_env_subset();
+  const std::string w = work_dir.string();
+  for (const std::string& s : {std::string("PATH=/usr/local/bin:/usr/bin:/bin"), std::string("LANG=C.UTF-8"), "HOME=" + w + "/home",
+                               "TMPDIR=" + w + "/tmp", "TRITON_CACHE_DIR=" + w + "/triton",
+                               "TORCHINDUCTOR_CACHE_DIR=" + w + "/inductor", "XDG_CACHE_HOME=" + w + "/cache",
+                               std::string("PYTHONDONTWRITEBYTECODE=1"), std::string("KERNELLLM_WORKER=1"),
+                               fmt::format("OMP_NUM_THREADS={}", threads > 0 ? threads : 1)}) {
+    env.push_back(s);
+  }
+  if (device == "cpu") env.emplace_back("TRITON_INTERPRET=1");
+  for (const char* d : {"home", "tmp", "triton", "inductor", "cache"}) {
+    std::error_code ec;
+    fs::create_directories(work_dir / d, ec);
+  }
+  return env;
+}
+
+Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
+  SpawnOptions o;
+  o.argv = {python, "-c", kProbeScript};
+  if (cuda) o.argv.emplace_back("cuda");
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);  // trusted: our own environment
+  o.protocol_fds = false;
+  KLLM_ASSIGN_OR_RETURN(Process p, Process::spawn(o));
+  auto exit = p.wait(deadline_in(180));
+  if (!exit) {
+    p.kill_tree();
+    return error(ErrorCode::io_error, fmt::format("{}: probing torch/triton took more than 180 s", python));
+  }
+  if (!exit->exited || exit->code != 0) {
+    return error(ErrorCode::not_found, fmt::format("{} cannot import torch ({}): {}", python, exit->describe(), p.stderr_tail()));
+  }
+  std::string out = p.stdout_tail();
+  size_t nl = out.rfind('{');
+  KLLM_ASSIGN_OR_RETURN(Json j, parse_json(nl == std::string::npos ? out : out.substr(nl), "python probe"));
+  PythonEnv env;
+  env.executable = j.value("executable", python);
+  env.python_version = j.value("python", "");
+  env.torch_version = j.value("torch", "");
+  env.triton_version = j.value("triton", "");
+  env.numpy_version = j.value("numpy", "");
+  for (const auto& n : j.value("cuda", Json::array())) env.cuda_names.push_back(n.get<std::string>());
+  return env;
+}
+
+std::string Reply::error_kind() const {
+  switch (status) {
+    case ReceiveStatus::timeout: return "timeout";
+    case ReceiveStatus::closed: return "closed";
+    case ReceiveStatus::protocol_error: return "protocol";
+    case ReceiveStatus::ok: break;
+  }
+  if (message.value("ok", false)) return "";
+  const Json& e = message.contains("error") && message["error"].is_object() ? message["error"] : Json::object();
+  return e.value("kind", "unknown");
+}
+
+std::string Reply::error_message() const {
+  if (status != ReceiveStatus::ok) return error;
+  const Json& e = message.contains("error") && message["error"].is_object() ? message["error"] : Json::object();
+  return e.value("message", "");
+}
+
+Reply Worker::request(const Json& message, double timeout_s) {
+  Reply r;
+  auto t0 = Clock::now();
+  Deadline d = deadline_in(timeout_s);
+  Json m = message;
+  m["v"] = 1;
+  Status s = proc.send(m, d);
+  if (!s.ok()) {
+    r.status = Clock::now() >= d ? ReceiveStatus::timeout : ReceiveStatus::closed;
+    r.error = s.message();
+  } else {
+    Received got = proc.receive(d);
+    r.status = got.status;
+    r.message = std::move(got.message);
+    r.error = std::move(got.error);
+  }
+  r.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return r;
+}
+
+std::string Worker::describe_exit() const {
+  return proc.exit_info() ? proc.exit_info()->describe() : std::string("still running");
+}
+
+Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const PythonEnv& py, const fs::path& package_dir,
+                                             const fs::path& work_dir, const std::vector<fs::path>& readable_dirs,
+                                             const std::string& device, const Sandbox* sandbox, int threads) {
+  auto w = std::make_unique<Worker>();
+  w->work_dir = work_dir;
+  w->device = device;
+  w->kind = kind;
+  std::error_code ec;
+  fs::create_directories(work_dir, ec);
+  std::vector<std::string> argv = {py.executable, "-I", "-B", (package_dir / "kernelllm" / "worker" / "launch.py").string(), kind};
+  std::vector<std::string> env = worker_env(work_dir, device, threads);
+  SpawnOptions opts;
+  if (sandbox) {
+    std::vector<fs::path> readable = readable_dirs;
+    readable.push_back(package_dir);
+    KLLM_ASSIGN_OR_RETURN(PreparedSpawn prep, sandbox->prepare(work_dir, readable, argv, std::move(env)));
+    opts = std::move(prep.options);
+    w->cgroup = std::move(prep.cgroup);
+  } else {
+    opts.argv = std::move(argv);
+    opts.env = std::move(env);
+    opts.cwd = work_dir.string();
+  }
+  KLLM_ASSIGN_OR_RETURN(w->proc, Process::spawn(opts));
+  return w;
+}
+
+Status await_hello(Worker& w, double start_timeout_s) {
+  if (!w.hello.is_null()) return {};
+  Received hello = w.proc.receive(deadline_in(start_timeout_s));
+  if (hello.status != ReceiveStatus::ok || !hello.message.value("ok", false)) {
+    w.proc.kill_tree();
+    return error(ErrorCode::io_error, fmt::format("{} worker did not greet ({}; {}): {}", w.kind,
+                                                  hello.status == ReceiveStatus::ok ? hello.message.dump() : hello.error,
+                                                  w.describe_exit(), w.proc.stderr_tail()));
+  }
+  w.hello = std::move(hello.message);
+  return {};
+}
+
+Result<std::unique_ptr<Worker>> start_worker(const std::string& kind, const PythonEnv& py, const fs::path& package_dir,
+                                             const fs::path& work_dir, const std::vector<fs::path>& readable_dirs,
+                                             const std::string& device, const Sandbox* sandbox, int threads,
+                                             double start_timeout_s) {
+  KLLM_ASSIGN_OR_RETURN(auto w, spawn_worker(kind, py, package_dir, work_dir, readable_dirs, device, sandbox, threads));
+  KLLM_RETURN_IF_ERROR(await_hello(*w, start_timeout_s));
+  return w;
+}
+
+Status gpu_health_check(const PythonEnv& py, const std::string& device, double timeout_s) {
+  SpawnOptions o;
+  o.argv = {py.executable, "-c",
+            "import sys, torch; d = sys.argv[1]; x = torch.arange(1024, device=d, dtype=torch.float32); "
+            "s = float((x * 2).sum()); torch.cuda.synchronize(d); assert s == 1047552.0, s; print('ok')",
+            device};
+  o.env = parent_env_subset();
+  o.env.emplace_back("PATH=/usr/local/bin:/usr/bin:/bin");
+  o.protocol_fds = false;
+  KLLM_ASSIGN_OR_RETURN(Process p, Process::spawn(o));
+  auto exit = p.wait(deadline_in(timeout_s));
+  if (!exit) {
+    p.kill_tree();
+    return error(ErrorCode::internal, fmt::format("GPU health check on {} hung for {} s", device, timeout_s));
+  }
+  if (!exit->exited || exit->code != 0) {
+    return error(ErrorCode::internal, fmt::format("GPU health check on {} failed ({}): {}", device, exit->describe(), p.stderr_tail()));
+  }
+  return {};
+}
+
+}  // namespace kernelllm::harness

@@ -1,0 +1,76 @@
+// Internal to the harness: the Python interpreter probe, worker start-up (judge: trusted,
+// env-cleaned; candidate: sandboxed) and one request/reply round with a deadline.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
+#include "kernelllm/harness/sandbox.h"
+#include "kernelllm/harness/subprocess.h"
+
+namespace kernelllm::harness {
+
+struct PythonEnv {
+  std::string executable;  // absolute, resolved by the interpreter itself (no shims)
+  std::string python_version, torch_version, triton_version, numpy_version;
+  std::vector<std::string> cuda_names;  // index = CUDA ordinal (only when asked)
+};
+// Runs `python` once (trusted, our environment) to learn the above. `cuda` also lists GPUs.
+Result<PythonEnv> probe_python(const std::string& python, bool cuda);
+
+// The interpreter to use: option, else $KERNELLLM_PYTHON, else python3.
+std::string choose_python(const std::string& option);
+// The directory that holds kernelllm/worker/launch.py: option, $KERNELLLM_PACKAGE_DIR, the
+// installed layout next to the running binary (kernelllm/bin/../..), else the source tree.
+Result<std::filesystem::path> find_package_dir(const std::string& option);
+
+// The allow-listed environment of a worker whose private dir is `work_dir`.
+std::vector<std::string> worker_env(const std::filesystem::path& work_dir, const std::string& device, int threads);
+
+struct Reply {
+  ReceiveStatus status = ReceiveStatus::closed;
+  Json message;        // when ok (may have ok:false)
+  std::string error;   // otherwise
+  double elapsed_ms = 0;
+  bool ok() const { return status == ReceiveStatus::ok && message.value("ok", false); }
+  std::string error_kind() const;     // reply error kind, or "timeout"/"closed"/"protocol"
+  std::string error_message() const;
+};
+
+class Worker {
+ public:
+  std::unique_ptr<CgroupLease> cgroup;  // destroyed after `proc` (declared first)
+  Process proc;
+  Json hello;
+  std::filesystem::path work_dir;
+  std::string device;
+  std::string kind;  // "judge" or "candidate"
+
+  Reply request(const Json& message, double timeout_s);
+  // Exit status or "still running" for evidence, after a kill.
+  std::string describe_exit() const;
+};
+
+// Starts a worker ("judge" or "candidate") without waiting: it imports torch on its own while
+// we do other work (pre-warming). The child dies with the *thread* that forks it
+// (PR_SET_PDEATHSIG), so spawn only from threads that outlive the worker.
+Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const PythonEnv& py,
+                                             const std::filesystem::path& package_dir, const std::filesystem::path& work_dir,
+                                             const std::vector<std::filesystem::path>& readable_dirs, const std::string& device,
+                                             const Sandbox* sandbox, int threads);
+// Waits for the worker's hello; kills it on failure.
+Status await_hello(Worker& w, double start_timeout_s);
+// spawn_worker + await_hello.
+Result<std::unique_ptr<Worker>> start_worker(const std::string& kind, const PythonEnv& py,
+                                             const std::filesystem::path& package_dir, const std::filesystem::path& work_dir,
+                                             const std::vector<std::filesystem::path>& readable_dirs, const std::string& device,
+                                             const Sandbox* sandbox, int threads, double start_timeout_s);
+
+// Runs a tiny CUDA op on `device` in a fresh process; ok when the GPU still works.
+Status gpu_health_check(const PythonEnv& py, const std::string& device, double timeout_s);
+
+}  // namespace kernelllm::harness
