@@ -1,0 +1,107 @@
+// Sandbox: the probe reports what works; a sandboxed process sees no network, a read-only
+// system, its own writable work dir, an allow-listed environment; limits are applied.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "kernelllm/harness/sandbox.h"
+
+namespace kernelllm::harness {
+namespace {
+namespace fs = std::filesystem;
+
+SandboxSettings settings() {
+  SandboxSettings s;
+  s.python = find_executable("python3");
+  s.max_tasks = 64;
+  s.memory_bytes = uint64_t{1} << 30;
+  return s;
+}
+
+TEST(Sandbox, DisabledSaysSoLoudly) {
+  SandboxSettings s = settings();
+  s.enabled = false;
+  Sandbox box = Sandbox::create(s);
+  EXPECT_FALSE(box.active());
+  EXPECT_NE(box.summary().find("DISABLED"), std::string::npos);
+}
+
+TEST(Sandbox, MissingBwrapIsReportedInactive) {
+  SandboxSettings s = settings();
+  s.bwrap = "/nonexistent/bwrap";
+  Sandbox box = Sandbox::create(s);
+  EXPECT_FALSE(box.active());
+  EXPECT_NE(box.summary().find("INACTIVE"), std::string::npos);
+  EXPECT_NE(box.summary().find("not found"), std::string::npos);
+}
+
+class SandboxRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    box_ = Sandbox::create(settings());
+    if (find_executable("bwrap").empty()) GTEST_SKIP() << "bubblewrap is not installed";
+    ASSERT_TRUE(box_.active()) << box_.summary();
+    dir_ = fs::temp_directory_path() / ("kllm-sbx-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs a shell script in the sandbox; returns (exit code, stdout).
+  std::pair<int, std::string> run(const std::string& script) {
+    auto prep = box_.prepare(dir_, {}, {"/bin/sh", "-c", script}, {"PATH=/usr/bin:/bin", "SECRET_OK=1"});
+    EXPECT_TRUE(prep.ok()) << prep.status().to_string();
+    prep->options.protocol_fds = false;
+    auto p = Process::spawn(prep->options);
+    EXPECT_TRUE(p.ok());
+    auto e = p->wait(deadline_in(30));
+    EXPECT_TRUE(e.has_value());
+    return {e && e->exited ? e->code : -1, p->stdout_tail()};
+  }
+
+  Sandbox box_;
+  fs::path dir_;
+};
+
+TEST_F(SandboxRun, ProbeSeesProtectionsActive) {
+  EXPECT_TRUE(box_.probe().net_off);
+  EXPECT_TRUE(box_.probe().fs_read_only);
+  if (::geteuid() == 0) {
+    EXPECT_EQ(box_.probe().uid, 65534);
+  }
+  EXPECT_NE(box_.summary().find("net=off fs=read-only"), std::string::npos) << box_.summary();
+}
+
+TEST_F(SandboxRun, SystemIsReadOnlyWorkDirWritable) {
+  auto [code, out] = run("touch /usr/kllm-x 2>/dev/null && echo sys-writable; echo hi > ./f && cat ./f");
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(out, "hi\n");
+  EXPECT_TRUE(fs::exists(dir_ / "f"));
+}
+
+TEST_F(SandboxRun, EnvironmentIsExactlyTheAllowList) {
+  ::setenv("KLLM_LEAK_TEST", "1", 1);
+  auto [code, out] = run("env | sort | grep -v '^PWD=\\|^SHLVL=\\|^_='");
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(out, "PATH=/usr/bin:/bin\nSECRET_OK=1\n");
+}
+
+TEST_F(SandboxRun, HostTmpAndShmArePrivate) {
+  std::ofstream(fs::path("/tmp") / "kllm-host-visible") << "x";
+  auto [code, out] = run("ls /tmp /dev/shm | grep kllm-host-visible || echo hidden");
+  EXPECT_EQ(out, "hidden\n");
+  fs::remove(fs::path("/tmp") / "kllm-host-visible");
+}
+
+TEST_F(SandboxRun, ProcessCountIsLimitedWhenACgroupIsWritable) {
+  if (!box_.probe().cgroup_pids) GTEST_SKIP() << "no writable pids cgroup: " << box_.summary();
+  // 64 tasks at most: a flood of 200 sleepers hits the limit, and the shell dies on "Cannot fork".
+  auto [code, out] = run("i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done; echo started $i");
+  EXPECT_EQ(out.find("started 200"), std::string::npos) << out;
+  EXPECT_NE(code, 0);
+}
+
+}  // namespace
+}  // namespace kernelllm::harness

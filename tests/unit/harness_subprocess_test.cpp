@@ -1,0 +1,179 @@
+// Subprocess layer: framing, ring buffers, deadlines, exit evidence and whole-tree kill
+// (process groups, setsid grandchildren, orphans adopted by the subreaper).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kernelllm/harness/subprocess.h"
+
+namespace kernelllm::harness {
+namespace {
+
+bool alive(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t rp = stat.rfind(')');
+  return rp != std::string::npos && stat.size() > rp + 2 && stat[rp + 2] != 'Z';
+}
+
+SpawnOptions sh(const std::string& script) {
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", script};
+  o.env = {"PATH=/usr/bin:/bin", "KERNELLLM_WORKER=1"};
+  return o;
+}
+
+TEST(RingBuffer, KeepsTheTailAndCountsEverything) {
+  RingBuffer r(8);
+  r.append("abc");
+  EXPECT_EQ(r.str(), "abc");
+  r.append("defghij");
+  EXPECT_EQ(r.str(), "cdefghij");
+  r.append("XY");
+  EXPECT_EQ(r.str(), "efghijXY");
+  r.append("0123456789");
+  EXPECT_EQ(r.str(), "23456789");
+  EXPECT_EQ(r.total_bytes(), 22u);
+  EXPECT_TRUE(r.truncated());
+}
+
+TEST(Framing, RoundTripsInAnyChunking) {
+  Json a{{"v", 1}, {"op", "run"}, {"x", "é"}};
+  Json b{{"v", 1}, {"ok", true}};
+  std::string bytes = encode_frame(a) + encode_frame(b);
+  ASSERT_EQ(static_cast<unsigned char>(bytes[0]), a.dump().size());  // little-endian length
+  FrameDecoder d;
+  std::vector<Json> got;
+  for (char c : bytes) {
+    d.feed(std::string_view(&c, 1));
+    auto m = d.next();
+    ASSERT_TRUE(m.ok());
+    if (m->has_value()) got.push_back(**m);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], a);
+  EXPECT_EQ(got[1], b);
+}
+
+TEST(Framing, RejectsOversizeAndNonObjectFrames) {
+  FrameDecoder d(16);
+  d.feed(std::string("\x11\x00\x00\x00", 4));
+  auto m = d.next();
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("at most 16"), std::string::npos);
+  FrameDecoder d2;
+  d2.feed(std::string("\x03\x00\x00\x00[1]", 7));
+  EXPECT_FALSE(d2.next().ok());
+  FrameDecoder d3;
+  d3.feed(std::string("\x03\x00\x00\x00{x}", 7));
+  EXPECT_FALSE(d3.next().ok());
+}
+
+TEST(Process, EchoesFramesThroughFds3And4) {
+  // cat copies fd 3 (requests) to fd 4 (replies) byte for byte.
+  auto p = Process::spawn(sh("cat <&3 >&4"));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Json msg{{"v", 1}, {"op", "ping"}};
+  ASSERT_TRUE(p->send(msg, deadline_in(5)).ok());
+  Received r = p->receive(deadline_in(5));
+  ASSERT_EQ(r.status, ReceiveStatus::ok) << r.error;
+  EXPECT_EQ(r.message, msg);
+}
+
+TEST(Process, CapturesOutputTailsAndExitCode) {
+  SpawnOptions o = sh("echo out; echo err >&2; exit 3");
+  auto p = Process::spawn(o);
+  ASSERT_TRUE(p.ok());
+  auto e = p->wait(deadline_in(10));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->exited);
+  EXPECT_EQ(e->code, 3);
+  EXPECT_EQ(p->stdout_tail(), "out\n");
+  EXPECT_EQ(p->stderr_tail(), "err\n");
+  EXPECT_EQ(e->describe(), "exit code 3");
+}
+
+TEST(Process, ReportsTheKillingSignal) {
+  auto p = Process::spawn(sh("kill -SEGV $$"));
+  ASSERT_TRUE(p.ok());
+  auto e = p->wait(deadline_in(10));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_FALSE(e->exited);
+  EXPECT_EQ(e->signal, SIGSEGV);
+  EXPECT_EQ(e->describe(), "killed by signal 11 (SIGSEGV)");
+}
+
+TEST(Process, ReceiveTimesOutAtTheDeadline) {
+  auto p = Process::spawn(sh("sleep 100"));
+  ASSERT_TRUE(p.ok());
+  auto t0 = std::chrono::steady_clock::now();
+  Received r = p->receive(deadline_in(0.3));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, ReceiveStatus::timeout);
+  EXPECT_GE(s, 0.29);
+  EXPECT_LT(s, 2.0);
+}
+
+TEST(Process, ClosedReplyPipeIsReportedNotHung) {
+  auto p = Process::spawn(sh("exit 0"));
+  ASSERT_TRUE(p.ok());
+  Received r = p->receive(deadline_in(10));
+  EXPECT_EQ(r.status, ReceiveStatus::closed);
+}
+
+TEST(Process, KillTreeTakesBackgroundChildrenAndSetsidGrandchildren) {
+  // The grandchild leaves the process group (setsid) but keeps its parent chain.
+  auto p = Process::spawn(sh("sleep 100 & echo $! >&4; setsid sh -c 'echo $$ >&4; sleep 100' & sleep 100"));
+  ASSERT_TRUE(p.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<pid_t> tree = list_descendants(p->pid());
+  ASSERT_GE(tree.size(), 3u);
+  p->kill_tree();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (pid_t pid : tree) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived";
+}
+
+TEST(Process, SubreaperCatchesOrphanedSetsidGrandchildren) {
+  ASSERT_TRUE(become_subreaper());
+  // The middle shell exits at once: the setsid sleeper is orphaned and adopted by us.
+  auto p = Process::spawn(sh("setsid sleep 100 & echo $! >&2; exit 0"));
+  ASSERT_TRUE(p.ok());
+  auto e = p->wait(deadline_in(10));
+  ASSERT_TRUE(e.has_value());
+  pid_t orphan = static_cast<pid_t>(std::stol(p->stderr_tail()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(alive(orphan));
+  EXPECT_GE(reap_orphans({}), 1);
+  EXPECT_FALSE(alive(orphan));
+}
+
+TEST(Process, DestructorKillsAndReaps) {
+  pid_t pid = -1;
+  {
+    auto p = Process::spawn(sh("sleep 100"));
+    ASSERT_TRUE(p.ok());
+    pid = p->pid();
+    EXPECT_TRUE(alive(pid));
+  }
+  EXPECT_FALSE(alive(pid));
+}
+
+TEST(Process, NonexistentProgramExits127) {
+  SpawnOptions o;
+  o.argv = {"/nonexistent/kernelllm-test"};
+  auto p = Process::spawn(o);
+  ASSERT_TRUE(p.ok());
+  auto e = p->wait(deadline_in(10));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code, 127);
+}
+
+}  // namespace
+}  // namespace kernelllm::harness

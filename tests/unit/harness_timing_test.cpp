@@ -1,0 +1,72 @@
+// Median/IQR statistics, noise-aware finalist selection, roofline floor, verdict names, devices.
+#include <gtest/gtest.h>
+
+#include "kernelllm/harness/timing.h"
+#include "kernelllm/harness/verify.h"
+
+namespace kernelllm::harness {
+namespace {
+
+TEST(TimingStats, MedianAndQuartilesInterpolate) {
+  TimingStats s = timing_stats({5, 1, 3, 2, 4});
+  EXPECT_EQ(s.n, 5u);
+  EXPECT_DOUBLE_EQ(s.median_ms, 3);
+  EXPECT_DOUBLE_EQ(s.q1_ms, 2);
+  EXPECT_DOUBLE_EQ(s.q3_ms, 4);
+  EXPECT_DOUBLE_EQ(s.min_ms, 1);
+  TimingStats e = timing_stats({1, 2, 3, 4});
+  EXPECT_DOUBLE_EQ(e.median_ms, 2.5);
+  EXPECT_DOUBLE_EQ(e.q1_ms, 1.75);
+  EXPECT_DOUBLE_EQ(e.iqr_ms(), 1.5);
+  EXPECT_EQ(timing_stats({}).n, 0u);
+}
+
+TEST(TimingStats, OneOutlierDoesNotMoveTheMedian) {
+  TimingStats s = timing_stats({1, 1, 1, 1, 1000});
+  EXPECT_DOUBLE_EQ(s.median_ms, 1);
+}
+
+TEST(SelectFinalist, FastestWinsOnlyBeyondNoise) {
+  std::vector<Finalist> f = {{{2.0, 2.1, 2.2, 2.05}, 100}, {{1.0, 1.1, 1.05, 1.02}, 500}};
+  Selection s = select_finalist(f);
+  EXPECT_EQ(s.index, 1u);
+  EXPECT_TRUE(s.by_speed);
+}
+
+TEST(SelectFinalist, OverlappingIntervalsPickTheShortestSource) {
+  std::vector<Finalist> f = {{{1.00, 1.10, 1.20, 1.30}, 900}, {{1.05, 1.15, 1.25, 1.35}, 300}, {{5, 5, 5, 5}, 10}};
+  Selection s = select_finalist(f);
+  EXPECT_EQ(s.index, 1u);  // the 10-byte one is far slower, not tied
+  EXPECT_FALSE(s.by_speed);
+}
+
+TEST(Roofline, FloorIsBytesOverBandwidth) {
+  EXPECT_DOUBLE_EQ(roofline_floor_ms(3'350'000'000ULL, 3350), 1.0);  // 3.35 GB at 3.35 TB/s
+  EXPECT_DOUBLE_EQ(peak_bandwidth_for("NVIDIA H100 80GB HBM3"), 3350);
+  EXPECT_DOUBLE_EQ(peak_bandwidth_for("NVIDIA H200"), 4800);
+  EXPECT_DOUBLE_EQ(peak_bandwidth_for("Some Future GPU"), 10000);
+}
+
+TEST(Verdicts, NamesRoundTrip) {
+  for (Verdict v : {Verdict::correct, Verdict::wrong_output, Verdict::wrong_shape, Verdict::compile_error, Verdict::runtime_error,
+                    Verdict::crash, Verdict::timeout, Verdict::cheat, Verdict::sandbox_violation, Verdict::undiscriminating,
+                    Verdict::environment_error, Verdict::not_verified}) {
+    auto back = verdict_from_name(verdict_name(v));
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(*back, v);
+  }
+  EXPECT_FALSE(verdict_from_name("passed").has_value());
+}
+
+TEST(ParseDevices, AcceptsCpuCudaAndListsRejectsTheRest) {
+  EXPECT_EQ(*parse_devices("cpu"), std::vector<std::string>{"cpu"});
+  EXPECT_EQ(*parse_devices("cuda:0,cuda:1"), (std::vector<std::string>{"cuda:0", "cuda:1"}));
+  EXPECT_EQ(*parse_devices("cuda"), std::vector<std::string>{"cuda"});
+  EXPECT_FALSE(parse_devices("gpu").ok());
+  EXPECT_FALSE(parse_devices("cuda:x").ok());
+  EXPECT_FALSE(parse_devices("cpu,cuda:0").ok());
+  EXPECT_FALSE(parse_devices("").ok());
+}
+
+}  // namespace
+}  // namespace kernelllm::harness
