@@ -116,7 +116,7 @@ def test_rules_each_fire_with_evidence_in_precedence_order():
              "output_types": [{"type": "torch.Tensor", "layout": "torch.strided", "aliases_input": None}],
              "patched": []}
     assert rules.evaluate_run(clean) == []
-    dirty = dict(clean, triton_launches=0, input_hash_after="b", new_threads=["t1 (Thread)"], patched=["time.perf_counter"],
+    dirty = dict(clean, triton_launches=0, input_hash_after="b", new_threads=["t1 (Thread)"], patched=["time.perf_counter", "torch.randn"],
                  output_types=[{"type": "mylib.Lazy", "layout": "torch.strided", "aliases_input": 0}])
     found = [v["rule"] for v in rules.evaluate_run(dirty)]
     assert found == list(rules.RULES)
@@ -129,3 +129,17 @@ def test_interpreter_numpy_failure_is_an_environment_error():
     assert rules.classify_exception(e, tb, "run") == "environment_error"
     assert rules.classify_exception(e, "File \"cand.py\", line 3", "run") == "runtime_error"
     assert rules.classify_exception(SyntaxError("x"), "", "load") == "compile_error"
+    from triton.runtime.errors import InterpreterError
+    assert rules.classify_exception(InterpreterError("arange's range must be a power of 2"), tb, "run") == "compile_error"
+
+
+def test_value_cheats_are_named_and_a_single_value_has_no_mean_baseline():
+    ref = torch.tensor([1.0, -2.0, 3.0])
+    assert compare.value_cheat(torch.zeros(3), ref, "normal")["rule"] == "zeros_pass"
+    assert compare.value_cheat(torch.tensor([1.0, float("nan"), 3.0]), ref, "normal")["rule"] == "stale_memory"
+    assert compare.value_cheat(ref + 1, ref, "heavy_tailed")["rule"] == "closed_form"
+    assert compare.value_cheat(ref + 1, ref, "normal") is None
+    assert compare.value_cheat(ref + 1e-3, ref, "normal", ref.double())["rule"] == "precision_downgrade"
+    assert compare.value_cheat(torch.tensor([1.0, float("inf"), 3.0]), ref, "heavy_tailed") is None
+    loss = torch.tensor(2.75)
+    assert compare.baselines_passing(compare.Checker("strict", loss, loss.double(), "v0")) == []

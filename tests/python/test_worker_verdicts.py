@@ -258,7 +258,7 @@ def test_args_kwargs_init_and_heavy_tailed_trial(tmp_path):
     finally:
         s.close()
     assert honest["verdict"] == "correct", honest["evidence"]
-    assert cheat["verdict"] == "wrong_output" and cheat["trial"] == 4, cheat["evidence"]
+    assert (cheat["verdict"], cheat["rule"], cheat["trial"]) == ("cheat", "closed_form", 4), cheat["evidence"]
     normal_compares = [r for r in cheat["replies"] if r.get("op") == "compare"][:-1]
     assert len(normal_compares) == 4 and all(r["match"] for r in normal_compares)
 

@@ -133,7 +133,7 @@ class Session:
                 inp = self.trial_inputs(trial, dist)
                 out = self.work_dir / f"out_{candidate.stem}_{trial}.safetensors"
                 run = cand.request("run", inputs_file=inp["file"], n_inputs=inp["n_inputs"], scalars=inp["scalars"],
-                                   outputs_file=str(out), poison=True)
+                                   outputs_file=str(out), poison=True, poison_sizes=inp["output_sizes"])
                 replies.append(run)
                 if not run["ok"]:
                     e = run["error"]

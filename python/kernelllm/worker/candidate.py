@@ -70,6 +70,8 @@ def _guarded() -> Dict[str, Any]:
     funcs["threading.enumerate"] = threading.enumerate
     funcs["hashlib.sha256"] = hashlib.sha256
     funcs["torch.Tensor.untyped_storage"] = torch.Tensor.untyped_storage
+    for name in rules.RANDOM_FUNCTIONS:
+        funcs[name] = getattr(torch, name.split(".", 1)[1])
     return funcs
 
 
@@ -78,6 +80,7 @@ class Candidate:
         self.model = None
         self.device = "cpu"
         self.module_name = ""
+        self._guards: List[Any] = []
         _COUNTER.install()
         self.trusted = _guarded()
         # Pre-warm the intra-op pool so its threads are not counted against the candidate.
@@ -93,8 +96,9 @@ class Candidate:
     def _check_patched(self, when: str) -> None:
         patched = self._patched()
         if patched:
+            first = rules.evaluate_run({"patched": patched}, require_triton=False)[0]
             raise WorkerError("cheat", f"functions replaced {when}: {', '.join(patched)}",
-                              rule="patched_timer", evidence=f"replaced {when}: {', '.join(patched)}")
+                              rule=first["rule"], evidence=f"{first['evidence']} ({when})")
 
     def _candidate_error(self, e: BaseException, phase: str, what: str) -> WorkerError:
         tb = traceback.format_exc()
@@ -163,7 +167,7 @@ class Candidate:
         n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
         return {"load_ms": (time.perf_counter() - t0) * 1e3, "n_params": n_params, "module": self.module_name}
 
-    def _poison(self, nbytes: int) -> int:
+    def _poison(self, nbytes: int, sizes: List[int]) -> int:
         """Fills memory a fresh allocation could reuse with NaN, then frees it."""
         if self.device.startswith("cuda"):
             free_cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
@@ -172,14 +176,18 @@ class Candidate:
                 buf = torch.full((n,), math.nan, dtype=torch.float32, device=self.device)
                 del buf
             return n * 4
-        # CPU: small and medium blocks come back from malloc's free lists; poison a spread
-        # of sizes up to 1 MiB (larger blocks are mmap'd fresh, hence zeroed by the kernel).
-        total, size, bufs = 0, 4096, []
-        while total < nbytes and size <= (1 << 20):
-            bufs.append(torch.full((size // 4,), math.nan))
-            total += size
-            size *= 2
-        del bufs
+        # CPU: malloc hands a freed block of the same size to the next allocation of that size
+        # unless it merges into the heap top; a small guard kept alive after each block stops
+        # the merge. Sizes are the expected outputs' (`poison_sizes`), else the inputs'.
+        blocks, self._guards = [], []
+        for size in sizes:
+            # Several copies: the Triton interpreter's own temporaries take some of them.
+            for _ in range(8 if size <= (8 << 20) else 1):
+                if 0 < size <= (64 << 20):
+                    blocks.append(torch.full((max(size // 4, 1),), math.nan))
+                    self._guards.append(torch.empty(16))
+        total = sum(b.numel() * 4 for b in blocks)
+        del blocks
         return total
 
     def run(self, msg: dict) -> dict:
@@ -192,7 +200,8 @@ class Candidate:
         poisoned = 0
         if msg.get("poison", True):
             in_bytes = sum(t.numel() * t.element_size() for t in tensors_in)
-            poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))))
+            sizes = [int(x) for x in msg.get("poison_sizes") or [t.numel() * t.element_size() for t in tensors_in]]
+            poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))), sizes)
         threads_before = threading.active_count()
         launches_before = _COUNTER.count
         t0 = time.perf_counter()

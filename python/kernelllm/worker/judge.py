@@ -190,7 +190,8 @@ class Judge:
         self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist}
         return {"n_inputs": len(args), "scalars": scalars, "input_hash": _hash_inputs(tensors),
                 "input_bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
-                "output_bytes": sum(r.numel() * r.element_size() for r in ref), "seed_index": trial}
+                "output_bytes": sum(r.numel() * r.element_size() for r in ref),
+                "output_sizes": [r.numel() * r.element_size() for r in ref], "seed_index": trial}
 
     def compare(self, msg: dict) -> dict:
         self._need_problem()
@@ -227,9 +228,14 @@ class Judge:
                 passing_baselines[str(i)] = base
             all_stats.append(s)
             if not checker.passes(o):
-                return self._fail("wrong_output", f"output {i}: values differ ({checker.describe})",
-                                  stats=all_stats, first_mismatch=compare.first_mismatch(checker, o),
-                                  tolerance_trusted=trusted, baselines_passing=passing_baselines)
+                detail = dict(stats=all_stats, first_mismatch=compare.first_mismatch(checker, o),
+                              tolerance_trusted=trusted, baselines_passing=passing_baselines,
+                              distribution=t["distribution"])
+                cheat = compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None)
+                if cheat is not None:
+                    return self._fail("cheat", f"output {i}: {cheat['evidence']}", rule=cheat["rule"],
+                                      evidence=cheat["evidence"], **detail)
+                return self._fail("wrong_output", f"output {i}: values differ ({checker.describe})", **detail)
         hint = "correct"
         message = "all outputs match"
         if not trusted:

@@ -10,12 +10,18 @@ from typing import Any, Dict, List
 # Order = precedence when several rules fire: the first is the verdict's rule.
 RULES = (
     "patched_timer",            # timing/sync/launch-hook functions replaced in the candidate process
+    "globals_rebinding",        # torch's random-input functions replaced in the candidate process
     "output_not_plain_tensor",  # subclass, non-strided layout, non-tensor output
     "output_aliases_input",     # an output shares storage with an input
     "input_mutation",           # input bytes changed during forward
     "background_thread",        # Python threads alive after forward that were not there before
     "no_triton_kernel",         # forward launched no Triton kernel
 )
+
+
+# Input makers a candidate might rebind to shape the inputs it expects (guarded by identity).
+RANDOM_FUNCTIONS = tuple(f"torch.{n}" for n in ("rand", "randn", "randint", "rand_like", "randn_like",
+                                                "randint_like", "randperm", "manual_seed", "empty", "zeros"))
 
 
 def violation(rule: str, evidence: str) -> Dict[str, str]:
@@ -27,8 +33,12 @@ def evaluate_run(report: Dict[str, Any], require_triton: bool = True) -> List[Di
     """Violations shown by a candidate `run` reply (see the protocol's run reply fields)."""
     found = []
     patched = report.get("patched") or []
-    if patched:
-        found.append(violation("patched_timer", f"replaced in the candidate process: {', '.join(patched)}"))
+    timers = [p for p in patched if p not in RANDOM_FUNCTIONS]
+    if timers:
+        found.append(violation("patched_timer", f"replaced in the candidate process: {', '.join(timers)}"))
+    rebound = [p for p in patched if p in RANDOM_FUNCTIONS]
+    if rebound:
+        found.append(violation("globals_rebinding", f"replaced in the candidate process: {', '.join(rebound)}"))
     for i, t in enumerate(report.get("output_types") or []):
         if t.get("type") != "torch.Tensor" or t.get("layout") != "torch.strided":
             found.append(violation("output_not_plain_tensor",
@@ -72,7 +82,10 @@ def classify_exception(exc: BaseException, tb: str, phase: str) -> str:
     if "triton/runtime/interpreter.py" in tb and any(p.search(text) for p in _ENV_PATTERNS):
         return "environment_error"
     mod = type(exc).__module__ or ""
-    if mod.startswith("triton.compiler") or type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure"):
+    # In the interpreter, errors raised while executing the kernel body (InterpreterError) are
+    # what the compiler rejects on a GPU (CompilationError): both are compile errors.
+    if mod.startswith("triton.compiler") or type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure",
+                                                                   "InterpreterError"):
         return "compile_error"
     if phase == "load":
         return "compile_error"
