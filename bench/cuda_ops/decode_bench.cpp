@@ -1,6 +1,6 @@
 // Speed probe for the CUDA backend with random weights of the Llama-3.1-8B shape: prefill of a
 // prompt, then decode steps for one sequence and for k forks of the prompt (one batch).
-// Usage: kernelllm_cuda_bench [layers=32] [prompt=1500] [steps=128] [k=20] [dtype=bf16|f16]
+// Usage: kernelllm_cuda_bench [layers=32] [prompt=1500] [steps=128] [k=20] [dtype=bf16|f16] [graphs=1]
 // Prints one JSON object. Timings are host wall clock around forward() calls (each returns
 // after its logits are on the host), after warm-up steps (graph capture included in those).
 #include <chrono>
@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 128;
   const int64_t k = argc > 4 ? std::atoll(argv[4]) : 20;
   const std::string dt = argc > 5 ? argv[5] : "bf16";
+  const bool graphs = argc > 6 ? std::atoi(argv[6]) != 0 : true;
   ModelConfig c;
   c.architecture = "LlamaForCausalLM";
   c.hidden_size = 4096;
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   c.rope_scaling = {RopeScaling::Type::llama3, 8.0, 1.0, 4.0, 8192};
   CudaBackendOptions o;
   o.dtype = dt == "f16" ? DType::f16 : DType::bf16;
+  o.cuda_graphs = graphs;
   o.kv_capacity_tokens = 20 * 4096 + 4096;  // the memory bar: k = 20 x 4096 tokens
   const double t_load = now_ms();
   auto made = make_cuda_backend_random(c, 1234, o);
@@ -94,10 +96,10 @@ int main(int argc, char** argv) {
   if (Status s = decode(1, ms1); !s.ok()) return die(s);
   if (Status s = decode(k, msk); !s.ok()) return die(s);
   std::printf(
-      "{\"layers\": %lld, \"dtype\": \"%s\", \"prompt\": %lld, \"steps\": %lld, \"k\": %lld, \"setup_ms\": %.1f, "
+      "{\"layers\": %lld, \"dtype\": \"%s\", \"graphs\": %d, \"prompt\": %lld, \"steps\": %lld, \"k\": %lld, \"setup_ms\": %.1f, "
       "\"prefill_ms\": %.2f, \"prefill_tok_s\": %.0f, \"decode1_ms_per_step\": %.3f, \"decode1_tok_s\": %.1f, "
       "\"decodek_ms_per_step\": %.3f, \"decodek_tok_s\": %.1f}\n",
-      static_cast<long long>(layers), dt.c_str(), static_cast<long long>(prompt_len), static_cast<long long>(steps),
+      static_cast<long long>(layers), dt.c_str(), graphs ? 1 : 0, static_cast<long long>(prompt_len), static_cast<long long>(steps),
       static_cast<long long>(k), load_ms, prefill_ms, static_cast<double>(prompt_len) / prefill_ms * 1000.0, ms1,
       1000.0 / ms1, msk, static_cast<double>(k) * 1000.0 / msk);
   return 0;

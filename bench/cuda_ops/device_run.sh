@@ -21,9 +21,16 @@ cd "$src" || exit 1
 source tools/device_env.sh
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 cmake -S . -B build/dev -G Ninja -DKERNELLLM_CUDA=ON -DKERNELLLM_WERROR=OFF > "$out/build.log" 2>&1 &&
-  ninja -C build/dev cuda_ops_test cuda_backend_test hf_8b_shape_test kernelllm_cuda_bench >> "$out/build.log" 2>&1 ||
+  ninja -C build/dev cuda_ops_test cuda_backend_test hf_8b_shape_test kernelllm_cuda_bench kernelllm_cuda_ops_bench \
+    >> "$out/build.log" 2>&1 ||
   { tail -40 "$out/build.log"; exit 1; }
 echo "build ok"
+if [[ -n "${KERNELLLM_DEVICE_BENCH_ONLY:-}" ]]; then
+  build/dev/kernelllm_cuda_ops_bench 2>&1 | tee "$out/ops_bench.txt"
+  build/dev/kernelllm_cuda_bench 32 1500 64 20 bf16 0 2>&1 | tee "$out/bench_nographs.json"
+  build/dev/kernelllm_cuda_bench 32 1500 128 20 bf16 2>&1 | tee "$out/bench.json"
+  exit 0
+fi
 export KERNELLLM_TESTDATA=$src/build/dev/testdata
 python3 tools/make_test_data.py --out "$KERNELLLM_TESTDATA" > "$out/testdata.log" 2>&1 || { tail -20 "$out/testdata.log"; }
 t=build/dev/tests
@@ -33,3 +40,4 @@ done
 PYTHONUNBUFFERED=1 python3 tests/cuda/make_hf_8b_shape.py /tmp/hf8b 2>&1 | tail -3
 KERNELLLM_HF8B_DIR=/tmp/hf8b "$t/hf_8b_shape_test" 2>&1 | tee "$out/hf_8b_shape_test.log" | grep -E "^\[|FAILED|PASSED|Failure"
 build/dev/kernelllm_cuda_bench 32 1500 128 20 bf16 2>&1 | tee "$out/bench.json"
+build/dev/kernelllm_cuda_ops_bench 2>&1 | tee "$out/ops_bench.txt" | grep attention

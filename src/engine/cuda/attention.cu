@@ -1,6 +1,6 @@
 // Paged GQA attention with split-KV; see attention.cuh. A block of 4 warps handles one
-// (token, KV head, split): each warp takes 4 positions at a time (their loads all in flight)
-// with an online softmax for all the group's query heads (lane i holds dims i, i+32, ...), the warps merge in shared memory
+// (token, KV head, split) with an online softmax over tiles of 32 positions per warp for all
+// the group's query heads, the warps merge in shared memory
 // and write the split's (max, sum, unnormalized output); a second kernel merges the splits.
 #include <cfloat>
 
@@ -11,12 +11,17 @@ namespace kernelllm::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kPos = 4;  // positions a warp loads before it uses any: independent loads in flight
+constexpr int kVBatch = 8;  // V rows a warp loads before it uses any
 
 // G: query heads per KV head (rounded up to a power of two; extra heads are skipped),
-// D: head dims per lane (head_dim <= 32 * D).
+// D: head dims per lane in the P.V phase (head_dim <= 32 * D; lane i owns dims [i*D, i*D+D)).
+// A warp takes 32 positions at a time: in the Q.K phase lane j scores position j for all G
+// heads (its K row read with 16-byte loads, q broadcast from shared memory), then the tile's
+// softmax statistics are two warp reductions per head, and in the P.V phase lanes own dims
+// while each position's weight is broadcast by a shuffle.
 template <class T, int G, int D>
 __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(AttentionArgs a) {
+  constexpr int V = Vec16<T>::kN;
   const int64_t t = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t hd = a.head_dim, group = a.heads / a.kv_heads, kv_dim = a.kv.kv_dim;
@@ -26,62 +31,79 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
   const int64_t end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
   const float scale = rsqrtf(static_cast<float>(hd));
 
-  float q[G][D], acc[G][D], m[G], l[G];
+  __shared__ __align__(16) float s_q[G][32 * D];
+  for (int64_t i = threadIdx.x; i < G * 32 * D; i += kWarps * 32) {
+    const int64_t h = i / (32 * D), d = i % (32 * D);
+    s_q[h][d] = (h < group && d < hd) ? a.q[(t * a.heads + g * group + h) * hd + d] * scale : 0.0f;
+  }
+  __syncthreads();
+
+  float acc[G][D], m[G], l[G];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     m[h] = -FLT_MAX;
     l[h] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < D; ++i) {
-      const int64_t d = lane + 32 * i;
-      acc[h][i] = 0.0f;
-      q[h][i] = (h < group && d < hd) ? a.q[(t * a.heads + g * group + h) * hd + d] * scale : 0.0f;
-    }
+    for (int i = 0; i < D; ++i) acc[h][i] = 0.0f;
   }
   const T* pool = static_cast<const T*>(a.kv.pool);
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int64_t pt = a.kv.page_tokens;
-  for (int64_t p0 = begin + warp * kPos; p0 < end; p0 += kWarps * kPos) {
-    float k[kPos][D], v[kPos][D];
+  for (int64_t tile = begin + warp * 32; tile < end; tile += kWarps * 32) {
+    const int64_t p = tile + lane;
+    const bool valid = p < end;
+    const int64_t page = valid ? table[p / pt] : table[begin / pt];
+    const int64_t pp = valid ? p : begin;
+    const T* kp = pool + (((page * a.kv.layers + a.layer) * 2 + 0) * pt + pp % pt) * kv_dim + g * hd;
+    const T* vp = kp + pt * kv_dim;
+    float s[G];
 #pragma unroll
-    for (int j = 0; j < kPos; ++j) {
-      const int64_t p = p0 + j;
-      const bool valid = p < end;
-      const int64_t page = valid ? table[p / pt] : 0;
-      const T* kp = pool + (((page * a.kv.layers + a.layer) * 2 + 0) * pt + p % pt) * kv_dim + g * hd;
-      const T* vp = kp + pt * kv_dim;
+    for (int h = 0; h < G; ++h) s[h] = 0.0f;
+    for (int64_t c = 0; c < hd; c += V) {
+      float kf[V];
+      load16(kp + c, kf);
 #pragma unroll
-      for (int i = 0; i < D; ++i) {
-        const int64_t d = lane + 32 * i;
-        k[j][i] = valid && d < hd ? to_f32(kp[d]) : 0.0f;
-        v[j][i] = valid && d < hd ? to_f32(vp[d]) : 0.0f;
+      for (int h = 0; h < G; ++h) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) s[h] += s_q[h][c + i] * kf[i];
       }
     }
+    float e[G];
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-      if (h >= group) break;
-      float s[kPos];
-      float m_new = m[h];
+      float tile_max = valid ? s[h] : -FLT_MAX;
 #pragma unroll
-      for (int j = 0; j < kPos; ++j) {
-        float dot = 0.0f;
+      for (int o = 16; o > 0; o >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+      const float m_new = fmaxf(m[h], tile_max);
+      const float corr = __expf(m[h] - m_new);
+      e[h] = valid ? __expf(s[h] - m_new) : 0.0f;
+      l[h] = l[h] * corr + warp_sum(e[h]);
 #pragma unroll
-        for (int i = 0; i < D; ++i) dot += q[h][i] * k[j][i];
-        s[j] = p0 + j < end ? warp_sum(dot) : -FLT_MAX;
-        m_new = fmaxf(m_new, s[j]);
-      }
-      const float c = __expf(m[h] - m_new);
-      l[h] *= c;
-#pragma unroll
-      for (int i = 0; i < D; ++i) acc[h][i] *= c;
-#pragma unroll
-      for (int j = 0; j < kPos; ++j) {
-        const float e = p0 + j < end ? __expf(s[j] - m_new) : 0.0f;
-        l[h] += e;
-#pragma unroll
-        for (int i = 0; i < D; ++i) acc[h][i] += e * v[j][i];
-      }
+      for (int i = 0; i < D; ++i) acc[h][i] *= corr;
       m[h] = m_new;
+    }
+    const auto my_v = reinterpret_cast<unsigned long long>(vp);
+    const int64_t n_here = end - tile < 32 ? end - tile : 32;
+    for (int j0 = 0; j0 < n_here; j0 += kVBatch) {
+      float v[kVBatch][D];
+#pragma unroll
+      for (int j = 0; j < kVBatch; ++j) {
+        const T* row = reinterpret_cast<const T*>(__shfl_sync(0xffffffffu, my_v, j0 + j));
+#pragma unroll
+        for (int i = 0; i < D; ++i) {
+          const int64_t d = lane * D + i;
+          v[j][i] = (j0 + j < n_here && d < hd) ? to_f32(row[d]) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kVBatch; ++j) {
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          const float w = __shfl_sync(0xffffffffu, e[h], j0 + j);
+#pragma unroll
+          for (int i = 0; i < D; ++i) acc[h][i] += w * v[j][i];
+        }
+      }
     }
   }
 
@@ -94,7 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
       s_ml[warp][h][1] = l[h];
     }
 #pragma unroll
-    for (int i = 0; i < D; ++i) s_acc[warp][h][lane + 32 * i] = acc[h][i];
+    for (int i = 0; i < D; ++i) s_acc[warp][h][lane * D + i] = acc[h][i];
   }
   __syncthreads();
   for (int64_t idx = threadIdx.x; idx < group * hd; idx += kWarps * 32) {

@@ -14,7 +14,7 @@
 namespace kernelllm::cuda {
 
 inline constexpr int64_t kMaxAttentionGroup = 8;     // query heads per KV head
-inline constexpr int64_t kMaxAttentionHeadDim = 256;
+inline constexpr int64_t kMaxAttentionHeadDim = 256;  // and a multiple of 8 (16-byte K loads)
 
 struct AttentionArgs {
   const float* q = nullptr;          // [T, heads * head_dim], rotated

@@ -190,8 +190,8 @@ Status check_config(const ModelConfig& c, const CudaBackendOptions& o) {
   if (c.num_attention_heads / c.num_key_value_heads > kMaxAttentionGroup) {
     return bad("expected at most " + std::to_string(kMaxAttentionGroup) + " query heads per KV head");
   }
-  if (c.head_dim % 2 != 0 || c.head_dim > kMaxAttentionHeadDim) {
-    return bad("expected an even head_dim <= " + std::to_string(kMaxAttentionHeadDim) + ", found " +
+  if (c.head_dim % 8 != 0 || c.head_dim > kMaxAttentionHeadDim) {
+    return bad("expected a head_dim that is a multiple of 8 and <= " + std::to_string(kMaxAttentionHeadDim) + ", found " +
                std::to_string(c.head_dim));
   }
   if (c.attention_bias || c.mlp_bias) return bad("attention_bias / mlp_bias are not supported");

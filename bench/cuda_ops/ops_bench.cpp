@@ -1,0 +1,131 @@
+// Per-op device timings at the Llama-3.1-8B shapes (CUDA events, median of 50 after warm-up,
+// inputs rotated so the weights are not cache-resident): GEMV at n = 1, cuBLASLt at n = 1, 20
+// and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill (1,500 tokens).
+// Prints one line per op with time and achieved GB/s (weights + KV bytes read).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "engine/cuda/attention.cuh"
+#include "engine/cuda/common.cuh"
+#include "engine/cuda/gemm.cuh"
+#include "engine/cuda/gemv.cuh"
+#include "engine/cuda/init.cuh"
+
+using namespace kernelllm;
+using namespace kernelllm::cuda;
+
+namespace {
+float median_ms(const std::function<void(int)>& fn) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 5; ++i) fn(i);
+  std::vector<float> ts;
+  for (int i = 0; i < 50; ++i) {
+    cudaEventRecord(a);
+    fn(i);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    ts.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+}  // namespace
+
+int main() {
+  const DType t = DType::bf16;
+  const int64_t h = 4096;
+  Gemm gemm;
+  if (!gemm.init(t).ok()) return 1;
+  const int kCopies = 4;  // rotate among 4 weight copies (> 50 MB L2)
+  struct Shape { const char* name; int64_t rows, cols; };
+  const Shape shapes[] = {{"qkv", 6144, h}, {"o", h, h}, {"gate_up", 28672, h}, {"down", h, 14336}, {"lm_head", 128256, h}};
+  DeviceBuffer x, y;
+  (void)x.allocate(size_t{1500} * 14336 * 2, "x");
+  (void)y.allocate(size_t{1500} * 128256 * 4, "y");
+  fill_random(t, x.get(), 1500 * 14336, 7, 1.0f, nullptr);
+  for (const Shape& s : shapes) {
+    std::vector<DeviceBuffer> w(kCopies);
+    for (auto& b : w) {
+      (void)b.allocate(static_cast<size_t>(s.rows * s.cols) * 2, "w");
+      fill_random(t, b.get(), s.rows * s.cols, 3, 0.02f, nullptr);
+    }
+    const double gb = static_cast<double>(s.rows * s.cols) * 2 / 1e9;
+    for (int64_t n : {1, 8}) {
+      const float ms = median_ms([&](int i) { gemv(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr); });
+      std::printf("gemv    %-8s n=%-4lld %8.1f us  %6.0f GB/s\n", s.name, static_cast<long long>(n), ms * 1e3, gb / ms * 1e3);
+    }
+    for (int64_t n : {1, 20, 1500}) {
+      const float ms = median_ms([&](int i) {
+        (void)gemm.run(w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
+      });
+      std::printf("cublasLt %-8s n=%-4lld %8.1f us  %6.0f GB/s  %6.0f TFLOP/s\n", s.name, static_cast<long long>(n),
+                  ms * 1e3, gb / ms * 1e3, 2.0 * static_cast<double>(s.rows * s.cols * n) / ms / 1e9);
+    }
+  }
+  // Attention: 8 KV heads x 128, 32 query heads, one layer of a 2-layer pool, page 16.
+  const int64_t pt = 16, ctx = 1500, kv_dim = 1024, layers = 2;
+  for (int64_t n : {1, 20, 1500}) {
+    const bool prefill = n == 1500;
+    const int64_t seqs = prefill ? 1 : n;
+    const int64_t pages_per_seq = (ctx + pt - 1) / pt + 1;
+    const int64_t width = pages_per_seq;
+    DeviceBuffer pool, table, q, acc, ml, out, pos, seq;
+    (void)pool.allocate(static_cast<size_t>(seqs * pages_per_seq * layers * 2 * pt * kv_dim) * 2, "pool");
+    fill_random(t, pool.get(), seqs * pages_per_seq * layers * 2 * pt * kv_dim, 5, 1.0f, nullptr);
+    std::vector<int32_t> tab(static_cast<size_t>(seqs * width)), ps(static_cast<size_t>(n)), sq(static_cast<size_t>(n));
+    for (size_t i = 0; i < tab.size(); ++i) tab[i] = static_cast<int32_t>(i);
+    for (int64_t i = 0; i < n; ++i) {
+      ps[static_cast<size_t>(i)] = static_cast<int32_t>(prefill ? i : ctx - 1);
+      sq[static_cast<size_t>(i)] = static_cast<int32_t>(prefill ? 0 : i);
+    }
+    (void)table.allocate(tab.size() * 4, "t");
+    (void)pos.allocate(ps.size() * 4, "p");
+    (void)seq.allocate(sq.size() * 4, "s");
+    cudaMemcpy(table.get(), tab.data(), tab.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(pos.get(), ps.data(), ps.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(seq.get(), sq.data(), sq.size() * 4, cudaMemcpyHostToDevice);
+    for (int64_t splits : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{32}}) {
+      if (prefill && splits > 1) break;
+      (void)q.allocate(static_cast<size_t>(n * 4096) * 4, "q");
+      fill_random(DType::f32, q.get(), n * 4096, 9, 1.0f, nullptr);
+      (void)acc.allocate(static_cast<size_t>(n * 32 * splits * 128) * 4, "acc");
+      (void)ml.allocate(static_cast<size_t>(n * 32 * splits * 2) * 4, "ml");
+      (void)out.allocate(static_cast<size_t>(n * 4096) * 2, "out");
+      AttentionArgs a;
+      a.q = q.as<float>();
+      a.n_tokens = n;
+      a.heads = 32;
+      a.kv_heads = 8;
+      a.head_dim = 128;
+      a.seq = seq.as<int32_t>();
+      a.pos = pos.as<int32_t>();
+      a.block_table = table.as<int32_t>();
+      a.table_width = width;
+      a.kv = KvLayout{pool.get(), layers, pt, kv_dim};
+      a.layer = 1;
+      a.splits = splits;
+      a.partial_acc = acc.as<float>();
+      a.partial_ml = ml.as<float>();
+      a.out = out.get();
+      const float ms = median_ms([&](int) { attention(t, a, nullptr); });
+      const double gb = prefill ? static_cast<double>(ctx * kv_dim * 2 * 2) / 1e9
+                                : static_cast<double>(n * ctx * kv_dim * 2 * 2) / 1e9;
+      std::printf("attention n=%-4lld ctx=%lld splits=%-2lld %8.1f us  %6.0f GB/s (KV bytes once)\n",
+                  static_cast<long long>(n), static_cast<long long>(ctx), static_cast<long long>(splits), ms * 1e3,
+                  gb / ms * 1e3);
+    }
+  }
+  const cudaError_t err = cudaDeviceSynchronize();
+  std::printf("status: %s\n", cudaGetErrorString(err));
+  return err == cudaSuccess ? 0 : 1;
+}
