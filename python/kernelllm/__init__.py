@@ -14,6 +14,7 @@ import sys
 from typing import List, Optional, Union
 
 from . import _native
+from .verify import verify
 
 __version__ = _native.__version__
 __all__ = ["KernelLLM", "HF_MODEL", "DEFAULT_MODEL_CODE", "has_cuda", "__version__"]

@@ -18,6 +18,7 @@
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/generator.h"
 #include "kernelllm/engine/model.h"
+#include "kernelllm/harness/verify.h"
 #include "kernelllm/pipeline/prompt.h"
 
 namespace py = pybind11;
@@ -139,6 +140,43 @@ class Engine {
   std::mutex mutex_;
 };
 
+// The verifier behind kernelllm.verify(): options and report travel as JSON text so that the
+// Python side owns the keyword defaults; the GIL is released while candidates run.
+std::string verify_json(const std::string& problem, const std::vector<std::string>& candidates, const std::string& options_json) {
+  auto parsed = parse_json(options_json, "verify options");
+  if (!parsed.ok()) throw_status(parsed.status());
+  const Json& j = *parsed;
+  harness::VerifyOptions o;
+  try {
+    o.profile = j.value("profile", o.profile);
+    o.kernelbench_tolerance = j.value("kernelbench_tolerance", o.kernelbench_tolerance);
+    auto devices = harness::parse_devices(j.value("device", std::string("cpu")));
+    if (!devices.ok()) throw_status(devices.status());
+    o.devices = *devices;
+    o.jobs = j.value("jobs", o.jobs);
+    o.n_trials = j.value("trials", o.n_trials);
+    o.sandbox = j.value("sandbox", o.sandbox);
+    o.use_cache = j.value("cache", o.use_cache);
+    o.cache_path = j.value("cache_path", o.cache_path);
+    o.timing = j.value("timing", o.timing);
+    o.time_compile = j.value("time_compile", o.time_compile);
+    o.load_timeout_s = j.value("load_timeout_s", o.load_timeout_s);
+    o.run_timeout_min_s = j.value("run_timeout_s", o.run_timeout_min_s);
+    o.select = j.value("select", o.select);
+    o.python = j.value("python", o.python);
+    o.package_dir = j.value("package_dir", o.package_dir);
+  } catch (const Json::exception& e) {
+    throw py::value_error(std::string("verify options: ") + e.what());
+  }
+  Result<harness::VerifyReport> rep = error(ErrorCode::internal, "not run");
+  {
+    py::gil_scoped_release release;
+    rep = harness::verify(problem, candidates, o);
+  }
+  if (!rep.ok()) throw_status(rep.status());
+  return rep->to_json().dump();
+}
+
 }  // namespace
 }  // namespace kernelllm
 
@@ -147,6 +185,8 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "kernelllm native engine (C++): model loading, tokenizer, generation, prompt templates";
   m.attr("__version__") = KERNELLLM_VERSION;
   m.def("has_cuda", [] { return false; }, "Whether the CUDA backend was built in.");
+  m.def("verify_json", &verify_json, py::arg("problem"), py::arg("candidates"), py::arg("options_json"),
+        "Runs the verifier; options and the returned report are JSON text (see kernelllm.verify).");
 
   m.def("builtin_prompt_template", [] { return std::string(builtin_prompt_template()); });
   m.def("extract_prompt_template",
