@@ -1,0 +1,79 @@
+// Speed measurement of the engine (`kernelllm bench`): prefill time of one prompt, then the
+// prompt forked n times and decoded together, for each n in a list; achieved memory
+// bandwidth against a device copy measured in the same run; optionally an HF transformers
+// peer on the same shape and prompt. Results are JSON (bench/README.md explains each field).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/config.h"
+#include "kernelllm/engine/safetensors.h"
+
+namespace kernelllm {
+
+struct BenchOptions {
+  std::string model;           // a model directory or HF id (real weights); empty → random weights
+  std::string config;          // with random weights: a named shape (named_config_names) or a config.json path
+  uint64_t seed = 0;           // random weights and the random prompt ids
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  DType dtype = DType::bf16;   // bf16 or f16 (weights; KV too on cuda)
+  int64_t prompt_tokens = 1500;
+  int64_t new_tokens = 512;     // decode steps per n; eos does not stop them
+  std::vector<int64_t> n = {1, 10, 20};
+  int64_t warmup = 1;           // untimed rounds (prefill + a few decode steps) per n first
+  int threads = 0;              // cpu: 0 → hardware concurrency
+  bool cuda_graphs = true;
+  std::string peer;             // "" or "hf"
+  std::string python = "python3";
+  std::filesystem::path peer_script;  // bench/peer_hf.py; empty → found next to the source tree
+  std::string command_line;     // recorded as is
+};
+
+// Runs the benchmark; `log` receives progress lines. The JSON holds "command", "machine",
+// "model", "options", "memory", "copy_bandwidth", "prefill", "decode" (one entry per n) and,
+// with a peer, "peer".
+Result<Json> run_bench(const BenchOptions& options, const std::function<void(std::string_view)>& log = {});
+
+// A readable table of run_bench's JSON.
+std::string format_bench_table(const Json& result);
+
+// Built-in shapes: "llama-3.1-8b" (exactly KernelLLM's config.json) and tiny CPU-sized ones.
+std::vector<std::string> named_config_names();
+// The config.json text of a named shape; an unknown name lists the known ones.
+Result<std::string> named_config_json(std::string_view name);
+// `name_or_path`: a named shape, else a config.json path.
+Result<std::string> bench_config_json(std::string_view name_or_path);
+
+// Writes config.json and model.safetensors with seeded random weights (uniform, std 0.02;
+// norm weights 1) of `config_json`'s shape into `dir` (created), in `dtype` (f32, f16, bf16).
+Status write_random_checkpoint(const std::filesystem::path& dir, std::string_view config_json, DType dtype,
+                               uint64_t seed);
+
+// Bytes the decode step reads per sequence-independent part: every weight except the
+// embedding table (a gather), with lm_head counted once when tied.
+uint64_t decode_weight_bytes(const ModelConfig& config, size_t dtype_bytes);
+uint64_t parameter_count(const ModelConfig& config);
+// KV bytes per token per sequence: layers × 2 × kv_heads × head_dim × element size.
+uint64_t kv_bytes_per_token(const ModelConfig& config, size_t element_bytes);
+
+struct GpuFacts {
+  std::string name;
+  int driver_cuda_version = 0;  // cuDriverGetVersion: 12080 → CUDA 12.8
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+// Through the CUDA driver library (libcuda.so.1, loaded at run time so that every build can
+// measure): unavailable → ErrorCode::unsupported.
+Result<GpuFacts> query_gpu(int device);
+// Device-to-device cudaMemcpy-style copy loop (cuMemcpyDtoD of 1 GiB, median of 20 after
+// warmup); counts read + write bytes, as copy benchmarks usually do.
+Result<double> measure_copy_bandwidth_gbps(int device);
+
+}  // namespace kernelllm

@@ -1,0 +1,58 @@
+// Pieces of `kernelllm bench` shared by src/engine/bench*.cpp and not part of the public
+// header: device parsing, a temporary directory, machine facts, the memory check, the
+// seeded prompt and the HF peer subprocess.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/bench.h"
+
+namespace kernelllm::bench {
+
+struct Device {
+  bool cuda = false;
+  int index = 0;
+};
+// "cpu", "cuda" (= cuda:0) or "cuda:N".
+Result<Device> parse_device(std::string_view text);
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  static Result<std::unique_ptr<TempDir>> create(std::string_view prefix);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::filesystem::path p) : path_(std::move(p)) {}
+  std::filesystem::path path_;
+};
+
+// Seeded ids in [0, min(vocab, 128000)) (regular tokens only, no special ids).
+std::vector<int32_t> random_prompt(int64_t count, int64_t vocab, uint64_t seed);
+
+// CPU model, threads, GPU facts (cuda), kernelllm version, git commit when known.
+Json machine_facts(const Device& device);
+
+// Errors with resource_exhausted when weights + KV + workspace exceed the free device memory
+// (cuda) or MemAvailable (cpu); otherwise the figures as JSON.
+Result<Json> check_memory(const Device& device, uint64_t weights_bytes, uint64_t kv_bytes, uint64_t workspace_bytes,
+                          int64_t max_n, int64_t tokens_per_sequence);
+
+// The repository root (holding bench/peer_hf.py), searched upwards from the executable and
+// the working directory; empty when not found.
+std::filesystem::path find_source_dir();
+
+// Runs bench/peer_hf.py on the same shape and prompt; its JSON, or {"error": ...}.
+Json run_hf_peer(const BenchOptions& options, const std::string& config_json, const std::vector<int32_t>& prompt);
+
+}  // namespace kernelllm::bench
