@@ -30,9 +30,19 @@ struct AttentionArgs {
   float* partial_acc = nullptr;      // [T, heads, splits, head_dim]
   float* partial_ml = nullptr;       // [T, heads, splits, 2]
   void* out = nullptr;               // [T, heads * head_dim], backend dtype
+  // Query blocks for prefill_attention: up to 16 consecutive tokens of one sequence each.
+  const int32_t* q_block_start = nullptr;  // [n_q_blocks] first token
+  const int32_t* q_block_len = nullptr;    // [n_q_blocks] 1..16
+  int64_t n_q_blocks = 0;
 };
 
 // Scratch floats needed: acc T*heads*splits*head_dim, ml T*heads*splits*2.
 void attention(DType type, const AttentionArgs& args, cudaStream_t stream);
+
+// The tensor-core path for passes with many tokens per sequence (no splits, no scratch):
+// bf16/f16 caches, head_dim 16/32/64/128, at most 8 query heads per KV head.
+inline constexpr int64_t kPrefillQueryBlock = 16;
+bool prefill_attention_supported(DType type, int64_t head_dim, int64_t group);
+void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace kernelllm::cuda

@@ -19,7 +19,6 @@
 
 namespace kernelllm::cuda {
 namespace {
-constexpr int64_t kMetaFields = 5;
 constexpr int64_t kMaxSplits = 32;
 }  // namespace
 

@@ -17,6 +17,8 @@
 
 namespace kernelllm::cuda {
 
+inline constexpr int64_t kMetaFields = 7;
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
@@ -49,8 +51,9 @@ class CudaBackend final : public Backend {
   Status upload_table(SeqId seq, int64_t first_page);
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
   // The device work of one pass over n tokens whose metadata is in meta_; logits for r rows.
-  Status run_layers(int64_t n, int64_t r, bool logits_in_pass);
-  Status run_chunk(int64_t n, int64_t r, bool single_token, float* logits_out);
+  // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
+  Status run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass);
+  Status run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, float* logits_out);
   int64_t splits_for(int64_t n) const;
 
   ModelConfig config_;
@@ -67,7 +70,7 @@ class CudaBackend final : public Backend {
 
   // Activations, sized for max_tokens_.
   DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_;
-  DeviceBuffer meta_;               // int32 [5][max_tokens_]: ids, pos, seq, page, out_row
+  DeviceBuffer meta_;  // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len
   int32_t* meta_host_ = nullptr;    // pinned mirror
   std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by token count
   std::map<int64_t, int> graph_seen_;

@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kMaxGraphTokens = 256;
 }  // namespace
 
-Status CudaBackend::run_layers(int64_t n, int64_t r, bool logits_in_pass) {
+Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -26,6 +26,10 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, bool logits_in_pass) {
   const int32_t* seq = pos + max_tokens_;
   const int32_t* page = seq + max_tokens_;
   const int32_t* out_rows = page + max_tokens_;
+  const int32_t* qb_start = out_rows + max_tokens_;
+  const int32_t* qb_len = qb_start + max_tokens_;
+  const bool tensor_core_attention =
+      q_blocks > 0 && prefill_attention_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
   float* x = x_.as<float>();
   float* y = proj_.as<float>();
   const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_};
@@ -57,7 +61,14 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, bool logits_in_pass) {
     a.partial_acc = part_acc_.as<float>();
     a.partial_ml = part_ml_.as<float>();
     a.out = att_.get();
-    attention(dtype_, a, stream_);
+    a.q_block_start = qb_start;
+    a.q_block_len = qb_len;
+    a.n_q_blocks = q_blocks;
+    if (tensor_core_attention) {
+      prefill_attention(dtype_, a, stream_);
+    } else {
+      attention(dtype_, a, stream_);
+    }
     KLLM_RETURN_IF_ERROR(proj(l.o, h, q_dim_, att_.get(), n, y));
     add_rmsnorm(dtype_, x, y, l.post_norm.as<float>(), n, h, eps, xn_.get(), stream_);
     KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.as<float>()));
@@ -75,10 +86,10 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, bool logits_in_pass) {
   return cuda_status(cudaGetLastError(), "launching the forward pass");
 }
 
-Status CudaBackend::run_chunk(int64_t n, int64_t r, bool single_token, float* logits_out) {
+Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, float* logits_out) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  KLLM_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), meta_host_, static_cast<size_t>(5 * max_tokens_) * 4,
+  KLLM_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), meta_host_, static_cast<size_t>(kMetaFields * max_tokens_) * 4,
                                    cudaMemcpyHostToDevice, stream_),
                    "metadata upload");
   const bool graph = opts_.cuda_graphs && single_token && n == r && n <= std::min(kMaxGraphTokens, max_logit_rows_);
@@ -88,7 +99,7 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, bool single_token, float* lo
       // Captured on its second use: the first ran eagerly, so lazy library setup is done.
       cudaGraph_t g = nullptr;
       KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-      const Status s = run_layers(n, r, true);
+      const Status s = run_layers(n, r, 0, true);
       const cudaError_t end = cudaStreamEndCapture(stream_, &g);
       KLLM_RETURN_IF_ERROR(s);
       KLLM_CUDA_RETURN(end, "end capture");
@@ -101,14 +112,14 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, bool single_token, float* lo
     if (it != graphs_.end()) {
       KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
     } else {
-      KLLM_RETURN_IF_ERROR(run_layers(n, r, true));
+      KLLM_RETURN_IF_ERROR(run_layers(n, r, 0, true));
     }
     KLLM_CUDA_RETURN(cudaMemcpyAsync(logits_out, logits_dev_.get(), static_cast<size_t>(r * c.vocab_size) * 4,
                                      cudaMemcpyDeviceToHost, stream_),
                      "logits download");
     return cuda_status(cudaStreamSynchronize(stream_), "decode step");
   }
-  KLLM_RETURN_IF_ERROR(run_layers(n, r, false));
+  KLLM_RETURN_IF_ERROR(run_layers(n, r, single_token ? 0 : q_blocks, false));
   // Logits in blocks of max_logit_rows_ rows.
   const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
   const int32_t* out_rows = meta_.as<int32_t>() + 4 * max_tokens_;
@@ -163,7 +174,7 @@ Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<f
   for (size_t t0 = 0; t0 < toks.size(); t0 += static_cast<size_t>(max_tokens_)) {
     const size_t t1 = std::min(toks.size(), t0 + static_cast<size_t>(max_tokens_));
     int32_t* m = meta_host_;
-    int64_t r = 0;
+    int64_t r = 0, blocks = 0;
     for (size_t t = t0; t < t1; ++t) {
       const auto i = static_cast<int64_t>(t - t0);
       m[i] = toks[t].id;
@@ -171,8 +182,16 @@ Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<f
       m[2 * max_tokens_ + i] = toks[t].seq;
       m[3 * max_tokens_ + i] = toks[t].page;
       if (toks[t].out) m[4 * max_tokens_ + r++] = static_cast<int32_t>(i);
+      // Query blocks: runs of up to 16 consecutive tokens of one sequence.
+      int32_t* len = m + 6 * max_tokens_;
+      if (blocks > 0 && toks[t].seq == toks[t - 1].seq && len[blocks - 1] < kPrefillQueryBlock) {
+        ++len[blocks - 1];
+      } else {
+        m[5 * max_tokens_ + blocks] = static_cast<int32_t>(i);
+        len[blocks++] = 1;
+      }
     }
-    KLLM_RETURN_IF_ERROR(run_chunk(static_cast<int64_t>(t1 - t0), r, single_token,
+    KLLM_RETURN_IF_ERROR(run_chunk(static_cast<int64_t>(t1 - t0), r, blocks, single_token,
                                    logits.data() + done_rows * config_.vocab_size));
     done_rows += r;
   }
