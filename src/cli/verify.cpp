@@ -38,6 +38,11 @@ std::string cell(std::string s, size_t width) {
   return s;
 }
 
+// Paths keep their end (the file name) when cut.
+std::string path_cell(const std::string& s, size_t width) {
+  return s.size() <= width ? s : "~" + s.substr(s.size() - (width - 1));
+}
+
 void print_table(const harness::VerifyReport& rep) {
   std::printf("%s\n", rep.sandbox.c_str());
   std::printf("problem: %s  profile: %s\n", rep.problem.c_str(), rep.profile.c_str());
@@ -62,7 +67,7 @@ void print_table(const harness::VerifyReport& rep) {
     std::string speed = c.speedup > 0 ? fmt::format("{:.2f}x", c.speedup) : "-";
     std::string verdict = std::string(harness::verdict_name(c.verdict)) + (c.cached ? " (cached)" : "");
     std::string mark = rep.selected && *rep.selected == i ? "*" : "";
-    std::printf("%s\n", fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8}", std::to_string(i) + mark, cell(c.path, 34),
+    std::printf("%s\n", fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8}", std::to_string(i) + mark, path_cell(c.path, 34),
                                     verdict, cell(reason, 28), err, median, speed)
                             .c_str());
   }
