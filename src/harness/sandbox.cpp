@@ -69,13 +69,14 @@ try:
     open('/kernelllm-probe', 'w')
 except OSError:
     ro = True
+homes = [d for d in ('/root', '/home') if os.path.isdir(d) and os.listdir(d)]
 nets = [n for n in os.listdir('/sys/class/net')] if os.path.isdir('/sys/class/net') else []
 try:
     import socket
     ifs = [n for _, n in socket.if_nameindex()]
 except OSError:
     ifs = nets
-print(json.dumps({'uid': os.getuid(), 'ro': ro, 'ifs': ifs}))
+print(json.dumps({'uid': os.getuid(), 'ro': ro, 'ifs': ifs, 'homes': homes}))
 )";
 
 }  // namespace
@@ -119,13 +120,25 @@ std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std
   if (::geteuid() == 0) {
     for (const char* s : {"--unshare-user", "--uid", "65534", "--gid", "65534"}) a.emplace_back(s);
   }
+  std::error_code ec;
   if (settings_.gpu) {
-    std::error_code ec;
     for (const auto& e : fs::directory_iterator("/dev", ec)) {
       std::string n = e.path().filename().string();
       if (n.rfind("nvidia", 0) == 0) {
         for (const std::string& s : {std::string("--dev-bind"), e.path().string(), e.path().string()}) a.push_back(s);
       }
+    }
+  }
+  for (const std::string& h : settings_.hidden_dirs) {
+    if (fs::is_directory(h, ec)) {
+      for (const std::string& x : {std::string("--tmpfs"), h}) a.push_back(x);
+    }
+  }
+  for (const std::string& k : settings_.keep_paths) {
+    bool under_hidden = false;
+    for (const std::string& h : settings_.hidden_dirs) under_hidden |= k.rfind(h + "/", 0) == 0;
+    if (under_hidden && fs::exists(k, ec)) {
+      for (const std::string& x : {std::string("--ro-bind"), k, k}) a.push_back(x);
     }
   }
   for (const fs::path& d : readable_dirs) {
@@ -227,6 +240,13 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
             if (n.is_string() && n.get<std::string>() != "lo") p.net_off = false;
           }
           p.real_uid_root = ::geteuid() == 0;
+          // Hidden means: nothing in them but the bound-back interpreter paths.
+          p.homes_hidden = true;
+          for (const auto& h : j->value("homes", Json::array())) {
+            bool kept = false;
+            for (const std::string& k : settings.keep_paths) kept |= k.rfind(h.get<std::string>() + "/", 0) == 0;
+            if (!kept) p.homes_hidden = false;
+          }
         }
       }
       if (!p.namespaces) {
@@ -255,8 +275,9 @@ std::string Sandbox::summary() const {
   std::string mem = probe_.cgroup_memory ? fmt::format("{} (cgroup {})", human_bytes(settings_.memory_bytes), probe_.cgroup_kind)
                     : !settings_.gpu     ? fmt::format("{} (rlimit)", human_bytes(settings_.memory_bytes))
                                          : std::string("inactive (no memory cgroup; RLIMIT_AS breaks CUDA)");
-  return fmt::format("sandbox: net={} fs={} uid={} tasks={} mem={} core=off env=allow-list", probe_.net_off ? "off" : "ON",
-                     probe_.fs_read_only ? "read-only" : "WRITABLE", uid, tasks, mem);
+  return fmt::format("sandbox: net={} fs={} homes={} uid={} tasks={} mem={} core=off env=allow-list",
+                     probe_.net_off ? "off" : "ON", probe_.fs_read_only ? "read-only" : "WRITABLE",
+                     probe_.homes_hidden ? "hidden" : "VISIBLE", uid, tasks, mem);
 }
 
 }  // namespace kernelllm::harness

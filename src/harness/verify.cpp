@@ -131,6 +131,7 @@ Status Verifier::setup() {
   ss.memory_bytes = opts_.memory_bytes;
   ss.max_tasks = opts_.max_tasks;
   ss.python = py_.executable;
+  ss.keep_paths = py_.paths;
   sandbox_ = Sandbox::create(ss);
   report_.sandbox = sandbox_.summary();
   if (!sandbox_.active()) report_.warnings.push_back(report_.sandbox);

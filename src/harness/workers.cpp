@@ -16,8 +16,11 @@ namespace {
 const char* kPassThrough[] = {"CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH",
                               "TRITON_LIBCUDA_PATH", "NVIDIA_VISIBLE_DEVICES"};
 
-constexpr const char* kProbeScript = R"(import sys, json
+constexpr const char* kProbeScript = R"(import sys, json, os, site
 info = {'executable': sys.executable, 'python': sys.version.split()[0]}
+paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+paths += site.getsitepackages() + [site.getusersitepackages()] + [p for p in sys.path if p]
+info['paths'] = sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
 import torch
 info['torch'] = torch.__version__
 try:
@@ -114,6 +117,7 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   env.triton_version = j.value("triton", "");
   env.numpy_version = j.value("numpy", "");
   for (const auto& n : j.value("cuda", Json::array())) env.cuda_names.push_back(n.get<std::string>());
+  for (const auto& n : j.value("paths", Json::array())) env.paths.push_back(n.get<std::string>());
   return env;
 }
 

@@ -18,6 +18,7 @@ struct PythonEnv {
   std::string executable;  // absolute, resolved by the interpreter itself (no shims)
   std::string python_version, torch_version, triton_version, numpy_version;
   std::vector<std::string> cuda_names;  // index = CUDA ordinal (only when asked)
+  std::vector<std::string> paths;       // prefixes and site-packages the interpreter needs
 };
 // Runs `python` once (trusted, our environment) to learn the above. `cuda` also lists GPUs.
 Result<PythonEnv> probe_python(const std::string& python, bool cuda);

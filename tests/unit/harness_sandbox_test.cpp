@@ -18,6 +18,10 @@ SandboxSettings settings() {
   s.python = find_executable("python3");
   s.max_tasks = 64;
   s.memory_bytes = uint64_t{1} << 30;
+  // Keep the interpreter's own tree when it lives under a hidden home (pyenv under /root).
+  std::error_code ec;
+  fs::path exe = fs::canonical(s.python, ec);
+  if (!ec) s.keep_paths.push_back(exe.parent_path().parent_path().string());
   return s;
 }
 
@@ -86,6 +90,15 @@ TEST_F(SandboxRun, EnvironmentIsExactlyTheAllowList) {
   auto [code, out] = run("env | sort | grep -v '^PWD=\\|^SHLVL=\\|^_='");
   EXPECT_EQ(code, 0);
   EXPECT_EQ(out, "PATH=/usr/bin:/bin\nSECRET_OK=1\n");
+}
+
+TEST_F(SandboxRun, HomeDirectoriesAreHidden) {
+  fs::path secret = "/root/.kllm-sandbox-secret";
+  std::ofstream(secret) << "key";
+  auto [code, out] = run("cat /root/.kllm-sandbox-secret 2>/dev/null || echo hidden");
+  EXPECT_EQ(out, "hidden\n");
+  fs::remove(secret);
+  EXPECT_NE(box_.summary().find("homes=hidden"), std::string::npos) << box_.summary();
 }
 
 TEST_F(SandboxRun, HostTmpAndShmArePrivate) {

@@ -23,6 +23,11 @@ struct SandboxSettings {
   int max_tasks = 1024;                       // processes + threads (torch starts many threads)
   std::string python;                         // absolute path of the interpreter
   std::string bwrap;                          // empty: $KERNELLLM_BWRAP, else bwrap on PATH
+  // Replaced by empty tmpfs inside: under a user namespace the host uid is still 0, so home
+  // directories (keys, tokens) would be readable otherwise.
+  std::vector<std::string> hidden_dirs = {"/root", "/home"};
+  // Bound back read-only inside hidden dirs: the interpreter's prefix and site-packages.
+  std::vector<std::string> keep_paths;
 };
 
 // What the probe found working.
@@ -31,6 +36,7 @@ struct SandboxProbe {
   bool namespaces = false;    // bwrap ran the probe script
   bool net_off = false;       // only loopback inside
   bool fs_read_only = false;  // writing under / failed inside
+  bool homes_hidden = false;  // hidden_dirs were replaced (and the probe still ran)
   int uid = -1;               // uid the probe saw inside (65534 when mapped)
   bool real_uid_root = false; // the host uid behind it is still 0 (user namespace mapping)
   bool cgroup_memory = false;
