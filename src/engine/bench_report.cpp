@@ -48,7 +48,7 @@ std::string format_bench_table(const Json& r) {
   }
   out += fmt::format("{:>4} {:>10} {:>10} {:>10} {:>11} {:>8} {:>7}", "n", "ms/step", "p10-p90", "tok/s/seq", "tok/s total",
                      "GB/s", "% copy");
-  out += peer ? fmt::format(" | {:>11} {:>11}\n", "HF tok/s/seq", "HF total") : "\n";
+  out += peer ? fmt::format(" | {:>12} {:>11}\n", "HF tok/s/seq", "HF total") : "\n";
   for (const Json& e : r["decode"]) {
     const int64_t n = e.value("n", int64_t{0});
     out += fmt::format("{:>4} {:>10} {:>10} {:>10} {:>11} {:>8} {:>7}", n, cell(num(e, "ms_per_step_median"), "{:.2f}"),
@@ -57,7 +57,7 @@ std::string format_bench_table(const Json& r) {
                        cell(num(e, "achieved_gbps"), "{:.1f}"), cell(num(e, "pct_of_copy_bandwidth"), "{:.1f}"));
     if (peer) {
       const Json* p = peer_entry(r, n);
-      out += p == nullptr ? fmt::format(" | {:>11} {:>11}\n", "-", "-")
+      out += p == nullptr ? fmt::format(" | {:>12} {:>11}\n", "-", "-")
                           : fmt::format(" | {:>12} {:>11}\n", cell(num(*p, "tok_s_per_seq"), "{:.1f}"),
                                         cell(num(*p, "tok_s_aggregate"), "{:.1f}"));
     } else {
