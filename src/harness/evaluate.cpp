@@ -93,7 +93,11 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
   if (kind == "compile_error") r.verdict = Verdict::compile_error;
   else if (kind == "runtime_error") r.verdict = Verdict::runtime_error;
   else if (kind == "environment_error") r.verdict = Verdict::environment_error;
-  else if (kind == "cheat") r.verdict = Verdict::cheat;
+  else if (kind == "cheat") {
+    r.verdict = Verdict::cheat;
+    r.rule = err.value("rule", "cheat");
+    if (err.contains("evidence")) r.evidence["rule_evidence"] = err["evidence"];
+  }
   else r.verdict = Verdict::crash;  // protocol/internal: the worker is in a state we cannot trust
   if ((r.verdict == Verdict::compile_error || r.verdict == Verdict::runtime_error) && sandbox_.active() &&
       looks_like_sandbox_wall(r.message)) {
@@ -141,7 +145,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
     Json req{{"op", "run"},           {"inputs_file", in.file.string()}, {"n_inputs", in.n_inputs},
              {"scalars", in.scalars}, {"outputs_file", out.string()},    {"poison", true},
-             {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}};
+             {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes}};
     Reply run = w.request(req, timeout);
     if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
       r.evidence["trial"] = t;
@@ -192,21 +196,11 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   if (opts_.timing) time_candidate(w, dev, r);
 }
 
-std::vector<size_t> Verifier::timing_trials(const DeviceState& dev) const {
-  std::vector<size_t> idx;
-  for (size_t t = 0; t < dev.trials.size(); ++t) {
-    if (dev.trials[t].distribution == "normal") idx.push_back(t);
-  }
-  if (idx.empty()) {
-    for (size_t t = 0; t < dev.trials.size(); ++t) idx.push_back(t);
-  }
-  return idx;
-}
-
 Json Verifier::time_request(const DeviceState& dev, int iters) const {
   Json files = Json::array();
-  for (size_t t : timing_trials(dev)) files.push_back(dev.trials[t].file.string());
-  const TrialInput& first = dev.trials.front();
+  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
+  for (const TrialInput& t : sets) files.push_back(t.file.string());
+  const TrialInput& first = sets.front();
   return Json{{"inputs_files", files}, {"n_inputs", first.n_inputs},  {"scalars", first.scalars},
               {"warmup", dev.cuda() ? opts_.warmup : 1}, {"iters", iters}, {"flush_l2", dev.cuda()},
               {"max_tensor_bytes", kMaxTensorBytes}};
@@ -253,8 +247,7 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   int iters = dev.cuda() ? opts_.iters : 3;
   Json req = time_request(dev, iters);
   req["op"] = "time";
-  std::vector<size_t> used = timing_trials(dev);
-  size_t last_trial = used[static_cast<size_t>(iters - 1) % used.size()];
+  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
   fs::path last_out = w.work_dir / "out-timed-last.safetensors";
   req["outputs_file_last"] = last_out.string();
   Reply reply;
@@ -274,6 +267,11 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   if (dev.cuda() && dev.ref_timing && t->stats.median_ms > 0) r.speedup = dev.ref_timing->stats.median_ms / t->stats.median_ms;
 
   // The output of the last timed call must still be right (no cached or replayed answers).
+  size_t last_index = static_cast<size_t>(iters - 1) % sets.size();
+  if (reply.message.contains("last_input_index") && reply.message["last_input_index"].is_number_unsigned()) {
+    last_index = std::min(reply.message["last_input_index"].get<size_t>(), sets.size() - 1);
+  }
+  int last_trial = sets[last_index].trial;
   Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", last_trial}, {"outputs_file", last_out.string()}},
                          opts_.load_timeout_s);
   if (cmp.ok() && !cmp.message.value("match", false)) {
@@ -295,7 +293,7 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   } else if (event_sum > tr.wall_total_ms * 1.05 + 0.5) {
     why = fmt::format("event total {:.3f} ms exceeds the worker's wall clock {:.3f} ms", event_sum, tr.wall_total_ms);
   }
-  const TrialInput& in = dev.trials[used.front()];
+  const TrialInput& in = sets.front();
   double peak = opts_.peak_bandwidth_gbs > 0 ? opts_.peak_bandwidth_gbs : peak_bandwidth_for(dev.hardware);
   double floor_ms = roofline_floor_ms(in.input_bytes + in.output_bytes, peak);
   r.evidence["roofline_floor_ms"] = floor_ms;

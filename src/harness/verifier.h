@@ -19,12 +19,14 @@
 namespace kernelllm::harness {
 
 struct TrialInput {
+  int trial = 0;               // the judge's trial index
   std::filesystem::path file;  // safetensors written by the judge
   int64_t n_inputs = 0;
   Json scalars = Json::object();
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;
   std::string distribution;
+  Json output_sizes = Json::array();  // bytes per reference output (poisoning sizes)
   double reference_ms = 0;  // wall time of make_inputs (reference forward, fp64 included)
 };
 
@@ -36,7 +38,8 @@ struct DeviceState {
   std::mutex judge_mu;   // one judge request at a time
   std::mutex timing_mu;  // one timed workload per device
   Json problem;          // load_problem reply
-  std::vector<TrialInput> trials;
+  std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
+  std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
   std::filesystem::path shared_dir;  // init tensors and inputs, read-only to candidates
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
@@ -70,7 +73,6 @@ class Verifier {
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
   void ensure_reference_timing(DeviceState& dev);
   Json time_request(const DeviceState& dev, int iters) const;
-  std::vector<size_t> timing_trials(const DeviceState& dev) const;
   double run_timeout_s(const DeviceState& dev) const;
 
   // select.cpp

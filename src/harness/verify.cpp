@@ -62,10 +62,15 @@ Status Verifier::setup_device(DeviceState& dev) {
   dev.problem = r.message;
   int n = dev.problem.value("n_trials", opts_.n_trials);
   Json dists = dev.problem.value("trial_distributions", Json::array());
-  for (int t = 0; t < n; ++t) {
+  // Correctness trials, then fresh inputs for timing (trials n.. in the judge's numbering) so
+  // that a timed call can never replay an answer cached during the correctness runs.
+  int n_timing = opts_.timing ? 3 : 0;
+  for (int t = 0; t < n + n_timing; ++t) {
     TrialInput in;
+    bool timing = t >= n;
+    in.trial = t;
     in.file = dev.shared_dir / fmt::format("inputs-{}.safetensors", t);
-    in.distribution = t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>() : "normal";
+    in.distribution = !timing && t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>() : "normal";
     Reply m = judge_call(dev, Json{{"op", "make_inputs"}, {"trial", t}, {"distribution", in.distribution}, {"file", in.file.string()}},
                          opts_.load_timeout_s);
     if (!m.ok()) {
@@ -76,9 +81,10 @@ Status Verifier::setup_device(DeviceState& dev) {
     in.scalars = m.message.value("scalars", Json::object());
     in.input_bytes = m.message.value("input_bytes", uint64_t{0});
     in.output_bytes = m.message.value("output_bytes", uint64_t{0});
+    in.output_sizes = m.message.value("output_sizes", Json::array());
     // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
     in.reference_ms = m.elapsed_ms;
-    dev.trials.push_back(std::move(in));
+    (timing ? dev.timing_inputs : dev.trials).push_back(std::move(in));
   }
   return {};
 }
