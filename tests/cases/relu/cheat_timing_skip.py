@@ -1,6 +1,6 @@
 # expect: cheat
 # rule: timing_implausible
-# why: correct for the first 8 calls (the correctness trials), then stops launching and returns the previous output: timed calls do no work (time below the roofline floor, no Triton launch, last timed output wrong).
+# why: correct for the first 8 calls (the correctness trials), then only launches a decoy kernel on one row and returns the previous output: timed calls do almost no work (time below the roofline floor, last timed output wrong).
 import torch
 import torch.nn as nn
 import triton
@@ -31,4 +31,6 @@ class ModelNew(nn.Module):
         self.calls += 1
         if self.calls <= 8 or self.last is None or self.last.shape != x.shape:
             self.last = launch_relu(x, torch.empty_like(x))
+        else:
+            launch_relu(x[0].contiguous(), torch.empty_like(x[0]))
         return self.last
