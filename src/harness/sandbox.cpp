@@ -1,13 +1,17 @@
 // Candidate sandbox: bubblewrap arguments, cgroup limits and the start-up probe of what works.
 #include "kernelllm/harness/sandbox.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -34,7 +38,15 @@ std::string find_executable(const std::string& name) {
 }
 
 CgroupLease::~CgroupLease() {
-  for (const std::string& d : dirs) ::rmdir(d.c_str());
+  // Members killed a moment ago may still be exiting (EBUSY): kill stragglers and retry ~1 s.
+  for (const std::string& d : dirs) {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      if (::rmdir(d.c_str()) == 0 || errno == ENOENT) break;
+      std::ifstream procs(d + "/cgroup.procs");
+      for (long pid; procs >> pid;) ::kill(static_cast<pid_t>(pid), SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 }
 
 std::vector<std::string> CgroupLease::procs_files() const {

@@ -51,6 +51,9 @@ class Verifier {
  public:
   Verifier(std::string problem, std::vector<std::string> candidates, VerifyOptions opts)
       : problem_path_(std::move(problem)), candidate_paths_(std::move(candidates)), opts_(std::move(opts)) {}
+  ~Verifier();  // kills the judges, then removes the run directory (also after a failed set-up)
+  Verifier(const Verifier&) = delete;
+  Verifier& operator=(const Verifier&) = delete;
   Result<VerifyReport> run();
 
  private:

@@ -18,6 +18,14 @@
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
 
+Verifier::~Verifier() {
+  devices_.clear();
+  if (!run_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(run_dir_, ec);
+  }
+}
+
 void Verifier::log(const std::string& line) const {
   if (opts_.log) opts_.log(line);
 }
@@ -314,10 +322,9 @@ Result<VerifyReport> Verifier::run() {
       dev->judge->proc.kill_tree();
     }
   }
+  devices_.clear();
   int orphans = reap_orphans({});
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
-  std::error_code ec;
-  fs::remove_all(run_dir_, ec);
   return std::move(report_);
 }
 
