@@ -146,7 +146,13 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     Json req{{"op", "run"},           {"inputs_file", in.file.string()}, {"n_inputs", in.n_inputs},
              {"scalars", in.scalars}, {"outputs_file", out.string()},    {"poison", true},
              {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes}};
-    Reply run = w.request(req, timeout);
+    Reply run;
+    if (dev.cuda()) {
+      std::shared_lock<std::shared_mutex> gpu(dev.gpu_mu);
+      run = w.request(req, timeout);
+    } else {
+      run = w.request(req, timeout);
+    }
     if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
       r.evidence["trial"] = t;
       return;
@@ -252,7 +258,7 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   req["outputs_file_last"] = last_out.string();
   Reply reply;
   {
-    std::lock_guard<std::mutex> lock(dev.timing_mu);
+    std::unique_lock<std::shared_mutex> lock(dev.gpu_mu);
     ensure_reference_timing(dev);
     reply = w.request(req, opts_.timing_timeout_s);
   }

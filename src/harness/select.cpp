@@ -75,7 +75,7 @@ void Verifier::select() {
   std::vector<Finalist> finalists(alive.size());
   std::vector<bool> ok(alive.size(), true);
   {
-    std::lock_guard<std::mutex> lock(dev->timing_mu);
+    std::unique_lock<std::shared_mutex> lock(dev->gpu_mu);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;

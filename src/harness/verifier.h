@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,7 +37,9 @@ struct DeviceState {
   std::string hardware;  // "cpu" or the GPU's name
   std::unique_ptr<Worker> judge;
   std::mutex judge_mu;   // one judge request at a time
-  std::mutex timing_mu;  // one timed workload per device
+  // Timing takes it exclusively; correctness runs on a GPU take it shared, so that nothing
+  // else runs on the GPU while a candidate or the reference is timed.
+  std::shared_mutex gpu_mu;
   Json problem;          // load_problem reply
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
