@@ -60,7 +60,7 @@ int main() {
       fill_random(t, b.get(), s.rows * s.cols, 3, 0.02f, nullptr);
     }
     const double gb = static_cast<double>(s.rows * s.cols) * 2 / 1e9;
-    for (int64_t n : {1, 8}) {
+    for (int64_t n : {1, 2, 8, 20}) {
       const float ms = median_ms([&](int i) { gemv(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr); });
       std::printf("gemv    %-8s n=%-4lld %8.1f us  %6.0f GB/s\n", s.name, static_cast<long long>(n), ms * 1e3, gb / ms * 1e3);
     }

@@ -19,7 +19,7 @@
 
 namespace kernelllm::cuda {
 namespace {
-constexpr int64_t kMaxSplits = 32;
+constexpr int64_t kMaxSplits = 16;
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
@@ -220,11 +220,12 @@ Status CudaBackend::validate(std::span<const ForwardRequest> batch) const {
 int64_t CudaBackend::splits_for(int64_t n) const {
   const int64_t blocks = n * config_.num_key_value_heads;
   const int64_t want = (4 * 132 + blocks - 1) / blocks;  // about four blocks per SM of an H100
-  return std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxSplits, max_tokens_ / n));
+  return std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxSplits, max_tokens_ / n));  // see bench/cuda_ops/NOTES.md
 }
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y) {
-  if (opts_.custom_gemv && gemv_supported(dtype_, cols, n)) {
+  // The custom GEMV beats cuBLASLt at one token only (bench/cuda_ops/NOTES.md).
+  if (opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n)) {
     gemv(dtype_, w.get(), rows, cols, x, n, y, stream_);
     return Status::ok_status();
   }
