@@ -93,9 +93,9 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
   if (kind == "compile_error") r.verdict = Verdict::compile_error;
   else if (kind == "runtime_error") r.verdict = Verdict::runtime_error;
   else if (kind == "environment_error") r.verdict = Verdict::environment_error;
-  else if (kind == "cheat") {
-    r.verdict = Verdict::cheat;
-    r.rule = err.value("rule", "cheat");
+  else if (kind == "cheat" || kind == "sandbox_violation") {
+    r.verdict = kind == "cheat" ? Verdict::cheat : Verdict::sandbox_violation;
+    r.rule = err.value("rule", kind);
     if (err.contains("evidence")) r.evidence["rule_evidence"] = err["evidence"];
   }
   else r.verdict = Verdict::crash;  // protocol/internal: the worker is in a state we cannot trust

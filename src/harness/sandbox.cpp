@@ -125,11 +125,32 @@ Result<std::unique_ptr<CgroupLease>> Sandbox::make_cgroup() const {
   return lease;
 }
 
+namespace {
+
+constexpr uid_t kNobody = 65534;
+
+// bwrap creates missing mount points as 0700 root: under our tmpfs mounts, make the
+// ancestors of a bind target 0755 first so that an unprivileged uid can walk to it.
+void add_parent_dirs(std::vector<std::string>& a, const fs::path& target, const std::vector<std::string>& tmpfs_roots) {
+  std::vector<fs::path> chain;
+  for (fs::path p = target.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) chain.push_back(p);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    std::string s = it->string();
+    bool under = false;
+    for (const std::string& r : tmpfs_roots) under |= s.rfind(r + "/", 0) == 0;
+    if (under) {
+      for (const std::string& x : {std::string("--perms"), std::string("0755"), std::string("--dir"), s}) a.push_back(x);
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std::vector<fs::path>& readable_dirs) const {
   std::vector<std::string> a = {probe_.bwrap_path, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                                 "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev",
-                                "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"};
-  if (::geteuid() == 0) {
+                                "--proc", "/proc", "--perms", "01777", "--tmpfs", "/tmp", "--perms", "01777", "--tmpfs", "/dev/shm"};
+  if (::geteuid() == 0 && !drop_uid()) {
     for (const char* s : {"--unshare-user", "--uid", "65534", "--gid", "65534"}) a.emplace_back(s);
   }
   std::error_code ec;
@@ -141,26 +162,32 @@ std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std
       }
     }
   }
+  std::vector<std::string> tmpfs_roots = {"/tmp", "/dev/shm"};
   for (const std::string& h : settings_.hidden_dirs) {
     if (fs::is_directory(h, ec)) {
-      for (const std::string& x : {std::string("--tmpfs"), h}) a.push_back(x);
+      for (const std::string& x : {std::string("--perms"), std::string("0755"), std::string("--tmpfs"), h}) a.push_back(x);
+      tmpfs_roots.push_back(h);
     }
   }
+  auto bind = [&](const std::string& how, const std::string& path) {
+    add_parent_dirs(a, path, tmpfs_roots);
+    for (const std::string& x : {how, path, path}) a.push_back(x);
+  };
   for (const std::string& k : settings_.keep_paths) {
     bool under_hidden = false;
     for (const std::string& h : settings_.hidden_dirs) under_hidden |= k.rfind(h + "/", 0) == 0;
-    if (under_hidden && fs::exists(k, ec)) {
-      for (const std::string& x : {std::string("--ro-bind"), k, k}) a.push_back(x);
+    if (under_hidden && fs::exists(k, ec)) bind("--ro-bind", k);
+  }
+  for (const fs::path& d : readable_dirs) bind("--ro-bind", d.string());
+  bind("--bind", work_dir.string());
+  for (const std::string& s : {std::string("--chdir"), work_dir.string()}) a.push_back(s);
+  a.emplace_back("--");
+  if (drop_uid()) {
+    a.push_back(probe_.setpriv_path);
+    for (const char* s : {"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"}) {
+      a.emplace_back(s);
     }
   }
-  for (const fs::path& d : readable_dirs) {
-    for (const std::string& s : {std::string("--ro-bind"), d.string(), d.string()}) a.push_back(s);
-  }
-  for (const std::string& s : {std::string("--bind"), work_dir.string(), work_dir.string(), std::string("--chdir"),
-                               work_dir.string()}) {
-    a.push_back(s);
-  }
-  a.emplace_back("--");
   return a;
 }
 
@@ -175,6 +202,18 @@ Result<PreparedSpawn> Sandbox::prepare(const fs::path& work_dir, const std::vect
     return out;
   }
   o.argv = bwrap_args(work_dir, readable_dirs);
+  if (drop_uid()) {
+    // The work dir belongs to the sandbox's uid; everything else stays root's.
+    std::error_code ec;
+    if (::chown(work_dir.c_str(), kNobody, kNobody) != 0) {
+      return error(ErrorCode::io_error, "sandbox: cannot hand " + work_dir.string() + " to uid 65534");
+    }
+    for (const auto& e : fs::recursive_directory_iterator(work_dir, ec)) {
+      if (::lchown(e.path().c_str(), kNobody, kNobody) != 0) {
+        return error(ErrorCode::io_error, "sandbox: cannot hand " + e.path().string() + " to uid 65534");
+      }
+    }
+  }
   o.argv.insert(o.argv.end(), argv.begin(), argv.end());
   KLLM_ASSIGN_OR_RETURN(out.cgroup, make_cgroup());
   o.cgroup_procs_files = out.cgroup->procs_files();
@@ -224,6 +263,9 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
     }
   }
   if (!p.cgroup_memory && !p.cgroup_pids) p.cgroup_kind.clear();
+  // As root, prefer a real uid drop (bwrap privileged, then setpriv) over a user-namespace
+  // mapping, under which the host uid stays 0 and root-owned files (/etc/shadow) stay readable.
+  if (::geteuid() == 0) p.setpriv_path = find_executable("setpriv");
 
   // Run the probe script in the sandbox as a candidate would run.
   char tmpl[] = "/tmp/kernelllm-probe-XXXXXX";
@@ -251,7 +293,7 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
           for (const auto& n : j->value("ifs", Json::array())) {
             if (n.is_string() && n.get<std::string>() != "lo") p.net_off = false;
           }
-          p.real_uid_root = ::geteuid() == 0;
+          p.real_uid_root = ::geteuid() == 0 && !s.drop_uid();
           // Hidden means: nothing in them but the bound-back interpreter paths.
           p.homes_hidden = true;
           for (const auto& h : j->value("homes", Json::array())) {
@@ -280,6 +322,7 @@ std::string Sandbox::summary() const {
   if (!settings_.enabled) return "sandbox: DISABLED (--no-sandbox): candidates run with full access";
   if (!probe_.namespaces) return "sandbox: INACTIVE (" + probe_.note + "): candidates run unconfined";
   std::string uid = probe_.uid == 65534 && probe_.real_uid_root ? "65534 (user namespace; host uid 0 without capabilities)"
+                    : probe_.uid == 65534 && drop_uid()        ? "65534 (setpriv, no capabilities)"
                                                                  : std::to_string(probe_.uid);
   std::string tasks = probe_.cgroup_pids ? fmt::format("{} (cgroup {})", settings_.max_tasks, probe_.cgroup_kind)
                       : ::geteuid() != 0 ? fmt::format("{} (rlimit)", settings_.max_tasks)

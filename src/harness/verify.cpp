@@ -73,6 +73,12 @@ Status Verifier::setup_device(DeviceState& dev) {
   // Correctness trials, then fresh inputs for timing (trials n.. in the judge's numbering) so
   // that a timed call can never replay an answer cached during the correctness runs.
   int n_timing = opts_.timing ? 3 : 0;
+  std::error_code ec;
+  fs::path init = dev.shared_dir / "init.safetensors";
+  if (fs::exists(init, ec)) {
+    fs::permissions(init, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
+                    fs::perm_options::replace, ec);
+  }
   for (int t = 0; t < n + n_timing; ++t) {
     TrialInput in;
     bool timing = t >= n;
@@ -92,6 +98,9 @@ Status Verifier::setup_device(DeviceState& dev) {
     in.output_sizes = m.message.value("output_sizes", Json::array());
     // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
     in.reference_ms = m.elapsed_ms;
+    // Readable by the sandbox's uid (the judge may create files 0600); the dir is bound read-only.
+    fs::permissions(in.file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
+                    fs::perm_options::replace, ec);
     (timing ? dev.timing_inputs : dev.trials).push_back(std::move(in));
   }
   return {};

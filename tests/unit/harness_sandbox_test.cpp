@@ -101,6 +101,13 @@ TEST_F(SandboxRun, HomeDirectoriesAreHidden) {
   EXPECT_NE(box_.summary().find("homes=hidden"), std::string::npos) << box_.summary();
 }
 
+TEST_F(SandboxRun, RootOwnedFilesAreUnreadable) {
+  if (::geteuid() != 0 || box_.probe().setpriv_path.empty()) GTEST_SKIP() << "needs root and setpriv: " << box_.summary();
+  auto [code, out] = run("id -u; cat /etc/shadow >/dev/null 2>&1 && echo shadow-readable || echo shadow-denied");
+  EXPECT_EQ(out, "65534\nshadow-denied\n");
+  EXPECT_NE(box_.summary().find("uid=65534 (setpriv"), std::string::npos) << box_.summary();
+}
+
 TEST_F(SandboxRun, HostTmpAndShmArePrivate) {
   std::ofstream(fs::path("/tmp") / "kllm-host-visible") << "x";
   auto [code, out] = run("ls /tmp /dev/shm | grep kllm-host-visible || echo hidden");

@@ -37,8 +37,9 @@ struct SandboxProbe {
   bool net_off = false;       // only loopback inside
   bool fs_read_only = false;  // writing under / failed inside
   bool homes_hidden = false;  // hidden_dirs were replaced (and the probe still ran)
-  int uid = -1;               // uid the probe saw inside (65534 when mapped)
+  int uid = -1;               // uid the probe saw inside
   bool real_uid_root = false; // the host uid behind it is still 0 (user namespace mapping)
+  std::string setpriv_path;   // as root: bwrap stays privileged, setpriv drops to 65534 for real
   bool cgroup_memory = false;
   bool cgroup_pids = false;
   std::string cgroup_kind;    // "v1", "v2" or ""
@@ -82,6 +83,7 @@ class Sandbox {
   Result<std::unique_ptr<CgroupLease>> make_cgroup() const;
   std::vector<std::string> bwrap_args(const std::filesystem::path& work_dir,
                                       const std::vector<std::filesystem::path>& readable_dirs) const;
+  bool drop_uid() const { return !probe_.setpriv_path.empty(); }
 
   SandboxSettings settings_;
   SandboxProbe probe_;
