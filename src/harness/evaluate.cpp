@@ -22,7 +22,7 @@ bool looks_like_sandbox_wall(const std::string& text) {
   static const std::regex re(
       "Read-only file system|Network is unreachable|Temporary failure in name resolution|Name or service not known|"
       "Permission denied|Operation not permitted|can't start new thread|Resource temporarily unavailable|"
-      "BlockingIOError|Cannot allocate memory");
+      "BlockingIOError");
   return std::regex_search(text, re);
 }
 
@@ -58,6 +58,9 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
   if (reply.ok()) return false;
   r.evidence["phase"] = phase;
   if (reply.status != ReceiveStatus::ok) {
+    // A worker that closed its pipe is usually dying: give it a moment so that its own exit
+    // status (signal) is the evidence rather than our SIGKILL.
+    if (reply.status != ReceiveStatus::timeout) w.proc.wait(deadline_in(2));
     w.proc.kill_tree();
     r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
     r.evidence["exit"] = w.describe_exit();

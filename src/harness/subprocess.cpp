@@ -72,6 +72,11 @@ Result<std::optional<Json>> FrameDecoder::next() {
 }
 
 std::string ExitInfo::describe() const {
+  if (exited && code > 128 && code < 128 + 65) {
+    // Shells and bwrap report a child killed by signal N as exit status 128 + N.
+    const char* inner = sigabbrev_np(code - 128);
+    return fmt::format("exit code {} (a child killed by signal {} (SIG{}))", code, code - 128, inner ? inner : "?");
+  }
   if (exited) return fmt::format("exit code {}", code);
   const char* name = sigabbrev_np(signal);
   return fmt::format("killed by signal {} (SIG{})", signal, name ? name : "?");
