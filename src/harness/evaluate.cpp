@@ -285,8 +285,11 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
                          opts_.load_timeout_s);
   if (cmp.ok() && !cmp.message.value("match", false)) {
     r.verdict = Verdict::cheat;
-    r.rule = "timed_output_mismatch";
-    r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong: {}", last_trial,
+    // Skipped or replayed work during timing: the times do not measure the computation.
+    r.rule = "timing_implausible";
+    r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong, so the timed calls skipped or "
+                            "replayed work: {}",
+                            last_trial,
                             cmp.message.value("message", ""));
     return;
   }
