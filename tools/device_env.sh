@@ -10,4 +10,5 @@ fi
 export CMAKE_PREFIX_PATH="$deps_root/usr:${CMAKE_PREFIX_PATH:-}"
 export PKG_CONFIG_PATH="$deps_root/usr/lib/x86_64-linux-gnu/pkgconfig:$deps_root/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}"
 export PKG_CONFIG_SYSROOT_DIR="$deps_root"
+export PATH="$deps_root/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$deps_root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
