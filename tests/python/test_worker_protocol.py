@@ -117,10 +117,15 @@ def test_rules_each_fire_with_evidence_in_precedence_order():
              "patched": []}
     assert rules.evaluate_run(clean) == []
     dirty = dict(clean, triton_launches=0, input_hash_after="b", new_threads=["t1 (Thread)"], patched=["time.perf_counter", "torch.randn"],
-                 output_types=[{"type": "mylib.Lazy", "layout": "torch.strided", "aliases_input": 0}])
+                 output_types=[{"type": "mylib.Lazy", "layout": "torch.strided", "aliases_input": 0}],
+                 sandbox_events=[{"kind": k, "detail": k, "where": "candidate.py:1"}
+                                 for k in ("env", "open_read", "network", "kill")],
+                 process_spawns=rules.MAX_SPAWNS + 1)
     found = [v["rule"] for v in rules.evaluate_run(dirty)]
     assert found == list(rules.RULES)
     assert rules.evaluate_run(dict(clean, triton_launches=0), require_triton=False) == []
+    assert rules.evaluate_run(dict(clean, process_spawns=rules.MAX_SPAWNS)) == []
+    assert {rules.verdict_of_rule(r) for r in found} == {"cheat", "sandbox_violation"}
 
 
 def test_interpreter_numpy_failure_is_an_environment_error():

@@ -18,6 +18,7 @@ from typing import Any, Dict, List
 import torch
 
 from . import protocol, rules, timing
+from .guard import GUARD
 from .protocol import WorkerError
 
 try:
@@ -70,6 +71,8 @@ def _guarded() -> Dict[str, Any]:
     funcs["threading.enumerate"] = threading.enumerate
     funcs["hashlib.sha256"] = hashlib.sha256
     funcs["torch.Tensor.untyped_storage"] = torch.Tensor.untyped_storage
+    funcs["os._Environ.__getitem__"] = type(os.environ).__getitem__
+    funcs["os._Environ.__iter__"] = type(os.environ).__iter__
     for name in rules.RANDOM_FUNCTIONS:
         funcs[name] = getattr(torch, name.split(".", 1)[1])
     return funcs
@@ -99,6 +102,15 @@ class Candidate:
             first = rules.evaluate_run({"patched": patched}, require_triton=False)[0]
             raise WorkerError("cheat", f"functions replaced {when}: {', '.join(patched)}",
                               rule=first["rule"], evidence=f"{first['evidence']} ({when})")
+
+    def _check_sandbox(self, when: str, since: int = 0) -> None:
+        """Raises the sandbox violation shown by the attempts recorded after event `since`."""
+        facts = GUARD.facts()
+        facts["sandbox_events"] = facts["sandbox_events"][since:]
+        found = rules.sandbox_violations(facts)
+        if found:
+            raise WorkerError("sandbox_violation", f"sandbox attempt {when}: {found[0]['evidence']}",
+                              rule=found[0]["rule"], evidence=f"{found[0]['evidence']} ({when})", violations=found)
 
     def _candidate_error(self, e: BaseException, phase: str, what: str) -> WorkerError:
         tb = traceback.format_exc()
@@ -140,6 +152,9 @@ class Candidate:
         path = msg["module_path"]
         digest = hashlib.sha256(path.encode()).hexdigest()[:12]
         self.module_name = f"kllm_candidate_{digest}_{os.getpid()}"
+        # Before any candidate code runs; the wrapped os.environ methods become the trusted ones.
+        GUARD.install(os.path.realpath(path), os.path.dirname(os.path.realpath(path)))
+        self.trusted = _guarded()
         try:
             spec = importlib.util.spec_from_file_location(self.module_name, path)
             if spec is None or spec.loader is None:
@@ -148,6 +163,7 @@ class Candidate:
             sys.modules[self.module_name] = module
             spec.loader.exec_module(module)
         except BaseException as e:  # SyntaxError, ImportError, SystemExit from candidate code
+            self._check_sandbox("while importing the candidate")
             raise self._candidate_error(e, "load", "importing the candidate") from None
         self._check_patched("while importing the candidate")
         model_cls = getattr(module, "ModelNew", None)
@@ -161,6 +177,7 @@ class Candidate:
                 if isinstance(model, torch.nn.Module):
                     model = model.to(self.device)
         except BaseException as e:
+            self._check_sandbox("while constructing ModelNew")
             raise self._candidate_error(e, "load", "constructing ModelNew") from None
         self._check_patched("while constructing ModelNew")
         self.model = model
@@ -211,6 +228,7 @@ class Candidate:
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
         except BaseException as e:
+            self._check_sandbox("in ModelNew.forward")
             raise self._candidate_error(e, "run", "running ModelNew.forward") from None
         run_ms = (time.perf_counter() - t0) * 1e3
         launches = _COUNTER.count - launches_before
@@ -238,6 +256,8 @@ class Candidate:
             "patched": self._patched(),
             "poisoned_bytes": poisoned,
         }
+        # Cumulative since the hook was installed, so attempts made while loading show here too.
+        report.update(GUARD.facts())
         report["violations"] = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
         plain = all(t["type"] == "torch.Tensor" and t["layout"] == "torch.strided" for t in output_types)
         if plain:
@@ -252,12 +272,15 @@ class Candidate:
         max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
         sets = [self._load_inputs(f, int(msg["n_inputs"]), msg.get("scalars", {}), max_bytes)
                 for f in msg["inputs_files"]]
+        events_before = len(GUARD.events)
         try:
             res = timing.time_calls(self.model, sets, int(msg.get("warmup", 3)), int(msg.get("iters", 10)),
                                     bool(msg.get("flush_l2", True)), self.device)
         except BaseException as e:
+            self._check_sandbox("during timing", events_before)
             raise self._candidate_error(e, "run", "timed call of ModelNew.forward") from None
         self._check_patched("during timing")
+        self._check_sandbox("during timing", events_before)
         out = res.pop("last_output")
         if msg.get("outputs_file_last") and out is not None:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]

@@ -202,7 +202,7 @@ class Judge:
         if msg.get("run_report") is not None:
             found = rules.evaluate_run(msg["run_report"], require_triton=bool(msg.get("require_triton", True)))
             if found:
-                return {"match": False, "verdict_hint": "cheat", "rule": found[0]["rule"],
+                return {"match": False, "verdict_hint": rules.verdict_of_rule(found[0]["rule"]), "rule": found[0]["rule"],
                         "evidence": found[0]["evidence"], "violations": found, "message": found[0]["evidence"]}
         ref, ref64 = t["ref"], t["ref64"]
         limit = 4 * sum(r.numel() * r.element_size() for r in ref) + (1 << 20)

@@ -9,6 +9,12 @@ from typing import Any, Dict, List
 
 # Order = precedence when several rules fire: the first is the verdict's rule.
 RULES = (
+    # Sandbox attempts (verdict sandbox_violation), recorded by the candidate's audit hook (guard.py).
+    "kill_parent",              # a signal sent to any process other than itself
+    "process_flood",            # more than MAX_SPAWNS processes spawned
+    "network",                  # socket connect/sendto/sendmsg
+    "file_escape",              # open outside the allowed roots, or any write outside the work dir
+    "env_escape",               # read of an environment variable not on the worker's allow-list
     "patched_timer",            # timing/sync/launch-hook functions replaced in the candidate process
     "globals_rebinding",        # torch's random-input functions replaced in the candidate process
     "output_not_plain_tensor",  # subclass, non-strided layout, non-tensor output
@@ -17,6 +23,32 @@ RULES = (
     "background_thread",        # Python threads alive after forward that were not there before
     "no_triton_kernel",         # forward launched no Triton kernel
 )
+
+SANDBOX_RULES = frozenset(("kill_parent", "process_flood", "network", "file_escape", "env_escape"))
+MAX_SPAWNS = 16  # more spawned processes than this is a flood; a candidate may fork a few helpers
+RULE_OF_EVENT = {"open_read": "file_escape", "open_write": "file_escape", "write": "file_escape",
+                 "network": "network", "kill": "kill_parent", "env": "env_escape", "spawn": "process_flood"}
+
+
+def verdict_of_rule(rule: str) -> str:
+    return "sandbox_violation" if rule in SANDBOX_RULES else "cheat"
+
+
+def sandbox_violations(report: Dict[str, Any]) -> List[Dict[str, str]]:
+    """The sandbox rules broken by the recorded attempts (`sandbox_events`, `process_spawns`)."""
+    by_rule: Dict[str, List[str]] = {}
+    for e in report.get("sandbox_events") or []:
+        rule = RULE_OF_EVENT.get(str(e.get("kind")))
+        if rule is not None:
+            by_rule.setdefault(rule, []).append(f"{e.get('detail')} at {e.get('where')}")
+    spawns = int(report.get("process_spawns") or 0)
+    if spawns > MAX_SPAWNS and "process_flood" not in by_rule:
+        by_rule["process_flood"] = [f"{spawns} processes spawned"]
+    found = []
+    for rule, items in by_rule.items():
+        more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
+        found.append(violation(rule, f"{len(items)} attempt(s) refused and recorded: {'; '.join(items[:3])}{more}"))
+    return found
 
 
 # Input makers a candidate might rebind to shape the inputs it expects (guarded by identity).
@@ -31,7 +63,7 @@ def violation(rule: str, evidence: str) -> Dict[str, str]:
 
 def evaluate_run(report: Dict[str, Any], require_triton: bool = True) -> List[Dict[str, str]]:
     """Violations shown by a candidate `run` reply (see the protocol's run reply fields)."""
-    found = []
+    found = sandbox_violations(report)
     patched = report.get("patched") or []
     timers = [p for p in patched if p not in RANDOM_FUNCTIONS]
     if timers:
