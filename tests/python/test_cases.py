@@ -5,6 +5,7 @@ Env: KERNELLLM_CASES_DEVICE (default cpu; e.g. cuda:0), KERNELLLM_CASES_RECORD (
 to this JSON file, e.g. bench/results/verify-cases-h100.json), KERNELLLM_CLI (the CLI to run)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -41,11 +42,19 @@ def parse_header(path: Path) -> dict[str, str]:
     return fields
 
 
+def runs_here(head: dict[str, str]) -> bool:
+    """A `# device: cuda` case (GPU faults: illegal address, a spinning kernel, CUDA OOM) runs only
+    when the suite runs on a GPU; every other case runs everywhere."""
+    return head.get("device", "any") != "cuda" or DEVICE.startswith("cuda")
+
+
 def discover() -> list[tuple[str, Path, dict[str, str]]]:
     found = []
     for problem in sorted(PROBLEMS.glob("*.py")):
         for case in sorted((CASES / problem.stem).glob("*.py")):
-            found.append((problem.stem, case, parse_header(case)))
+            head = parse_header(case)
+            if runs_here(head):
+                found.append((problem.stem, case, head))
     return found
 
 
@@ -78,9 +87,15 @@ def verify_available() -> tuple[bool, str]:
 
 
 _OK, _WHY = verify_available()
-# Only the tests that run the verifier skip, and only when `kernelllm verify` is missing entirely;
-# the header checks always run.
-needs_verify = pytest.mark.skipif(not _OK, reason=f"kernelllm verify is not available ({_WHY})")
+
+
+def needs_verify(test):
+    """The verifier is part of the package: a missing `kernelllm verify` fails these tests."""
+    @functools.wraps(test)
+    def wrapped(*args, **kwargs):
+        assert _OK, f"kernelllm verify is not available ({_WHY})"
+        return test(*args, **kwargs)
+    return wrapped
 
 
 # --- reading the report ------------------------------------------------------------------------
