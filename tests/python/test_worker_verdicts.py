@@ -244,8 +244,8 @@ class ModelNew(nn.Module):
 
 
 def test_args_kwargs_init_and_heavy_tailed_trial(tmp_path):
-    """[args, kwargs] init reaches ModelNew; a closed form that drops the clamp (exact for
-    normal inputs, |x| < 6) passes the normal trials and fails the heavy-tailed one."""
+    """[args, kwargs] init reaches ModelNew; a kernel that drops the clamp (exact for normal
+    inputs, |x| < 6) passes the normal trials and fails the heavy-tailed one: a wrong output."""
     (tmp_path / "problem.py").write_text(PROBLEM_CLAMP)
     (tmp_path / "honest.py").write_text(CLAMP_TEMPLATE.replace("CLAMP=CLAMP", "CLAMP=True"))
     (tmp_path / "closed_form.py").write_text(CLAMP_TEMPLATE.replace("CLAMP=CLAMP", "CLAMP=False"))
@@ -258,7 +258,8 @@ def test_args_kwargs_init_and_heavy_tailed_trial(tmp_path):
     finally:
         s.close()
     assert honest["verdict"] == "correct", honest["evidence"]
-    assert (cheat["verdict"], cheat["rule"], cheat["trial"]) == ("cheat", "closed_form", 4), cheat["evidence"]
+    assert (cheat["verdict"], cheat["trial"]) == ("wrong_output", 4), cheat["evidence"]
+    assert cheat["evidence"]["distribution"] == "heavy_tailed"
     normal_compares = [r for r in cheat["replies"] if r.get("op") == "compare"][:-1]
     assert len(normal_compares) == 4 and all(r["match"] for r in normal_compares)
 

@@ -32,6 +32,7 @@ else:
     _TRITON_IMPORT_ERROR = None
 
 DEFAULT_MAX_TENSOR_BYTES = 4 << 30
+PROBE = protocol.PROBE_PREFIX  # tensors of the judge's probe input set in an inputs/outputs file
 
 
 class _LaunchCounter:
@@ -84,6 +85,8 @@ class Candidate:
         self.device = "cpu"
         self.module_name = ""
         self._guards: List[Any] = []
+        self._probe: Dict[str, torch.Tensor] = {}
+        self._probe_args: Any = None
         _COUNTER.install()
         self.trusted = _guarded()
         # Pre-warm the intra-op pool so its threads are not counted against the candidate.
@@ -119,16 +122,22 @@ class Candidate:
 
     def _load_inputs(self, path: str, n_inputs: int, scalars: Dict[str, Any], max_bytes: int) -> List[Any]:
         tensors = protocol.load_tensors(path, max_bytes)
+        self._probe = {k[len(PROBE):]: v for k, v in tensors.items() if k.startswith(PROBE)}
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(PROBE)}
         names = {str(i) for i in range(n_inputs)}
         if set(tensors) | set(scalars) != names or set(tensors) & set(scalars):
             raise WorkerError("protocol", f"{path}: tensors {sorted(tensors)} and scalars {sorted(scalars)} "
                                           f"must partition positions 0..{n_inputs - 1}")
-        args = []
+        args, probe = [], []
         for i in range(n_inputs):
             if str(i) in scalars:
                 args.append(protocol.decode_value(scalars[str(i)], _no_files))
+                probe.append(args[-1])
             else:
                 args.append(tensors[str(i)].to(self.device))
+                if str(i) in self._probe:
+                    probe.append(self._probe[str(i)].to(self.device))
+        self._probe_args = probe if self._probe and len(probe) == n_inputs else None
         return args
 
     # ---- ops --------------------------------------------------------------------------
@@ -261,9 +270,30 @@ class Candidate:
         report["violations"] = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
         plain = all(t["type"] == "torch.Tensor" and t["layout"] == "torch.strided" for t in output_types)
         if plain:
-            protocol.save_tensors(msg["outputs_file"], {str(i): o for i, o in enumerate(outputs)})
+            saved = {str(i): o.detach().clone() for i, o in enumerate(outputs)}
+            saved.update(self._run_probe(len(outputs), report))
+            protocol.save_tensors(msg["outputs_file"], saved)
         report["outputs_written"] = plain
         return report
+
+    def _run_probe(self, n_outputs: int, report: dict) -> Dict[str, torch.Tensor]:
+        """A second forward on the judge's probe inputs (same shapes, other values), after the
+        run's facts are taken: the judge tells outputs that ignore the input values from them."""
+        if self._probe_args is None:
+            return {}
+        try:
+            with torch.no_grad():
+                out = self.model(*self._probe_args)
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except BaseException as e:
+            report["probe_error"] = f"{type(e).__name__}: {e}"[:500]
+            return {}
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != n_outputs or not all(type(o) is torch.Tensor and o.layout == torch.strided for o in outs):
+            report["probe_error"] = "probe outputs differ in number or type from the run's"
+            return {}
+        return {f"{PROBE}{i}": o for i, o in enumerate(outs)}
 
     def time(self, msg: dict) -> dict:
         if self.model is None:

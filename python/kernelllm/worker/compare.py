@@ -127,9 +127,8 @@ def value_cheat(out: torch.Tensor, ref: torch.Tensor, distribution: str,
     """For an output that failed: the cheat its values show, if any. NaN, or magnitudes 1e6x
     beyond the reference's, where the reference is finite (memory the candidate never wrote;
     the candidate worker fills freed memory with NaN where it can): `stale_memory`; all zeros
-    where the reference is not: `zeros_pass`;
-    finite but wrong on the heavy-tailed trial only (the orchestrator reaches it after every
-    normal trial passed): `closed_form`; an fp32 output whose error vs fp64 is what
+    where the reference is not: `zeros_pass`; (wrong only on the heavy-tailed trial is a wrong
+    output, not a cheat; outputs that ignore the inputs are the judge's history checks); an fp32 output whose error vs fp64 is what
     half-precision arithmetic gives (it failed the fp32 bound, so it is not an fp32 rounding
     difference): `precision_downgrade`."""
     if not (out.is_floating_point() and ref.is_floating_point()) or out.numel() == 0:
@@ -148,9 +147,6 @@ def value_cheat(out: torch.Tensor, ref: torch.Tensor, distribution: str,
     if bool((out == 0).all()) and not bool((ref == 0).all()):
         return {"rule": "zeros_pass", "evidence": f"output is all zeros; reference max |value| "
                                                   f"{ref.abs().max().item():.3g}"}
-    if distribution == "heavy_tailed" and bool(torch.isfinite(out).all()):
-        return {"rule": "closed_form", "evidence": "finite but wrong only on the heavy-tailed trial: the "
-                                                   "values fit the problem's own input distribution only"}
     if ref.dtype in (torch.float32, torch.float64) and bool(torch.isfinite(out).all()) and ref64 is not None:
         err = _norm_err(out.double(), ref64)
         if err <= HALF_PRECISION_NORM_ERROR:

@@ -45,6 +45,30 @@ def split_init(init: Any) -> tuple:
     raise WorkerError("problem_error", f"get_init_inputs() must return a list or tuple, found {type(init).__name__}")
 
 
+MIN_SIZE_GLOBAL = 8  # smaller module ints are dims, kernel sizes, counts: left alone when scaling
+
+
+def scale_size_globals(module: Any, scale: Any, odd: bool) -> Dict[str, List[int]]:
+    """The multi-shape check's problem variant: multiplies the problem module's int globals of
+    at least MIN_SIZE_GLOBAL (batch_size, dim, M, ...) by `scale` (rounded, at least 1; then made
+    odd with +1 when `odd`), before get_inputs/get_init_inputs run. Returns {name: [old, new]}."""
+    if scale is None and not odd:
+        return {}
+    factor = float(scale if scale is not None else 1.0)
+    if not (0 < factor <= 16):
+        raise WorkerError("protocol", f"size_scale: expected a number in (0, 16], found {scale!r}")
+    changed = {}
+    for name, value in list(vars(module).items()):
+        if name.startswith("_") or type(value) is not int or value < MIN_SIZE_GLOBAL:
+            continue
+        new = max(1, int(round(value * factor)))
+        if odd and new % 2 == 0:
+            new += 1
+        setattr(module, name, new)
+        changed[name] = [value, new]
+    return changed
+
+
 def _heavy_tailed(x: torch.Tensor, seed: int) -> torch.Tensor:
     """Same signs, log-normal magnitudes (sigma 1.5): breaks closed forms fitted to one law."""
     g = torch.Generator().manual_seed(seed)
@@ -97,6 +121,7 @@ class Judge:
             self.module = importlib.util.module_from_spec(spec)
             sys.modules[name] = self.module
             spec.loader.exec_module(self.module)
+            self.size_globals = scale_size_globals(self.module, msg.get("size_scale"), bool(msg.get("size_odd", False)))
             for attr in ("Model", "get_inputs", "get_init_inputs"):
                 if not hasattr(self.module, attr):
                     raise AttributeError(f"problem defines no {attr}")
@@ -139,7 +164,7 @@ class Judge:
         return {"init": init_value["v"], "init_convention": self.init_convention,
                 "construct_seed": self.construct_seed, "n_trials": self.n_trials,
                 "trial_distributions": distributions, "input_specs": input_specs, "fp64_reference": self.model64 is not None,
-                "fp64_note": self.fp64_note}
+                "fp64_note": self.fp64_note, "size_globals": self.size_globals}
 
     def _to_device(self, x: Any, cast: bool) -> Any:
         if not isinstance(x, torch.Tensor):
@@ -169,7 +194,13 @@ class Judge:
         if dist == "heavy_tailed":
             args = [_heavy_tailed(a.cpu(), seed + i).to(self.device) if isinstance(a, torch.Tensor) and a.is_floating_point()
                     else a for i, a in enumerate(args)]
-        tensors = {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+        tensors: Dict[str, Any] = {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+        probe_ref = None
+        if self.profile == "strict" and trial == 0 and msg.get("probe", True):
+            probe_args, probe_ref = self._probe_inputs(seed, len(args))
+            if probe_args is not None:
+                tensors.update({f"{protocol.PROBE_PREFIX}{i}": a for i, a in enumerate(probe_args)
+                                if isinstance(a, torch.Tensor)})
         scalars = {}
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
@@ -187,11 +218,26 @@ class Judge:
                     self.fp64_note = f"fp64 forward failed: {type(e).__name__}: {e}"
         if not all(isinstance(r, torch.Tensor) for r in ref):
             raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
-        self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist}
-        return {"n_inputs": len(args), "scalars": scalars, "input_hash": _hash_inputs(tensors),
+        self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist, "probe_ref": probe_ref, "outputs": None}
+        main = {k: v for k, v in tensors.items() if not k.startswith(protocol.PROBE_PREFIX)}
+        return {"n_inputs": len(args), "scalars": scalars, "input_hash": _hash_inputs(main), "probe": probe_ref is not None,
                 "input_bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
                 "output_sizes": [r.numel() * r.element_size() for r in ref], "seed_index": trial}
+
+    def _probe_inputs(self, seed: int, n_args: int) -> tuple:
+        """The problem's inputs under another seed (same shapes and scalars) and their reference,
+        or (None, None) when the scalars differ or the reference fails."""
+        torch.manual_seed(derive_seed(seed, "probe"))
+        try:
+            args = [self._to_device(a, cast=True) for a in self.module.get_inputs()]
+            with torch.no_grad():
+                ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+        except Exception:
+            return None, None
+        if len(args) != n_args or not all(isinstance(r, torch.Tensor) for r in ref):
+            return None, None
+        return args, [r.detach().cpu() for r in ref]
 
     def compare(self, msg: dict) -> dict:
         self._need_problem()
@@ -210,6 +256,10 @@ class Judge:
             outs = protocol.load_tensors(msg["outputs_file"], limit)
         except WorkerError as e:
             return self._fail("wrong_shape", f"outputs: {e.message}")
+        probe_outs = {k[len(protocol.PROBE_PREFIX):]: v for k, v in outs.items() if k.startswith(protocol.PROBE_PREFIX)}
+        outs = {k: v for k, v in outs.items() if not k.startswith(protocol.PROBE_PREFIX)}
+        if sorted(outs) == [str(i) for i in range(len(ref))]:
+            t["outputs"] = [outs[str(i)] for i in range(len(ref))]
         if sorted(outs) != [str(i) for i in range(len(ref))]:
             return self._fail("wrong_shape", f"expected {len(ref)} output(s) named 0..{len(ref) - 1}, found {sorted(outs)}")
         all_stats, trusted, passing_baselines = [], True, {}
@@ -231,7 +281,8 @@ class Judge:
                 detail = dict(stats=all_stats, first_mismatch=compare.first_mismatch(checker, o),
                               tolerance_trusted=trusted, baselines_passing=passing_baselines,
                               distribution=t["distribution"])
-                cheat = compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None)
+                cheat = self._history_cheat(trial, i, o, checker, probe_outs.get(str(i)))
+                cheat = cheat or compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None)
                 if cheat is not None:
                     return self._fail("cheat", f"output {i}: {cheat['evidence']}", rule=cheat["rule"],
                                       evidence=cheat["evidence"], **detail)
@@ -245,6 +296,40 @@ class Judge:
         return {"match": True, "verdict_hint": hint, "rule": None, "stats": all_stats, "message": message,
                 "tolerance_trusted": trusted, "baselines_passing": passing_baselines,
                 "distribution": t["distribution"]}
+
+    def _history_cheat(self, trial: int, i: int, o: torch.Tensor, checker: compare.Checker,
+                       probe: Optional[torch.Tensor]) -> Optional[Dict[str, str]]:
+        """A failing output explained by other trials: it matches an earlier trial's reference
+        (cached_result), it equals an earlier output of the candidate or its probe output while
+        the references differ (closed_form: the values do not depend on the input)."""
+        others = [(u, d) for u, d in sorted(self.trials.items()) if u != trial]
+        for u, d in others:
+            r = d["ref"][i] if i < len(d["ref"]) else None
+            if r is not None and r.shape == o.shape and r.dtype == o.dtype and not checker.passes(r) and \
+                    compare.Checker(self.profile, r, d["ref64"][i] if d["ref64"] else None, self.kb_tolerance).passes(o):
+                return {"rule": "cached_result", "evidence": f"the output matches the reference of trial {u} "
+                                                             f"(other inputs), not this trial's"}
+        pr = self.trials[trial].get("probe_ref")
+        if probe is not None and pr is not None and probe.shape == o.shape and torch.equal(probe, o) and \
+                not checker.passes(pr[i]):
+            return {"rule": "closed_form", "evidence": "identical outputs for the trial's inputs and the probe inputs "
+                                                       "(same shapes, other values) whose references differ: the "
+                                                       "output does not depend on the input values"}
+        for u, d in others:
+            prev = d["outputs"][i] if d["outputs"] and i < len(d["outputs"]) else None
+            if prev is not None and prev.shape == o.shape and torch.equal(prev, o) and not checker.passes(d["ref"][i]):
+                return {"rule": "closed_form", "evidence": f"output identical to the candidate's output for trial {u}, "
+                                                           "whose reference differs: the output does not depend on "
+                                                           "the input values"}
+        for u, d in others:
+            prev = d["outputs"][i] if d["outputs"] and i < len(d["outputs"]) else None
+            if prev is not None and prev.shape == o.shape and o.numel() > 0:
+                same = float((prev == o).double().mean())
+                if same >= 0.5:
+                    return {"rule": "stale_memory", "evidence": f"{same:.0%} of the output's elements are bit-identical "
+                                                                f"to the candidate's output for trial {u}: memory left "
+                                                                "from an earlier call, not computed from these inputs"}
+        return None
 
     def _fail(self, hint: str, message: str, rule: Optional[str] = None, **extra: Any) -> dict:
         out = {"match": False, "verdict_hint": hint, "rule": rule, "message": message}

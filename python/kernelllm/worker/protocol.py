@@ -22,6 +22,11 @@ class ProtocolError(Exception):
     """The peer broke the framing or the message schema."""
 
 
+# Tensors named with this prefix in a trial's inputs file are the judge's probe set (the same
+# problem inputs under another seed); the candidate's outputs for them come back under it too.
+PROBE_PREFIX = "probe:"
+
+
 class WorkerError(Exception):
     """An error with a protocol `kind` (compile_error, runtime_error, problem_error, ...)."""
 
