@@ -16,7 +16,6 @@ using CommandRun = std::function<int()>;
 
 void add_generate_command(CLI::App& app, CommandRun& run);
 void add_bench_command(CLI::App& app, CommandRun& run);
-void add_bench_command(CLI::App& app, CommandRun& run);
 void add_verify_command(CLI::App& app, CommandRun& run);
 
 }  // namespace kernelllm::cli

@@ -13,7 +13,6 @@ int main(int argc, char** argv) {
   kernelllm::cli::CommandRun run;
   kernelllm::cli::add_generate_command(app, run);
   kernelllm::cli::add_bench_command(app, run);
-  kernelllm::cli::add_bench_command(app, run);
   kernelllm::cli::add_verify_command(app, run);
   try {
     app.parse(argc, argv);
