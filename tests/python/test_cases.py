@@ -233,7 +233,7 @@ def test_every_case_has_a_valid_header():
 
 RULES = {"no_triton_kernel", "stale_memory", "zeros_pass", "cached_result", "side_stream", "patched_timer",
          "input_mutation", "globals_rebinding", "reads_reference", "output_not_plain_tensor", "output_aliases_input",
-         "precision_downgrade", "background_thread", "closed_form", "timing_implausible", "network", "file_escape",
+         "precision_downgrade", "background_thread", "closed_form", "timing_implausible", "timed_output_mismatch", "network", "file_escape",
          "env_escape", "process_flood", "kill_parent"}
 
 

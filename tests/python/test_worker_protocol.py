@@ -120,7 +120,7 @@ def test_rules_each_fire_with_evidence_in_precedence_order():
                  output_types=[{"type": "mylib.Lazy", "layout": "torch.strided", "aliases_input": 0}],
                  sandbox_events=[{"kind": k, "detail": k, "where": "candidate.py:1"}
                                  for k in ("env", "open_read", "network", "kill")],
-                 process_spawns=rules.MAX_SPAWNS + 1)
+                 process_spawns=rules.MAX_SPAWNS + 1, unjoined_streams=["torch.cpu.Stream"])
     found = [v["rule"] for v in rules.evaluate_run(dirty)]
     assert found == list(rules.RULES)
     assert rules.evaluate_run(dict(clean, triton_launches=0), require_triton=False) == []

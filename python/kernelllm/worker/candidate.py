@@ -52,6 +52,7 @@ class _LaunchCounter:
             def counted(self_fn, *args, grid, warmup, _original=original, **kwargs):
                 if not warmup:
                     _COUNTER.count += 1
+                    _STREAMS.launched()
                 return _original(self_fn, *args, grid=grid, warmup=warmup, **kwargs)
 
             cls.run = counted
@@ -64,6 +65,73 @@ class _LaunchCounter:
 
 
 _COUNTER = _LaunchCounter()
+
+
+class _StreamTracker:
+    """Streams other than the default that Triton kernels were launched on and that no
+    wait_stream / wait_event / synchronize has joined yet (side_stream). torch.cpu streams are
+    no-ops but are tracked the same way, so CPU mode sees the same pattern as a GPU."""
+
+    def __init__(self) -> None:
+        self.pending: Dict[Any, str] = {}
+        self.event_streams: Dict[int, Any] = {}
+
+    @staticmethod
+    def _key(stream: Any) -> Any:
+        handle = getattr(stream, "cuda_stream", None)
+        return ("cuda", handle) if handle is not None else ("obj", id(stream))
+
+    def launched(self) -> None:
+        if torch.cuda.is_initialized():
+            cur, default = torch.cuda.current_stream(), torch.cuda.default_stream()
+            if cur.cuda_stream != default.cuda_stream:
+                self.pending[self._key(cur)] = f"cuda stream {cur.cuda_stream:#x}"
+        cur = torch.cpu.current_stream()
+        if cur is not _CPU_DEFAULT_STREAM:
+            self.pending[self._key(cur)] = "torch.cpu.Stream"
+
+    def joined(self, stream: Any) -> None:
+        self.pending.pop(self._key(stream), None)
+
+    def install(self) -> None:
+        tracker = self
+        for cls in (torch.cpu.Stream, torch.cuda.Stream):
+            orig_wait_stream, orig_wait_event = cls.wait_stream, cls.wait_event
+            orig_record = cls.record_event
+
+            def wait_stream(self_s, other, _o=orig_wait_stream):
+                tracker.joined(other)
+                return _o(self_s, other)
+
+            def record_event(self_s, event=None, _o=orig_record):
+                ev = _o(self_s, event)
+                tracker.event_streams[id(ev)] = self_s
+                return ev
+
+            def wait_event(self_s, event, _o=orig_wait_event):
+                if id(event) in tracker.event_streams:
+                    tracker.joined(tracker.event_streams[id(event)])
+                return _o(self_s, event)
+
+            cls.wait_stream, cls.record_event, cls.wait_event = wait_stream, record_event, wait_event
+        orig_sync = torch.cuda.Stream.synchronize
+
+        def synchronize(self_s, _o=orig_sync):
+            tracker.joined(self_s)
+            return _o(self_s)
+
+        torch.cuda.Stream.synchronize = synchronize
+        orig_dev_sync = torch.cuda.synchronize
+
+        def device_synchronize(*a, _o=orig_dev_sync, **k):
+            tracker.pending = {key: v for key, v in tracker.pending.items() if key[0] != "cuda"}
+            return _o(*a, **k)
+
+        torch.cuda.synchronize = device_synchronize
+
+
+_CPU_DEFAULT_STREAM = torch.cpu.current_stream()
+_STREAMS = _StreamTracker()
 
 
 def _guarded() -> Dict[str, Any]:
@@ -88,6 +156,7 @@ class Candidate:
         self._probe: Dict[str, torch.Tensor] = {}
         self._probe_args: Any = None
         _COUNTER.install()
+        _STREAMS.install()
         self.trusted = _guarded()
         # Pre-warm the intra-op pool so its threads are not counted against the candidate.
         torch.ones(1 << 16).sum()
@@ -118,7 +187,11 @@ class Candidate:
     def _candidate_error(self, e: BaseException, phase: str, what: str) -> WorkerError:
         tb = traceback.format_exc()
         kind = rules.classify_exception(e, tb, phase)
-        return WorkerError(kind, f"{what}: {type(e).__name__}: {e}", tb)
+        text = str(e)
+        oom = rules.allocator_refusal(e)
+        if oom is not None:  # the allocator said no: the candidate's own out-of-memory error
+            text = f"out of memory: {oom}"
+        return WorkerError(kind, f"{what}: {type(e).__name__}: {text}", tb)
 
     def _load_inputs(self, path: str, n_inputs: int, scalars: Dict[str, Any], max_bytes: int) -> List[Any]:
         tensors = protocol.load_tensors(path, max_bytes)
@@ -230,10 +303,12 @@ class Candidate:
             poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))), sizes)
         threads_before = threading.active_count()
         launches_before = _COUNTER.count
+        _STREAMS.pending = {}
         t0 = time.perf_counter()
         try:
             with torch.no_grad():
                 out = self.model(*args)
+            unjoined = sorted(_STREAMS.pending.values())
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
         except BaseException as e:
@@ -264,6 +339,7 @@ class Candidate:
             "output_types": output_types,
             "patched": self._patched(),
             "poisoned_bytes": poisoned,
+            "unjoined_streams": unjoined,
         }
         # Cumulative since the hook was installed, so attempts made while loading show here too.
         report.update(GUARD.facts())

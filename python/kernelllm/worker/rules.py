@@ -5,7 +5,7 @@ each violation with its evidence, plus the classification of exceptions into ver
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 # Order = precedence when several rules fire: the first is the verdict's rule.
 RULES = (
@@ -21,6 +21,7 @@ RULES = (
     "output_aliases_input",     # an output shares storage with an input
     "input_mutation",           # input bytes changed during forward
     "background_thread",        # Python threads alive after forward that were not there before
+    "side_stream",              # Triton work launched on a stream the caller's stream never waited on
     "no_triton_kernel",         # forward launched no Triton kernel
 )
 
@@ -94,6 +95,11 @@ def evaluate_run(report: Dict[str, Any], require_triton: bool = True) -> List[Di
                                f"{len(new_threads)} thread(s) started by the candidate still alive: "
                                f"{', '.join(new_threads[:5])} (threads {report.get('threads_before')} -> "
                                f"{report.get('threads_after')})"))
+    unjoined = report.get("unjoined_streams") or []
+    if unjoined:
+        found.append(violation("side_stream", f"Triton kernels launched on {len(unjoined)} non-default stream(s) "
+                                              f"({', '.join(unjoined[:3])}) that the current stream never waited on "
+                                              "(no wait_stream, wait_event or synchronize) before forward returned"))
     if require_triton and report.get("triton_launches", 0) == 0:
         found.append(violation("no_triton_kernel", "forward launched 0 Triton kernels (launch hook count)"))
     found.sort(key=lambda v: RULES.index(v["rule"]))
@@ -106,6 +112,18 @@ _ENV_PATTERNS = (
     re.compile(r"only 0-dimensional arrays can be converted to Python scalars"),
     re.compile(r"only length-1 arrays can be converted to Python scalars"),
 )
+
+
+def allocator_refusal(exc: BaseException) -> Optional[str]:
+    """For torch's out-of-memory errors: a one-line description without the errno text
+    ("Cannot allocate memory"), which would read as a sandbox wall; else None."""
+    text = str(exc)
+    if type(exc).__name__ != "OutOfMemoryError" and "can't allocate memory" not in text:
+        return None
+    m = re.search(r"tried to allocate (\d+) bytes", text)
+    if m:
+        return f"the allocator refused {int(m.group(1))} bytes"
+    return text.split("Error code")[0].strip()[:300]
 
 
 def classify_exception(exc: BaseException, tb: str, phase: str) -> str:

@@ -1,6 +1,7 @@
 # expect: cheat
-# rule: timing_implausible
-# why: correct for the first 8 calls (the correctness trials), then only launches a decoy kernel on one row and returns the previous output: timed calls do almost no work (time below the roofline floor, last timed output wrong).
+# rule: timed_output_mismatch
+# attempts: timing_implausible
+# why: correct for the first 8 calls (the correctness trials and the probe run), then only launches a decoy kernel on one row and returns the previous output: timed calls do almost no work; caught by the re-check of the last timed call's output (wrong), before any timing plausibility check.
 import torch
 import torch.nn as nn
 import triton

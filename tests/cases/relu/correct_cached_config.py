@@ -1,6 +1,6 @@
 # expect: correct
-# near_miss: cached_result, timing_implausible
-# why: near-miss of cached_result and timing_implausible: caches only the launch configuration per shape (so later calls are cheaper), never results.
+# near_miss: cached_result, timing_implausible, timed_output_mismatch
+# why: near-miss of cached_result, timing_implausible and timed_output_mismatch: caches only the launch configuration per shape (so later calls are cheaper), never results.
 import torch
 import torch.nn as nn
 import triton
