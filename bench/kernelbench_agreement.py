@@ -22,10 +22,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases" / "kernelbench_agreement"
+# Verdicts either evaluator can give a candidate; anything else means that side did not judge it.
+VERDICTS = {"correct", "wrong_output", "wrong_shape", "compile_error", "runtime_error", "crash", "timeout", "cheat",
+            "sandbox_violation", "undiscriminating"}
+HONEST_KINDS = {"correct", "wrong_output", "wrong_shape", "compile_error", "runtime_error"}
 
 
 def header(path: Path) -> dict[str, str]:
@@ -51,9 +56,15 @@ def problem_path(kernelbench: Path, rel: str) -> Path:
 def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: int, device: str) -> dict:
     """Calls KernelBench's eval_kernel_against_ref with the keyword arguments its version has."""
     sys.path[:0] = [str(kernelbench / "src"), str(kernelbench)]
-    try:
-        from kernelbench.eval import eval_kernel_against_ref  # current layout: src/kernelbench/eval.py
-    except ImportError:
+    pkg_dir = kernelbench / "src" / "kernelbench"
+    if (pkg_dir / "eval.py").is_file():
+        # Current layout. The package's __init__ imports its LLM-client helpers (dotenv, openai,
+        # litellm), which the eval never uses; register the package without running it.
+        pkg = types.ModuleType("kernelbench")
+        pkg.__path__ = [str(pkg_dir)]
+        sys.modules["kernelbench"] = pkg
+        from kernelbench.eval import eval_kernel_against_ref
+    else:
         from src.eval import eval_kernel_against_ref  # older layout: src/eval.py
     import torch
 
@@ -66,6 +77,7 @@ def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: i
     kwargs = {k: v for k, v in wanted.items() if k in accepted}
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+    print("kb-eval-started", file=sys.stderr, flush=True)
     result = eval_kernel_against_ref(**kwargs)
     if result is None:  # some versions return None on a lock/compile race
         return {"verdict": "compile_error", "raw": None}
@@ -89,7 +101,11 @@ def run_kernelbench(args, problem: Path, candidate: Path) -> dict:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
-        return {"verdict": "crash", "returncode": r.returncode, "stderr_tail": r.stderr[-2000:]}
+        # KernelBench's eval runs the candidate in this child; a dead child is a crash only when
+        # the eval itself started (it prints a marker first), otherwise the harness failed.
+        started = "kb-eval-started" in r.stderr
+        return {"verdict": "crash" if started else "harness_error", "returncode": r.returncode,
+                "stderr_tail": r.stderr[-2000:]}
     return json.loads(lines[-1])
 
 
@@ -125,6 +141,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--trials", type=int, default=5, help="correctness trials (KernelBench's default is 5)")
     parser.add_argument("--cases", type=Path, default=CASES)
+    parser.add_argument("--with-cases", action="store_true",
+                        help="also compare on tests/cases candidates labelled correct/wrong/compile/runtime error")
     parser.add_argument("--cli", default=os.environ.get("KERNELLLM_CLI") or shutil.which("kernelllm") or "kernelllm")
     parser.add_argument("--timeout", type=int, default=1800)
     parser.add_argument("--out", type=Path, help="write the comparison as JSON")
@@ -139,6 +157,17 @@ def main() -> int:
         rel = header(candidate).get("kernelbench")
         if rel:
             by_problem.setdefault(problem_path(args.kernelbench, rel), []).append(candidate)
+    if args.with_cases:
+        # Our own labelled cases whose outcome does not depend on cheat or sandbox rules: both
+        # evaluators should agree on honest kernels and on plainly wrong or broken ones.
+        suite = ROOT / "tests" / "cases"
+        for problem in sorted((suite / "problems").glob("*.py")):
+            for candidate in sorted((suite / problem.stem).glob("*.py")):
+                head = header(candidate)
+                if head.get("device", "any") == "cuda" and not args.device.startswith("cuda"):
+                    continue
+                if head.get("expect") in HONEST_KINDS and "multishape" not in head:
+                    by_problem.setdefault(problem, []).append(candidate)
     if not by_problem:
         raise SystemExit(f"no candidates with a '# kernelbench:' header under {args.cases}")
 
@@ -149,17 +178,19 @@ def main() -> int:
             for candidate in candidates:
                 theirs = run_kernelbench(args, problem, candidate)
                 mine = ours.get(candidate, {"verdict": "missing"})
+                judged = theirs["verdict"] in VERDICTS and mine["verdict"] in VERDICTS
                 rows.append({"problem": problem.name, "candidate": candidate.name,
                              "expect": header(candidate).get("expect"), "kernelbench": theirs["verdict"],
                              "kernelllm": mine["verdict"],
-                             "agree": (theirs["verdict"] == "correct") == (mine["verdict"] == "correct"),
+                             "agree": ((theirs["verdict"] == "correct") == (mine["verdict"] == "correct"))
+                             if judged else None,
                              "kernelbench_detail": theirs, "kernelllm_detail": mine.get("entry", mine)})
     width = max(len(r["candidate"]) for r in rows)
     for r in rows:
         print(f"{r['candidate']:<{width}}  kernelbench={r['kernelbench']:<14} kernelllm={r['kernelllm']!s:<14} "
-              f"{'agree' if r['agree'] else 'DISAGREE'}")
-    agreed = sum(r["agree"] for r in rows)
-    print(f"agreement: {agreed}/{len(rows)}")
+              f"{ {True: 'agree', False: 'DISAGREE', None: 'NOT JUDGED'}[r['agree']] }")
+    agreed = sum(r["agree"] is True for r in rows)
+    print(f"agreement: {agreed}/{len(rows)} (not judged by one side: {sum(r['agree'] is None for r in rows)})")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"device": args.device, "host": platform.node(), "trials": args.trials,

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The device session's command for the verifier (issue #3). Builds the CLI (no CUDA backend
+# needed), then on the GPU: `cases` runs the labelled case suite (tests/cases) and records
+# verify-cases-h100.json; `throughput` verifies every candidate of every problem in tests/cases
+# and tests/cases/kernelbench_agreement as one batch per problem and records per-phase times;
+# `agreement` compares with KernelBench's own eval (needs its sources in .kb/, carried).
+# Usage on the GPU machine, from the repo root: bash bench/verify_device_run.sh OUT_DIR MODE...
+# With KERNELLLM_FROM_ARCHIVE=1 it builds from .vdev/head.tar (git archive HEAD made before the
+# call) so that half-written files in the working tree cannot break the run.
+set -uo pipefail
+out=${1:?OUT_DIR}; shift
+mkdir -p "$out"
+if [[ -n "${KERNELLLM_FROM_ARCHIVE:-}" ]]; then
+  rm -rf /tmp/kllm-v && mkdir -p /tmp/kllm-v && tar -xf .vdev/head.tar -C /tmp/kllm-v
+  for d in .deps .whl .kb; do [[ -d $d ]] && cp -r "$d" /tmp/kllm-v/; done
+  cd /tmp/kllm-v || exit 1
+fi
+source tools/device_env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$out/gpu.txt"
+cat "$out/gpu.txt"
+cmake -S . -B build/vdev -G Ninja -DKERNELLLM_CUDA=OFF -DKERNELLLM_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
+  > "$out/build.log" 2>&1 && ninja -C build/vdev kernelllm >> "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+cli=$PWD/build/vdev/kernelllm
+echo "build ok"
+for mode in "$@"; do
+  case $mode in
+    cases)
+      KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/verify-cases-h100.json \
+        python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider -x --timeout 900 2>&1 |
+        tee "$out/cases.log" | tail -40 ;;
+    throughput)
+      python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" 2>&1 |
+        tee "$out/throughput.log" | tail -30 ;;
+    agreement)
+      mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl &&
+      PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench .kb --device cuda:0 --with-cases \
+        --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
+    *) echo "unknown mode $mode"; exit 2 ;;
+  esac
+done

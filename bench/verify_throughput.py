@@ -1,0 +1,112 @@
+"""Verifier throughput: every candidate of every problem in tests/cases (and the KernelBench-style
+problems in tests/cases/kernelbench_agreement when a KernelBench checkout is given) verified with
+one `kernelllm verify` call per problem, as an eval run would. Records candidates per minute, the
+wall time of each call, and per-phase times summed over candidates (start: waiting for a
+pre-warmed worker; compile: import + construction + first launch; correctness: the trials;
+timing: the timed loops), as the verifier reports them in each candidate's "phases".
+
+  python3 bench/verify_throughput.py --cli build/kernelllm --device cuda:0 --out bench/results/verify-throughput-h100.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "tests" / "cases"
+PHASES = ("start_ms", "compile_ms", "correctness_ms", "timing_ms")
+
+
+def header(path: Path) -> dict[str, str]:
+    fields = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        key, sep, value = line[1:].partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def problems(device: str) -> dict[Path, list[Path]]:
+    found: dict[Path, list[Path]] = {}
+    for problem in sorted((CASES / "problems").glob("*.py")):
+        for case in sorted((CASES / problem.stem).glob("*.py")):
+            if header(case).get("device", "any") == "cuda" and not device.startswith("cuda"):
+                continue
+            found.setdefault(problem, []).append(case)
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=0, help="passed to verify --jobs (0: its default)")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    if args.device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    calls, totals, n_candidates, verdicts = [], {p: 0.0 for p in PHASES}, 0, {}
+    t_all = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="verify-throughput-") as tmp:
+        for problem, cases in problems(args.device).items():
+            out = Path(tmp) / f"{problem.stem}.json"
+            cmd = [args.cli, "verify", str(problem), *map(str, cases), "--device", args.device, "--json", str(out),
+                   "--no-cache", "--quiet", "--jobs", str(args.jobs)]
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            wall_s = time.perf_counter() - t0
+            if not out.is_file():
+                print(f"{problem.stem}: no report (exit {r.returncode})\n{r.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            report = json.loads(out.read_text())
+            entries = report["candidates"]
+            phase_sums = {p: sum((e.get("phases") or {}).get(p, 0.0) for e in entries) for p in PHASES}
+            for p in PHASES:
+                totals[p] += phase_sums[p]
+            for e in entries:
+                verdicts[e["verdict"]] = verdicts.get(e["verdict"], 0) + 1
+            n_candidates += len(entries)
+            calls.append({"problem": problem.stem, "candidates": len(entries), "wall_s": round(wall_s, 3),
+                          "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
+                          "sandbox": report.get("sandbox")})
+            print(f"{problem.stem:<22} {len(entries):>3} candidates  {wall_s:7.1f} s  "
+                  + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
+    total_s = time.perf_counter() - t_all
+    result = {
+        "what": "kernelllm verify throughput over tests/cases (one verify call per problem)",
+        "command": " ".join(sys.argv),
+        "device": args.device,
+        "host": platform.node(),
+        "problems": len(calls),
+        "candidates": n_candidates,
+        "total_wall_s": round(total_s, 2),
+        "candidates_per_min": round(60.0 * n_candidates / total_s, 2),
+        "phases_ms_summed": {p: round(v, 1) for p, v in totals.items()},
+        "verdicts": verdicts,
+        "calls": calls,
+    }
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        result["gpu"] = smi.stdout.strip()
+    except OSError:
+        result["gpu"] = None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(f"{n_candidates} candidates over {len(calls)} problems in {total_s:.1f} s: "
+          f"{result['candidates_per_min']} candidates/min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
