@@ -27,7 +27,7 @@ for mode in "$@"; do
   case $mode in
     cases)
       KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/verify-cases-h100.json \
-        python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider -x --timeout 900 2>&1 |
+        python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 2>&1 |
         tee "$out/cases.log" | tail -40 ;;
     throughput)
       python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" 2>&1 |
