@@ -28,6 +28,7 @@ struct VerifyArgs {
   std::string cache_file;
   bool timing = true;
   bool time_compile = false;
+  bool multishape = true;
   bool quiet = false;
   double load_timeout_s = 120;
   double run_timeout_s = 30;
@@ -51,8 +52,8 @@ void print_table(const harness::VerifyReport& rep) {
                 rep.reference_timing->stats.iqr_ms(), rep.reference_timing->meaningful ? "" : "  [timing not meaningful on CPU]");
   }
   if (rep.compile_timing) std::printf("torch.compile reference: median %.4f ms\n", rep.compile_timing->stats.median_ms);
-  std::string header = fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8}", "#", "candidate", "verdict", "rule/reason",
-                                   "max err", "median ms", "speedup");
+  std::string header = fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8} {:<6}", "#", "candidate", "verdict",
+                                   "rule/reason", "max err", "median ms", "speedup", "shapes");
   std::printf("%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
   for (size_t i = 0; i < rep.candidates.size(); ++i) {
     const harness::CandidateResult& c = rep.candidates[i];
@@ -67,9 +68,20 @@ void print_table(const harness::VerifyReport& rep) {
     std::string speed = c.speedup > 0 ? fmt::format("{:.2f}x", c.speedup) : "-";
     std::string verdict = std::string(harness::verdict_name(c.verdict)) + (c.cached ? " (cached)" : "");
     std::string mark = rep.selected && *rep.selected == i ? "*" : "";
-    std::printf("%s\n", fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8}", std::to_string(i) + mark, path_cell(c.path, 34),
-                                    verdict, cell(reason, 28), err, median, speed)
+    // Multi-shape result beside the verdict: pass, FAIL, or - when not run.
+    std::string shapes = !c.multishape ? "-" : c.multishape->verdict == harness::ShapeVerdict::pass ? "pass" : "FAIL";
+    std::printf("%s\n", fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8} {:<6}", std::to_string(i) + mark,
+                                    path_cell(c.path, 34), verdict, cell(reason, 28), err, median, speed, shapes)
                             .c_str());
+  }
+  for (size_t i = 0; i < rep.candidates.size(); ++i) {
+    const harness::CandidateResult& c = rep.candidates[i];
+    if (!c.multishape || c.multishape->verdict == harness::ShapeVerdict::pass) continue;
+    for (const harness::ShapeVariantResult& v : c.multishape->variants) {
+      if (v.verdict == harness::Verdict::correct) continue;
+      std::printf("shapes #%zu %s: %s (%s)\n", i, v.name.c_str(), std::string(harness::verdict_name(v.verdict)).c_str(),
+                  cell(v.message, 160).c_str());
+    }
   }
   if (rep.selected) std::printf("selected: #%zu %s (%s)\n", *rep.selected, rep.candidates[*rep.selected].path.c_str(), rep.selection_reason.c_str());
   else if (!rep.selection_reason.empty()) std::printf("selected: none (%s)\n", rep.selection_reason.c_str());
@@ -92,6 +104,7 @@ int run_verify(const VerifyArgs& a) {
   o.cache_path = a.cache_file;
   o.timing = a.timing;
   o.time_compile = a.time_compile;
+  o.multishape = a.multishape;
   o.load_timeout_s = a.load_timeout_s;
   o.run_timeout_min_s = a.run_timeout_s;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "verify: %s\n", line.c_str()); };
@@ -134,6 +147,9 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--no-cache", args->no_cache, "neither read nor write the result cache");
   cmd->add_option("--cache", args->cache_file, "result cache file (default ~/.cache/kernelllm/verify.sqlite)");
   cmd->add_flag("--timing,!--no-timing", args->timing, "time correct candidates (default on)");
+  cmd->add_flag("--multishape,!--no-multishape", args->multishape,
+                "re-check correct candidates with the problem's sizes changed (x0.5, x0.5 made odd); reported beside the verdict "
+                "(default on)");
   cmd->add_flag("--compile", args->time_compile, "also time torch.compile(reference)");
   cmd->add_option("--load-timeout", args->load_timeout_s, "seconds for import + construction (+ first-run JIT)")
       ->check(CLI::PositiveNumber);

@@ -80,7 +80,7 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
       Status health = gpu_health_check(py_, dev.name, 60);
       r.evidence["gpu_health_after"] = health.ok() ? "ok" : health.message();
       if (!health.ok()) {
-        dev.healthy = false;
+        dev.root().healthy = false;
         warn(fmt::format("{} is unhealthy after a candidate's {}: {}; no further candidates run on it", dev.name,
                          verdict_name(r.verdict), health.message()));
       }
@@ -139,6 +139,11 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   r.evidence = Json::object();
   r.evidence["worker_pid"] = w.hello.value("pid", 0);
   if (!load_candidate(i, w, dev, r)) return;
+  run_trials(w, dev, r);
+  if (r.verdict == Verdict::correct && opts_.timing) time_candidate(w, dev, r);
+}
+
+void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {
   bool undiscriminating = false;
   Json trials = Json::array();
   for (size_t t = 0; t < dev.trials.size(); ++t) {
@@ -151,7 +156,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
              {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes}};
     Reply run;
     if (dev.cuda()) {
-      std::shared_lock<std::shared_mutex> gpu(dev.gpu_mu);
+      std::shared_lock<std::shared_mutex> gpu(dev.root().gpu_mu);
       run = w.request(req, timeout);
     } else {
       run = w.request(req, timeout);
@@ -202,7 +207,6 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   }
   r.verdict = Verdict::correct;
   r.message = fmt::format("{} trial(s) match", dev.trials.size());
-  if (opts_.timing) time_candidate(w, dev, r);
 }
 
 Json Verifier::time_request(const DeviceState& dev, int iters) const {

@@ -64,6 +64,8 @@ Json CandidateResult::to_json() const {
     j["timing"] = nullptr;
     j["speedup"] = nullptr;
   }
+  j["multishape"] = multishape ? multishape->to_json() : Json(nullptr);
+  j["multishape_note"] = multishape_note;
   return j;
 }
 

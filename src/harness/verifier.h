@@ -47,8 +47,20 @@ struct DeviceState {
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
   std::atomic<bool> healthy{true};
+  // Multi-shape check: a variant is a DeviceState of its own (judge, inputs, shared dir) on the
+  // same device; its GPU lock and health are its parent's.
+  DeviceState* parent = nullptr;
+  ShapeVariant variant;
+  Json size_globals;              // the variant judge's {global: [old, new]}
+  std::string unusable;           // why this variant cannot be checked (empty: usable)
+  std::vector<std::unique_ptr<DeviceState>> variants;
   bool cuda() const { return name != "cpu"; }
+  DeviceState& root() { return parent ? *parent : *this; }
+  std::string tag() const { return parent ? std::to_string(index) + "-" + variant.name : std::to_string(index); }
 };
+
+// A cached result's "multishape" object back (nullopt when null or malformed).
+std::optional<MultishapeResult> multishape_from_json(const Json& j);
 
 class Verifier {
  public:
@@ -73,6 +85,8 @@ class Verifier {
 
   // evaluate.cpp
   void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
+  void run_trials(Worker& w, DeviceState& dev, CandidateResult& r);
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   bool fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
                        CandidateResult& r);
@@ -80,6 +94,11 @@ class Verifier {
   void ensure_reference_timing(DeviceState& dev);
   Json time_request(const DeviceState& dev, int iters) const;
   double run_timeout_s(const DeviceState& dev) const;
+
+  // multishape.cpp
+  void run_multishape();
+  void setup_variants(DeviceState& dev);
+  void check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r);
 
   // select.cpp
   void select();

@@ -52,27 +52,47 @@ Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout
 }
 
 Status Verifier::setup_device(DeviceState& dev) {
-  dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.index);
+  dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
   fs::create_directories(dev.shared_dir);
-  auto judge = start_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.index), {}, dev.name, nullptr,
-                            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2), opts_.start_timeout_s);
-  if (!judge.ok()) return judge.status().with_context("judge on " + dev.name);
-  dev.judge = std::move(*judge);
+  if (!dev.judge) {
+    auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.tag()), {}, dev.name, nullptr,
+                              std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2));
+    if (!judge.ok()) return judge.status().with_context("judge on " + dev.name);
+    dev.judge = std::move(*judge);
+  }
+  if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) return hello.with_context("judge on " + dev.name);
+  int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
   Json req{{"op", "load_problem"},  {"problem_path", fs::absolute(problem_path_).string()},
            {"device", dev.name},    {"profile", opts_.profile},
            {"secret_seed", secret_seed_}, {"work_dir", dev.shared_dir.string()},
-           {"n_trials", opts_.n_trials}, {"kernelbench_tolerance", opts_.kernelbench_tolerance}};
+           {"n_trials", n_requested}, {"kernelbench_tolerance", opts_.kernelbench_tolerance}};
+  if (dev.parent) {
+    req["size_scale"] = dev.variant.size_scale;
+    req["size_odd"] = dev.variant.size_odd;
+  }
   Reply r = judge_call(dev, req, opts_.load_timeout_s);
   if (!r.ok()) {
     return error(ErrorCode::invalid_argument, fmt::format("problem {} on {}: {}: {}", problem_path_, dev.name, r.error_kind(),
                                                           r.error_message()));
   }
   dev.problem = r.message;
-  int n = dev.problem.value("n_trials", opts_.n_trials);
+  if (dev.parent) {
+    // A judge that ignores size_scale would re-check the same sizes: only its own report counts.
+    if (!dev.problem.contains("size_globals") || !dev.problem["size_globals"].is_object()) {
+      return error(ErrorCode::unsupported, "the judge does not report size_globals (no size variants)");
+    }
+    dev.size_globals = dev.problem["size_globals"];
+    bool changed = false;
+    for (const auto& [name, pair] : dev.size_globals.items()) {
+      if (pair.is_array() && pair.size() == 2 && pair[0] != pair[1]) changed = true;
+    }
+    if (!changed) return error(ErrorCode::not_found, "the problem has no size globals that the judge can change");
+  }
+  int n = dev.problem.value("n_trials", n_requested);
   Json dists = dev.problem.value("trial_distributions", Json::array());
   // Correctness trials, then fresh inputs for timing (trials n.. in the judge's numbering) so
   // that a timed call can never replay an answer cached during the correctness runs.
-  int n_timing = opts_.timing ? 3 : 0;
+  int n_timing = opts_.timing && !dev.parent ? 3 : 0;
   std::error_code ec;
   fs::path init = dev.shared_dir / "init.safetensors";
   if (fs::exists(init, ec)) {
@@ -194,8 +214,9 @@ std::string Verifier::cache_key_for(size_t i, const DeviceState& dev) const {
   p.torch_version = py_.torch_version;
   p.triton_version = py_.triton_version;
   p.verifier_version = std::string(kVerifierVersion);
-  p.options = fmt::format("trials={} tol={} timing={} compile={} iters={} sandbox={}", opts_.n_trials, opts_.kernelbench_tolerance,
-                          opts_.timing, opts_.time_compile, opts_.iters, sandbox_.active());
+  p.options = fmt::format("trials={} tol={} timing={} compile={} iters={} sandbox={} multishape={}", opts_.n_trials,
+                          opts_.kernelbench_tolerance, opts_.timing, opts_.time_compile, opts_.iters, sandbox_.active(),
+                          opts_.multishape ? opts_.multishape_trials : 0);
   return cache_key(p);
 }
 
@@ -277,7 +298,9 @@ void Verifier::worker_thread(size_t thread) {
     w->proc.kill_tree();
     log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
-    if (cache_ && r.verdict != Verdict::not_verified) {
+    // A correct candidate is cached after its multi-shape check (run_multishape).
+    bool pending = opts_.multishape && r.verdict == Verdict::correct;
+    if (cache_ && r.verdict != Verdict::not_verified && !pending) {
       Status s = cache_->put(key, r.to_json());
       if (!s.ok()) warn("cache write: " + s.to_string());
     }
@@ -292,6 +315,8 @@ void Verifier::from_cache(const Json& j, CandidateResult& r) {
   r.stats = j.value("stats", Json());
   r.evidence = j.value("evidence", Json());
   r.cached = true;
+  if (j.contains("multishape")) r.multishape = multishape_from_json(j["multishape"]);
+  r.multishape_note = j.value("multishape_note", "");
   if (j.contains("timing") && j["timing"].is_object()) {
     const Json& t = j["timing"];
     TimingResult tr;
@@ -316,6 +341,7 @@ Result<VerifyReport> Verifier::run() {
   std::vector<std::thread> threads;
   for (int t = 0; t < jobs_; ++t) threads.emplace_back([this, t] { worker_thread(static_cast<size_t>(t)); });
   for (std::thread& t : threads) t.join();
+  run_multishape();
   for (auto& dev : devices_) {
     if (!dev->healthy && dev->name != "cpu") report_.warnings.push_back(fmt::format("device {} was taken out of use", dev->name));
     if (!report_.reference_timing && dev->ref_timing) {
@@ -325,6 +351,10 @@ Result<VerifyReport> Verifier::run() {
   }
   if (opts_.select) select();
   for (auto& dev : devices_) {
+    for (auto& v : dev->variants) {
+      if (v->judge && v->judge->proc.running()) v->judge->request(Json{{"op", "exit"}}, 5);
+      if (v->judge) v->judge->proc.kill_tree();
+    }
     if (dev->judge && dev->judge->proc.running()) {
       dev->judge->request(Json{{"op", "exit"}}, 5);
       dev->judge->proc.wait(deadline_in(5));

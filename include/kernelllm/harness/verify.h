@@ -54,6 +54,10 @@ struct VerifyOptions {
   int iters = 20;
   bool select = true;  // re-time finalists side by side and pick one
   int finalists = 3;
+  // Multi-shape check: after a `correct` verdict, re-run correctness on problem variants with
+  // the size globals changed (a judge per variant, a fresh candidate process per variant).
+  bool multishape = true;
+  int multishape_trials = 2;
   double start_timeout_s = 180;    // worker start (torch import) until hello
   double load_timeout_s = 120;     // import + construct ModelNew (includes Triton JIT at first run? no: run)
   double run_timeout_min_s = 30;   // per run: max(this, factor × reference forward time)
@@ -74,6 +78,35 @@ struct TimingResult {
   double orchestrator_wall_ms = 0; // our clock around the whole request
 };
 
+// One size variant of the problem in the multi-shape check.
+struct ShapeVariant {
+  std::string name;       // "half", "odd"
+  double size_scale = 1;  // factor on the problem's int size globals
+  bool size_odd = false;  // then made odd
+};
+// The variants the orchestrator asks the judge for.
+std::vector<ShapeVariant> default_shape_variants();
+
+struct ShapeVariantResult {
+  std::string name;
+  Verdict verdict = Verdict::not_verified;
+  std::string message;
+  Json sizes = Json::object();  // {global: [old, new]} as the judge reported them
+};
+
+// The merged multi-shape result: fail when any variant failed (any verdict other than correct,
+// undiscriminating or an inconclusive one: not_verified, environment_error); pass when no
+// variant failed and at least one was conclusive; nullopt when none was conclusive.
+enum class ShapeVerdict { pass, fail };
+std::string_view shape_verdict_name(ShapeVerdict v);
+std::optional<ShapeVerdict> merge_variant_verdicts(const std::vector<ShapeVariantResult>& variants);
+
+struct MultishapeResult {
+  ShapeVerdict verdict = ShapeVerdict::fail;
+  std::vector<ShapeVariantResult> variants;
+  Json to_json() const;
+};
+
 struct CandidateResult {
   std::string path;
   std::string device;
@@ -86,6 +119,9 @@ struct CandidateResult {
   std::optional<TimingResult> timing;
   double speedup = 0;   // reference median / candidate median (meaningful timings only)
   bool cached = false;
+  // Reported beside the verdict, never changing it; absent with the reason in multishape_note.
+  std::optional<MultishapeResult> multishape;
+  std::string multishape_note;
   Json to_json() const;
 };
 

@@ -1,0 +1,168 @@
+// The multi-shape check: after a candidate's `correct` verdict, its correctness is re-run on
+// problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), one judge per variant and
+// a fresh candidate process per variant; the merged result is reported beside the verdict.
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "verifier.h"
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+std::vector<ShapeVariant> default_shape_variants() { return {{"half", 0.5, false}, {"half_odd", 0.5, true}}; }
+
+std::string_view shape_verdict_name(ShapeVerdict v) { return v == ShapeVerdict::pass ? "pass" : "fail"; }
+
+std::optional<ShapeVerdict> merge_variant_verdicts(const std::vector<ShapeVariantResult>& variants) {
+  bool conclusive = false;
+  for (const ShapeVariantResult& v : variants) {
+    switch (v.verdict) {
+      case Verdict::correct:
+      case Verdict::undiscriminating: conclusive = true; break;
+      case Verdict::not_verified:
+      case Verdict::environment_error: break;
+      default: return ShapeVerdict::fail;
+    }
+  }
+  if (!conclusive) return std::nullopt;
+  return ShapeVerdict::pass;
+}
+
+Json MultishapeResult::to_json() const {
+  Json vs = Json::array();
+  for (const ShapeVariantResult& v : variants) {
+    vs.push_back(Json{{"name", v.name}, {"verdict", verdict_name(v.verdict)}, {"message", v.message}, {"sizes", v.sizes}});
+  }
+  return Json{{"verdict", shape_verdict_name(verdict)}, {"variants", vs}};
+}
+
+std::optional<MultishapeResult> multishape_from_json(const Json& j) {
+  if (!j.is_object() || !j.contains("verdict") || !j["verdict"].is_string()) return std::nullopt;
+  MultishapeResult m;
+  std::string v = j["verdict"].get<std::string>();
+  if (v != "pass" && v != "fail") return std::nullopt;
+  m.verdict = v == "pass" ? ShapeVerdict::pass : ShapeVerdict::fail;
+  for (const Json& e : j.value("variants", Json::array())) {
+    if (!e.is_object()) continue;
+    ShapeVariantResult r;
+    r.name = e.value("name", "");
+    r.verdict = verdict_from_name(e.value("verdict", "")).value_or(Verdict::not_verified);
+    r.message = e.value("message", "");
+    r.sizes = e.value("sizes", Json::object());
+    m.variants.push_back(std::move(r));
+  }
+  return m;
+}
+
+// Runs on the main thread (the variant judges must outlive every worker thread that uses them).
+void Verifier::setup_variants(DeviceState& dev) {
+  for (const ShapeVariant& spec : default_shape_variants()) {
+    auto v = std::make_unique<DeviceState>();
+    v->index = dev.index;
+    v->name = dev.name;
+    v->hardware = dev.hardware;
+    v->parent = &dev;
+    v->variant = spec;
+    auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", v->tag()), {}, v->name, nullptr,
+                              std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2));
+    if (judge.ok()) v->judge = std::move(*judge);
+    else v->unusable = judge.status().to_string();
+    dev.variants.push_back(std::move(v));
+  }
+  for (auto& v : dev.variants) {
+    if (!v->unusable.empty()) continue;
+    log(fmt::format("judge: loading the problem's '{}' size variant on {}", v->variant.name, v->name));
+    Status s;
+    if (v->cuda()) {
+      std::shared_lock<std::shared_mutex> gpu(dev.gpu_mu);
+      s = setup_device(*v);
+    } else {
+      s = setup_device(*v);
+    }
+    if (!s.ok()) {
+      v->unusable = s.message();
+      if (v->judge) v->judge->proc.kill_tree();
+    }
+  }
+}
+
+void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r) {
+  std::vector<ShapeVariantResult> results;
+  std::vector<std::string> unusable;
+  for (auto& v : dev.variants) {
+    if (!v->unusable.empty()) {
+      unusable.push_back(fmt::format("{}: {}", v->variant.name, v->unusable));
+      continue;
+    }
+    ShapeVariantResult out;
+    out.name = v->variant.name;
+    out.sizes = v->size_globals;
+    auto w = start_candidate_worker(*v, thread);
+    Status hello = w.ok() ? await_hello(**w, opts_.start_timeout_s) : w.status();
+    if (!hello.ok()) {
+      out.verdict = Verdict::not_verified;
+      out.message = "could not start a candidate worker: " + hello.to_string();
+    } else {
+      CandidateResult vr;
+      vr.evidence = Json::object();
+      if (load_candidate(i, **w, *v, vr)) run_trials(**w, *v, vr);
+      (*w)->proc.kill_tree();
+      out.verdict = vr.verdict;
+      out.message = vr.rule.empty() ? vr.message : vr.rule + ": " + vr.message;
+    }
+    results.push_back(std::move(out));
+  }
+  std::optional<ShapeVerdict> merged = merge_variant_verdicts(results);
+  if (merged) {
+    r.multishape = MultishapeResult{*merged, std::move(results)};
+    return;
+  }
+  std::string why;
+  for (const std::string& u : unusable) why += (why.empty() ? "" : "; ") + u;
+  for (const ShapeVariantResult& v : results) why += (why.empty() ? "" : "; ") + v.name + ": " + v.message;
+  r.multishape_note = "not run: " + (why.empty() ? std::string("no size variant") : why);
+}
+
+void Verifier::run_multishape() {
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < report_.candidates.size(); ++i) {
+    CandidateResult& r = report_.candidates[i];
+    if (r.cached && (r.multishape || !r.multishape_note.empty())) continue;
+    if (!opts_.multishape) r.multishape_note = "disabled (--no-multishape)";
+    else if (r.verdict != Verdict::correct) r.multishape_note = "not run: the main verdict is not correct";
+    else todo.push_back(i);
+  }
+  if (todo.empty()) return;
+  for (auto& dev : devices_) {
+    if (dev->healthy) setup_variants(*dev);
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&](size_t thread) {
+    for (size_t k = next++; k < todo.size(); k = next++) {
+      size_t i = todo[k];
+      CandidateResult& r = report_.candidates[i];
+      DeviceState* dev = nullptr;
+      for (auto& d : devices_) {
+        if (d->name == r.device) dev = d.get();
+      }
+      if (!dev || !dev->healthy) {
+        r.multishape_note = "not run: device " + r.device + " was taken out of use";
+      } else {
+        check_shapes(i, thread, *dev, r);
+        log(fmt::format("[{}] {}: multishape {}", i, r.path,
+                        r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
+      }
+      if (cache_ && !r.cached && dev && dev->healthy) {
+        Status s = cache_->put(cache_key_for(i, *dev), r.to_json());
+        if (!s.ok()) warn("cache write: " + s.to_string());
+      }
+    }
+  };
+  size_t n = std::max<size_t>(1, std::min(todo.size(), static_cast<size_t>(jobs_)));
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < n; ++t) threads.emplace_back(work, t);
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace kernelllm::harness
