@@ -327,3 +327,68 @@ def test_kernel_looping_over_runtime_bound_runs_in_interpreter(tmp_path):
         s.close()
     assert r["verdict"] == "correct", r["evidence"]
     assert r["replies"][1]["triton_launches"] == 1
+
+
+CASES = Path(__file__).resolve().parents[1] / "cases"
+SANDBOX_CASES = {"sandbox_env_secret": "env_escape", "sandbox_fork_flood": "process_flood",
+                 "sandbox_kill_parent": "kill_parent", "sandbox_network": "network",
+                 "sandbox_read_problem": "file_escape", "sandbox_read_shadow": "file_escape",
+                 "sandbox_write_repo": "file_escape"}
+NEAR_MISSES = ("correct_env_allowed", "correct_hostname", "correct_own_tempdir", "correct_reads_own_source",
+               "correct_signal_self", "correct_two_forks")
+LOAD_TIME_ESCAPE = """
+try:
+    open("/etc/shadow").close()
+except OSError:
+    pass
+"""
+
+
+def test_sandbox_attempts_are_recorded_and_near_misses_pass(tmp_path, monkeypatch):
+    """Each relu sandbox case, copied alone into its own dir (as the orchestrator's work dir),
+    is a sandbox_violation with its rule; the honest near-misses stay correct; an attempt made
+    at import time shows in trial 0's report; nothing is written outside the work dir."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("KERNELLLM_TEST_SECRET", "not-for-candidates")
+    (tmp_path / "tmp").mkdir()
+    s = wh.Session(CASES / "problems" / "relu.py", tmp_path)
+    got, why = {}, {}
+    try:
+        for name in [*SANDBOX_CASES, *NEAR_MISSES, "load_time_escape"]:
+            work = tmp_path / name / "work"
+            work.mkdir(parents=True)
+            if name == "load_time_escape":  # an honest kernel that tries /etc/shadow while being imported
+                src = (CASES / "relu" / "correct_basic.py").read_text() + LOAD_TIME_ESCAPE
+            else:
+                src = (CASES / "relu" / f"{name}.py").read_text()
+            (work / "candidate.py").write_text(src)
+            r = s.verify(work / "candidate.py")
+            got[name] = (r["verdict"], r["rule"], r["trial"])
+            why[name] = str((r["evidence"] or {}).get("message", ""))[:500]
+            assert "not-for-candidates" not in str(r["replies"])
+    finally:
+        s.close()
+    for name, rule in SANDBOX_CASES.items():
+        assert got[name][:2] == ("sandbox_violation", rule), (name, got[name], why[name])
+        assert not (tmp_path / name / ".escape_marker").exists()
+    for name in NEAR_MISSES:
+        assert got[name][0] == "correct", (name, got[name], why[name])
+    assert got["load_time_escape"] == ("sandbox_violation", "file_escape", 0)
+
+
+def test_size_scale_reloads_the_problem_with_scaled_size_globals(tmp_path):
+    """load_problem size_scale/size_odd: sizes >= 8 scaled (odd on request), small ints kept;
+    a shape-generic kernel stays correct, one with hard-coded sizes does not."""
+    generic, brittle = CASES / "sum_dim" / "correct_triton_sum.py", CASES / "sum_dim" / "correct_hardcoded_dims.py"
+    s = wh.Session(CASES / "problems" / "sum_dim.py", tmp_path, size_scale=0.5, size_odd=True)
+    try:
+        assert s.problem["size_globals"] == {"batch_size": [16, 9], "dim1": [64, 33], "dim2": [16, 9]}
+        assert s.problem["input_specs"][0]["shape"] == [9, 33, 9]
+        assert s.verify(generic)["verdict"] == "correct"
+        try:
+            brittle_verdict = s.verify(brittle)["verdict"]
+        except EOFError:  # out-of-bounds access killed the candidate process: a crash
+            brittle_verdict = "crash"
+        assert brittle_verdict != "correct"
+    finally:
+        s.close()

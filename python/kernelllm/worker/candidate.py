@@ -235,7 +235,7 @@ class Candidate:
         digest = hashlib.sha256(path.encode()).hexdigest()[:12]
         self.module_name = f"kllm_candidate_{digest}_{os.getpid()}"
         # Before any candidate code runs; the wrapped os.environ methods become the trusted ones.
-        GUARD.install(os.path.realpath(path), os.path.dirname(os.path.realpath(path)))
+        GUARD.install(path, os.path.dirname(os.path.realpath(path)))
         self.trusted = _guarded()
         try:
             spec = importlib.util.spec_from_file_location(self.module_name, path)

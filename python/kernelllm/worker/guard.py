@@ -47,6 +47,7 @@ class Guard:
     def __init__(self) -> None:
         self.installed = False
         self.candidate_file = ""
+        self._candidate_names: frozenset = frozenset()
         self.events: List[Dict[str, Any]] = []
         self.refused = 0
         self.spawns = 0
@@ -74,7 +75,7 @@ class Guard:
         while f is not None:
             name = f.f_code.co_filename
             if not self._is_library(name):
-                return f"{os.path.basename(name)}:{f.f_lineno}" if name == self.candidate_file else None
+                return f"{os.path.basename(name)}:{f.f_lineno}" if name in self._candidate_names else None
             f = f.f_back
         return None
 
@@ -93,6 +94,8 @@ class Guard:
         if self.installed:
             return
         self.candidate_file = candidate_file
+        self._candidate_names = frozenset({candidate_file, os.path.realpath(candidate_file),
+                                           os.path.abspath(candidate_file)})
         rw = {os.path.realpath(work_dir)}
         for var in ("TMPDIR", "HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
             if os.environ.get(var):
@@ -118,13 +121,18 @@ class Guard:
             return True
         return not write and _under(path, self._ro)
 
-    def _resolve(self, p: Any) -> Optional[str]:
+    def _resolve(self, p: Any, dir_fd: Any = None) -> Optional[str]:
         if isinstance(p, int) or p is None:
             return None
         try:
             p = os.fsdecode(os.fspath(p))
         except TypeError:
             return None
+        if isinstance(dir_fd, int) and dir_fd >= 0 and not os.path.isabs(p):
+            try:
+                p = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), p)
+            except OSError:
+                return None
         return os.path.realpath(p)
 
     def _hook(self, event: str, args: Tuple[Any, ...]) -> None:
@@ -161,7 +169,15 @@ class Guard:
                 return None, ""
             return ("open_write" if write else "open_read"), f"open({path!r}, {'write' if write else 'read'})"
         if event in _WRITE_EVENTS:
-            paths = [self._resolve(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+            # dir_fd arguments: os.remove/rmdir (path, dir_fd), os.mkdir (path, mode, dir_fd),
+            # os.rename (src, dst, src_dir_fd, dst_dir_fd), shutil.rmtree (path, dir_fd).
+            fds = {"os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,), "os.rename": (2, 3), "shutil.rmtree": (1,)}
+            where_fd = fds.get(event, ())
+            paths = []
+            for k, a in enumerate(args[:2]):
+                if isinstance(a, (str, bytes, os.PathLike)):
+                    fd = args[where_fd[min(k, len(where_fd) - 1)]] if where_fd and len(args) > max(where_fd) else None
+                    paths.append(self._resolve(a, fd))
             bad = [p for p in paths if p is not None and not self._path_allowed(p, True)]
             return ("write", f"{event}({', '.join(map(repr, bad))})") if bad else (None, "")
         if event in _NET_EVENTS:
