@@ -21,6 +21,21 @@ void Verifier::select() {
     report_.selection_reason = "no correct candidate";
     return;
   }
+  // Candidates whose multi-shape check failed are chosen only when no other is correct.
+  std::vector<size_t> generic;
+  for (size_t i : correct) {
+    const CandidateResult& c = report_.candidates[i];
+    if (!c.multishape || c.multishape->verdict != ShapeVerdict::fail) generic.push_back(i);
+  }
+  struct NoteOnExit {
+    std::string& reason;
+    std::string note;
+    ~NoteOnExit() { reason += note; }
+  } brittle{report_.selection_reason, ""};
+  if (!generic.empty() && generic.size() < correct.size()) {
+    brittle.note = fmt::format("; {} correct candidate(s) failing the multi-shape check left out", correct.size() - generic.size());
+    correct = generic;
+  }
   auto shortest = [&](const std::vector<size_t>& idx) {
     return *std::min_element(idx.begin(), idx.end(), [&](size_t a, size_t b) { return sources_[a].size() < sources_[b].size(); });
   };
