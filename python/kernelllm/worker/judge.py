@@ -221,7 +221,7 @@ class Judge:
         self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist, "probe_ref": probe_ref, "outputs": None}
         main = {k: v for k, v in tensors.items() if not k.startswith(protocol.PROBE_PREFIX)}
         return {"n_inputs": len(args), "scalars": scalars, "input_hash": _hash_inputs(main), "probe": probe_ref is not None,
-                "input_bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
+                "input_bytes": sum(t.numel() * t.element_size() for t in main.values()),
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
                 "output_sizes": [r.numel() * r.element_size() for r in ref], "seed_index": trial}
 
