@@ -53,6 +53,17 @@ double Verifier::run_timeout_s(const DeviceState& dev) const {
   return std::max(opts_.run_timeout_min_s, opts_.run_timeout_factor * ref_ms / 1000.0);
 }
 
+void Verifier::check_gpu_after_fault(DeviceState& dev, CandidateResult& r) {
+  if (!dev.cuda()) return;
+  Status health = gpu_health_check(py_, dev.name, 60);
+  r.evidence["gpu_health_after"] = health.ok() ? "ok" : health.message();
+  if (!health.ok()) {
+    dev.root().healthy = false;
+    warn(fmt::format("{} is unhealthy after a candidate's {}: {}; no further candidates run on it", dev.name,
+                     verdict_name(r.verdict), health.message()));
+  }
+}
+
 bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
                                CandidateResult& r) {
   if (reply.ok()) return false;
@@ -76,15 +87,7 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
       r.verdict = Verdict::crash;
       r.message = fmt::format("worker died during {}: {} ({})", phase, w.describe_exit(), reply.error);
     }
-    if (dev.cuda()) {
-      Status health = gpu_health_check(py_, dev.name, 60);
-      r.evidence["gpu_health_after"] = health.ok() ? "ok" : health.message();
-      if (!health.ok()) {
-        dev.root().healthy = false;
-        warn(fmt::format("{} is unhealthy after a candidate's {}: {}; no further candidates run on it", dev.name,
-                         verdict_name(r.verdict), health.message()));
-      }
-    }
+    check_gpu_after_fault(dev, r);
     return true;
   }
   std::string kind = reply.error_kind();
@@ -100,6 +103,11 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
     r.verdict = kind == "cheat" ? Verdict::cheat : Verdict::sandbox_violation;
     r.rule = err.value("rule", kind);
     if (err.contains("evidence")) r.evidence["rule_evidence"] = err["evidence"];
+  } else if (kind == "cuda_fault") {
+    // A sticky CUDA error (illegal address, launch failure): the process's context is gone.
+    w.proc.kill_tree();
+    r.verdict = Verdict::crash;
+    check_gpu_after_fault(dev, r);
   }
   else r.verdict = Verdict::crash;  // protocol/internal: the worker is in a state we cannot trust
   if ((r.verdict == Verdict::compile_error || r.verdict == Verdict::runtime_error) && sandbox_.active() &&
@@ -318,14 +326,18 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
                       floor_ms, in.input_bytes + in.output_bytes, peak);
   }
   // Work the events do not see (side streams) shows as a per-call wall-clock gap far larger
-  // than the reference's gap, which has the same flush and synchronize overheads.
+  // than the reference's gap, which has the same flush and synchronize overheads. The bound is
+  // loose on purpose: an honest Python wrapper around a Triton launch adds tens to hundreds of
+  // microseconds per call (measured on the H100: 0.9 ms gap vs the reference's 0.3 ms for a
+  // candidate that caches its output buffer), so only hidden work well beyond that is flagged;
+  // small side-stream launches are the worker's side_stream rule's to catch.
   if (why.empty() && dev.ref_timing && !tr.times_ms.empty()) {
     double gap = tr.wall_total_ms / static_cast<double>(tr.times_ms.size()) - tr.stats.median_ms;
     const TimingResult& ref = *dev.ref_timing;
     double ref_gap = ref.times_ms.empty() ? 0 : ref.wall_total_ms / static_cast<double>(ref.times_ms.size()) - ref.stats.median_ms;
     r.evidence["wall_gap_ms"] = gap;
     r.evidence["reference_wall_gap_ms"] = ref_gap;
-    if (gap - ref_gap > std::max(0.2, 2.0 * tr.stats.median_ms)) {
+    if (gap - ref_gap > std::max(2.0, 5.0 * tr.stats.median_ms)) {
       why = fmt::format("per-call wall-clock gap {:.3f} ms vs the reference's {:.3f} ms with an event median of {:.4f} ms: "
                         "work outside the timed stream",
                         gap, ref_gap, tr.stats.median_ms);

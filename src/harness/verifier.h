@@ -88,6 +88,9 @@ class Verifier {
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   void run_trials(Worker& w, DeviceState& dev, CandidateResult& r);
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  // After a crash or sticky CUDA error on a GPU: health-check it in a fresh process and stop
+  // using it when unhealthy (never reset). Records the result in r.evidence.
+  void check_gpu_after_fault(DeviceState& dev, CandidateResult& r);
   bool fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
                        CandidateResult& r);
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);

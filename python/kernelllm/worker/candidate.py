@@ -5,6 +5,7 @@ on input files and writes its outputs with the facts the cheat rules need, `time
 timed loop. It never sees the reference, its outputs or the secret seed."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import math
@@ -16,6 +17,12 @@ import traceback
 from typing import Any, Dict, List
 
 import torch
+
+# The first switch into deterministic mode rebinds some torch functions (torch.manual_seed among
+# them) once; do it now, before any identity snapshot, so _filled_uninitialized() below does not
+# read as the candidate patching them.
+torch.use_deterministic_algorithms(True, warn_only=True)
+torch.use_deterministic_algorithms(False)
 
 from . import protocol, rules, timing
 from .guard import GUARD
@@ -34,6 +41,23 @@ else:
 DEFAULT_MAX_TENSOR_BYTES = 4 << 30
 PROBE = protocol.PROBE_PREFIX  # tensors of the judge's probe input set in an inputs/outputs file
 
+
+
+@contextlib.contextmanager
+def _filled_uninitialized():
+    """During correctness runs, torch.empty* memory is filled with NaN (floats) or the largest
+    integer: torch does this while deterministic algorithms are on
+    (torch.utils.deterministic.fill_uninitialized_memory). An output the candidate never wrote
+    then reads as NaN on every allocator and device, where the freed-memory poisoning alone is
+    best effort on CPU. warn_only keeps ops without a deterministic variant working. Timed calls
+    run without it, so the fill costs nothing there."""
+    was_on = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was_on, warn_only=was_warn_only)
 
 class _LaunchCounter:
     """Counts non-warmup `run` calls of every @triton.jit kernel (compiled or interpreted):
@@ -306,7 +330,7 @@ class Candidate:
         _STREAMS.pending = {}
         t0 = time.perf_counter()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _filled_uninitialized():
                 out = self.model(*args)
             unjoined = sorted(_STREAMS.pending.values())
             if self.device.startswith("cuda"):
@@ -358,7 +382,7 @@ class Candidate:
         if self._probe_args is None:
             return {}
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _filled_uninitialized():
                 out = self.model(*self._probe_args)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()

@@ -281,10 +281,11 @@ class Judge:
                 detail = dict(stats=all_stats, first_mismatch=compare.first_mismatch(checker, o),
                               tolerance_trusted=trusted, baselines_passing=passing_baselines,
                               distribution=t["distribution"])
-                # All zeros is the more specific zeros_pass (value_cheat), though also input-independent.
-                zeros = o.numel() > 0 and bool((o == 0).all())
-                cheat = None if zeros else self._history_cheat(trial, i, o, checker, probe_outs.get(str(i)))
-                cheat = cheat or compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None)
+                # Memory never written (NaN fill / poison) and all zeros are the more specific
+                # stale_memory and zeros_pass, though such outputs are also input-independent.
+                cheat = compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None)
+                if cheat is None or cheat["rule"] not in ("stale_memory", "zeros_pass"):
+                    cheat = self._history_cheat(trial, i, o, checker, probe_outs.get(str(i))) or cheat
                 if cheat is not None:
                     return self._fail("cheat", f"output {i}: {cheat['evidence']}", rule=cheat["rule"],
                                       evidence=cheat["evidence"], **detail)

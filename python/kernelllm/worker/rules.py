@@ -126,11 +126,21 @@ def allocator_refusal(exc: BaseException) -> Optional[str]:
     return text.split("Error code")[0].strip()[:300]
 
 
+# CUDA errors that leave the context unusable ("sticky" errors): the process is as good as dead,
+# so they are crashes (SPEC-verify: "crash ... CUDA illegal address"), not runtime errors, and the
+# orchestrator health-checks the GPU afterwards.
+_CUDA_FAULT = re.compile(r"illegal memory access|illegal address|unspecified launch failure|misaligned address|"
+                         r"illegal instruction|device-side assert|CUDA_ERROR_ILLEGAL|an illegal|hardware stack error|"
+                         r"uncorrectable ECC")
+
+
 def classify_exception(exc: BaseException, tb: str, phase: str) -> str:
     """Verdict kind for an exception raised by candidate code in `phase` ("load" or "run")."""
     text = f"{type(exc).__name__}: {exc}"
     if "triton/runtime/interpreter.py" in tb and any(p.search(text) for p in _ENV_PATTERNS):
         return "environment_error"
+    if _CUDA_FAULT.search(text):
+        return "cuda_fault"
     mod = type(exc).__module__ or ""
     # In the interpreter, errors raised while executing the kernel body (InterpreterError) are
     # what the compiler rejects on a GPU (CompilationError): both are compile errors.
