@@ -3,7 +3,7 @@ problems in tests/cases/kernelbench_agreement when a KernelBench checkout is giv
 one `kernelllm verify` call per problem, as an eval run would. Records candidates per minute, the
 wall time of each call, and per-phase times summed over candidates (start: waiting for a
 pre-warmed worker; compile: import + construction + first launch; correctness: the trials;
-timing: the timed loops), as the verifier reports them in each candidate's "phases".
+timing: the timed loops), as the verifier reports them in each candidate's evidence.phases.
 
   python3 bench/verify_throughput.py --cli build/kernelllm --device cuda:0 --out bench/results/verify-throughput-h100.json
 """
@@ -70,7 +70,7 @@ def main() -> int:
                 return 1
             report = json.loads(out.read_text())
             entries = report["candidates"]
-            phase_sums = {p: sum((e.get("phases") or {}).get(p, 0.0) for e in entries) for p in PHASES}
+            phase_sums = {p: sum(((e.get("evidence") or {}).get("phases") or {}).get(p, 0.0) for e in entries) for p in PHASES}
             for p in PHASES:
                 totals[p] += phase_sums[p]
             for e in entries:

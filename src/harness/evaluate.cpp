@@ -2,6 +2,7 @@
 // judge, which re-evaluates the cheat rules from the run facts), then timing under the
 // device's lock with the orchestrator's own clock, the roofline floor and the event/wall checks.
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <numeric>
 #include <regex>
@@ -144,11 +145,26 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
 }
 
 void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r) {
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
   r.evidence = Json::object();
   r.evidence["worker_pid"] = w.hello.value("pid", 0);
-  if (!load_candidate(i, w, dev, r)) return;
+  // Wall time per phase as the orchestrator saw it (waits for the GPU lock included), for
+  // throughput accounting; start_ms (waiting for a pre-warmed worker) is added by the caller.
+  Json& phases = r.evidence["phases"] = Json::object();
+  auto t0 = Clock::now();
+  const bool loaded = load_candidate(i, w, dev, r);
+  phases["compile_ms"] = ms_since(t0);
+  if (!loaded) return;
+  t0 = Clock::now();
   run_trials(w, dev, r);
-  if (r.verdict == Verdict::correct && opts_.timing) time_candidate(w, dev, r);
+  phases["correctness_ms"] = ms_since(t0);
+  if (r.verdict == Verdict::correct && opts_.timing) {
+    t0 = Clock::now();
+    time_candidate(w, dev, r);
+    phases["timing_ms"] = ms_since(t0);
+  }
 }
 
 void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {

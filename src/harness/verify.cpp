@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -267,6 +268,7 @@ void Verifier::worker_thread(size_t thread) {
     }
     std::unique_ptr<Worker> w;
     std::string start_error;
+    const auto t_wait = std::chrono::steady_clock::now();
     for (int attempt = 0; attempt < 2 && !w; ++attempt) {  // one retry: start-up can fail for unrelated reasons
       if (next && next->device == dev->name) {
         w = std::move(next);
@@ -294,7 +296,10 @@ void Verifier::worker_thread(size_t thread) {
       auto s = start_candidate_worker(*dev, thread);
       if (s.ok()) next = std::move(*s);
     }
+    const double start_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
     evaluate(i, *w, *dev, r);
+    r.evidence["phases"]["start_ms"] = start_ms;
     w->proc.kill_tree();
     log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
