@@ -303,18 +303,17 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   r.timing = *t;
   if (dev.cuda() && dev.ref_timing && t->stats.median_ms > 0) r.speedup = dev.ref_timing->stats.median_ms / t->stats.median_ms;
 
-  // The output of the last timed call must still be right (no cached or replayed answers).
-  size_t last_index = static_cast<size_t>(iters - 1) % sets.size();
-  if (reply.message.contains("last_input_index") && reply.message["last_input_index"].is_number_unsigned()) {
-    last_index = std::min(reply.message["last_input_index"].get<size_t>(), sets.size() - 1);
-  }
+  // The output of the last timed call must still be right (no cached or replayed answers). The
+  // worker's timed loop gives the last call alone the last input set (worker/timing.py), so the
+  // answer cannot be a replay; the index is ours, never taken from the candidate's reply.
+  const size_t last_index = sets.size() - 1;
   int last_trial = sets[last_index].trial;
   Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", last_trial}, {"outputs_file", last_out.string()}},
                          opts_.load_timeout_s);
   if (cmp.ok() && !cmp.message.value("match", false)) {
     r.verdict = Verdict::cheat;
     // Skipped or replayed work during timing: the times do not measure the computation.
-    r.rule = "timing_implausible";
+    r.rule = "timed_output_mismatch";
     r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong, so the timed calls skipped or "
                             "replayed work: {}",
                             last_trial,
