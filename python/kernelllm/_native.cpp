@@ -48,15 +48,6 @@ T unwrap(Result<T> result) {
   return std::move(result).value();
 }
 
-std::string_view finish_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "cancelled";
-  }
-  return "unknown";
-}
-
 // One loaded model and its backend. Generation on one Engine is serialized by `mutex_`.
 class Engine {
  public:
@@ -210,10 +201,10 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Completion>(m, "Completion")
       .def_readonly("text", &Completion::text)
       .def_readonly("tokens", &Completion::tokens)
-      .def_property_readonly("finish", [](const Completion& c) { return std::string(finish_name(c.finish)); })
+      .def_property_readonly("finish", [](const Completion& c) { return std::string(finish_reason_name(c.finish)); })
       .def("__repr__", [](const Completion& c) {
         return "Completion(tokens=" + std::to_string(c.tokens.size()) + ", finish=" +
-               std::string(finish_name(c.finish)) + ")";
+               std::string(finish_reason_name(c.finish)) + ")";
       });
   py::class_<GenerateStats>(m, "GenerateStats")
       .def_readonly("prompt_tokens", &GenerateStats::prompt_tokens)

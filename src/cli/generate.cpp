@@ -46,15 +46,6 @@ int fail(const Status& status) {
   return kExitFailure;
 }
 
-std::string_view finish_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "cancelled";
-  }
-  return "unknown";
-}
-
 struct Prompt {
   std::string text;
   std::string source;           // "--prompt", a file, or "module FILE"
@@ -79,7 +70,7 @@ Status write_json(const GenerateArgs& args, const LoadedModel& model, const Prom
                   const std::vector<Completion>& completions, const GenerateStats& stats) {
   Json samples = Json::array();
   for (const auto& c : completions) {
-    samples.push_back({{"text", c.text}, {"tokens", c.tokens}, {"finish", finish_name(c.finish)}});
+    samples.push_back({{"text", c.text}, {"tokens", c.tokens}, {"finish", finish_reason_name(c.finish)}});
   }
   Json doc = {
       {"model", model.dir.string()},
@@ -159,10 +150,10 @@ int run_generate(const GenerateArgs& args) {
   for (size_t i = 0; i < completions->size(); ++i) {
     const Completion& c = (*completions)[i];
     if (args.stream && i == 0) {
-      std::printf("\n=== end of sample 0 (%zu tokens, %s) ===\n", c.tokens.size(), finish_name(c.finish).data());
+      std::printf("\n=== end of sample 0 (%zu tokens, %s) ===\n", c.tokens.size(), finish_reason_name(c.finish).data());
       continue;
     }
-    std::printf("=== sample %zu (%zu tokens, %s) ===\n%s\n", i, c.tokens.size(), finish_name(c.finish).data(),
+    std::printf("=== sample %zu (%zu tokens, %s) ===\n%s\n", i, c.tokens.size(), finish_reason_name(c.finish).data(),
                 c.text.c_str());
   }
   std::fflush(stdout);

@@ -4,6 +4,8 @@
 // k, batching or which other samples already stopped.
 #include "kernelllm/engine/generator.h"
 
+#include "engine/sample_step.h"
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -105,25 +107,12 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
       SampleState& s = samples[i];
       if (!s.alive) continue;
       const std::span<const float> row(logits.data() + row_of[i] * vocab, static_cast<size_t>(vocab));
-      const int32_t tok = sample_token(row, options.sampling, i, step);
-      s.out.tokens.push_back(tok);
+      const SampleStepResult res = advance_sample(row, options, i, step, static_cast<int64_t>(prompt_ids.size()),
+                                                  max_pos, s.out, s.decoder, on_text);
       ++local_stats.generated_tokens;
-      if (std::find(options.stop_ids.begin(), options.stop_ids.end(), tok) != options.stop_ids.end()) {
-        s.alive = false;
-        s.out.finish = FinishReason::stop;
-        continue;
-      }
-      std::string piece = s.decoder.push(tok);
-      if (!piece.empty()) {
-        s.out.text += piece;
-        if (on_text && !on_text(static_cast<int32_t>(i), piece)) cancelled = true;
-      }
-      const int64_t length = static_cast<int64_t>(prompt_ids.size() + s.out.tokens.size());
-      if (static_cast<int64_t>(s.out.tokens.size()) >= options.max_new_tokens || length >= max_pos) {
-        s.alive = false;
-        s.out.finish = FinishReason::length;
-        continue;
-      }
+      cancelled = cancelled || res.cancel;
+      s.alive = res.alive;
+      if (!s.alive) continue;
       batch.push_back(ForwardRequest{s.seq, {&s.out.tokens.back(), 1}, false});
       batch_samples.push_back(i);
     }
@@ -153,6 +142,39 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   }
   if (stats != nullptr) *stats = local_stats;
   return out;
+}
+
+SampleStepResult advance_sample(std::span<const float> logits_row, const GenerateOptions& options, uint64_t index,
+                                uint64_t step, int64_t prompt_tokens, int64_t max_positions, Completion& out,
+                                StreamDecoder& decoder, const StreamCallback& on_text) {
+  SampleStepResult res;
+  const int32_t tok = sample_token(logits_row, options.sampling, index, step);
+  out.tokens.push_back(tok);
+  if (std::find(options.stop_ids.begin(), options.stop_ids.end(), tok) != options.stop_ids.end()) {
+    out.finish = FinishReason::stop;
+    return res;
+  }
+  std::string piece = decoder.push(tok);
+  if (!piece.empty()) {
+    out.text += piece;
+    if (on_text && !on_text(static_cast<int32_t>(index), piece)) res.cancel = true;
+  }
+  const auto generated = static_cast<int64_t>(out.tokens.size());
+  if (generated >= options.max_new_tokens || prompt_tokens + generated >= max_positions) {
+    out.finish = FinishReason::length;
+    return res;
+  }
+  res.alive = true;
+  return res;
+}
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+  }
+  return "unknown";
 }
 
 }  // namespace kernelllm

@@ -3,6 +3,8 @@
 // a request's completions equal a solo generate() of it; only the batch it rides in differs.
 #include "kernelllm/engine/scheduler.h"
 
+#include "engine/sample_step.h"
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -166,26 +168,13 @@ void Scheduler::sample_request(Request& r, std::vector<ForwardRequest>& batch, s
     if (r.cancelled) break;
     if (!s.alive) continue;
     const uint64_t step = s.out.tokens.size();
-    const int32_t tok = sample_token({s.row, static_cast<size_t>(vocab)}, o.sampling,
-                                     static_cast<uint64_t>(s.index), step);
-    s.out.tokens.push_back(tok);
+    const SampleStepResult res =
+        advance_sample({s.row, static_cast<size_t>(vocab)}, o, static_cast<uint64_t>(s.index), step,
+                       static_cast<int64_t>(r.prompt.size()), max_pos, s.out, s.decoder, r.on_text);
     ++r.stats.generated_tokens;
-    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), tok) != o.stop_ids.end()) {
-      s.alive = false;
-      s.out.finish = FinishReason::stop;
-      continue;
-    }
-    std::string piece = s.decoder.push(tok);
-    if (!piece.empty()) {
-      s.out.text += piece;
-      if (r.on_text && !r.on_text(s.index, piece)) r.cancelled = true;
-    }
-    const int64_t length = static_cast<int64_t>(r.prompt.size() + s.out.tokens.size());
-    if (static_cast<int64_t>(s.out.tokens.size()) >= o.max_new_tokens || length >= max_pos) {
-      s.alive = false;
-      s.out.finish = FinishReason::length;
-      continue;
-    }
+    r.cancelled = r.cancelled || res.cancel;
+    s.alive = res.alive;
+    if (!s.alive) continue;
     batch.push_back(ForwardRequest{s.seq, {&s.out.tokens.back(), 1}, false});
     rows.push_back(&s);
   }

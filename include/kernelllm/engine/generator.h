@@ -28,6 +28,8 @@ struct GenerateOptions {
 
 enum class FinishReason { stop, length, cancelled };
 
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled"
+
 struct Completion {
   std::vector<int32_t> tokens;  // generated ids, including the stop id when finish == stop
   std::string text;             // decoded generated ids (prompt not included)
