@@ -26,22 +26,13 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "cases"))
+from case_header import parse_header as header  # noqa: E402
 CASES = ROOT / "tests" / "cases" / "kernelbench_agreement"
 # Verdicts either evaluator can give a candidate; anything else means that side did not judge it.
 VERDICTS = {"correct", "wrong_output", "wrong_shape", "compile_error", "runtime_error", "crash", "timeout", "cheat",
             "sandbox_violation", "undiscriminating"}
 HONEST_KINDS = {"correct", "wrong_output", "wrong_shape", "compile_error", "runtime_error"}
-
-
-def header(path: Path) -> dict[str, str]:
-    fields = {}
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        key, sep, value = line[1:].partition(":")
-        if sep:
-            fields[key.strip()] = value.strip()
-    return fields
 
 
 def problem_path(kernelbench: Path, rel: str) -> Path:

@@ -20,19 +20,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "cases"))
+from case_header import parse_header as header  # noqa: E402
 CASES = ROOT / "tests" / "cases"
 PHASES = ("start_ms", "compile_ms", "correctness_ms", "timing_ms")
-
-
-def header(path: Path) -> dict[str, str]:
-    fields = {}
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        key, sep, value = line[1:].partition(":")
-        if sep:
-            fields[key.strip()] = value.strip()
-    return fields
 
 
 def problems(device: str) -> dict[Path, list[Path]]:

@@ -20,6 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases"
 PROBLEMS = CASES / "problems"
+sys.path.insert(0, str(CASES))
+from case_header import parse_header  # noqa: E402
+
 DEVICE = os.environ.get("KERNELLLM_CASES_DEVICE", "cpu")
 SECRET_VAR = "KERNELLLM_TEST_SECRET"
 SECRET = "kllm-test-secret-" + secrets.token_hex(8)
@@ -28,18 +31,6 @@ VERDICTS = {"correct", "wrong_output", "wrong_shape", "compile_error", "runtime_
 # Files the escape cases try to create; none may exist after a run.
 ESCAPE_MARKERS = [CASES / ".escape_marker", CASES / "relu" / ".escape_marker"]
 VERIFY_TIMEOUT_S = 3600
-
-
-def parse_header(path: Path) -> dict[str, str]:
-    """The leading `# key: value` comment lines of a case file."""
-    fields: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        key, sep, value = line[1:].partition(":")
-        if sep:
-            fields[key.strip()] = value.strip()
-    return fields
 
 
 def runs_here(head: dict[str, str]) -> bool:
