@@ -81,6 +81,7 @@ class Verifier {
   static void from_cache(const Json& j, CandidateResult& r);
   Reply judge_call(DeviceState& dev, const Json& request, double timeout_s);
   void log(const std::string& line) const;
+  void notify(size_t index, const CandidateResult& r);
   void warn(const std::string& line);
 
   // evaluate.cpp
@@ -123,6 +124,7 @@ class Verifier {
   std::atomic<uint64_t> worker_seq_{0};
   int jobs_ = 1;
   std::mutex warn_mu_;
+  std::mutex notify_mutex_;
 };
 
 }  // namespace kernelllm::harness

@@ -27,6 +27,12 @@ Verifier::~Verifier() {
   }
 }
 
+void Verifier::notify(size_t index, const CandidateResult& r) {
+  if (!opts_.on_result) return;
+  std::lock_guard<std::mutex> lock(notify_mutex_);
+  opts_.on_result(index, r);
+}
+
 void Verifier::log(const std::string& line) const {
   if (opts_.log) opts_.log(line);
 }
@@ -248,12 +254,14 @@ void Verifier::worker_thread(size_t thread) {
     if (!source_errors_[i].empty()) {
       r.verdict = Verdict::compile_error;
       r.message = "cannot read the candidate: " + source_errors_[i];
+      notify(i, r);
       continue;
     }
     DeviceState* dev = pick_device(thread);
     if (!dev) {
       r.verdict = Verdict::not_verified;
       r.message = "no healthy device left";
+      notify(i, r);
       continue;
     }
     r.device = dev->name;
@@ -263,6 +271,7 @@ void Verifier::worker_thread(size_t thread) {
       if (hit.ok() && hit->has_value()) {
         from_cache(**hit, r);
         log(fmt::format("[{}] {}: {} (cached)", i, r.path, verdict_name(r.verdict)));
+        notify(i, r);
         continue;
       }
     }
@@ -290,6 +299,7 @@ void Verifier::worker_thread(size_t thread) {
     if (!w) {
       r.verdict = Verdict::not_verified;
       r.message = "could not start a candidate worker: " + start_error;
+      notify(i, r);
       continue;
     }
     if (next_candidate_.load() < candidate_paths_.size()) {
@@ -303,6 +313,7 @@ void Verifier::worker_thread(size_t thread) {
     w->proc.kill_tree();
     log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
+    notify(i, r);
     // A correct candidate is cached after its multi-shape check (run_multishape).
     bool pending = opts_.multishape && r.verdict == Verdict::correct;
     if (cache_ && r.verdict != Verdict::not_verified && !pending) {

@@ -67,6 +67,10 @@ struct VerifyOptions {
   std::string python;              // empty: $KERNELLLM_PYTHON, else python3 on PATH
   std::string package_dir;         // dir holding kernelllm/worker; empty: auto
   std::function<void(const std::string&)> log;  // progress lines (may be empty)
+  // Called (from a verifier thread, serialized) when a candidate's verdict is known, cached ones
+  // included: index into the candidate list and its result. A correct candidate's multi-shape
+  // check and the selection re-timing come later and only appear in the final report.
+  std::function<void(size_t, const struct CandidateResult&)> on_result;
 };
 
 struct TimingResult {
