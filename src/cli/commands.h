@@ -17,5 +17,8 @@ using CommandRun = std::function<int()>;
 void add_generate_command(CLI::App& app, CommandRun& run);
 void add_bench_command(CLI::App& app, CommandRun& run);
 void add_verify_command(CLI::App& app, CommandRun& run);
+void add_optimize_command(CLI::App& app, CommandRun& run);
+void add_eval_command(CLI::App& app, CommandRun& run);  // eval and `eval merge`
+void add_repl_command(CLI::App& app, CommandRun& run);
 
 }  // namespace kernelllm::cli

@@ -1,0 +1,30 @@
+// The outcome data of an eval run that metrics and reports are computed from: per problem, per
+// verifier profile, one entry per sample. Filled from the run store; plain values only.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kernelllm::eval {
+
+struct SampleOutcome {
+  int sample = 0;                 // index within its problem (0..n-1)
+  std::string candidate_file;     // path relative to the run directory
+  std::string verdict;            // harness::verdict_name()
+  std::string rule;               // cheat rule or error kind; may be empty
+  std::string message;            // one-line reason; may be empty
+  bool correct = false;           // verdict == correct
+  std::optional<double> speedup;  // reference median / candidate median; only with meaningful timing
+};
+
+struct ProblemOutcome {
+  std::string id;            // "level1/19_ReLU" for a KernelBench root, else the file stem
+  int level = 0;             // 0 for a plain problem directory
+  std::string problem_file;  // as given on the command line (absolute)
+  // profile name ("strict", "kernelbench") → samples ordered by index.
+  std::map<std::string, std::vector<SampleOutcome>> samples;
+};
+
+}  // namespace kernelllm::eval

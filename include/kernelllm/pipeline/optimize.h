@@ -1,0 +1,105 @@
+// The optimize loop: a PyTorch module → prompt → k samples in one batch → extract ModelNew →
+// verify all in parallel → the fastest correct one (noise-aware re-timing in the verifier) →
+// written out with a report. Optional refinement rounds feed each failure back to the model.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/generator.h"
+#include "kernelllm/engine/sampler.h"
+#include "kernelllm/harness/verify.h"
+
+namespace kernelllm {
+
+// Where completions come from: the engine (any backend) or, in tests, fixed texts.
+class CompletionSource {
+ public:
+  virtual ~CompletionSource() = default;
+  // `n` completions of `prompt` (raw text, BOS handling as the engine's generate of text).
+  virtual Result<std::vector<std::string>> complete(const std::string& prompt, int n, int max_new_tokens,
+                                                    const SamplingParams& sampling, const StreamCallback& on_text,
+                                                    GenerateStats* stats) = 0;
+  // For reports: "cpu:/path/model", "cuda:random llama-3.1-8b", "fixed".
+  virtual std::string describe() const = 0;
+};
+
+// An opened model ready to generate: the model directory's weights and tokenizer on "cpu" or
+// "cuda" (an error naming the cause when this build or machine has no CUDA), or random weights
+// of a named shape (`random_config`, e.g. "llama-3.1-8b", made on the device, seeded) with the
+// tokenizer taken from `model` (a directory holding tokenizer.json; config/weights ignored).
+struct EngineOptions {
+  std::string model;          // directory or HF id in the local cache
+  std::string device = "cpu"; // cpu | cuda
+  int threads = 0;            // CPU backend threads; 0: all cores
+  std::string random_config;  // empty: real weights
+  uint64_t random_seed = 0;
+  std::string dtype = "bf16";  // CUDA: bf16 | fp16
+};
+Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& options);
+
+struct OptimizeOptions {
+  int k = 10;
+  int max_new_tokens = 2048;
+  SamplingParams sampling;  // seed included; temperature 0.6, top_p 0.95 by the CLI's defaults
+  int rounds = 1;           // > 1: failing candidates' errors go back to the model (one sample each)
+  std::string prompt_template;    // template text with one "{}" (load_prompt_template)
+  std::filesystem::path work_dir;  // problem copy, completions, candidates, report (created)
+  harness::VerifyOptions verify;
+};
+
+enum class OptimizeEventKind { generating, generated, candidate_verified, round_done };
+
+struct OptimizeEvent {
+  OptimizeEventKind kind;
+  int round = 0;
+  int64_t tokens = 0;         // generating/generated: tokens so far (all samples)
+  double tokens_per_s = 0;    // generating/generated
+  int verified = 0;           // candidate_verified/round_done: how many so far this round
+  int total = 0;              // candidates this round
+  std::string line;           // candidate_verified: "sample 3: wrong_output (max rel err 0.4)"
+  std::optional<double> best_speedup;  // best correct so far (meaningful timing only)
+  bool any_correct = false;
+};
+using OptimizeProgress = std::function<void(const OptimizeEvent&)>;
+
+struct OptimizeCandidate {
+  int round = 0;
+  int sample = 0;
+  std::string completion;  // raw model text
+  std::string code;        // extracted
+  std::string extraction;  // ExtractedCode::how
+  std::filesystem::path file;
+  harness::CandidateResult result;
+};
+
+struct OptimizeResult {
+  std::filesystem::path problem_file;  // the module as verified (work_dir/problem.py)
+  std::vector<OptimizeCandidate> candidates;
+  std::optional<size_t> best;  // index into candidates
+  std::string selection_reason;
+  std::string source;          // CompletionSource::describe()
+  GenerateStats generation;    // summed over rounds
+  double generate_ms = 0;
+  double verify_ms = 0;
+  std::string sandbox;
+  Json environment;
+  std::optional<harness::TimingResult> reference_timing;
+  // Why nothing is correct, one line per candidate (empty when something is).
+  std::vector<std::string> failure_reasons;
+  Json to_json() const;
+};
+
+// `module_code` is the user's KernelBench-style module (Model, get_inputs, get_init_inputs).
+Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& source, const OptimizeOptions& options,
+                                const OptimizeProgress& progress = {});
+
+}  // namespace kernelllm
