@@ -14,7 +14,9 @@
 
 #include "kernelllm/base/json.h"
 #include "kernelllm/base/status.h"
+#include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/generator.h"
+#include "kernelllm/engine/tokenizer.h"
 #include "kernelllm/engine/sampler.h"
 #include "kernelllm/harness/verify.h"
 
@@ -45,6 +47,11 @@ struct EngineOptions {
   std::string dtype = "bf16";  // CUDA: bf16 | fp16
 };
 Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& options);
+
+// A non-owning source over a backend and tokenizer someone else keeps alive (the Python
+// binding's Engine). Stops at `stop_ids`; `description` is what describe() returns.
+std::unique_ptr<CompletionSource> make_engine_source(Backend& backend, const Tokenizer& tokenizer,
+                                                     std::vector<int32_t> stop_ids, std::string description);
 
 struct OptimizeOptions {
   int k = 10;
