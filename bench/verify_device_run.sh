@@ -26,8 +26,9 @@ echo "build ok"
 for mode in "$@"; do
   case $mode in
     cases)
+      # CASES_K: a pytest -k expression to run part of the suite (one device call is limited).
       KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/verify-cases-h100.json \
-        python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 2>&1 |
+        python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 ${CASES_K:+-k "$CASES_K"} 2>&1 |
         tee "$out/cases.log" | tail -40 ;;
     throughput)
       python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" 2>&1 |
