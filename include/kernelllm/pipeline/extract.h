@@ -8,7 +8,8 @@
 namespace kernelllm {
 
 struct ExtractedCode {
-  std::string code;        // what gets written to the candidate file (ends with one newline)
+  std::string code;        // what gets written to the candidate file: LF line ends, outer blank lines
+                           // dropped, ends with one newline (empty when there is no text at all)
   std::string how;         // "fenced block N" (1-based, counting all fenced blocks) or "whole text"
   bool defines_model_new;  // whether `code` has a line starting with `class ModelNew`
 };
