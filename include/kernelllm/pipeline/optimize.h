@@ -84,12 +84,18 @@ struct OptimizeCandidate {
   std::string completion;  // raw model text
   std::string code;        // extracted
   std::string extraction;  // ExtractedCode::how
-  std::filesystem::path file;
+  bool defines_model_new = false;  // ExtractedCode::defines_model_new
+  std::filesystem::path file;             // work_dir/round<r>/sample<i>.py (the verified module)
+  std::filesystem::path completion_file;  // work_dir/round<r>/sample<i>.completion.txt (raw text)
+  // Round > 1: the sample refines round r-1's candidate with the same sample index; its prompt
+  // is in work_dir/round<r>/sample<i>.prompt.txt.
   harness::CandidateResult result;
 };
 
 struct OptimizeResult {
   std::filesystem::path problem_file;  // the module as verified (work_dir/problem.py)
+  std::filesystem::path prompt_file;   // the first round's prompt (work_dir/prompt.txt)
+  int rounds_run = 0;
   std::vector<OptimizeCandidate> candidates;
   std::optional<size_t> best;  // index into candidates
   std::string selection_reason;
@@ -105,7 +111,19 @@ struct OptimizeResult {
   Json to_json() const;
 };
 
-// `module_code` is the user's KernelBench-style module (Model, get_inputs, get_init_inputs).
+// The checks optimize() makes before it runs anything (callers may make them before loading a
+// model): a top-level `class Model` and `def get_inputs` in the module, k >= 1, rounds >= 1,
+// max_new_tokens >= 1, a work_dir, valid sampling. invalid_argument errors.
+Status validate_optimize_input(std::string_view module_code, const OptimizeOptions& options);
+
+// `module_code` is the user's KernelBench-style module (Model, get_inputs, get_init_inputs);
+// one without a top-level `class Model` or `def get_inputs`, k < 1, rounds < 1 or an empty
+// work_dir is an invalid_argument error before anything runs. An empty prompt_template means the
+// built-in one. Candidates are sampled with options.sampling (round r > 1, sample i: its seed
+// mixed with r and i). Verification forces selection on. `progress` is called from this thread
+// while generating and from a verifier thread (serialized) while verifying. Errors: the source
+// failed, a file could not be written, or the verifier could not run (infrastructure); files
+// written so far stay in work_dir.
 Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& source, const OptimizeOptions& options,
                                 const OptimizeProgress& progress = {});
 
