@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernelllm/base/json.h"
@@ -20,6 +21,10 @@ Result<double> pass_at_k(int n, int c, int k);
 struct MetricsOptions {
   std::vector<int> ks = {1, 10, 20};                       // a k above a problem's n is skipped (reported as null)
   std::vector<double> ps = {0.0, 0.5, 0.8, 1.0, 1.5, 2.0};
+  // Whether the run's timing is meaningful (a GPU run). nullopt: inferred, meaningful when at least
+  // one sample has a speedup. true: fast_p is reported even when no sample was correct (as zeros);
+  // false: fast_p and fast_p_best are null whatever the samples say.
+  std::optional<bool> timing_meaningful;
 };
 
 struct ProblemRow {
@@ -48,7 +53,12 @@ struct ProfileMetrics {
   int timed_samples = 0;                  // correct samples that have a speedup
   std::vector<ProblemRow> rows;           // in the order of the outcomes
   Json to_json() const;                   // maps keyed "1", "10", "0.5"...; null for absent values
+  // The inverse of to_json (for reports read back from disk); `what` names the source in errors.
+  static Result<ProfileMetrics> from_json(const Json& j, std::string_view what);
 };
+
+// The JSON key of a k or p: the shortest decimal that reads back as the same number ("1", "0.5").
+std::string metric_key(double value);
 
 // Metrics of one profile. Problems without samples for `profile` count as n = 0, c = 0 and
 // are an invalid_argument error (a run must be complete before it is scored).

@@ -5,7 +5,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
 
 namespace kernelllm::eval {
 
@@ -17,6 +21,11 @@ struct SampleOutcome {
   std::string message;            // one-line reason; may be empty
   bool correct = false;           // verdict == correct
   std::optional<double> speedup;  // reference median / candidate median; only with meaningful timing
+
+  // {"sample", "candidate_file", "verdict", "rule", "message", "correct", "speedup" (null when absent)}.
+  Json to_json() const;
+  // The inverse of to_json; `what` names the source in errors.
+  static Result<SampleOutcome> from_json(const Json& j, std::string_view what);
 };
 
 struct ProblemOutcome {
@@ -25,6 +34,10 @@ struct ProblemOutcome {
   std::string problem_file;  // as given on the command line (absolute)
   // profile name ("strict", "kernelbench") → samples ordered by index.
   std::map<std::string, std::vector<SampleOutcome>> samples;
+
+  // {"id", "level", "problem_file", "samples": {profile: [SampleOutcome...]}} and its inverse.
+  Json to_json() const;
+  static Result<ProblemOutcome> from_json(const Json& j, std::string_view what);
 };
 
 }  // namespace kernelllm::eval
