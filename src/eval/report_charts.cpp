@@ -134,7 +134,7 @@ std::string pass_at_k_curve_svg(const std::vector<CurveSeries>& series, int max_
 }
 
 std::string speedup_histogram_svg(const std::vector<double>& speedups, std::string_view color) {
-  constexpr double kWidth = 720, kHeight = 300, kLeft = 60, kRight = 24, kTop = 30, kBottom = 56;
+  constexpr double kWidth = 720, kHeight = 310, kLeft = 60, kRight = 24, kTop = 40, kBottom = 56;
   const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
   std::vector<double> logs;
   logs.reserve(speedups.size());
@@ -170,7 +170,7 @@ std::string speedup_histogram_svg(const std::vector<double>& speedups, std::stri
     const int count = counts[static_cast<size_t>(b)];
     if (count == 0) continue;
     const double x0 = x_of(e0) + 1, x1 = x_of(e1) - 1;
-    const std::string fill = e1 <= 1e-9 ? "#c8553d" : std::string(color);
+    const std::string fill = e1 <= 1e-9 ? "#a3aab8" : std::string(color);  // grey: slower, whatever the profile color
     svg += "<rect x=\"" + num(x0) + "\" y=\"" + num(y_of(count)) + "\" width=\"" + num(std::max(1.0, x1 - x0)) +
            "\" height=\"" + num(y_of(0) - y_of(count)) + "\" fill=\"" + escape(fill) + "\"><title>" +
            fixed(std::exp2(e0), 2) + "\xC3\x97 to " + fixed(std::exp2(e1), 2) + "\xC3\x97: " + std::to_string(count) +
@@ -184,9 +184,9 @@ std::string speedup_histogram_svg(const std::vector<double>& speedups, std::stri
     svg += line(x_of(e), kTop + ph, x_of(e), kTop + ph + 5, "axisline");
     if (static_cast<long>(std::lround(e)) % label_every == 0) svg += text(x_of(e), kTop + ph + 19, "middle", power_label(e));
   }
-  svg += line(x_of(0), kTop - 6, x_of(0), kTop + ph, "marker");
-  svg += text(x_of(0) + 5, kTop + 2, "start", "1\xC3\x97 = reference speed", "markerlabel");
-  svg += text(kLeft + pw / 2, kHeight - 12, "middle", "speedup over the reference (log scale; red: slower)", "label");
+  svg += line(x_of(0), kTop - 22, x_of(0), kTop + ph, "marker");
+  svg += text(x_of(0) + 5, kTop - 14, "start", "1\xC3\x97 = reference speed", "markerlabel");
+  svg += text(kLeft + pw / 2, kHeight - 12, "middle", "speedup over the reference (log scale; grey: slower)", "label");
   svg += "<text transform=\"translate(16 " + num(kTop + ph / 2) +
          ") rotate(-90)\" text-anchor=\"middle\" class=\"label\">correct samples</text>";
   svg += "</svg>";

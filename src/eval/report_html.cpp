@@ -57,6 +57,7 @@ details { margin:2px 0 4px; }
 summary { cursor:pointer; color:#1f5fbf; font-size:12px; }
 pre { margin:4px 0; padding:8px 10px; background:#f7f8fa; border:1px solid var(--line); border-radius:4px; max-height:420px; overflow:auto; font:12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space:pre; }
 td.code { background:#fcfcfd; max-width:0; }
+th.idx { width:72px; }
 )css";
 
 // Profiles in reading order: strict (our default) first, then kernelbench, then any others.
@@ -204,7 +205,7 @@ std::string problem_section(const ProblemOutcome& problem, size_t index, const s
     for (const SampleOutcome& s : it->second) by_sample[s.sample][profile] = &s;
   }
   if (by_sample.empty()) return out + "<p class=\"note\">No samples (n = 0).</p></section>";
-  out += "<table class=\"wide\"><tr><th class=\"num\">sample</th>";
+  out += "<table class=\"wide\"><tr><th class=\"num idx\">sample</th>";
   for (const std::string& profile : profiles) out += "<th>" + html::escape(profile) + "</th>";
   out += "</tr>";
   for (const auto& [sample, per_profile] : by_sample) {

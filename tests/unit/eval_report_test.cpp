@@ -1,8 +1,8 @@
 // Eval reports: the JSON document (deterministic, only the reported profiles, round trip), the
 // HTML page (escaping of everything from candidates, empty runs, n = 0, CPU runs without timing)
 // and write_reports. A synthetic 20-problem run doubles as the sample report for a browser check:
-// with KERNELLLM_SAMPLE_REPORT_DIR set, its run dir and report are left there
-// (tools/screenshot_report.sh renders it).
+// with KERNELLLM_SAMPLE_REPORT_DIR set, its run dir and report (and a CPU variant under cpu/) are
+// left there (tools/screenshot_report.sh renders them).
 #include <unistd.h>
 
 #include <cmath>
@@ -310,6 +310,20 @@ TEST(SampleReport, TwentyProblemSyntheticRun) {
   ASSERT_TRUE(html.ok());
   EXPECT_NE(html->find("<a href=\"#p-19\">level1/20_Op20</a>"), std::string::npos);
   EXPECT_NE(html->find("calls_reference: ModelNew.forward calls torch.nn.functional.relu"), std::string::npos);
+
+  // The same run as a CPU run would record it: no speedups. Its report goes to cpu/ beside the first.
+  for (ProblemOutcome& p : in.outcomes) {
+    for (auto& [profile, list] : p.samples) {
+      for (SampleOutcome& s : list) s.speedup.reset();
+    }
+  }
+  auto cpu = build_report(in);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ((*cpu)["profiles"]["strict"]["pass_at_k"], strict["pass_at_k"]);
+  ASSERT_TRUE(write_reports(*cpu, run_dir, run_dir / "cpu").ok());
+  auto cpu_html = read_text_file(run_dir / "cpu" / "report.html");
+  ASSERT_TRUE(cpu_html.ok());
+  EXPECT_NE(cpu_html->find("Timing not meaningful on CPU"), std::string::npos);
 }
 
 }  // namespace
