@@ -166,7 +166,12 @@ std::string profile_section(const ProfileMetrics& m, const std::vector<double>& 
            "of the fraction of samples; best sample: fraction of problems whose fastest correct sample qualifies.</p>";
   }
   out += "<h3>Speedups of correct samples</h3>";
-  out += speedups.empty() ? no_timing_note() : html::speedup_histogram_svg(speedups, color_of(color_index));
+  if (!speedups.empty()) {
+    out += html::speedup_histogram_svg(speedups, color_of(color_index));
+  } else {
+    // A timed run where nothing was correct still has fast_p (all zeros); only the histogram is empty.
+    out += timed ? "<p class=\"note\">No correct sample has a measured speedup: nothing to plot.</p>" : no_timing_note();
+  }
 
   out += "<h3>Problems</h3>";
   if (m.rows.empty()) return out + "<p class=\"note\">No problems in this run.</p></section>";

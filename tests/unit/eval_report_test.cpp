@@ -196,6 +196,24 @@ TEST(RenderHtml, CpuRunWithoutSpeedupsSaysTimingIsNotMeaningful) {
   EXPECT_NE(html->find("aria-label=\"pass@k curve\""), std::string::npos);
 }
 
+TEST(RenderHtml, TimedRunWithoutCorrectSamplesKeepsFastPAndSaysNothingToPlot) {
+  ReportInput in = small_input();
+  in.metrics.timing_meaningful = true;
+  for (ProblemOutcome& p : in.outcomes) {
+    for (auto& [profile, list] : p.samples) {
+      for (SampleOutcome& s : list) s = sample(s.sample, "wrong_output", std::nullopt, s.candidate_file);
+    }
+  }
+  auto report = build_report(in);
+  ASSERT_TRUE(report.ok());
+  EXPECT_DOUBLE_EQ((*report)["profiles"]["strict"]["fast_p"]["0"].get<double>(), 0.0);
+  auto html = render_html(*report, "/nonexistent");
+  ASSERT_TRUE(html.ok());
+  EXPECT_NE(html->find("fast_p (per sample)"), std::string::npos);
+  EXPECT_NE(html->find("No correct sample has a measured speedup: nothing to plot."), std::string::npos);
+  EXPECT_EQ(html->find("Timing not meaningful on CPU"), std::string::npos);
+}
+
 TEST(RenderHtml, EmptyRunAndZeroSampleProblems) {
   ReportInput empty;
   auto report = build_report(empty);
