@@ -313,8 +313,13 @@ class Judge:
                 return {"rule": "cached_result", "evidence": f"the output matches the reference of trial {u} "
                                                              f"(other inputs), not this trial's"}
         pr = self.trials[trial].get("probe_ref")
+        ref = self.trials[trial]["ref"][i]
+        # The output failed this trial and is bit-identical for the probe inputs, whose exact
+        # reference differs from this trial's: it does not follow the inputs. (Whether the two
+        # references differ beyond the tolerance depends on the trial's random values, so the
+        # rule must not: a constant scalar loss could otherwise read as precision_downgrade.)
         if probe is not None and pr is not None and probe.shape == o.shape and torch.equal(probe, o) and \
-                not checker.passes(pr[i]):
+                pr[i].shape == ref.shape and not torch.equal(pr[i], ref):
             return {"rule": "closed_form", "evidence": "identical outputs for the trial's inputs and the probe inputs "
                                                        "(same shapes, other values) whose references differ: the "
                                                        "output does not depend on the input values"}
