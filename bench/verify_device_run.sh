@@ -31,7 +31,8 @@ for mode in "$@"; do
         python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 ${CASES_K:+-k "$CASES_K"} 2>&1 |
         tee "$out/cases.log" | tail -40 ;;
     throughput)
-      python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" 2>&1 |
+      python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" \
+        --problems-dir .kb/KernelBench/level1 --candidates-dir bench/eval_candidates/level1 2>&1 |
         tee "$out/throughput.log" | tail -30 ;;
     agreement)
       mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -1,11 +1,14 @@
-"""Verifier throughput: every candidate of every problem in tests/cases (and the KernelBench-style
-problems in tests/cases/kernelbench_agreement when a KernelBench checkout is given) verified with
-one `kernelllm verify` call per problem, as an eval run would. Records candidates per minute, the
+"""Verifier throughput: every candidate of every problem verified with one `kernelllm verify` call
+per problem, as an eval run would. Problems: the labelled cases (tests/cases), or with
+--problems-dir/--candidates-dir a KernelBench-style set (PROBLEMS/<stem>.py, CANDIDATES/<stem>/*.py,
+e.g. .kb/KernelBench/level1 with bench/eval_candidates/level1). Records candidates per minute, the
 wall time of each call, and per-phase times summed over candidates (start: waiting for a
 pre-warmed worker; compile: import + construction + first launch; correctness: the trials;
 timing: the timed loops), as the verifier reports them in each candidate's evidence.phases.
 
   python3 bench/verify_throughput.py --cli build/kernelllm --device cuda:0 --out bench/results/verify-throughput-h100.json
+  python3 bench/verify_throughput.py --cli build/kernelllm --problems-dir .kb/KernelBench/level1 \
+      --candidates-dir bench/eval_candidates/level1 --out OUT.json
 """
 from __future__ import annotations
 
@@ -26,6 +29,18 @@ CASES = ROOT / "tests" / "cases"
 PHASES = ("start_ms", "compile_ms", "correctness_ms", "timing_ms")
 
 
+def problems_from_dirs(problem_dir: Path, candidate_dir: Path) -> dict[Path, list[Path]]:
+    found: dict[Path, list[Path]] = {}
+    for sub in sorted(d for d in candidate_dir.iterdir() if d.is_dir()):
+        problem = problem_dir / f"{sub.name}.py"
+        if not problem.is_file():
+            raise SystemExit(f"{sub}: expected the problem {problem}, found no such file")
+        found[problem] = sorted(sub.glob("*.py"), key=lambda c: (len(c.stem), c.stem))
+    if not found:
+        raise SystemExit(f"{candidate_dir}: expected <problem stem>/<sample>.py candidate dirs, found none")
+    return found
+
+
 def problems(device: str) -> dict[Path, list[Path]]:
     found: dict[Path, list[Path]] = {}
     for problem in sorted((CASES / "problems").glob("*.py")):
@@ -42,14 +57,20 @@ def main() -> int:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=0, help="passed to verify --jobs (0: its default)")
+    ap.add_argument("--problems-dir", type=Path, help="KernelBench-style problems (with --candidates-dir)")
+    ap.add_argument("--candidates-dir", type=Path, help="<problem stem>/<sample>.py candidates")
     args = ap.parse_args()
+    if (args.problems_dir is None) != (args.candidates_dir is None):
+        ap.error("--problems-dir and --candidates-dir go together")
+    work = (problems_from_dirs(args.problems_dir, args.candidates_dir) if args.problems_dir
+            else problems(args.device))
     env = dict(os.environ)
     if args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     calls, totals, n_candidates, verdicts = [], {p: 0.0 for p in PHASES}, 0, {}
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verify-throughput-") as tmp:
-        for problem, cases in problems(args.device).items():
+        for problem, cases in work.items():
             out = Path(tmp) / f"{problem.stem}.json"
             cmd = [args.cli, "verify", str(problem), *map(str, cases), "--device", args.device, "--json", str(out),
                    "--no-cache", "--quiet", "--jobs", str(args.jobs)]
@@ -74,7 +95,8 @@ def main() -> int:
                   + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
     total_s = time.perf_counter() - t_all
     result = {
-        "what": "kernelllm verify throughput over tests/cases (one verify call per problem)",
+        "what": "kernelllm verify throughput (one verify call per problem): "
+                + (f"{args.problems_dir} with {args.candidates_dir}" if args.problems_dir else "tests/cases"),
         "command": " ".join(sys.argv),
         "device": args.device,
         "host": platform.node(),
