@@ -1,0 +1,75 @@
+// `kernelllm eval` as a library: score a model (or pre-generated candidates) on a problem set
+// with pass@k and fast_p under each verifier profile. The run lives in a resumable store
+// (run_store.h): a restart with the same options redoes nothing that was committed.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernelllm/base/json.h"
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/sampler.h"
+#include "kernelllm/eval/metrics.h"
+#include "kernelllm/eval/problems.h"
+#include "kernelllm/harness/verify.h"
+#include "kernelllm/pipeline/optimize.h"
+
+namespace kernelllm::eval {
+
+struct EvalOptions {
+  std::filesystem::path problems;          // KernelBench root or plain directory
+  std::optional<std::vector<int>> levels;  // KernelBench root only; unset: {1}
+  std::filesystem::path out;               // the run directory
+  Shard shard;
+
+  // Pre-generated candidates (DIR/<stem>/<sample>.py); empty: generate with the model.
+  std::filesystem::path candidates;
+
+  // Generation (when `candidates` is empty).
+  std::string model;                          // model directory (also where kernelllm.py's template is read)
+  std::string gen_device = "cpu";             // the engine's device
+  int k = 20;                                 // samples per problem
+  int max_new_tokens = 2048;
+  SamplingParams sampling;                    // seed included; one seed for every problem
+  std::filesystem::path prompt_template_file; // empty: the model's kernelllm.py, else built-in
+
+  std::vector<std::string> profiles = {"strict", "kernelbench"};
+  // Devices, jobs, sandbox, trials, timing... `profile`, `cache_path`, `select`, `multishape` and
+  // `on_result` are set per call by run_eval (no selection or multi-shape check: a verdict is
+  // final when on_result reports it).
+  harness::VerifyOptions verify;
+  MetricsOptions metrics;
+  std::function<void(const std::string&)> progress;  // one line per event (may be empty)
+};
+
+// Opens the completion source when some problem still needs samples (not at all on a resume
+// whose samples all exist).
+using SourceFactory = std::function<Result<std::unique_ptr<CompletionSource>>()>;
+
+// What the store records and checks on restart: everything that changes samples or verdicts
+// (problems root, levels, candidates dir or model + k + sampling + prompt template, profiles,
+// verifier version and options, device kind cpu/cuda) and the shard. Jobs, device indices and
+// the generation device's threads are not part of it.
+Result<Json> run_config(const EvalOptions& options);
+
+// Runs (or resumes) the eval and writes RUN/report.json and RUN/report.html; returns the report.
+// An error when something could not be verified (not_verified: no healthy device or worker);
+// what was committed stays, and a rerun retries the rest.
+Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_source);
+
+// Builds the report from a complete store and writes RUN/report.json and RUN/report.html.
+Result<Json> write_run_report(const std::filesystem::path& run_dir, const MetricsOptions& metrics);
+
+// `kernelllm eval merge`: merge_run_stores, then the merged run's report.
+Result<Json> merge_runs(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir,
+                        const MetricsOptions& metrics);
+
+// A plain-text table of a report's profiles: problems, samples, correct, pass@k, fast_p,
+// geomean speedup; on CPU runs a line saying timing is not meaningful.
+Result<std::string> summary_table(const Json& report);
+
+}  // namespace kernelllm::eval

@@ -1,0 +1,199 @@
+// `kernelllm eval` (score a model or pre-generated candidates on a problem set; resumable),
+// `kernelllm eval report RUN` (rebuild the report from a store) and `kernelllm eval merge RUN...
+// --out RUN` (combine shard stores). Summary table on stdout, progress on stderr.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "kernelllm/eval/eval.h"
+
+namespace kernelllm::cli {
+namespace {
+
+struct EvalArgs {
+  std::string problems;
+  std::string levels;
+  std::string model;
+  std::string candidates;
+  std::string out;
+  int k = 20;
+  std::string device = "cpu";
+  std::string gen_device = "cpu";
+  std::string profiles = "strict,kernelbench";
+  std::string shard = "0/1";
+  float temperature = 0.6f;  // kernelllm.py's defaults
+  float top_p = 0.95f;
+  uint64_t seed = 0;
+  int max_new_tokens = 2048;
+  int jobs = 0;
+  int trials = 5;
+  int threads = 0;
+  bool no_sandbox = false;
+  bool timing = true;
+  std::string prompt_template;
+  std::string pass_at = "1,10,20";
+  bool quiet = false;
+  // report / merge
+  std::string report_run;
+  std::vector<std::string> merge_inputs;
+  std::string merge_out;
+};
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "kernelllm eval: error: %s\n", status.to_string().c_str());
+  return kExitFailure;
+}
+
+int usage(const std::string& message) {
+  std::fprintf(stderr, "kernelllm eval: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, ',')) out.push_back(part);
+  return out;
+}
+
+Result<eval::MetricsOptions> metrics_options(const std::string& pass_at) {
+  KLLM_ASSIGN_OR_RETURN(std::vector<int> ks, eval::parse_levels(pass_at));
+  eval::MetricsOptions m;
+  m.ks = ks;
+  return m;
+}
+
+int print_report(const Json& report) {
+  auto table = eval::summary_table(report);
+  if (!table.ok()) return fail(table.status());
+  std::fputs(table->c_str(), stdout);
+  return 0;
+}
+
+int run_eval_command(const EvalArgs& a) {
+  eval::EvalOptions o;
+  o.problems = a.problems;
+  o.out = a.out;
+  if (a.problems.empty() || a.out.empty()) return usage("expected --problems DIR and --out RUN (see --help)");
+  if (a.model.empty() == a.candidates.empty()) return usage("expected exactly one of --model DIR and --candidates DIR");
+  if (!a.levels.empty()) {
+    auto levels = eval::parse_levels(a.levels);
+    if (!levels.ok()) return usage(levels.status().message());
+    o.levels = *levels;
+  }
+  auto shard = eval::parse_shard(a.shard);
+  if (!shard.ok()) return usage(shard.status().message());
+  o.shard = *shard;
+  auto metrics = metrics_options(a.pass_at);
+  if (!metrics.ok()) return usage("--pass-at: " + metrics.status().message());
+  o.metrics = *metrics;
+  o.profiles = split_commas(a.profiles);
+  for (const std::string& p : o.profiles) {
+    if (p != "strict" && p != "kernelbench") return usage(fmt::format("--profiles: expected strict and/or kernelbench, found \"{}\"", p));
+  }
+  o.candidates = a.candidates;
+  o.model = a.model;
+  o.gen_device = a.gen_device;
+  o.k = a.k;
+  o.max_new_tokens = a.max_new_tokens;
+  o.sampling.temperature = a.temperature;
+  o.sampling.top_p = a.top_p;
+  o.sampling.seed = a.seed;
+  o.prompt_template_file = a.prompt_template;
+  auto devices = harness::parse_devices(a.device);
+  if (!devices.ok()) return usage(devices.status().message());
+  o.verify.devices = *devices;
+  o.verify.jobs = a.jobs;
+  o.verify.n_trials = a.trials;
+  o.verify.sandbox = !a.no_sandbox;
+  o.verify.timing = a.timing;
+  if (!a.quiet) {
+    o.progress = [](const std::string& line) { std::fprintf(stderr, "eval: %s\n", line.c_str()); };
+  }
+  if (a.no_sandbox) {
+    std::fprintf(stderr, "\n*** WARNING: --no-sandbox: candidate code runs UNCONFINED with your user's rights, network and files. ***\n\n");
+  }
+  EngineOptions engine;
+  engine.model = a.model;
+  engine.device = a.gen_device;
+  engine.threads = a.threads;
+  eval::SourceFactory open_source = [engine]() { return open_engine(engine); };
+  auto report = eval::run_eval(o, a.candidates.empty() ? open_source : eval::SourceFactory{});
+  if (!report.ok()) return fail(report.status());
+  std::fprintf(stderr, "eval: wrote %s/report.json and %s/report.html\n", a.out.c_str(), a.out.c_str());
+  return print_report(*report);
+}
+
+int run_report_command(const EvalArgs& a) {
+  auto metrics = metrics_options(a.pass_at);
+  if (!metrics.ok()) return usage("--pass-at: " + metrics.status().message());
+  auto report = eval::write_run_report(a.report_run, *metrics);
+  if (!report.ok()) return fail(report.status());
+  std::fprintf(stderr, "eval: wrote %s/report.json and %s/report.html\n", a.report_run.c_str(), a.report_run.c_str());
+  return print_report(*report);
+}
+
+int run_merge_command(const EvalArgs& a) {
+  auto metrics = metrics_options(a.pass_at);
+  if (!metrics.ok()) return usage("--pass-at: " + metrics.status().message());
+  std::vector<std::filesystem::path> inputs(a.merge_inputs.begin(), a.merge_inputs.end());
+  auto report = eval::merge_runs(inputs, a.merge_out, *metrics);
+  if (!report.ok()) return fail(report.status());
+  std::fprintf(stderr, "eval: merged %zu run(s) into %s; wrote report.json and report.html there\n", inputs.size(),
+               a.merge_out.c_str());
+  return print_report(*report);
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, CommandRun& run) {
+  auto args = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "score a model or pre-generated candidates on a problem set (pass@k, fast_p; resumable)");
+  cmd->require_subcommand(0, 1);
+  cmd->add_option("--problems", args->problems, "KernelBench root (level1/, ...) or a directory of problem .py files");
+  cmd->add_option("--levels", args->levels, "KernelBench levels, e.g. 1 or 1,2,3 (default 1; KernelBench roots only)");
+  cmd->add_option("--model", args->model, "model directory to generate samples with");
+  cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py (no model needed)");
+  cmd->add_option("--out", args->out, "run directory (created; an existing one is resumed)");
+  cmd->add_option("-k", args->k, "samples per problem (with --model)")->check(CLI::Range(1, 10000));
+  cmd->add_option("--device", args->device, "verification devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1");
+  cmd->add_option("--gen-device", args->gen_device, "generation device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--profiles", args->profiles, "verifier profiles, comma-separated (default strict,kernelbench)");
+  cmd->add_option("--shard", args->shard, "i/N: only problems j with j % N == i (merge shards with `eval merge`)");
+  cmd->add_option("--temperature", args->temperature, "sampling temperature (default 0.6)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold (default 0.95)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", args->seed, "sampling seed (the same for every problem; default 0)");
+  cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens per sample (default 2048)")->check(CLI::PositiveNumber);
+  cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trials", args->trials, "correctness trials per candidate")->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", args->threads, "CPU generation threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-sandbox", args->no_sandbox, "run candidates unconfined (debugging only; prints a warning)");
+  cmd->add_flag("--timing,!--no-timing", args->timing, "time correct candidates (default on)");
+  cmd->add_option("--prompt-template", args->prompt_template, "template file with one {} (default: the model's kernelllm.py, else built-in)");
+  cmd->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
+  cmd->add_flag("--quiet,-q", args->quiet, "no progress lines on stderr");
+
+  CLI::App* report = cmd->add_subcommand("report", "rebuild RUN/report.json and RUN/report.html from a run store");
+  report->add_option("run", args->report_run, "run directory")->required();
+  report->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
+  report->callback([args, &run] { run = [args] { return run_report_command(*args); }; });
+
+  CLI::App* merge = cmd->add_subcommand("merge", "combine shard runs (same options apart from --shard) into one run");
+  merge->add_option("runs", args->merge_inputs, "shard run directories")->required();
+  merge->add_option("--out", args->merge_out, "the merged run directory (new)")->required();
+  merge->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
+  merge->callback([args, &run] { run = [args] { return run_merge_command(*args); }; });
+
+  cmd->callback([args, cmd, &run] {
+    if (cmd->get_subcommands().empty()) run = [args] { return run_eval_command(*args); };
+  });
+}
+
+}  // namespace kernelllm::cli
