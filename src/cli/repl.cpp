@@ -1,0 +1,124 @@
+// `kernelllm repl`: opens the model (open_engine) and runs the REPL (pipeline/repl.h) on the
+// terminal or a pipe — stdin read directly, output on stdout. Parsing and setup only.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/commands.h"
+#include "kernelllm/engine/model.h"
+#include "kernelllm/harness/verify.h"
+#include "kernelllm/pipeline/optimize.h"
+#include "kernelllm/pipeline/prompt.h"
+#include "kernelllm/pipeline/repl.h"
+
+namespace kernelllm::cli {
+namespace {
+
+struct ReplArgs {
+  std::string model = "facebook/KernelLLM";
+  std::string device = "cpu";
+  int threads = 0;
+  int k = 10;
+  float temperature = 0.6f;  // kernelllm.py's defaults
+  float top_p = 0.95f;
+  std::optional<uint64_t> seed;
+  int max_new_tokens = 2048;
+  int rounds = 1;
+  std::string template_file;
+  std::string verify_device;  // empty: the generation device
+  std::string profile = "strict";
+  int jobs = 0;
+  bool no_verify = false;
+  bool no_sandbox = false;
+  std::string work_dir;
+};
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "kernelllm repl: error: %s\n", status.to_string().c_str());
+  return kExitFailure;
+}
+
+int run_repl_command(const ReplArgs& args) {
+  ReplOptions options;
+  options.k = args.k;
+  options.max_new_tokens = args.max_new_tokens;
+  options.sampling.temperature = args.temperature;
+  options.sampling.top_p = args.top_p;
+  options.seed = args.seed;
+  options.rounds = args.rounds;
+  if (Status s = validate(options.sampling); !s.ok()) {
+    std::fprintf(stderr, "kernelllm repl: %s\n", s.to_string().c_str());
+    return kExitUsage;
+  }
+  options.verify_enabled = !args.no_verify;
+  options.verify.profile = args.profile;
+  options.verify.jobs = args.jobs;
+  options.verify.sandbox = !args.no_sandbox;
+  if (options.verify_enabled) {
+    auto devices = harness::parse_devices(args.verify_device.empty() ? args.device : args.verify_device);
+    if (!devices.ok()) return fail(devices.status().with_context("--verify-device"));
+    options.verify.devices = *devices;
+  }
+  options.work_root = args.work_dir;
+  options.interactive = ::isatty(STDIN_FILENO) == 1;
+
+  auto dir = resolve_model_path(args.model);
+  if (!dir.ok()) return fail(dir.status());
+  auto tmpl = load_prompt_template(*dir, args.template_file);
+  if (!tmpl.ok()) return fail(tmpl.status());
+  options.prompt_template = tmpl->text;
+
+  EngineOptions engine;
+  engine.model = dir->string();
+  engine.device = args.device;
+  engine.threads = args.threads;
+  auto source = open_engine(engine);
+  if (!source.ok()) return fail(source.status());
+
+  std::unique_ptr<LineReader> in = make_fd_line_reader(STDIN_FILENO);
+  if (Status s = run_repl(**source, options, *in, std::cout); !s.ok()) return fail(s);
+  return 0;
+}
+
+}  // namespace
+
+void add_repl_command(CLI::App& app, CommandRun& run) {
+  auto args = std::make_shared<ReplArgs>();
+  CLI::App* cmd = app.add_subcommand("repl", "Interactive: paste a PyTorch module, get verified Triton candidates");
+  cmd->add_option("--model", args->model, "Model directory, or an HF id found in the local HF cache")
+      ->capture_default_str();
+  cmd->add_option("--device", args->device, "Generation device: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-k", args->k, "Samples per module (change with :k N)")->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy (change with :temp T)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Sampling seed for every module (default: a fresh random one each)");
+  cmd->add_option("--max-new-tokens", args->max_new_tokens, "Most tokens generated per sample")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--rounds", args->rounds, "Refinement rounds (failing candidates' errors go back to the model)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_option("--prompt-template", args->template_file,
+                  "Template with one '{}' field (default: the model's kernelllm.py, else built-in)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--verify-device", args->verify_device,
+                  "Verification device: cpu, cuda, cuda:N or cuda:0,cuda:1 (default: the generation device)");
+  cmd->add_option("--profile", args->profile, "Verifier profile: strict or kernelbench")
+      ->check(CLI::IsMember({"strict", "kernelbench"}))
+      ->capture_default_str();
+  cmd->add_option("--jobs", args->jobs, "Parallel candidate workers; 0: min(cores, k)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-verify", args->no_verify, "Only generate and extract; no verification");
+  cmd->add_flag("--no-sandbox", args->no_sandbox, "Run candidates unconfined (trusted code only)");
+  cmd->add_option("--work-dir", args->work_dir, "Where each module's files go (default: a new temp dir)");
+  cmd->callback([&run, args] { run = [args] { return run_repl_command(*args); }; });
+}
+
+}  // namespace kernelllm::cli
