@@ -6,53 +6,116 @@ model lookup in the local Hugging Face cache (never a download) and k-sample gen
     model = KernelLLM()                       # or KernelLLM("/path/to/model/dir")
     print(model.generate_triton(pytorch_code, max_new_tokens=512))
     model.stream_raw("a text prompt", max_new_tokens=128)
+    result = model.optimize(pytorch_code, k=10)   # generate, verify, pick the fastest correct
+    print(result.best_code, result.speedup)
 """
 from __future__ import annotations
 
+import json
+import os
 import random
 import sys
-from typing import List, Optional, Union
+import tempfile
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _native
-from .verify import verify
+from .verify import _default_device, verify
 
 __version__ = _native.__version__
-__all__ = ["KernelLLM", "HF_MODEL", "DEFAULT_MODEL_CODE", "has_cuda", "__version__"]
+__all__ = ["KernelLLM", "OptimizeResult", "HF_MODEL", "DEFAULT_MODEL_CODE", "has_cuda", "verify",
+           "verify_completions", "__version__"]
 
 HF_MODEL = "facebook/KernelLLM"
 
-REPL_INSTRUCTIONS = """
-Paste or type a PyTorch module (a `Model(nn.Module)` class with `get_inputs()` and
-`get_init_inputs()` functions), then press Ctrl+D. KernelLLM will try to rewrite it with
-Triton kernels. An empty input uses a built-in example; type `exit` to quit.
-
->>>"""
-
-# The REPL's example when the user gives no code: a small fused elementwise module.
-DEFAULT_MODEL_CODE = """
-import torch
-import torch.nn as nn
+# The REPL's example when the user gives no code (one copy, in the C++ REPL).
+DEFAULT_MODEL_CODE = _native.default_module_code()
 
 
-class Model(nn.Module):
-    \"\"\"Scales x, adds a bias and applies a leaky ReLU.\"\"\"
+@dataclass
+class OptimizeResult:
+    """What `KernelLLM.optimize` and `verify_completions` return.
 
-    def __init__(self, scale: float = 2.0, slope: float = 0.1):
-        super().__init__()
-        self.scale = scale
-        self.slope = slope
+    best_code: the fastest correct candidate's module (`ModelNew`), or None when none is correct.
+    speedup: its speedup over the reference (meaningful only when timing_meaningful: on a GPU).
+    best_index: its index in `candidates`, or None.
+    candidates: one dict per candidate: round, sample, verdict, rule, message, speedup,
+        timing_meaningful, code, extraction, completion (raw model text), path (the file verified).
+    failure_reasons: when nothing is correct, why, one line per candidate.
+    report: the full report (generation stats, every verdict with its evidence, environment).
+    work_dir: where the problem, completions and candidate files were written.
+    """
 
-    def forward(self, x, bias):
-        return torch.nn.functional.leaky_relu(x * self.scale + bias, self.slope)
+    best_code: Optional[str]
+    speedup: Optional[float]
+    best_index: Optional[int]
+    candidates: List[Dict[str, Any]]
+    failure_reasons: List[str]
+    report: Dict[str, Any]
+    work_dir: str
+    timing_meaningful: bool = False
+
+    @classmethod
+    def _from_json(cls, text: str, work_dir: str) -> "OptimizeResult":
+        doc = json.loads(text)
+        best = doc["best"]
+        chosen = doc["candidates"][best] if best is not None else None
+        return cls(
+            best_code=chosen["code"] if chosen else None,
+            speedup=chosen["speedup"] if chosen else None,
+            best_index=best,
+            candidates=doc["candidates"],
+            failure_reasons=doc["failure_reasons"],
+            report=doc["report"],
+            work_dir=work_dir,
+            timing_meaningful=bool(chosen and chosen["timing_meaningful"]),
+        )
 
 
-def get_inputs():
-    return [torch.randn(64, 4096), torch.randn(4096)]
+def _verify_options(device: Optional[str], profile: str, jobs: int, sandbox: bool) -> Dict[str, Any]:
+    if profile not in ("strict", "kernelbench"):
+        raise ValueError(f"profile: expected 'strict' or 'kernelbench', found {profile!r}")
+    if not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"jobs: expected a whole number >= 0 (0: one per core), found {jobs!r}")
+    if sandbox is False:
+        warnings.warn("sandbox=False: candidate code runs unconfined", RuntimeWarning, stacklevel=3)
+    return {
+        "profile": profile, "device": device or _default_device(), "jobs": jobs, "sandbox": sandbox,
+        # The verifier's workers live next to this file: kernelllm/worker/.
+        "package_dir": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    }
 
 
-def get_init_inputs():
-    return []
-"""
+def _work_dir(work_dir: Optional[Union[str, "os.PathLike[str]"]], what: str) -> str:
+    if work_dir is None:
+        return tempfile.mkdtemp(prefix=f"kernelllm-{what}-")
+    return os.path.abspath(os.fspath(work_dir))
+
+
+def _check_code(code: Any) -> str:
+    if not isinstance(code, str):
+        raise TypeError(f"code: expected the module's source text (str), found {type(code).__name__}")
+    _native.check_module_code(code)
+    return code
+
+
+def verify_completions(code: str, completions: Sequence[str], device: Optional[str] = None,
+                       profile: str = "strict", work_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+                       jobs: int = 0, sandbox: bool = True) -> OptimizeResult:
+    """Scores completions written elsewhere (another model, an API, a person) for the PyTorch
+    module in `code` exactly as `KernelLLM.optimize` scores its own samples: `ModelNew` is
+    extracted from each text (first fenced block defining it, else the whole text), all are
+    verified, and the fastest correct one is picked."""
+    code = _check_code(code)
+    if isinstance(completions, str):
+        raise TypeError("completions: expected a list of completion texts, found one str")
+    texts = list(completions)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("completions: expected a non-empty list of str")
+    wd = _work_dir(work_dir, "verify")
+    options = {"work_dir": wd, "verify": _verify_options(device, profile, jobs, sandbox)}
+    return OptimizeResult._from_json(_native.verify_completions_json(code, texts, json.dumps(options)), wd)
 
 
 def has_cuda() -> bool:
@@ -148,23 +211,50 @@ class KernelLLM:
         """A Triton rewrite (`ModelNew`) of the PyTorch module in `code`, as the model writes it."""
         return self.generate_raw(self.format_prompt(code), temperature, max_new_tokens)
 
-    def run_repl(self, max_new_tokens: int = 2048) -> None:
-        """Reads a module from stdin until EOF (Ctrl+D), streams the model's Triton version
-        of it, and repeats while stdin is a terminal. Empty input uses DEFAULT_MODEL_CODE."""
-        while True:
-            print(REPL_INSTRUCTIONS)
-            try:
-                code = sys.stdin.read().strip()
-            except KeyboardInterrupt:
-                return
-            if code.lower() == "exit":
-                return
-            if not code:
-                print(f"No code given; using the built-in example:\n{DEFAULT_MODEL_CODE}\n")
-                code = DEFAULT_MODEL_CODE
-            try:
-                self.stream_raw(self.format_prompt(code), max_new_tokens)
-            except KeyboardInterrupt:
-                print("Aborting...")
-            if not sys.stdin.isatty():
-                return
+    def optimize(self, code: str, k: int = 10, temperature: float = 0.6, top_p: float = 0.95,
+                 seed: Optional[int] = None, max_new_tokens: int = 2048, rounds: int = 1,
+                 device: Optional[str] = None, profile: str = "strict",
+                 work_dir: Optional[Union[str, "os.PathLike[str]"]] = None, jobs: int = 0,
+                 sandbox: bool = True) -> OptimizeResult:
+        """k Triton candidates for the PyTorch module in `code` (one batch), each `ModelNew`
+        extracted and verified against `Model` in a sandbox; returns the fastest correct one
+        with every candidate's verdict and reason.
+
+        device: the verification device ("cpu", "cuda", "cuda:N"; None: cuda when torch sees
+            a GPU). profile: "strict" or "kernelbench". rounds > 1 feeds each failing
+            candidate's error back to the model. work_dir (None: a new temp dir) keeps the
+            problem, prompts, completions and candidate files. Verdicts never raise; a bad
+            argument raises ValueError, an infrastructure failure RuntimeError."""
+        code = _check_code(code)
+        for name, value in (("k", k), ("max_new_tokens", max_new_tokens), ("rounds", rounds)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected a whole number >= 1, found {value!r}")
+        wd = _work_dir(work_dir, "optimize")
+        options = {
+            "k": k, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
+            "seed": _random_seed() if seed is None else seed, "rounds": rounds,
+            "prompt_template": self.prompt_template, "work_dir": wd,
+            "verify": _verify_options(device, profile, jobs, sandbox),
+        }
+        return OptimizeResult._from_json(self._engine.optimize_json(code, json.dumps(options)), wd)
+
+    verify_completions = staticmethod(verify_completions)
+
+    def run_repl(self, max_new_tokens: int = 2048, *, k: int = 10, temperature: float = 0.6,
+                 top_p: float = 0.95, seed: Optional[int] = None, verify: bool = True,
+                 device: Optional[str] = None, profile: str = "strict",
+                 work_dir: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
+        """The REPL (the same one as `kernelllm repl`) on this process's stdin and stdout: paste a
+        module and press Ctrl+D; sample 0 streams, then all k candidates are verified and a
+        table and the best one are shown. `:k N`, `:temp T`, `:save FILE`, `:help`, `:quit`.
+        An empty input uses DEFAULT_MODEL_CODE. Goes on while stdin is a terminal."""
+        options: Dict[str, Any] = {
+            "k": k, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
+            "seed": seed, "prompt_template": self.prompt_template, "verify_enabled": bool(verify),
+            "work_dir": os.fspath(work_dir) if work_dir is not None else "",
+        }
+        if verify:
+            options["verify"] = _verify_options(device, profile, 0, True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._engine.run_repl(json.dumps(options))

@@ -1,4 +1,5 @@
-"""`python -m kernelllm`: the interactive REPL (paste a PyTorch module, get Triton back)."""
+"""`python -m kernelllm`: the REPL (paste a PyTorch module, press Ctrl+D, get verified Triton
+candidates); the same C++ REPL as `kernelllm repl`, through KernelLLM.run_repl."""
 import argparse
 import sys
 
@@ -8,15 +9,25 @@ from . import HF_MODEL, KernelLLM
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m kernelllm", description=__doc__)
     ap.add_argument("--model", default=HF_MODEL, help="model directory or HF id in the local HF cache")
-    ap.add_argument("--device", default=None, help="cpu, cuda, or auto (default)")
-    ap.add_argument("--max-new-tokens", type=int, default=2048, help="most tokens generated per module")
+    ap.add_argument("--device", default=None, help="generation device: cpu, cuda, or auto (default)")
+    ap.add_argument("-k", type=int, default=10, help="samples per module (:k N changes it)")
+    ap.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (:temp T changes it)")
+    ap.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass in (0, 1]")
+    ap.add_argument("--seed", type=int, default=None, help="sampling seed for every module (default: random)")
+    ap.add_argument("--max-new-tokens", type=int, default=2048, help="most tokens generated per sample")
+    ap.add_argument("--verify-device", default=None, help="verification device: cpu, cuda, cuda:N (default: auto)")
+    ap.add_argument("--profile", default="strict", choices=["strict", "kernelbench"], help="verifier profile")
+    ap.add_argument("--no-verify", action="store_true", help="only generate and extract")
+    ap.add_argument("--work-dir", default=None, help="where each module's files go (default: a new temp dir)")
     args = ap.parse_args()
     try:
         model = KernelLLM(args.model, device=args.device)
+        model.run_repl(args.max_new_tokens, k=args.k, temperature=args.temperature, top_p=args.top_p,
+                       seed=args.seed, verify=not args.no_verify, device=args.verify_device,
+                       profile=args.profile, work_dir=args.work_dir)
     except (OSError, ValueError, RuntimeError) as e:
         print(f"kernelllm: {e}", file=sys.stderr)
         return 1
-    model.run_repl(args.max_new_tokens)
     return 0
 
 

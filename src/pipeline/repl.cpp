@@ -332,7 +332,7 @@ class Repl {
     };
     if (cmd == ":quit" || cmd == ":q" || cmd == ":exit") return false;
     if (cmd == ":help") {
-      say(fmt::format(fmt::runtime(kCommandHelp), fmt::arg("k", k_), fmt::arg("temp", temperature_)));
+      out_ << fmt::format(fmt::runtime(kCommandHelp), fmt::arg("k", k_), fmt::arg("temp", temperature_));
       return true;
     }
     if (cmd == ":k") {
@@ -430,6 +430,10 @@ class Repl {
       out_ << (streaming.cancelled() ? "generation cancelled; back to the prompt\n" : "error: " + result.status().to_string() + "\n");
       return;
     }
+    std::filesystem::path report = work_dir / "report.json";
+    report_note_ = write_file(report, result->to_json().dump(2, ' ', false, Json::error_handler_t::replace) + "\n")
+                       ? " (full report: " + report.string() + ")"
+                       : " (could not write " + report.string() + ")";
     print_table(*result);
   }
 
@@ -447,7 +451,7 @@ class Repl {
                           one_line(reason, 80));
     }
     if (!r.best) {
-      out_ << "\nno correct candidate" << (r.selection_reason.empty() ? "" : " (" + r.selection_reason + ")") << ".\n";
+      out_ << "\nno correct candidate; the reasons are in the table" << report_note_ << ".\n";
       out_.flush();
       return;
     }
@@ -458,7 +462,7 @@ class Repl {
     out_ << fmt::format("\nbest: {} ({}) {}\n", best_label_, harness::verdict_name(best.result.verdict),
                         meaningful ? fmt::format("{:.2f}x faster than the reference", best.result.speedup)
                                    : std::string("(timing not meaningful here)"));
-    if (!r.selection_reason.empty()) out_ << "selection: " << r.selection_reason << '\n';
+    if (!r.selection_reason.empty()) out_ << "selection: " << r.selection_reason << report_note_ << '\n';
     out_ << "file: " << best.file.string() << "  (:save FILE to copy it)\n" << best.code;
     out_.flush();
   }
@@ -503,6 +507,7 @@ class Repl {
   int modules_ = 0;
   std::optional<std::string> best_code_;
   std::string best_label_;
+  std::string report_note_;  // where the last module's report.json went
 };
 
 bool has_top_level(std::string_view code, std::string_view prefix, std::string_view followers) {

@@ -1,6 +1,5 @@
 """The Python API: KernelLLM as kernelllm.py uses it (README examples, unchanged), k-sample
 generation, the REPL, model lookup and errors."""
-import io
 import subprocess
 import sys
 
@@ -80,22 +79,10 @@ def test_template_comes_from_model_kernelllm_py(make_model_dir, tmp_path):
         KernelLLM(str(d))
 
 
-def test_repl_formats_the_users_code(tiny_engine, monkeypatch, capsys):
-    prompts = []
-    monkeypatch.setattr(tiny_engine, "stream_raw", lambda prompt, max_new_tokens: prompts.append(prompt) or "")
-    monkeypatch.setattr(sys, "stdin", io.StringIO(PYTORCH_CODE))
-    tiny_engine.run_repl()
-    assert prompts == [tiny_engine.format_prompt(PYTORCH_CODE.strip())]
-    assert "No code given" not in capsys.readouterr().out
-
-    monkeypatch.setattr(sys, "stdin", io.StringIO("  \n"))
-    tiny_engine.run_repl()
-    assert prompts[1] == tiny_engine.format_prompt(kernelllm.DEFAULT_MODEL_CODE)
-    assert "No code given" in capsys.readouterr().out
-
-
 def test_python_m_kernelllm_streams_for_stdin_module(tiny_model):
-    run = subprocess.run([sys.executable, "-m", "kernelllm", "--model", str(tiny_model), "--max-new-tokens", "16"],
+    # The REPL itself (commands, verification, the example) is tested in test_repl.py.
+    run = subprocess.run([sys.executable, "-m", "kernelllm", "--model", str(tiny_model), "--max-new-tokens", "16",
+                          "-k", "1", "--no-verify"],
                          input=PYTORCH_CODE,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
