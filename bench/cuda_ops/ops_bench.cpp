@@ -1,6 +1,7 @@
 // Per-op device timings at the Llama-3.1-8B shapes (CUDA events, median of 50 after warm-up,
 // inputs rotated so the weights are not cache-resident): GEMV at n = 1, cuBLASLt at n = 1, 20
-// and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill (1,500 tokens).
+// and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill (1,500 tokens), and
+// decode attention of 20 forks of one 1,500-token prompt: split kernel vs shared-prefix kernel.
 // Prints one line per op with time and achieved GB/s (weights + KV bytes read).
 #include <cuda_runtime_api.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "engine/cuda/attention.cuh"
+#include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/gemv.cuh"
@@ -124,6 +126,72 @@ int main() {
                   static_cast<long long>(n), static_cast<long long>(ctx), static_cast<long long>(splits), ms * 1e3,
                   gb / ms * 1e3);
     }
+  }
+  // 20 forks of a 1,500-token prompt: pages 0..92 shared, the partial page and the generated
+  // tokens private; the fork's token at 1,500 + gen. Split kernel (4 splits) vs shared prefix.
+  for (int64_t gen : {int64_t{0}, int64_t{128}, int64_t{1024}}) {
+    const int64_t n = 20, full = ctx / pt, width = (ctx + gen) / pt + 1;
+    const int64_t own = width - full, n_pages = full + n * own;
+    DeviceBuffer pool, table, q, acc, ml, out, meta;
+    (void)pool.allocate(static_cast<size_t>(n_pages * layers * 2 * pt * kv_dim) * 2, "pool");
+    fill_random(t, pool.get(), n_pages * layers * 2 * pt * kv_dim, 5, 1.0f, nullptr);
+    std::vector<std::vector<int32_t>> pages(static_cast<size_t>(n));
+    std::vector<int32_t> tab, ps, sq;
+    for (int64_t f = 0; f < n; ++f) {
+      auto& pg = pages[static_cast<size_t>(f)];
+      for (int64_t p = 0; p < width; ++p) pg.push_back(static_cast<int32_t>(p < full ? p : full + f * own + (p - full)));
+      tab.insert(tab.end(), pg.begin(), pg.end());
+      ps.push_back(static_cast<int32_t>(ctx + gen));
+      sq.push_back(static_cast<int32_t>(f));
+    }
+    std::vector<const std::vector<int32_t>*> ptrs;
+    for (const auto& pg : pages) ptrs.push_back(&pg);
+    SharedPrefixPlan plan;
+    plan_shared_prefix(ptrs, ps, sq, pt, 4, plan);
+    const std::vector<int32_t>* fields[] = {&ps, &sq, &plan.ctx_begin, &plan.item_seq, &plan.item_prefix,
+                                            &plan.item_first, &plan.item_count, &plan.members, &tab};
+    (void)meta.allocate(static_cast<size_t>(8 * n) * 4 + tab.size() * 4, "meta");
+    for (size_t f = 0; f < 8; ++f) {
+      cudaMemcpy(meta.as<int32_t>() + f * static_cast<size_t>(n), fields[f]->data(), static_cast<size_t>(n) * 4,
+                 cudaMemcpyHostToDevice);
+    }
+    cudaMemcpy(meta.as<int32_t>() + 8 * n, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice);
+    const int64_t max_splits = 4 + kSharedPrefixSplits;
+    (void)q.allocate(static_cast<size_t>(n * 4096) * 4, "q");
+    fill_random(DType::f32, q.get(), n * 4096, 9, 1.0f, nullptr);
+    (void)acc.allocate(static_cast<size_t>(n * 32 * max_splits * 128) * 4, "acc");
+    (void)ml.allocate(static_cast<size_t>(n * 32 * max_splits * 2) * 4, "ml");
+    (void)out.allocate(static_cast<size_t>(n * 4096) * 2, "out");
+    const int32_t* md = meta.as<int32_t>();
+    AttentionArgs a;
+    a.q = q.as<float>();
+    a.n_tokens = n;
+    a.heads = 32;
+    a.kv_heads = 8;
+    a.head_dim = 128;
+    a.pos = md;
+    a.seq = md + n;
+    a.block_table = md + 8 * n;
+    a.table_width = width;
+    a.kv = KvLayout{pool.get(), layers, pt, kv_dim};
+    a.layer = 1;
+    a.splits = 4;
+    a.partial_acc = acc.as<float>();
+    a.partial_ml = ml.as<float>();
+    a.out = out.get();
+    const float ms_split = median_ms([&](int) { attention(t, a, nullptr); });
+    SharedPrefixArgs sp;
+    sp.item_seq = md + 3 * n;
+    sp.item_prefix = md + 4 * n;
+    sp.item_first = md + 5 * n;
+    sp.item_count = md + 6 * n;
+    sp.members = md + 7 * n;
+    a.ctx_begin = md + 2 * n;
+    a.splits = max_splits;
+    const float ms_shared = median_ms([&](int) { shared_prefix_attention(t, a, sp, 4, kSharedPrefixSplits, nullptr); });
+    std::printf("attention forks=20 prompt=%lld gen=%-4lld split kernel %8.1f us, shared prefix %8.1f us (shared: %d)\n",
+                static_cast<long long>(ctx), static_cast<long long>(gen), ms_split * 1e3, ms_shared * 1e3,
+                plan.shared ? 1 : 0);
   }
   const cudaError_t err = cudaDeviceSynchronize();
   std::printf("status: %s\n", cudaGetErrorString(err));

@@ -26,8 +26,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t hd = a.head_dim, group = a.heads / a.kv_heads, kv_dim = a.kv.kv_dim;
   const int64_t n_ctx = a.pos[t] + 1;
-  const int64_t chunk = (n_ctx + a.splits - 1) / a.splits;
-  const int64_t begin = split * chunk;
+  const int64_t first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
+  const int64_t chunk = (n_ctx - first + gridDim.z - 1) / gridDim.z;
+  const int64_t begin = first + split * chunk;
   const int64_t end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
   const float scale = rsqrtf(static_cast<float>(hd));
 
@@ -178,12 +179,12 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
 
 }  // namespace
 
-void attention(DType type, const AttentionArgs& args, cudaStream_t stream) {
+void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream) {
   if (args.n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
     const dim3 grid(static_cast<unsigned>(args.n_tokens), static_cast<unsigned>(args.kv_heads),
-                    static_cast<unsigned>(args.splits));
+                    static_cast<unsigned>(grid_splits));
     const int64_t group = args.heads / args.kv_heads;
     if (group <= 1) {
       launch_partial<T, 1>(args, grid, stream);
@@ -194,8 +195,20 @@ void attention(DType type, const AttentionArgs& args, cudaStream_t stream) {
     } else {
       launch_partial<T, 8>(args, grid, stream);
     }
+  });
+}
+
+void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream) {
+  if (args.n_tokens == 0) return;
+  dispatch_dtype(type, [&](auto d) {
+    using T = decltype(d);
     attention_merge_kernel<T><<<static_cast<unsigned>(args.n_tokens * args.heads), 128, 0, stream>>>(args);
   });
+}
+
+void attention(DType type, const AttentionArgs& args, cudaStream_t stream) {
+  attention_partial(type, args, args.splits, stream);
+  attention_merge(type, args, stream);
 }
 
 }  // namespace kernelllm::cuda

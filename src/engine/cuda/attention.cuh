@@ -34,10 +34,18 @@ struct AttentionArgs {
   const int32_t* q_block_start = nullptr;  // [n_q_blocks] first token
   const int32_t* q_block_len = nullptr;    // [n_q_blocks] 1..16
   int64_t n_q_blocks = 0;
+  // Decode passes whose leading positions another kernel covers (attention_shared.cuh): the
+  // split kernel then takes positions ctx_begin[t]..pos[t] only; null means from 0.
+  const int32_t* ctx_begin = nullptr;
 };
 
 // Scratch floats needed: acc T*heads*splits*head_dim, ml T*heads*splits*2.
 void attention(DType type, const AttentionArgs& args, cudaStream_t stream);
+// attention() in its two steps: the partial kernel over `grid_splits` chunks of each token's
+// positions, writing split slots 0..grid_splits-1 of args.splits, and the merge of all
+// args.splits slots (slots from grid_splits on are written by another kernel).
+void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream);
+void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream);
 
 // The tensor-core path for passes with many tokens per sequence (no splits, no scratch):
 // bf16/f16 caches, head_dim 16/32/64/128, at most 8 query heads per KV head.

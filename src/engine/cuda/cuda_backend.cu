@@ -5,11 +5,13 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <unordered_set>
 
 #include "engine/cpu/ops.h"
 #include "engine/cuda/attention.cuh"
+#include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/init.cuh"
@@ -30,7 +32,10 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       kv_dim_(config.num_key_value_heads * config.head_dim),
       table_width_((config.max_position_embeddings + options.kv_page_tokens - 1) / options.kv_page_tokens),
       max_tokens_(options.max_batch_tokens),
-      max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {}
+      max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
+  const char* v = std::getenv("KERNELLLM_CUDA_SHARED_PREFIX");
+  shared_prefix_ = v == nullptr || std::string(v) != "0";
+}
 
 CudaBackend::~CudaBackend() {
   for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
@@ -221,6 +226,10 @@ int64_t CudaBackend::splits_for(int64_t n) const {
   const int64_t blocks = n * config_.num_key_value_heads;
   const int64_t want = (4 * 132 + blocks - 1) / blocks;  // about four blocks per SM of an H100
   return std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxSplits, max_tokens_ / n));  // see bench/cuda_ops/NOTES.md
+}
+
+int64_t CudaBackend::prefix_splits_for(int64_t n) const {
+  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, kSharedPrefixSplits);
 }
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y) {

@@ -17,7 +17,7 @@
 
 namespace kernelllm::cuda {
 
-inline constexpr int64_t kMetaFields = 7;
+inline constexpr int64_t kMetaFields = 13;
 
 class CudaBackend final : public Backend {
  public:
@@ -52,9 +52,12 @@ class CudaBackend final : public Backend {
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
   // The device work of one pass over n tokens whose metadata is in meta_; logits for r rows.
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
-  Status run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass);
-  Status run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, float* logits_out);
+  // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.
+  Status run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared);
+  Status run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, bool shared, float* logits_out);
   int64_t splits_for(int64_t n) const;
+  // Prefix split slots of a shared-prefix pass of n tokens (0: the scratch has no room for them).
+  int64_t prefix_splits_for(int64_t n) const;
 
   ModelConfig config_;
   CudaBackendOptions opts_;
@@ -70,9 +73,12 @@ class CudaBackend final : public Backend {
 
   // Activations, sized for max_tokens_.
   DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_;
-  DeviceBuffer meta_;  // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len
+  // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len, then
+  // the shared-prefix plan: ctx_begin, item seq, item prefix, item first, item count, members.
+  DeviceBuffer meta_;
   int32_t* meta_host_ = nullptr;    // pinned mirror
-  std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by token count
+  bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off
+  std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 2 * token count + shared
   std::map<int64_t, int> graph_seen_;
 };
 

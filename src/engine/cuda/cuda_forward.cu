@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/cuda/attention.cuh"
+#include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/rmsnorm.cuh"
@@ -17,7 +18,7 @@ namespace {
 constexpr int64_t kMaxGraphTokens = 256;
 }  // namespace
 
-Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass) {
+Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -28,6 +29,14 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const int32_t* out_rows = page + max_tokens_;
   const int32_t* qb_start = out_rows + max_tokens_;
   const int32_t* qb_len = qb_start + max_tokens_;
+  const int32_t* ctx_begin = qb_len + max_tokens_;
+  SharedPrefixArgs sp;
+  sp.item_seq = ctx_begin + max_tokens_;
+  sp.item_prefix = sp.item_seq + max_tokens_;
+  sp.item_first = sp.item_prefix + max_tokens_;
+  sp.item_count = sp.item_first + max_tokens_;
+  sp.members = sp.item_count + max_tokens_;
+  const int64_t suffix_splits = splits_for(n), prefix_splits = shared ? prefix_splits_for(n) : 0;
   const bool tensor_core_attention =
       q_blocks > 0 && prefill_attention_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
   float* x = x_.as<float>();
@@ -66,6 +75,10 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     a.n_q_blocks = q_blocks;
     if (tensor_core_attention) {
       prefill_attention(dtype_, a, stream_);
+    } else if (shared) {
+      a.ctx_begin = ctx_begin;
+      a.splits = suffix_splits + prefix_splits;
+      shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_);
     } else {
       attention(dtype_, a, stream_);
     }
@@ -86,20 +99,24 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   return cuda_status(cudaGetLastError(), "launching the forward pass");
 }
 
-Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, float* logits_out) {
+Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, bool shared,
+                              float* logits_out) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
-  KLLM_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), meta_host_, static_cast<size_t>(kMetaFields * max_tokens_) * 4,
-                                   cudaMemcpyHostToDevice, stream_),
+  // Each field holds at most n entries: the first n of every row of the [fields][max_tokens_] table.
+  const auto pitch = static_cast<size_t>(max_tokens_) * 4;
+  KLLM_CUDA_RETURN(cudaMemcpy2DAsync(meta_.get(), pitch, meta_host_, pitch, static_cast<size_t>(n) * 4,
+                                     static_cast<size_t>(kMetaFields), cudaMemcpyHostToDevice, stream_),
                    "metadata upload");
   const bool graph = opts_.cuda_graphs && single_token && n == r && n <= std::min(kMaxGraphTokens, max_logit_rows_);
   if (graph) {
-    auto it = graphs_.find(n);
-    if (it == graphs_.end() && graph_seen_[n]++ >= 1) {
+    const int64_t key = 2 * n + (shared ? 1 : 0);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end() && graph_seen_[key]++ >= 1) {
       // Captured on its second use: the first ran eagerly, so lazy library setup is done.
       cudaGraph_t g = nullptr;
       KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-      const Status s = run_layers(n, r, 0, true);
+      const Status s = run_layers(n, r, 0, true, shared);
       const cudaError_t end = cudaStreamEndCapture(stream_, &g);
       KLLM_RETURN_IF_ERROR(s);
       KLLM_CUDA_RETURN(end, "end capture");
@@ -107,19 +124,19 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
       const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
       cudaGraphDestroy(g);
       KLLM_CUDA_RETURN(inst, "instantiate graph");
-      it = graphs_.emplace(n, exec).first;
+      it = graphs_.emplace(key, exec).first;
     }
     if (it != graphs_.end()) {
       KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
     } else {
-      KLLM_RETURN_IF_ERROR(run_layers(n, r, 0, true));
+      KLLM_RETURN_IF_ERROR(run_layers(n, r, 0, true, shared));
     }
     KLLM_CUDA_RETURN(cudaMemcpyAsync(logits_out, logits_dev_.get(), static_cast<size_t>(r * c.vocab_size) * 4,
                                      cudaMemcpyDeviceToHost, stream_),
                      "logits download");
     return cuda_status(cudaStreamSynchronize(stream_), "decode step");
   }
-  KLLM_RETURN_IF_ERROR(run_layers(n, r, single_token ? 0 : q_blocks, false));
+  KLLM_RETURN_IF_ERROR(run_layers(n, r, single_token ? 0 : q_blocks, false, shared));
   // Logits in blocks of max_logit_rows_ rows.
   const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
   const int32_t* out_rows = meta_.as<int32_t>() + 4 * max_tokens_;
@@ -171,6 +188,7 @@ Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<f
   logits.resize(static_cast<size_t>(total_rows * config_.vocab_size));
 
   int64_t done_rows = 0;
+  SharedPrefixPlan plan;
   for (size_t t0 = 0; t0 < toks.size(); t0 += static_cast<size_t>(max_tokens_)) {
     const size_t t1 = std::min(toks.size(), t0 + static_cast<size_t>(max_tokens_));
     int32_t* m = meta_host_;
@@ -191,8 +209,28 @@ Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<f
         len[blocks++] = 1;
       }
     }
-    KLLM_RETURN_IF_ERROR(run_chunk(static_cast<int64_t>(t1 - t0), r, blocks, single_token,
-                                   logits.data() + done_rows * config_.vocab_size));
+    // Decode passes where forks share their prompt's pages: the cascade attention.
+    const auto n = static_cast<int64_t>(t1 - t0);
+    const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+    bool shared = false;
+    if (single_token && n >= 2 && shared_prefix_ && prefix_splits_for(n) > 0 &&
+        shared_prefix_supported(dtype_, config_.head_dim, group)) {
+      std::vector<const std::vector<int32_t>*> tok_pages;
+      std::vector<int32_t> tok_pos, tok_seq;
+      for (size_t t = t0; t < t1; ++t) {
+        tok_pages.push_back(&pages_->pages(toks[t].seq));
+        tok_pos.push_back(toks[t].pos);
+        tok_seq.push_back(toks[t].seq);
+      }
+      plan_shared_prefix(tok_pages, tok_pos, tok_seq, opts_.kv_page_tokens, group, plan);
+      shared = plan.shared;
+      if (shared) {
+        const std::vector<int32_t>* fields[] = {&plan.ctx_begin,  &plan.item_seq,   &plan.item_prefix,
+                                                &plan.item_first, &plan.item_count, &plan.members};
+        for (size_t f = 0; f < 6; ++f) std::copy(fields[f]->begin(), fields[f]->end(), m + (7 + f) * max_tokens_);
+      }
+    }
+    KLLM_RETURN_IF_ERROR(run_chunk(n, r, blocks, single_token, shared, logits.data() + done_rows * config_.vocab_size));
     done_rows += r;
   }
   return Status::ok_status();

@@ -1,0 +1,51 @@
+// Shared-prefix (cascade) decode attention: forks of one prompt hold the same leading KV pages,
+// so for a decode pass the prompt part is computed once per KV head for all forks' query rows
+// together on the tensor cores, the rest of each sequence (its own pages) by the split kernel of
+// attention.cuh from ctx_begin on, and both merged exactly through their softmax statistics.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/cuda/attention.cuh"
+
+namespace kernelllm::cuda {
+
+inline constexpr int64_t kSharedRows = 128;         // query rows (forks x group) per prefix block
+inline constexpr int64_t kSharedPrefixSplits = 16;  // chunks of the prefix computed in parallel
+
+// The prefix work of one pass, as device arrays of n_tokens entries (an "item" is a set of
+// tokens that read positions [0, item_prefix) through the block-table row item_seq; unused
+// items have count 0). Every token of the pass is a member of exactly one item.
+struct SharedPrefixArgs {
+  const int32_t* item_seq = nullptr;
+  const int32_t* item_prefix = nullptr;
+  const int32_t* item_first = nullptr;  // offset of the item's first member in members
+  const int32_t* item_count = nullptr;
+  const int32_t* members = nullptr;     // token indices, grouped by item
+};
+
+// The host-side plan for one single-token-per-sequence pass, from each token's page list and
+// position: forks whose leading full pages (before the page of pos) are the same physical pages
+// form an item (at most kSharedRows / group members each); the others are items of one with
+// prefix 0. ctx_begin[t] is the prefix of t's item. shared: some item has >= 2 members and a
+// prefix > 0 (otherwise the plain attention is the better kernel).
+struct SharedPrefixPlan {
+  std::vector<int32_t> ctx_begin, item_seq, item_prefix, item_first, item_count, members;
+  bool shared = false;
+};
+void plan_shared_prefix(const std::vector<const std::vector<int32_t>*>& pages, const std::vector<int32_t>& pos,
+                        const std::vector<int32_t>& seq, int64_t page_tokens, int64_t group, SharedPrefixPlan& plan);
+
+// bf16/f16 caches, head_dim 16/32/64/128, group <= 8.
+bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group);
+
+// One decode pass: args as for attention() plus ctx_begin (the plan's), with args.splits =
+// suffix_splits + prefix_splits total split slots in the partial buffers (the graph-stable
+// shapes: the grids depend on n_tokens and the split counts only, lengths are read on device).
+void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
+                             int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream);
+
+}  // namespace kernelllm::cuda
