@@ -31,6 +31,17 @@ struct TrialInput {
   double reference_ms = 0;  // wall time of make_inputs (reference forward, fp64 included)
 };
 
+// What a problem's verification keeps in memory (memory_check.cpp), from trial 0's sizes.
+struct MemoryNeed {
+  std::filesystem::path shared_dir;
+  uint64_t input_bytes = 0;   // one input set
+  uint64_t output_bytes = 0;  // one set of reference outputs
+  uint64_t input_sets = 0;    // correctness + timing sets, the probe included
+  uint64_t n_trials = 0;
+  uint64_t jobs = 1;          // candidate workers at once
+};
+Status check_problem_memory(const MemoryNeed& need);
+
 struct DeviceState {
   size_t index = 0;
   std::string name;      // "cpu", "cuda:0"

@@ -128,6 +128,15 @@ Status Verifier::setup_device(DeviceState& dev) {
     // Readable by the sandbox's uid (the judge may create files 0600); the dir is bound read-only.
     fs::permissions(in.file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
                     fs::perm_options::replace, ec);
+    if (t == 0) {
+      uint64_t jobs = opts_.jobs > 0 ? static_cast<uint64_t>(opts_.jobs)
+                                     : std::min<uint64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                                          candidate_paths_.size());
+      KLLM_RETURN_IF_ERROR(check_problem_memory(MemoryNeed{dev.shared_dir, in.input_bytes, in.output_bytes,
+                                                           static_cast<uint64_t>(n + n_timing + 1),
+                                                           static_cast<uint64_t>(n), std::max<uint64_t>(1, jobs)})
+                               .with_context(fmt::format("problem {} on {}", problem_path_, dev.name)));
+    }
     (timing ? dev.timing_inputs : dev.trials).push_back(std::move(in));
   }
   return {};
