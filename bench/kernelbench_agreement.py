@@ -14,6 +14,7 @@ any pass/fail disagreement.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import inspect
 import json
 import os
@@ -42,6 +43,31 @@ def problem_path(kernelbench: Path, rel: str) -> Path:
     raise SystemExit(f"problem {rel} not found under {kernelbench}/KernelBench or {kernelbench}")
 
 
+def _stand_in_modules(names: list[str]) -> None:
+    import importlib
+
+    class _Unused:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("an LLM client stand-in was called: the eval is not expected to use it")
+
+    def _stand_in_attr(attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Unused
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            mod = types.ModuleType(name)
+            mod.__getattr__ = _stand_in_attr  # type: ignore[attr-defined]
+            mod.__path__ = []  # type: ignore[attr-defined]
+            sys.modules[name] = mod
+            parent, _, child = name.rpartition(".")
+            if parent in sys.modules:
+                setattr(sys.modules[parent], child, mod)
+
+
 # --- KernelBench side (runs in a child process with the checkout on sys.path) ------------------
 
 def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: int, device: str) -> dict:
@@ -56,7 +82,11 @@ def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: i
         sys.modules["kernelbench"] = pkg
         from kernelbench.eval import eval_kernel_against_ref
     else:
-        from src.eval import eval_kernel_against_ref  # older layout: src/eval.py
+        # Older layout (src/eval.py, KernelLLM's era): src/utils.py imports LLM-client packages
+        # (together, openai, google.generativeai, anthropic) that the eval never calls; where
+        # one is not installed, register an empty stand-in so that the import succeeds.
+        _stand_in_modules(["together", "openai", "google", "google.generativeai", "anthropic", "tqdm", "requests"])
+        from src.eval import eval_kernel_against_ref
     import torch
 
     dev = torch.device(device)
@@ -137,6 +167,9 @@ def main() -> int:
     parser.add_argument("--cli", default=os.environ.get("KERNELLLM_CLI") or shutil.which("kernelllm") or "kernelllm")
     parser.add_argument("--timeout", type=int, default=1800)
     parser.add_argument("--out", type=Path, help="write the comparison as JSON")
+    parser.add_argument("--candidates-dir", type=Path, action="append", default=[],
+                        help="also <problem stem>/<sample>.py candidates for level1/<stem>.py (e.g. bench/eval_candidates/level1)")
+    parser.add_argument("--kb-jobs", type=int, default=8, help="KernelBench evals run at once (one child process each)")
     parser.add_argument("--kb-one", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.kb_one:
@@ -159,23 +192,33 @@ def main() -> int:
                     continue
                 if head.get("expect") in HONEST_KINDS and "multishape" not in head:
                     by_problem.setdefault(problem, []).append(candidate)
+    for cdir in args.candidates_dir:
+        level = cdir.name if cdir.name.startswith("level") else "level1"
+        for sub in sorted(d for d in cdir.iterdir() if d.is_dir()):
+            problem = problem_path(args.kernelbench, f"{level}/{sub.name}.py")
+            by_problem.setdefault(problem, []).extend(sorted(sub.glob("*.py")))
     if not by_problem:
         raise SystemExit(f"no candidates with a '# kernelbench:' header under {args.cases}")
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="kb-agreement-") as tmp:
-        for problem, candidates in by_problem.items():
-            ours = our_verdicts(args, problem, candidates, Path(tmp))
-            for candidate in candidates:
-                theirs = run_kernelbench(args, problem, candidate)
-                mine = ours.get(candidate, {"verdict": "missing"})
-                judged = theirs["verdict"] in VERDICTS and mine["verdict"] in VERDICTS
-                rows.append({"problem": problem.name, "candidate": candidate.name,
-                             "expect": header(candidate).get("expect"), "kernelbench": theirs["verdict"],
-                             "kernelllm": mine["verdict"],
-                             "agree": ((theirs["verdict"] == "correct") == (mine["verdict"] == "correct"))
-                             if judged else None,
-                             "kernelbench_detail": theirs, "kernelllm_detail": mine.get("entry", mine)})
+        # KernelBench's side: one child per candidate, --kb-jobs at once (correctness only, so
+        # sharing the GPU does not change a verdict); ours: one verify call per problem.
+        pairs = [(problem, candidate) for problem, candidates in by_problem.items() for candidate in candidates]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.kb_jobs)) as pool:
+            futures = {pair: pool.submit(run_kernelbench, args, *pair) for pair in pairs}
+            for problem, candidates in by_problem.items():
+                ours = our_verdicts(args, problem, candidates, Path(tmp))
+                for candidate in candidates:
+                    theirs = futures[(problem, candidate)].result()
+                    mine = ours.get(candidate, {"verdict": "missing"})
+                    judged = theirs["verdict"] in VERDICTS and mine["verdict"] in VERDICTS
+                    rows.append({"problem": problem.name, "candidate": f"{candidate.parent.name}/{candidate.name}",
+                                 "expect": header(candidate).get("expect"), "kernelbench": theirs["verdict"],
+                                 "kernelllm": mine["verdict"],
+                                 "agree": ((theirs["verdict"] == "correct") == (mine["verdict"] == "correct"))
+                                 if judged else None,
+                                 "kernelbench_detail": theirs, "kernelllm_detail": mine.get("entry", mine)})
     width = max(len(r["candidate"]) for r in rows)
     for r in rows:
         print(f"{r['candidate']:<{width}}  kernelbench={r['kernelbench']:<14} kernelllm={r['kernelllm']!s:<14} "

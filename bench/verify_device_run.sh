@@ -12,10 +12,12 @@ out=${1:?OUT_DIR}; shift
 mkdir -p "$out"
 if [[ -n "${KERNELLLM_FROM_ARCHIVE:-}" ]]; then
   rm -rf /tmp/kllm-v && mkdir -p /tmp/kllm-v && tar -xf .vdev/head.tar -C /tmp/kllm-v
-  for d in .deps .whl .kb; do [[ -d $d ]] && cp -r "$d" /tmp/kllm-v/; done
+  for d in .deps .whl .kb .kb0; do [[ -d $d ]] && cp -r "$d" /tmp/kllm-v/; done
   cd /tmp/kllm-v || exit 1
 fi
 source tools/device_env.sh
+# KB: the KernelBench tree (default .kb; .kb0 = the June 2025 problem sizes of KernelLLM's era).
+kb=${KB:-.kb}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$out/gpu.txt"
 cat "$out/gpu.txt"
@@ -32,12 +34,13 @@ for mode in "$@"; do
         tee "$out/cases.log" | tail -40 ;;
     throughput)
       python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" \
-        --problems-dir .kb/KernelBench/level1 --candidates-dir bench/eval_candidates/level1 2>&1 |
+        --problems-dir "$kb/KernelBench/level1" --candidates-dir bench/eval_candidates/level1 2>&1 |
         tee "$out/throughput.log" | tail -30 ;;
     agreement)
       mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl &&
-      PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench .kb --device cuda:0 --with-cases \
+      PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench "$kb" --device cuda:0 --with-cases \
+        --candidates-dir bench/eval_candidates/level1 \
         --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
