@@ -214,6 +214,10 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     return error(ErrorCode::invalid_argument, fmt::format("eval: shard {} has no problems ({} problem(s) in all); use at most {} shards",
                                                           options.shard.to_string(), all.size(), all.size()));
   }
+  if (!options.candidates.empty()) {
+    // Every problem needs its candidates: find a missing directory before anything runs.
+    for (const Problem& p : problems) KLLM_RETURN_IF_ERROR(candidate_files(options.candidates, p).status());
+  }
   KLLM_ASSIGN_OR_RETURN(RunStore store, RunStore::open_or_create(options.out, config));
   KLLM_RETURN_IF_ERROR(store.set_problems(problems));
   progress(fmt::format("run {}: {} problem(s){}", store.dir().string(), problems.size(),
