@@ -156,7 +156,7 @@ int main() {
                  cudaMemcpyHostToDevice);
     }
     cudaMemcpy(meta.as<int32_t>() + 8 * n, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice);
-    const int64_t max_splits = 4 + kSharedPrefixSplits;
+    const int64_t max_splits = 4 + 32;
     (void)q.allocate(static_cast<size_t>(n * 4096) * 4, "q");
     fill_random(DType::f32, q.get(), n * 4096, 9, 1.0f, nullptr);
     (void)acc.allocate(static_cast<size_t>(n * 32 * max_splits * 128) * 4, "acc");
@@ -186,12 +186,23 @@ int main() {
     sp.item_first = md + 5 * n;
     sp.item_count = md + 6 * n;
     sp.members = md + 7 * n;
+    std::printf("attention forks=20 prompt=%lld gen=%-4lld split kernel (4 splits) %8.1f us (shared pages: %d)\n",
+                static_cast<long long>(ctx), static_cast<long long>(gen), ms_split * 1e3, plan.shared ? 1 : 0);
     a.ctx_begin = md + 2 * n;
-    a.splits = max_splits;
-    const float ms_shared = median_ms([&](int) { shared_prefix_attention(t, a, sp, 4, kSharedPrefixSplits, nullptr); });
-    std::printf("attention forks=20 prompt=%lld gen=%-4lld split kernel %8.1f us, shared prefix %8.1f us (shared: %d)\n",
-                static_cast<long long>(ctx), static_cast<long long>(gen), ms_split * 1e3, ms_shared * 1e3,
-                plan.shared ? 1 : 0);
+    for (const auto& [ss, pre] : std::vector<std::pair<int64_t, int64_t>>{{4, 16}, {2, 16}, {1, 16}, {4, 8}, {4, 32}}) {
+      a.splits = ss + pre;
+      const float ms = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr); });
+      std::printf("attention forks=20 prompt=%lld gen=%-4lld shared prefix (%lld + %-2lld splits) %8.1f us",
+                  static_cast<long long>(ctx), static_cast<long long>(gen), static_cast<long long>(ss),
+                  static_cast<long long>(pre), ms * 1e3);
+      if (ss == 4 && pre == kSharedPrefixSplits) {  // the parts of the backend's choice
+        const float ms_suffix = median_ms([&](int) { attention_partial(t, a, ss, nullptr); });
+        const float ms_merge = median_ms([&](int) { attention_merge(t, a, nullptr); });
+        std::printf(" = suffix %.1f + prefix ~%.1f + merge %.1f", ms_suffix * 1e3, (ms - ms_suffix - ms_merge) * 1e3,
+                    ms_merge * 1e3);
+      }
+      std::printf("\n");
+    }
   }
   const cudaError_t err = cudaDeviceSynchronize();
   std::printf("status: %s\n", cudaGetErrorString(err));

@@ -84,7 +84,9 @@ Scene make_scene(DType t, const Shape& s, const std::vector<std::pair<int64_t, s
       double mx = -1e300, tot = 0;
       for (int64_t p = 0; p < len; ++p) {
         double dot = 0;
-        for (int64_t d = 0; d < s.hd; ++d) dot += static_cast<double>(sc.q[static_cast<size_t>(i * q_dim + h * s.hd + d)]) * at(i, p, 0, g, d);
+        for (int64_t d = 0; d < s.hd; ++d) {
+          dot += static_cast<double>(sc.q[static_cast<size_t>(i * q_dim + h * s.hd + d)]) * at(i, p, 0, g, d);
+        }
         w[static_cast<size_t>(p)] = dot / std::sqrt(static_cast<double>(s.hd));
         mx = std::max(mx, w[static_cast<size_t>(p)]);
       }
@@ -126,7 +128,9 @@ struct DeviceScene {
     put(q, sc.q.data(), sc.q.size() * 4);
     const std::vector<int32_t>* fields[] = {&sc.plan.ctx_begin,  &sc.plan.item_seq,   &sc.plan.item_prefix,
                                             &sc.plan.item_first, &sc.plan.item_count, &sc.plan.members};
-    for (size_t f = 0; f < 6; ++f) put(plan, fields[f]->data(), fields[f]->size() * 4, f * static_cast<size_t>(max_n) * 4);
+    for (size_t f = 0; f < 6; ++f) {
+      put(plan, fields[f]->data(), fields[f]->size() * 4, f * static_cast<size_t>(max_n) * 4);
+    }
   }
   cuda::AttentionArgs args(const Shape& s, int64_t n, int64_t splits) const {
     cuda::AttentionArgs a;
@@ -186,7 +190,8 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr);
   const auto got = download(d.out, sc.ref.size(), t);
   const double e_ref = rel_error(got, sc.ref), e_plain = rel_error(got, plain), e_old = rel_error(plain, sc.ref);
-  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (split kernel %.3g), vs split kernel %.3g\n",
+  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (split kernel %.3g), "
+              "vs split kernel %.3g\n",
               std::string(dtype_name(t)).c_str(), static_cast<long long>(s.heads), static_cast<long long>(s.kv_heads),
               static_cast<long long>(s.hd), static_cast<long long>(n), e_ref, e_old, e_plain);
   EXPECT_LT(e_ref, out_tolerance(t));
@@ -240,8 +245,8 @@ TEST_P(SharedPrefix, GraphReplayWithNewLengths) {
   d.upload(second);
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   const double e2 = rel_error(download(d.out, second.ref.size(), t), second.ref);
-  std::printf("[shared prefix graph %s] rel err first %.3g, after new lengths %.3g\n", std::string(dtype_name(t)).c_str(),
-              e1, e2);
+  std::printf("[shared prefix graph %s] rel err first %.3g, after new lengths %.3g\n",
+              std::string(dtype_name(t)).c_str(), e1, e2);
   EXPECT_LT(e1, out_tolerance(t));
   EXPECT_LT(e2, out_tolerance(t));
   cudaGraphExecDestroy(exec);
