@@ -63,10 +63,15 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// --pass-at has the syntax of --levels (distinct positive integers, comma-separated).
 Result<eval::MetricsOptions> metrics_options(const std::string& pass_at) {
-  KLLM_ASSIGN_OR_RETURN(std::vector<int> ks, eval::parse_levels(pass_at));
+  auto ks = eval::parse_levels(pass_at);
+  if (!ks.ok()) {
+    return error(ErrorCode::invalid_argument,
+                 fmt::format("expected distinct positive integers separated by commas (\"1,10,20\"), found \"{}\"", pass_at));
+  }
   eval::MetricsOptions m;
-  m.ks = ks;
+  m.ks = *ks;
   return m;
 }
 
