@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kernelllm::cli::add_generate_command(app, run);
   kernelllm::cli::add_bench_command(app, run);
   kernelllm::cli::add_verify_command(app, run);
+  kernelllm::cli::add_optimize_command(app, run);
   kernelllm::cli::add_eval_command(app, run);
   kernelllm::cli::add_repl_command(app, run);
   try {

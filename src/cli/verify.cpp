@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "kernelllm/harness/verify.h"
 
 namespace kernelllm::cli {
@@ -33,16 +34,6 @@ struct VerifyArgs {
   double load_timeout_s = 120;
   double run_timeout_s = 30;
 };
-
-std::string cell(std::string s, size_t width) {
-  if (s.size() > width) s = s.substr(0, width - 1) + "~";
-  return s;
-}
-
-// Paths keep their end (the file name) when cut.
-std::string path_cell(const std::string& s, size_t width) {
-  return s.size() <= width ? s : "~" + s.substr(s.size() - (width - 1));
-}
 
 void print_table(const harness::VerifyReport& rep) {
   std::printf("%s\n", rep.sandbox.c_str());
@@ -108,11 +99,7 @@ int run_verify(const VerifyArgs& a) {
   o.load_timeout_s = a.load_timeout_s;
   o.run_timeout_min_s = a.run_timeout_s;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "verify: %s\n", line.c_str()); };
-  if (a.no_sandbox) {
-    std::fprintf(stderr,
-                 "\n*** WARNING: --no-sandbox: candidate code runs UNCONFINED with your user's rights, network and files. ***\n"
-                 "*** Use it only to debug the verifier on code you trust.                                              ***\n\n");
-  }
+  if (a.no_sandbox) print_no_sandbox_warning();
   auto rep = harness::verify(a.problem, a.candidates, o);
   if (!rep.ok()) {
     std::fprintf(stderr, "kernelllm verify: error: %s\n", rep.status().to_string().c_str());

@@ -49,6 +49,11 @@ std::string stats_summary(const Json& stats) {
   return out;
 }
 
+// The rule, unless it only repeats the verdict's name (the verifier's error kinds do).
+std::string rule_of(const harness::CandidateResult& r) {
+  return r.rule == harness::verdict_name(r.verdict) ? std::string() : r.rule;
+}
+
 std::string where(const OptimizeCandidate& c, bool with_round) {
   return with_round ? fmt::format("round {} sample {}", c.round, c.sample) : fmt::format("sample {}", c.sample);
 }
@@ -63,7 +68,7 @@ std::string refinement_prompt(const std::string& prompt, const OptimizeCandidate
   out += c.code.empty() ? std::string("# (no code)\n") : c.code;
   out += "```\n";
   out += fmt::format("It failed verification against Model: {}", harness::verdict_name(r.verdict));
-  if (!r.rule.empty()) out += fmt::format(" (rule {})", r.rule);
+  if (std::string rule = rule_of(r); !rule.empty()) out += fmt::format(" (rule {})", rule);
   if (!r.message.empty()) out += ": " + one_line(r.message, 1200);
   out += "\n";
   if (std::string s = stats_summary(r.stats); !s.empty()) out += "Error statistics: " + s + "\n";
@@ -77,7 +82,7 @@ std::string refinement_prompt(const std::string& prompt, const OptimizeCandidate
 std::string failure_reason(const OptimizeCandidate& c, bool with_round) {
   const harness::CandidateResult& r = c.result;
   std::string line = where(c, with_round) + ": " + std::string(harness::verdict_name(r.verdict));
-  if (!r.rule.empty()) line += " [" + r.rule + "]";
+  if (std::string rule = rule_of(r); !rule.empty()) line += " [" + rule + "]";
   std::string why = r.message;
   if (std::string s = stats_summary(r.stats); !s.empty() && r.verdict == harness::Verdict::wrong_output) {
     why += (why.empty() ? "" : "; ") + s;
@@ -95,7 +100,8 @@ std::string verdict_line(const OptimizeCandidate& c, bool with_round) {
     if (r.speedup > 0) line += fmt::format(" ({:.2f}x)", r.speedup);
     return line;
   }
-  std::string why = r.rule.empty() ? r.message : r.rule + ": " + r.message;
+  const std::string rule = rule_of(r);
+  std::string why = rule.empty() ? r.message : rule + ": " + r.message;
   if (!why.empty()) line += " (" + one_line(why, 160) + ")";
   return line;
 }
