@@ -51,6 +51,13 @@ def problems(device: str) -> dict[Path, list[Path]]:
     return found
 
 
+def write_partial(out: Path, calls: list, n_candidates: int, wall_s: float) -> None:
+    """The rows so far (a device call can end before the last problem); replaced by the full record."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"complete": False, "command": " ".join(sys.argv), "candidates": n_candidates,
+                               "wall_s": round(wall_s, 2), "calls": calls}, indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cli", required=True)
@@ -91,10 +98,12 @@ def main() -> int:
             calls.append({"problem": problem.stem, "candidates": len(entries), "wall_s": round(wall_s, 3),
                           "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
                           "sandbox": report.get("sandbox")})
+            write_partial(args.out, calls, n_candidates, time.perf_counter() - t_all)
             print(f"{problem.stem:<22} {len(entries):>3} candidates  {wall_s:7.1f} s  "
                   + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
     total_s = time.perf_counter() - t_all
     result = {
+        "complete": True,
         "what": "kernelllm verify throughput (one verify call per problem): "
                 + (f"{args.problems_dir} with {args.candidates_dir}" if args.problems_dir else "tests/cases"),
         "command": " ".join(sys.argv),

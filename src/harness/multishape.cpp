@@ -55,8 +55,10 @@ std::optional<MultishapeResult> multishape_from_json(const Json& j) {
   return m;
 }
 
-// Runs on the main thread (the variant judges must outlive every worker thread that uses them).
-void Verifier::setup_variants(DeviceState& dev) {
+// Spawns one judge per size variant without waiting for it: called while the main judge starts,
+// so that their Python and torch start-up overlaps the correctness phase. Main thread only.
+void Verifier::spawn_variant_judges(DeviceState& dev) {
+  if (!dev.variants.empty()) return;
   for (const ShapeVariant& spec : default_shape_variants()) {
     auto v = std::make_unique<DeviceState>();
     v->index = dev.index;
@@ -64,33 +66,49 @@ void Verifier::setup_variants(DeviceState& dev) {
     v->hardware = dev.hardware;
     v->parent = &dev;
     v->variant = spec;
-    auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", v->tag()), {}, v->name, nullptr,
-                              std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2));
-    if (judge.ok()) v->judge = std::move(*judge);
-    else v->unusable = judge.status().to_string();
+    if (Status s = spawn_judge(*v); !s.ok()) v->unusable = s.to_string();
     dev.variants.push_back(std::move(v));
   }
+}
+
+// Loads the problem in every variant judge, all variants at once. Runs on the main thread (the
+// variant judges must outlive every worker thread that uses them).
+void Verifier::setup_variants(DeviceState& dev) {
+  spawn_variant_judges(dev);
+  if (dev.variants_ready) return;
+  dev.variants_ready = true;
+  std::vector<std::thread> threads;
   for (auto& v : dev.variants) {
     if (!v->unusable.empty()) continue;
-    log(fmt::format("judge: loading the problem's '{}' size variant on {}", v->variant.name, v->name));
-    Status s;
-    if (v->cuda()) {
-      std::shared_lock<std::shared_mutex> gpu(dev.gpu_mu);
-      s = setup_device(*v);
-    } else {
-      s = setup_device(*v);
-    }
-    if (!s.ok()) {
-      v->unusable = s.message();
-      if (v->judge) v->judge->proc.kill_tree();
-    }
+    threads.emplace_back([this, &dev, vs = v.get()] {
+      log(fmt::format("judge: loading the problem's '{}' size variant on {}", vs->variant.name, vs->name));
+      Status s;
+      if (vs->cuda()) {
+        std::shared_lock<std::shared_mutex> gpu(dev.gpu_mu);
+        s = setup_device(*vs);
+      } else {
+        s = setup_device(*vs);
+      }
+      if (!s.ok()) {
+        vs->unusable = s.message();
+        if (vs->judge) vs->judge->proc.kill_tree();
+      }
+    });
   }
+  for (std::thread& t : threads) t.join();
 }
 
 void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r) {
   std::vector<ShapeVariantResult> results;
   std::vector<std::string> unusable;
+  // Every variant's candidate process is started first, so that their start-up overlaps.
+  std::vector<Result<std::unique_ptr<Worker>>> workers;
   for (auto& v : dev.variants) {
+    if (v->unusable.empty()) workers.push_back(start_candidate_worker(*v, thread));
+    else workers.push_back(error(ErrorCode::unsupported, v->unusable));
+  }
+  for (size_t k = 0; k < dev.variants.size(); ++k) {
+    auto& v = dev.variants[k];
     if (!v->unusable.empty()) {
       unusable.push_back(fmt::format("{}: {}", v->variant.name, v->unusable));
       continue;
@@ -98,7 +116,7 @@ void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, Candidate
     ShapeVariantResult out;
     out.name = v->variant.name;
     out.sizes = v->size_globals;
-    auto w = start_candidate_worker(*v, thread);
+    auto& w = workers[k];
     Status hello = w.ok() ? await_hello(**w, opts_.start_timeout_s) : w.status();
     if (!hello.ok()) {
       out.verdict = Verdict::not_verified;

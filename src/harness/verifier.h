@@ -65,6 +65,7 @@ struct DeviceState {
   Json size_globals;              // the variant judge's {global: [old, new]}
   std::string unusable;           // why this variant cannot be checked (empty: usable)
   std::vector<std::unique_ptr<DeviceState>> variants;
+  bool variants_ready = false;     // setup_variants has loaded the problem in them
   bool cuda() const { return name != "cpu"; }
   DeviceState& root() { return parent ? *parent : *this; }
   std::string tag() const { return parent ? std::to_string(index) + "-" + variant.name : std::to_string(index); }
@@ -112,6 +113,8 @@ class Verifier {
 
   // multishape.cpp
   void run_multishape();
+  void spawn_variant_judges(DeviceState& dev);
+  Status spawn_judge(DeviceState& dev);  // starts dev's judge process unless it has one; does not wait
   void setup_variants(DeviceState& dev);
   void check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r);
 
@@ -134,6 +137,7 @@ class Verifier {
   std::atomic<size_t> next_candidate_{0};
   std::atomic<uint64_t> worker_seq_{0};
   int jobs_ = 1;
+  std::vector<std::unique_ptr<Worker>> prewarmed_;  // per worker thread, started during setup
   std::mutex warn_mu_;
   std::mutex notify_mutex_;
 };

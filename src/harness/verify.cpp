@@ -58,15 +58,19 @@ Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout
   return r;
 }
 
+Status Verifier::spawn_judge(DeviceState& dev) {
+  if (dev.judge) return {};
+  auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.tag()), {}, dev.name, nullptr,
+                            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2));
+  if (!judge.ok()) return judge.status();
+  dev.judge = std::move(*judge);
+  return {};
+}
+
 Status Verifier::setup_device(DeviceState& dev) {
   dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
   fs::create_directories(dev.shared_dir);
-  if (!dev.judge) {
-    auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.tag()), {}, dev.name, nullptr,
-                              std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2));
-    if (!judge.ok()) return judge.status().with_context("judge on " + dev.name);
-    dev.judge = std::move(*judge);
-  }
+  KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
   if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) return hello.with_context("judge on " + dev.name);
   int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
   Json req{{"op", "load_problem"},  {"problem_path", fs::absolute(problem_path_).string()},
@@ -214,6 +218,23 @@ Status Verifier::setup() {
     }
   }
   become_subreaper();
+  // Every judge process is started before any is waited for: their start-up overlaps.
+  for (auto& dev : devices_) {
+    (void)spawn_judge(*dev);  // a failure is reported by setup_device, which tries again
+    if (opts_.multishape) spawn_variant_judges(*dev);
+  }
+  // One candidate worker per thread starts now too (torch import while the judges load the
+  // problem); a thread whose first candidate needs another device starts its own.
+  prewarmed_.resize(static_cast<size_t>(jobs_));
+  for (size_t t = 0; t < prewarmed_.size(); ++t) {
+    DeviceState* dev = pick_device(t);
+    if (!dev) break;
+    dev->shared_dir = run_dir_ / fmt::format("shared-{}", dev->tag());
+    std::error_code ec;
+    fs::create_directories(dev->shared_dir, ec);
+    auto w = start_candidate_worker(*dev, t);
+    if (w.ok()) prewarmed_[t] = std::move(*w);
+  }
   for (auto& dev : devices_) {
     log(fmt::format("judge: loading the problem on {}", dev->name));
     KLLM_RETURN_IF_ERROR(setup_device(*dev));
@@ -254,7 +275,7 @@ Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& de
 
 void Verifier::worker_thread(size_t thread) {
   // The next worker is spawned while the current candidate runs and imports torch meanwhile.
-  std::unique_ptr<Worker> next;
+  std::unique_ptr<Worker> next = thread < prewarmed_.size() ? std::move(prewarmed_[thread]) : nullptr;
   for (;;) {
     size_t i = next_candidate_++;
     if (i >= candidate_paths_.size()) break;
@@ -357,11 +378,11 @@ void Verifier::from_cache(const Json& j, CandidateResult& r) {
 }
 
 Result<VerifyReport> Verifier::run() {
-  KLLM_RETURN_IF_ERROR(setup());
-  report_.candidates.resize(candidate_paths_.size());
   int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   jobs_ = opts_.jobs > 0 ? opts_.jobs : std::min(hw, static_cast<int>(candidate_paths_.size()));
   jobs_ = std::max(1, std::min(jobs_, static_cast<int>(candidate_paths_.size())));
+  KLLM_RETURN_IF_ERROR(setup());
+  report_.candidates.resize(candidate_paths_.size());
   log(fmt::format("{}; {} candidate(s), {} worker(s)", report_.sandbox, candidate_paths_.size(), jobs_));
   std::vector<std::thread> threads;
   for (int t = 0; t < jobs_; ++t) threads.emplace_back([this, t] { worker_thread(static_cast<size_t>(t)); });
@@ -377,7 +398,8 @@ Result<VerifyReport> Verifier::run() {
   if (opts_.select) select();
   for (auto& dev : devices_) {
     for (auto& v : dev->variants) {
-      if (v->judge && v->judge->proc.running()) v->judge->request(Json{{"op", "exit"}}, 5);
+      // A variant judge that was never used may still be importing torch: no exit request.
+      if (dev->variants_ready && v->judge && v->judge->proc.running()) v->judge->request(Json{{"op", "exit"}}, 5);
       if (v->judge) v->judge->proc.kill_tree();
     }
     if (dev->judge && dev->judge->proc.running()) {
