@@ -24,3 +24,7 @@ fi
 echo "setup: pip install . (builds the native library, the kernelllm CLI and the binding)"
 python3 -m pip install --quiet ${KERNELLLM_PIP_FLAGS:-} .
 command -v kernelllm >/dev/null && kernelllm --version
+if ! python3 -c "import torch, triton" >/dev/null 2>&1; then
+  echo "setup: note: PyTorch and/or Triton are not importable; verification (optimize, verify, eval, repl) needs" \
+       "them: pip install torch triton (a CPU-only machine runs kernels with TRITON_INTERPRET=1)"
+fi
