@@ -180,7 +180,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {
              {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes}};
     Reply run;
     if (dev.cuda()) {
-      std::shared_lock<std::shared_mutex> gpu(dev.root().gpu_mu);
+      GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
       run = w.request(req, timeout);
     } else {
       run = w.request(req, timeout);
@@ -289,7 +289,7 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   req["outputs_file_last"] = last_out.string();
   Reply reply;
   {
-    std::unique_lock<std::shared_mutex> lock(dev.gpu_mu);
+    GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
     ensure_reference_timing(dev);
     reply = w.request(req, opts_.timing_timeout_s);
   }

@@ -84,7 +84,7 @@ void Verifier::setup_variants(DeviceState& dev) {
       log(fmt::format("judge: loading the problem's '{}' size variant on {}", vs->variant.name, vs->name));
       Status s;
       if (vs->cuda()) {
-        std::shared_lock<std::shared_mutex> gpu(dev.gpu_mu);
+        GpuGuard gpu(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::shared);
         s = setup_device(*vs);
       } else {
         s = setup_device(*vs);

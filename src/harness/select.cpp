@@ -90,7 +90,7 @@ void Verifier::select() {
   std::vector<Finalist> finalists(alive.size());
   std::vector<bool> ok(alive.size(), true);
   {
-    std::unique_lock<std::shared_mutex> lock(dev->gpu_mu);
+    GpuGuard lock(dev->gpu_mu, dev->gpu_lock, GpuGuard::Mode::exclusive);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;

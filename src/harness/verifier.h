@@ -15,6 +15,7 @@
 #include "kernelllm/harness/cache.h"
 #include "kernelllm/harness/sandbox.h"
 #include "kernelllm/harness/verify.h"
+#include "gpu_lock.h"
 #include "workers.h"
 
 namespace kernelllm::harness {
@@ -51,6 +52,7 @@ struct DeviceState {
   // Timing takes it exclusively; correctness runs on a GPU take it shared, so that nothing
   // else runs on the GPU while a candidate or the reference is timed.
   std::shared_mutex gpu_mu;
+  std::filesystem::path gpu_lock;  // the same lock across processes (gpu_lock.h); empty on cpu
   Json problem;          // load_problem reply
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run

@@ -182,6 +182,7 @@ Status Verifier::setup() {
         return error(ErrorCode::not_found, fmt::format("device {}: torch sees {} CUDA device(s)", dev->name, py_.cuda_names.size()));
       }
       dev->hardware = py_.cuda_names[ordinal];
+      dev->gpu_lock = gpu_lock_file(dev->name);
     }
     devs.push_back(Json{{"name", dev->name}, {"hardware", dev->hardware}});
     devices_.push_back(std::move(dev));

@@ -1,0 +1,71 @@
+// Per-GPU lock shared across processes (gpu_lock.h): the in-process shared_mutex, then flock.
+#include "gpu_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <vector>
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+fs::path gpu_lock_file(std::string_view device_name) {
+  if (!device_name.starts_with("cuda")) return {};
+  std::string ordinal = "0";
+  if (auto colon = device_name.find(':'); colon != std::string_view::npos) ordinal = std::string(device_name.substr(colon + 1));
+  std::string id = ordinal;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && *visible) {
+    std::vector<std::string> entries(1);
+    for (const char* c = visible; *c; ++c) {
+      if (*c == ',') entries.emplace_back();
+      else if (*c != ' ') entries.back().push_back(*c);
+    }
+    char* end = nullptr;
+    const long n = std::strtol(ordinal.c_str(), &end, 10);
+    if (end && *end == '\0' && n >= 0 && static_cast<size_t>(n) < entries.size()) id = entries[static_cast<size_t>(n)];
+  }
+  for (char& c : id) {
+    if (c == '/' || c == '.') c = '_';
+  }
+  return fs::path("/tmp/kernelllm-gpu-locks") / ("gpu-" + id + ".lock");
+}
+
+namespace {
+
+int open_lock_file(const fs::path& file) {
+  if (file.empty()) return -1;
+  const fs::path dir = file.parent_path();
+  if (::mkdir(dir.c_str(), 01777) == 0) ::chmod(dir.c_str(), 01777);  // every user's processes share it
+  int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0) ::fchmod(fd, 0666);
+  return fd;
+}
+
+}  // namespace
+
+GpuGuard::GpuGuard(std::shared_mutex& mu, const fs::path& file, Mode mode) : mu_(mu), mode_(mode) {
+  if (mode_ == Mode::shared) mu_.lock_shared();
+  else mu_.lock();
+  fd_ = open_lock_file(file);
+  if (fd_ < 0) return;
+  int rc;
+  do {
+    rc = ::flock(fd_, mode_ == Mode::shared ? LOCK_SH : LOCK_EX);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+GpuGuard::~GpuGuard() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+  if (mode_ == Mode::shared) mu_.unlock_shared();
+  else mu_.unlock();
+}
+
+}  // namespace kernelllm::harness
