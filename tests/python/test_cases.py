@@ -96,62 +96,37 @@ def needs_verify(test):
 # "candidates" instead of "results", "path"/"file" instead of "candidate", and a verdict object
 # {"verdict"|"kind": STR, "rule": STR}.
 
-def report_entries(report) -> list[dict]:
-    if isinstance(report, list):
-        return report
-    for key in ("results", "candidates", "verdicts"):
-        if isinstance(report.get(key), list):
-            return report[key]
-    raise AssertionError(f"no list of per-candidate results in the report; top-level keys: {sorted(report)}")
+def report_entries(report: dict) -> list[dict]:
+    """The verifier's per-candidate results: report["candidates"] (VerifyReport::to_json)."""
+    assert isinstance(report, dict) and isinstance(report.get("candidates"), list), (
+        f"expected a report object with a 'candidates' list, found top-level keys "
+        f"{sorted(report) if isinstance(report, dict) else type(report).__name__}")
+    return report["candidates"]
 
 
-def entry_path(entry: dict) -> str | None:
-    for key in ("candidate", "path", "file", "candidate_path", "module_path"):
-        if isinstance(entry.get(key), str):
-            return entry[key]
-    return None
+def entry_path(entry: dict) -> str:
+    assert isinstance(entry.get("path"), str), f"expected a candidate 'path' string, found {entry.get('path')!r}"
+    return entry["path"]
 
 
-def entry_verdict(entry: dict) -> tuple[str | None, str | None]:
-    verdict = entry.get("verdict")
-    rule = entry.get("rule")
-    if isinstance(verdict, dict):
-        rule = rule or verdict.get("rule")
-        verdict = verdict.get("verdict") or verdict.get("kind") or verdict.get("name")
-    if rule is None and isinstance(entry.get("evidence"), dict):
-        rule = entry["evidence"].get("rule")
-    return verdict, rule
+def entry_verdict(entry: dict) -> tuple[str, str]:
+    assert isinstance(entry.get("verdict"), str), f"expected a 'verdict' string, found {entry.get('verdict')!r}"
+    return entry["verdict"], entry.get("rule") or ""
 
 
 def entry_multishape(entry: dict) -> str | None:
-    """'pass', 'fail', or None when the report has no multi-shape result."""
-    value = entry.get("multishape", entry.get("multi_shape"))
-    if isinstance(value, dict):
-        for key in ("verdict", "status", "result", "passed", "ok"):
-            if key in value:
-                value = value[key]
-                break
+    """'pass', 'fail', or None when the report has no multi-shape result (multishape is null)."""
+    value = entry.get("multishape")
     if value is None:
         return None
-    if value is True or value in ("pass", "passed", "correct", "ok"):
-        return "pass"
-    return "fail"
+    assert isinstance(value, dict) and value.get("verdict") in ("pass", "fail"), (
+        f"expected multishape null or {{'verdict': 'pass'|'fail', ...}}, found {value!r}")
+    return value["verdict"]
 
 
 def match_entries(cases: list[Path], entries: list[dict]) -> dict[Path, dict]:
-    matched: dict[Path, dict] = {}
-    by_path = {}
-    for entry in entries:
-        p = entry_path(entry)
-        if p is not None:
-            by_path[str(Path(p).resolve())] = entry
-    for case in cases:
-        if str(case.resolve()) in by_path:
-            matched[case] = by_path[str(case.resolve())]
-    if len(matched) < len(cases) and len(entries) == len(cases):
-        for case, entry in zip(cases, entries):
-            matched.setdefault(case, entry)
-    return matched
+    by_path = {str(Path(entry_path(e)).resolve()): e for e in entries}
+    return {case: by_path[str(case.resolve())] for case in cases if str(case.resolve()) in by_path}
 
 
 # --- running the verifier ----------------------------------------------------------------------
