@@ -5,8 +5,9 @@
 #             the GPU (toy tokenizer with Llama-3's id space), k = 10: generation and verification
 #             wall clock per phase → optimize-h100.json
 #   eval      `kernelllm eval` over the KernelBench level-1 problems that bench/eval_candidates has
-#             candidates for, both profiles → eval-h100/ (report.json, report.html, run.sqlite)
-#   resume    the same eval killed (SIGKILL) after RESUME_KILL_S seconds and restarted → eval-resume/
+#             candidates for, both profiles, EVAL_SHARDS (4) shards at once, merged → eval-h100/ (report.json, report.html, stores)
+#   resume    the same eval killed (SIGKILL) after RESUME_KILL_S seconds and restarted → eval-resume/ and
+#             eval-resume-h100.json (verifications per sample, verdicts vs EVAL_REF = an uninterrupted report.json)
 #   bench     `kernelllm bench` 8B random weights, 1,500-token prompt, 512 new tokens, n = 1,10,20,
 #             HF transformers beside it (--peer hf) → bench-h100.json
 # Usage on the GPU machine, from the repo root: bash bench/loop_device_run.sh OUT_DIR MODE...
@@ -14,17 +15,27 @@
 set -uo pipefail
 out=${1:?OUT_DIR}; shift
 mkdir -p "$out"
-rm -rf /tmp/kllm-l && mkdir -p /tmp/kllm-l && tar -xf .vdev/head.tar -C /tmp/kllm-l
-for d in .deps .kb .kb0; do [[ -d $d ]] && cp -r "$d" /tmp/kllm-l/; done
+# The build is kept on a warm machine: the tree is unpacked and rebuilt only when head.tar changed.
+sum=$(sha256sum .vdev/head.tar | cut -d' ' -f1)
+if [[ ! -x /tmp/kllm-l/build/ldev/kernelllm || "$(cat /tmp/kllm-l/.head-sha 2>/dev/null)" != "$sum" ]]; then
+  rm -rf /tmp/kllm-l && mkdir -p /tmp/kllm-l && tar -xf .vdev/head.tar -C /tmp/kllm-l
+  fresh=1
+fi
+for d in .deps .kb .kb0; do [[ -d $d && ! -d /tmp/kllm-l/$d ]] && cp -r "$d" /tmp/kllm-l/; done
 cd /tmp/kllm-l || exit 1
 source tools/device_env.sh
 kb=${KB:-.kb0}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$out/gpu.txt"
 cat "$out/gpu.txt"
-cmake -S . -B build/ldev -G Ninja -DKERNELLLM_CUDA=ON -DKERNELLLM_BUILD_TESTS=OFF -DKERNELLLM_WERROR=OFF \
-  -DCMAKE_BUILD_TYPE=Release > "$out/build.log" 2>&1 && ninja -C build/ldev kernelllm >> "$out/build.log" 2>&1 ||
-  { tail -30 "$out/build.log"; exit 1; }
+if [[ -n "${fresh:-}" ]]; then
+  t0=$SECONDS
+  cmake -S . -B build/ldev -G Ninja -DKERNELLLM_CUDA=ON -DKERNELLLM_BUILD_TESTS=OFF -DKERNELLLM_WERROR=OFF \
+    -DCMAKE_BUILD_TYPE=Release > "$out/build.log" 2>&1 && ninja -C build/ldev kernelllm >> "$out/build.log" 2>&1 ||
+    { tail -30 "$out/build.log"; exit 1; }
+  echo "$sum" > .head-sha
+  echo "built in $((SECONDS - t0)) s"
+fi
 cli=$PWD/build/ldev/kernelllm
 echo "build ok"
 problems=/tmp/kb-eval
@@ -41,31 +52,45 @@ for mode in "$@"; do
         --json "$out/optimize-h100.json" --out /tmp/opt/best.py > "$out/optimize.stdout" 2> "$out/optimize.stderr"
       echo "optimize exit $? after $((SECONDS - start)) s"; tail -25 "$out/optimize.stdout"; tail -5 "$out/optimize.stderr" ;;
     eval)
-      rm -rf /tmp/run
-      start=$SECONDS
-      "${eval_cmd[@]}" --out /tmp/run > "$out/eval.stdout" 2> "$out/eval.stderr"
-      echo "eval exit $? after $((SECONDS - start)) s"; tail -30 "$out/eval.stdout"
-      mkdir -p "$out/eval-h100" && cp /tmp/run/report.json /tmp/run/report.html "$out/eval-h100/" ;;
+      # EVAL_SHARDS shards at once on the one GPU (the timing lock spans processes), then merged.
+      rm -rf /tmp/run /tmp/run-s* && start=$SECONDS
+      shards=()
+      for ((i = 0; i < ${EVAL_SHARDS:-4}; i++)); do
+        XDG_CACHE_HOME=/tmp/cache-eval "${eval_cmd[@]}" --shard "$i/${EVAL_SHARDS:-4}" --out "/tmp/run-s$i" \
+          > "$out/eval-s$i.stdout" 2> "$out/eval-s$i.stderr" &
+        shards+=("/tmp/run-s$i")
+      done
+      wait
+      "$cli" eval merge "${shards[@]}" --out /tmp/run > "$out/eval.stdout" 2> "$out/eval.stderr"
+      echo "eval ($((${EVAL_SHARDS:-4})) shards) + merge exit $? after $((SECONDS - start)) s"; tail -30 "$out/eval.stdout"
+      mkdir -p "$out/eval-h100" && cp /tmp/run/report.json /tmp/run/report.html "$out/eval-h100/"
+      for s in "${shards[@]}"; do cp "$s/run.sqlite" "$out/eval-h100/$(basename "$s").sqlite"; done ;;
     resume)
-      rm -rf /tmp/run2
-      "${eval_cmd[@]}" --out /tmp/run2 > "$out/resume1.stdout" 2> "$out/resume1.stderr" &
-      pid=$!
+      # The same sharded eval, every shard SIGKILLed after RESUME_KILL_S seconds, then restarted;
+      # its own result cache, so the restart cannot be answered from the first run's results.
+      rm -rf /tmp/run2 /tmp/run2-s* /tmp/cache-resume && start=$SECONDS
+      shards=() pids=()
+      for ((i = 0; i < ${EVAL_SHARDS:-4}; i++)); do
+        XDG_CACHE_HOME=/tmp/cache-resume "${eval_cmd[@]}" --shard "$i/${EVAL_SHARDS:-4}" --out "/tmp/run2-s$i" \
+          > "$out/resume1-s$i.stdout" 2> "$out/resume1-s$i.stderr" &
+        pids+=($!) shards+=("/tmp/run2-s$i")
+      done
       sleep "${RESUME_KILL_S:-60}"
-      kill -9 "$pid"; wait "$pid" 2>/dev/null
-      pkill -9 -f kernelllm.worker 2>/dev/null
+      kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null
+      pkill -9 -f kernelllm.worker 2>/dev/null; sleep 2
       echo "killed after ${RESUME_KILL_S:-60} s"
-      "${eval_cmd[@]}" --out /tmp/run2 > "$out/resume2.stdout" 2> "$out/resume2.stderr"
-      echo "resumed run exit $?"; tail -5 "$out/resume2.stdout"
-      mkdir -p "$out/eval-resume" && cp /tmp/run2/report.json "$out/eval-resume/"
-      python3 - /tmp/run2/run.sqlite > "$out/eval-resume/verifications.txt" <<'PY'
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
-print("tables", tables)
-for t in tables:
-    print(t, db.execute(f"select count(*) from {t}").fetchone()[0])
-PY
-      cat "$out/eval-resume/verifications.txt" ;;
+      mkdir -p "$out/eval-resume"
+      python3 bench/eval_resume_check.py snapshot "${shards[@]}" > "$out/eval-resume/at-kill.json"
+      for ((i = 0; i < ${EVAL_SHARDS:-4}; i++)); do
+        XDG_CACHE_HOME=/tmp/cache-resume "${eval_cmd[@]}" --shard "$i/${EVAL_SHARDS:-4}" --out "/tmp/run2-s$i" \
+          > "$out/resume2-s$i.stdout" 2> "$out/resume2-s$i.stderr" &
+      done
+      wait
+      "$cli" eval merge "${shards[@]}" --out /tmp/run2 > "$out/resume-merge.stdout" 2>&1
+      echo "resumed + merged exit $? after $((SECONDS - start)) s"
+      cp /tmp/run2/report.json "$out/eval-resume/"
+      python3 bench/eval_resume_check.py check --at-kill "$out/eval-resume/at-kill.json" --resumed /tmp/run2/report.json \
+        ${EVAL_REF:+--reference "$EVAL_REF"} --out "$out/eval-resume-h100.json" "${shards[@]}" ;;
     bench)
       "$cli" bench --config llama-3.1-8b --random-weights --seed 0 --device cuda:0 --dtype bf16 --prompt-tokens 1500 \
         --new-tokens 512 -n 1,10,20 --warmup 2 --peer hf --json "$out/bench-h100.json" > "$out/bench.stdout" 2> "$out/bench.stderr"

@@ -21,9 +21,13 @@ kb=${KB:-.kb}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$out/gpu.txt"
 cat "$out/gpu.txt"
-cmake -S . -B build/vdev -G Ninja -DKERNELLLM_CUDA=OFF -DKERNELLLM_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
-  > "$out/build.log" 2>&1 && ninja -C build/vdev kernelllm >> "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
-cli=$PWD/build/vdev/kernelllm
+if [[ -n "${KERNELLLM_CLI:-}" && -x "${KERNELLLM_CLI}" ]]; then
+  cli=$KERNELLLM_CLI  # a CLI built already (e.g. by bench/loop_device_run.sh on this machine)
+else
+  cmake -S . -B build/vdev -G Ninja -DKERNELLLM_CUDA=OFF -DKERNELLLM_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
+    > "$out/build.log" 2>&1 && ninja -C build/vdev kernelllm >> "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  cli=$PWD/build/vdev/kernelllm
+fi
 echo "build ok"
 for mode in "$@"; do
   case $mode in
@@ -34,7 +38,8 @@ for mode in "$@"; do
         tee "$out/cases.log" | tail -40 ;;
     throughput)
       python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" \
-        --problems-dir "$kb/KernelBench/level1" --candidates-dir bench/eval_candidates/level1 2>&1 |
+        --problems-dir "$kb/KernelBench/level1" --candidates-dir bench/eval_candidates/level1 \
+        --concurrency "${THROUGHPUT_CONCURRENCY:-1}" 2>&1 |
         tee "$out/throughput.log" | tail -30 ;;
     agreement)
       mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -1,5 +1,6 @@
 """Verifier throughput: every candidate of every problem verified with one `kernelllm verify` call
-per problem, as an eval run would. Problems: the labelled cases (tests/cases), or with
+per problem, as an eval run would, --concurrency calls at once (as eval shards sharing a GPU:
+timing stays exclusive per GPU through the verifier's lock). Problems: the labelled cases (tests/cases), or with
 --problems-dir/--candidates-dir a KernelBench-style set (PROBLEMS/<stem>.py, CANDIDATES/<stem>/*.py,
 e.g. .kb/KernelBench/level1 with bench/eval_candidates/level1). Records candidates per minute, the
 wall time of each call, and per-phase times summed over candidates (start: waiting for a
@@ -19,7 +20,9 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +67,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=0, help="passed to verify --jobs (0: its default)")
+    ap.add_argument("--concurrency", type=int, default=1,
+                    help="verify calls at once (they share the GPU; timing stays exclusive through its lock)")
     ap.add_argument("--problems-dir", type=Path, help="KernelBench-style problems (with --candidates-dir)")
     ap.add_argument("--candidates-dir", type=Path, help="<problem stem>/<sample>.py candidates")
     args = ap.parse_args()
@@ -75,39 +80,52 @@ def main() -> int:
     if args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     calls, totals, n_candidates, verdicts = [], {p: 0.0 for p in PHASES}, 0, {}
+    lock = threading.Lock()
     t_all = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="verify-throughput-") as tmp:
-        for problem, cases in work.items():
-            out = Path(tmp) / f"{problem.stem}.json"
-            cmd = [args.cli, "verify", str(problem), *map(str, cases), "--device", args.device, "--json", str(out),
-                   "--no-cache", "--quiet", "--jobs", str(args.jobs)]
-            t0 = time.perf_counter()
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            wall_s = time.perf_counter() - t0
-            if not out.is_file():
-                print(f"{problem.stem}: no report (exit {r.returncode})\n{r.stderr[-2000:]}", file=sys.stderr)
-                return 1
-            report = json.loads(out.read_text())
-            entries = report["candidates"]
-            phase_sums = {p: sum(((e.get("evidence") or {}).get("phases") or {}).get(p, 0.0) for e in entries) for p in PHASES}
+
+    def one(problem: Path, cases: list[Path], tmp: str) -> str | None:
+        nonlocal n_candidates
+        out = Path(tmp) / f"{problem.stem}.json"
+        cmd = [args.cli, "verify", str(problem), *map(str, cases), "--device", args.device, "--json", str(out),
+               "--no-cache", "--quiet", "--jobs", str(args.jobs)]
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        wall_s = time.perf_counter() - t0
+        if not out.is_file():
+            return f"{problem.stem}: no report (exit {r.returncode})\n{r.stderr[-2000:]}"
+        report = json.loads(out.read_text())
+        entries = report["candidates"]
+        phase_sums = {p: sum(((e.get("evidence") or {}).get("phases") or {}).get(p, 0.0) for e in entries) for p in PHASES}
+        with lock:
             for p in PHASES:
                 totals[p] += phase_sums[p]
             for e in entries:
                 verdicts[e["verdict"]] = verdicts.get(e["verdict"], 0) + 1
             n_candidates += len(entries)
             calls.append({"problem": problem.stem, "candidates": len(entries), "wall_s": round(wall_s, 3),
-                          "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
-                          "sandbox": report.get("sandbox")})
+                          "started_s": round(t0 - t_all, 3), "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
+                          "verdicts": [e["verdict"] for e in entries], "sandbox": report.get("sandbox")})
             write_partial(args.out, calls, n_candidates, time.perf_counter() - t_all)
             print(f"{problem.stem:<22} {len(entries):>3} candidates  {wall_s:7.1f} s  "
                   + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
+        return None
+
+    with tempfile.TemporaryDirectory(prefix="verify-throughput-") as tmp:
+        with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+            futures = [pool.submit(one, problem, cases, tmp) for problem, cases in work.items()]
+            failures = [f.result() for f in futures]
+    failures = [f for f in failures if f]
+    if failures:
+        print("\n".join(failures), file=sys.stderr)
+        return 1
     total_s = time.perf_counter() - t_all
     result = {
         "complete": True,
-        "what": "kernelllm verify throughput (one verify call per problem): "
+        "what": f"kernelllm verify throughput (one verify call per problem, {args.concurrency} at a time): "
                 + (f"{args.problems_dir} with {args.candidates_dir}" if args.problems_dir else "tests/cases"),
         "command": " ".join(sys.argv),
         "device": args.device,
+        "concurrency": args.concurrency,
         "host": platform.node(),
         "problems": len(calls),
         "candidates": n_candidates,

@@ -3,9 +3,14 @@
 // committed row survives the process being killed; each write is its own transaction.
 #include "kernelllm/eval/run_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <utility>
@@ -19,6 +24,35 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kStoreFile = "run.sqlite";
+constexpr const char* kLockFile = "run.lock";
+
+// Takes the run directory's writer lock (an flock, released when the process dies) and leaves
+// this process's id in the file for the next one's message.
+Result<int> lock_run_dir(const fs::path& dir) {
+  const fs::path file = dir / kLockFile;
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return error(ErrorCode::io_error, fmt::format("cannot open {}: {}", file.string(), std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return error(ErrorCode::invalid_argument,
+                   fmt::format("the run {} is in use by another kernelllm process (pid {}); wait for it to end or use "
+                               "another --out",
+                               dir.string(), pid));
+    }
+    return error(ErrorCode::io_error, fmt::format("cannot lock {}: {}", file.string(), std::strerror(err)));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    // The lock holds without the pid; only the other process's message loses it.
+  }
+  return fd;
+}
 
 // A prepared statement, finalized on scope exit.
 class Statement {
@@ -113,13 +147,19 @@ std::optional<std::string> config_difference(const Json& stored, const Json& giv
 
 RunStore::~RunStore() {
   if (db_) sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 RunStore::RunStore(RunStore&& other) noexcept
-    : db_(std::exchange(other.db_, nullptr)), dir_(std::move(other.dir_)), config_(std::move(other.config_)) {}
+    : db_(std::exchange(other.db_, nullptr)),
+      lock_fd_(std::exchange(other.lock_fd_, -1)),
+      dir_(std::move(other.dir_)),
+      config_(std::move(other.config_)) {}
 RunStore& RunStore::operator=(RunStore&& other) noexcept {
   if (this != &other) {
     if (db_) sqlite3_close(db_);
+    if (lock_fd_ >= 0) ::close(lock_fd_);
     db_ = std::exchange(other.db_, nullptr);
+    lock_fd_ = std::exchange(other.lock_fd_, -1);
     dir_ = std::move(other.dir_);
     config_ = std::move(other.config_);
   }
@@ -157,6 +197,7 @@ Result<RunStore> RunStore::open_or_create(const fs::path& run_dir, const Json& c
   if (ec) return error(ErrorCode::io_error, fmt::format("cannot create the run directory {}: {}", run_dir.string(), ec.message()));
   RunStore s;
   s.dir_ = fs::absolute(run_dir, ec).lexically_normal();
+  KLLM_ASSIGN_OR_RETURN(s.lock_fd_, lock_run_dir(s.dir_));
   fs::path file = s.dir_ / kStoreFile;
   if (sqlite3_open_v2(file.c_str(), &s.db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
       SQLITE_OK) {

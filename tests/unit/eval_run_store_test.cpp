@@ -2,6 +2,7 @@
 // verdicts committed once with their verifications log, incomplete-run errors, and the rules
 // of merging shard stores.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -67,6 +68,23 @@ TEST(RunStore, ReopenWithOtherOptionsNamesTheKey) {
   ASSERT_FALSE(shard.ok());
   EXPECT_NE(shard.status().message().find("shard"), std::string::npos);
   EXPECT_FALSE(RunStore::open_existing(d.path() / "none").ok());
+}
+
+TEST(RunStore, ASecondWriterOfTheSameRunIsRefusedUntilTheFirstCloses) {
+  TempDir d;
+  {
+    auto first = RunStore::open_or_create(d.path() / "run", config());
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    auto second = RunStore::open_or_create(d.path() / "run", config());
+    ASSERT_FALSE(second.ok());
+    EXPECT_NE(second.status().message().find("in use by another kernelllm process (pid " + std::to_string(::getpid()) + ")"),
+              std::string::npos)
+        << second.status().message();
+    RunStore moved = std::move(*first);  // the lock moves with the store
+    EXPECT_FALSE(RunStore::open_or_create(d.path() / "run", config()).ok());
+    EXPECT_TRUE(RunStore::open_existing(d.path() / "run").ok());  // readers (report, merge) are not writers
+  }
+  EXPECT_TRUE(RunStore::open_or_create(d.path() / "run", config()).ok());
 }
 
 TEST(RunStore, ConfigDifferenceIgnoresListedKeys) {

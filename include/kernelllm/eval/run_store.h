@@ -80,7 +80,9 @@ class RunStore {
 
   // Creates `run_dir`/run.sqlite recording `config` (a JSON object), or opens an existing one
   // whose recorded config must equal `config` (invalid_argument naming the first differing key
-  // otherwise).
+  // otherwise). The store holds an exclusive lock on `run_dir`/run.lock while it lives: a second
+  // process opening the same run this way gets invalid_argument (two writers would verify the same
+  // samples twice).
   static Result<RunStore> open_or_create(const std::filesystem::path& run_dir, const Json& config);
   // Opens an existing store (report, merge); not_found when `run_dir` has none.
   static Result<RunStore> open_existing(const std::filesystem::path& run_dir);
@@ -118,6 +120,7 @@ class RunStore {
   Status exec(const char* sql) const;
   Status init_schema();
   sqlite3* db_ = nullptr;
+  int lock_fd_ = -1;  // flock on run.lock (open_or_create only)
   std::filesystem::path dir_;
   Json config_;
 };
