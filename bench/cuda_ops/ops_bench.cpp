@@ -1,8 +1,10 @@
 // Per-op device timings at the Llama-3.1-8B shapes (CUDA events, median of 50 after warm-up,
-// inputs rotated so the weights are not cache-resident): GEMV at n = 1, cuBLASLt at n = 1, 20
-// and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill (1,500 tokens), and
-// decode attention of 20 forks of one 1,500-token prompt: split kernel vs shared-prefix kernel.
-// Prints one line per op with time and achieved GB/s (weights + KV bytes read).
+// inputs rotated so the weights are not cache-resident): GEMV at n = 1, 2, 8 (the split-row kernel
+// gemv() runs, next to the old warp-per-row kernel on the same line; then every layout at n = 1),
+// cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
+// (1,500 tokens), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
+// shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
+// bytes read).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -62,9 +64,29 @@ int main() {
       fill_random(t, b.get(), s.rows * s.cols, 3, 0.02f, nullptr);
     }
     const double gb = static_cast<double>(s.rows * s.cols) * 2 / 1e9;
-    for (int64_t n : {1, 2, 8, 20}) {
-      const float ms = median_ms([&](int i) { gemv(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr); });
-      std::printf("gemv    %-8s n=%-4lld %8.1f us  %6.0f GB/s\n", s.name, static_cast<long long>(n), ms * 1e3, gb / ms * 1e3);
+    const GemvConfig layout = gemv_config(t, s.rows, s.cols);
+    for (int64_t n : {1, 2, 8}) {
+      const float old_ms = median_ms([&](int i) {
+        gemv_warp_per_row(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
+      });
+      const float ms = median_ms([&](int i) {
+        gemv(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
+      });
+      std::printf("gemv    %-8s n=%-4lld %8.1f us  %5.2f TB/s  | warp-per-row %8.1f us  %5.2f TB/s"
+                  "  | layout %d warps/row x %d rows/group\n",
+                  s.name, static_cast<long long>(n), ms * 1e3, gb / ms, old_ms * 1e3, gb / old_ms,
+                  layout.warps_per_row, layout.rows_per_group);
+    }
+    // Every layout of the split-row kernel at one token, for tuning gemv_config.
+    for (int wpr : {1, 2, 4, 8}) {
+      for (int rpg : {1, 2, 4}) {
+        const float ms = median_ms([&](int i) {
+          (void)gemv_with_config(GemvConfig{wpr, rpg}, t, w[i % kCopies].get(), s.rows, s.cols, x.get(), 1,
+                                 y.as<float>(), nullptr);
+        });
+        std::printf("gemv-layout %-8s n=1    %d warps/row x %d rows/group %8.1f us  %5.2f TB/s\n", s.name, wpr, rpg,
+                    ms * 1e3, gb / ms);
+      }
     }
     for (int64_t n : {1, 20, 1500}) {
       const float ms = median_ms([&](int i) {

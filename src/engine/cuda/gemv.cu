@@ -1,4 +1,11 @@
-// The decode GEMV; see gemv.cuh.
+// The decode GEMV; see gemv.cuh. gemv() runs the split-row kernel: a block of 256 threads is
+// 8 / W groups of W warps, each group computes R rows; thread t of a group takes the row's 16-byte
+// chunks t, t + 32W, ... and, per batch, loads its chunk for all R rows at once (8 loads in flight,
+// L1 bypassed), then the x chunk (once for the R rows, L1-cached: every block of the SM reads it),
+// then sums per warp by shuffles and across the group's warps through shared memory.
+#include <string>
+#include <type_traits>
+
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/gemv.cuh"
 
@@ -6,11 +13,16 @@ namespace kernelllm::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 8;
+constexpr int kThreads = kWarpsPerBlock * 32;
+constexpr int kUnroll = 8;  // 16-byte weight loads in flight per thread (both kernels)
+// gemv_config halves rows_per_group while the grid has fewer blocks than this (about four per SM
+// of an H100), so the small projections (o: 4,096 rows) still fill the GPU.
+constexpr int64_t kMinBlocks = 512;
 
+// --- the previous kernel: one warp per row, x re-read per row (bench and tests only) ----------
 template <class T, int N>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const T* w, int64_t rows, int64_t cols,
-                                                                   const T* x, float* y) {
+__global__ void __launch_bounds__(kThreads) gemv_warp_kernel(const T* w, int64_t rows, int64_t cols, const T* x,
+                                                             float* y) {
   constexpr int V = Vec16<T>::kN;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -54,11 +66,156 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(const T* w, i
   }
 }
 
-template <class T, int N>
-void launch(const void* w, int64_t rows, int64_t cols, const void* x, float* y, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_kernel<T, N><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const T*>(w), rows, cols,
-                                                                 static_cast<const T*>(x), y);
+// --- the split-row kernel ----------------------------------------------------------------------
+
+// 16 bytes from global memory that is read once: non-coherent path, not kept in L1. volatile: the
+// load is only ever issued where the code issues it (never hoisted out of its bounds check).
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <class T>
+__device__ __forceinline__ void unpack16(const uint4& raw, float* out) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::kN; ++i) out[i] = to_f32(e[i]);
+}
+
+// R rows per group, N tokens; warps_per_row (W) in {1, 2, 4, 8}. No thread returns early: all
+// reach the __syncthreads before the cross-warp sum.
+template <class T, int N, int R>
+__global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restrict__ w, int64_t rows, int64_t cols,
+                                                              const T* __restrict__ x, float* __restrict__ y,
+                                                              int warps_per_row) {
+  constexpr int V = Vec16<T>::kN;
+  constexpr int U = kUnroll / R;  // chunk positions per batch; U * R loads in flight
+  static_assert(U >= 1 && U * R == kUnroll, "R must divide kUnroll");
+  __shared__ float partial[kWarpsPerBlock][R][N];
+
+  const int tpg = 32 * warps_per_row;  // threads per group
+  const int groups = kWarpsPerBlock / warps_per_row;
+  const int group = static_cast<int>(threadIdx.x) / tpg;
+  const int t = static_cast<int>(threadIdx.x) % tpg;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * R;
+  const int64_t chunks = cols / V;
+
+  const T* wr[R];
+  bool valid[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    valid[r] = row0 + r < rows;
+    wr[r] = w + (valid[r] ? row0 + r : 0) * cols;
+  }
+  float acc[R][N];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) acc[r][n] = 0.0f;
+  }
+
+  const int64_t stride = static_cast<int64_t>(U) * tpg;
+  for (int64_t base = t; base < chunks; base += stride) {
+    uint4 raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + static_cast<int64_t>(u) * tpg;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        raw[u][r] = (valid[r] && k < chunks) ? load_stream(wr[r] + k * V) : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + static_cast<int64_t>(u) * tpg;
+      if (k >= chunks) break;
+      float wf[R][V];
+#pragma unroll
+      for (int r = 0; r < R; ++r) unpack16<T>(raw[u][r], wf[r]);
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        float xv[V];
+        load16(x + n * cols + k * V, xv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) acc[r][n] += wf[r][i] * xv[i];
+        }
+      }
+    }
+  }
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const float s = warp_sum(acc[r][n]);
+      if (lane == 0) partial[warp][r][n] = s;
+    }
+  }
+  __syncthreads();
+  // One thread per (group, row, token): groups * R * N <= 8 * 4 * 8 = kThreads.
+  const int out = static_cast<int>(threadIdx.x);
+  if (out < groups * R * N) {
+    const int g = out / (R * N);
+    const int r = (out / N) % R;
+    const int n = out % N;
+    float s = 0.0f;
+    for (int j = 0; j < warps_per_row; ++j) s += partial[g * warps_per_row + j][r][n];
+    const int64_t row = (static_cast<int64_t>(blockIdx.x) * groups + g) * R + r;
+    if (row < rows) y[static_cast<int64_t>(n) * rows + row] = s;
+  }
+}
+
+// Calls f(std::integral_constant<int, N>) for n_tokens = N in 1..8.
+template <class F>
+void dispatch_tokens(int64_t n_tokens, F&& f) {
+  switch (n_tokens) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
+template <class T, int N, int R>
+void launch_split(const GemvConfig& c, const void* w, int64_t rows, int64_t cols, const void* x, float* y,
+                  cudaStream_t stream) {
+  const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock / c.warps_per_row) * R;
+  const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+  gemv_split_kernel<T, N, R><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(w), rows, cols,
+                                                             static_cast<const T*>(x), y, c.warps_per_row);
+}
+
+void run_split(const GemvConfig& c, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
+               int64_t n_tokens, float* y, cudaStream_t stream) {
+  if (rows <= 0) return;
+  dispatch_dtype(type, [&](auto d) {
+    using T = decltype(d);
+    dispatch_tokens(n_tokens, [&](auto nc) {
+      constexpr int N = decltype(nc)::value;
+      switch (c.rows_per_group) {
+        case 1: launch_split<T, N, 1>(c, w, rows, cols, x, y, stream); break;
+        case 2: launch_split<T, N, 2>(c, w, rows, cols, x, y, stream); break;
+        default: launch_split<T, N, 4>(c, w, rows, cols, x, y, stream); break;
+      }
+    });
+  });
+}
+
+bool config_valid(const GemvConfig& c) {
+  const bool w_ok = c.warps_per_row == 1 || c.warps_per_row == 2 || c.warps_per_row == 4 || c.warps_per_row == 8;
+  const bool r_ok = c.rows_per_group == 1 || c.rows_per_group == 2 || c.rows_per_group == 4;
+  return w_ok && r_ok;
 }
 
 }  // namespace
@@ -68,20 +225,55 @@ bool gemv_supported(DType type, int64_t cols, int64_t n_tokens) {
   return n_tokens >= 1 && n_tokens <= kGemvMaxTokens && cols % vec == 0 && cols % 8 == 0;
 }
 
+GemvConfig gemv_config(DType type, int64_t rows, int64_t cols) {
+  const int64_t chunks = cols / (16 / static_cast<int64_t>(dtype_size(type)));
+  GemvConfig c;
+  // As many warps per row as keep every thread at one chunk or more.
+  c.warps_per_row = 1;
+  while (c.warps_per_row < kWarpsPerBlock && int64_t{64} * c.warps_per_row <= chunks) c.warps_per_row *= 2;
+  // Enough rows per group that a thread has ~8 loads in flight (cpt chunks per row each) ...
+  const int64_t cpt = (chunks + 32 * c.warps_per_row - 1) / (32 * c.warps_per_row);
+  c.rows_per_group = cpt <= 2 ? 4 : cpt <= 4 ? 2 : 1;
+  // ... but not so many that the grid stops filling the GPU.
+  const int64_t groups = kWarpsPerBlock / c.warps_per_row;
+  while (c.rows_per_group > 1 && (rows + groups * c.rows_per_group - 1) / (groups * c.rows_per_group) < kMinBlocks) {
+    c.rows_per_group /= 2;
+  }
+  return c;
+}
+
 void gemv(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, float* y,
           cudaStream_t stream) {
+  run_split(gemv_config(type, rows, cols), type, w, rows, cols, x, n_tokens, y, stream);
+}
+
+Status gemv_with_config(const GemvConfig& config, DType type, const void* w, int64_t rows, int64_t cols,
+                        const void* x, int64_t n_tokens, float* y, cudaStream_t stream) {
+  if (!config_valid(config)) {
+    return error(ErrorCode::invalid_argument,
+                 "gemv layout: expected warps_per_row in {1, 2, 4, 8} and rows_per_group in {1, 2, 4}, found " +
+                     std::to_string(config.warps_per_row) + " and " + std::to_string(config.rows_per_group));
+  }
+  if (!gemv_supported(type, cols, n_tokens) || rows < 0) {
+    return error(ErrorCode::invalid_argument,
+                 "gemv shape: expected rows >= 0, cols a multiple of 8 and 1..8 tokens, found rows " +
+                     std::to_string(rows) + ", cols " + std::to_string(cols) + ", tokens " + std::to_string(n_tokens));
+  }
+  run_split(config, type, w, rows, cols, x, n_tokens, y, stream);
+  return Status::ok_status();
+}
+
+void gemv_warp_per_row(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens,
+                       float* y, cudaStream_t stream) {
+  if (rows <= 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    switch (n_tokens) {
-      case 1: launch<T, 1>(w, rows, cols, x, y, stream); break;
-      case 2: launch<T, 2>(w, rows, cols, x, y, stream); break;
-      case 3: launch<T, 3>(w, rows, cols, x, y, stream); break;
-      case 4: launch<T, 4>(w, rows, cols, x, y, stream); break;
-      case 5: launch<T, 5>(w, rows, cols, x, y, stream); break;
-      case 6: launch<T, 6>(w, rows, cols, x, y, stream); break;
-      case 7: launch<T, 7>(w, rows, cols, x, y, stream); break;
-      default: launch<T, 8>(w, rows, cols, x, y, stream); break;
-    }
+    dispatch_tokens(n_tokens, [&](auto nc) {
+      constexpr int N = decltype(nc)::value;
+      const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+      gemv_warp_kernel<T, N><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(w), rows, cols,
+                                                             static_cast<const T*>(x), y);
+    });
   });
 }
 

@@ -1,0 +1,229 @@
+// The decode GEMV (engine/cuda/gemv.cuh) against a float64 CPU reference on the rounded inputs:
+// every layout the split-row kernel accepts (warps per row x rows per group), the layout gemv()
+// picks and the old warp-per-row kernel, for f32/f16/bf16, 1..8 tokens, odd row counts and column
+// counts that do not divide into a block's split; then the Llama-3.1-8B shapes. Tolerance 3e-5
+// normalized: fp32 accumulation over up to 14,336 columns (as in cuda_ops_test Projections).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "engine/cuda/gemv.cuh"
+#include "engine/cuda/init.cuh"
+
+namespace kernelllm {
+namespace {
+
+using namespace cuda_test;
+
+constexpr double kTolerance = 3e-5;
+constexpr int64_t kTokens = cuda::kGemvMaxTokens;
+
+// One weight matrix and kTokens activation rows, rounded to the dtype, on host and device; the
+// float64 products of the checked rows for all kTokens tokens.
+struct Problem {
+  DType type = DType::f32;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> w, x;
+  cuda::DeviceBuffer d_w, d_x;
+  std::vector<int64_t> checked;  // rows compared with the reference
+  std::vector<double> ref;       // ref[t * checked.size() + i] = W[checked[i]] . x[t]
+};
+
+void finish(Problem& p) {
+  const size_t m = p.checked.size();
+  p.ref.assign(static_cast<size_t>(kTokens) * m, 0.0);
+  for (size_t i = 0; i < m; ++i) {
+    const float* wr = p.w.data() + p.checked[i] * p.cols;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const float* xr = p.x.data() + t * p.cols;
+      double s = 0;
+      for (int64_t c = 0; c < p.cols; ++c) s += static_cast<double>(wr[c]) * xr[c];
+      p.ref[static_cast<size_t>(t) * m + i] = s;
+    }
+  }
+}
+
+void set_x(Problem& p, uint32_t seed) {
+  p.x = random_vector(static_cast<size_t>(kTokens * p.cols), seed);
+  const auto xb = encode(p.x, p.type);
+  p.d_x = upload(xb.data(), xb.size());
+}
+
+// Host-made weights; every row checked.
+Problem small_problem(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  Problem p;
+  p.type = t;
+  p.rows = rows;
+  p.cols = cols;
+  p.w = random_vector(static_cast<size_t>(rows * cols), seed, 0.05f);
+  const auto wb = encode(p.w, t);
+  p.d_w = upload(wb.data(), wb.size());
+  set_x(p, seed + 1);
+  for (int64_t r = 0; r < rows; ++r) p.checked.push_back(r);
+  finish(p);
+  return p;
+}
+
+// Device-made weights (fill_random, std 0.02); checked: the first and last 300 rows (first and
+// last blocks of every layout) and about 4,096 rows spread over the rest.
+Problem large_problem(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  Problem p;
+  p.type = t;
+  p.rows = rows;
+  p.cols = cols;
+  const int64_t n = rows * cols;
+  EXPECT_TRUE(p.d_w.allocate(static_cast<size_t>(n) * dtype_size(t), "w").ok());
+  cuda::fill_random(t, p.d_w.get(), n, seed, 0.02f, nullptr);
+  p.w = download(p.d_w, static_cast<size_t>(n), t);
+  set_x(p, seed + 1);
+  const int64_t stride = std::max<int64_t>(1, rows / 4096);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r < 300 || r >= rows - 300 || r % stride == stride / 2) p.checked.push_back(r);
+  }
+  finish(p);
+  return p;
+}
+
+// Normalized error of y[n_tokens, rows] over the checked rows; infinity when any output (checked
+// or not) is not finite, so rows left unwritten in the poisoned buffer fail.
+double error_of(const Problem& p, const cuda::DeviceBuffer& d_y, int64_t n_tokens) {
+  const auto y = download(d_y, static_cast<size_t>(n_tokens * p.rows));
+  for (float v : y) {
+    if (!std::isfinite(v)) return INFINITY;
+  }
+  const size_t m = p.checked.size();
+  double num = 0, den = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (size_t i = 0; i < m; ++i) {
+      const double ref = p.ref[static_cast<size_t>(t) * m + i];
+      const double d = static_cast<double>(y[static_cast<size_t>(t * p.rows + p.checked[i])]) - ref;
+      num += d * d;
+      den += ref * ref;
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+enum class Kernel { chosen, warp_per_row };
+
+double run(const Problem& p, Kernel k, int64_t n_tokens) {
+  auto d_y = poisoned(static_cast<size_t>(n_tokens * p.rows) * 4);
+  if (k == Kernel::chosen) {
+    cuda::gemv(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n_tokens, d_y.as<float>(), nullptr);
+  } else {
+    cuda::gemv_warp_per_row(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n_tokens, d_y.as<float>(), nullptr);
+  }
+  return error_of(p, d_y, n_tokens);
+}
+
+double run_layout(const Problem& p, const cuda::GemvConfig& c, int64_t n_tokens) {
+  auto d_y = poisoned(static_cast<size_t>(n_tokens * p.rows) * 4);
+  const Status s = cuda::gemv_with_config(c, p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n_tokens,
+                                          d_y.as<float>(), nullptr);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return error_of(p, d_y, n_tokens);
+}
+
+std::string shape_name(const Problem& p) {
+  return std::string(dtype_name(p.type)) + " " + std::to_string(p.rows) + "x" + std::to_string(p.cols);
+}
+
+class GemvTest : public ::testing::TestWithParam<DType> {};
+
+// Small shapes, every layout and token count (so every kernel instantiation runs): one 16-byte
+// chunk per row; rows fewer than one block's rows; 131 rows (no layout divides it); chunk counts
+// just past a power of two (513 for 16-bit types at 4,104 columns), so the last batch of every
+// layout is partial.
+TEST_P(GemvTest, EveryLayoutSmallShapes) {
+  const DType t = GetParam();
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {131, 1000}, {7, 4104}, {300, 2056}, {64, 64}, {1, 4096}};
+  uint32_t seed = 100;
+  for (auto [rows, cols] : shapes) {
+    ASSERT_TRUE(cuda::gemv_supported(t, cols, 1));
+    const Problem p = small_problem(t, rows, cols, seed += 2);
+    for (int wpr : {1, 2, 4, 8}) {
+      for (int rpg : {1, 2, 4}) {
+        for (int64_t n = 1; n <= kTokens; ++n) {
+          const double e = run_layout(p, cuda::GemvConfig{wpr, rpg}, n);
+          EXPECT_LT(e, kTolerance) << shape_name(p) << " warps_per_row " << wpr << " rows_per_group " << rpg
+                                   << " n " << n;
+        }
+      }
+    }
+    for (int64_t n = 1; n <= kTokens; ++n) {
+      const double e = run(p, Kernel::chosen, n);
+      EXPECT_LT(e, kTolerance) << shape_name(p) << " gemv n " << n;
+      const double e_old = run(p, Kernel::warp_per_row, n);
+      EXPECT_LT(e_old, kTolerance) << shape_name(p) << " warp-per-row n " << n;
+    }
+  }
+}
+
+// The decode projections of Llama-3.1-8B (hidden 4,096, 32 + 2 x 8 heads of 128, intermediate
+// 14,336, vocabulary 128,256) with the layout gemv() picks and with the old kernel.
+TEST_P(GemvTest, Llama8BShapes) {
+  const DType t = GetParam();
+  struct Shape {
+    const char* name;
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096},
+                          {"o", 4096, 4096},
+                          {"gate_up", 28672, 4096},
+                          {"down", 4096, 14336},
+                          {"lm_head", 128256, 4096}};
+  uint32_t seed = 7;
+  for (const Shape& s : shapes) {
+    const Problem p = large_problem(t, s.rows, s.cols, seed += 2);
+    const cuda::GemvConfig c = cuda::gemv_config(t, s.rows, s.cols);
+    for (int64_t n : {1, 2, 8}) {
+      const double e = run(p, Kernel::chosen, n);
+      const double e_old = run(p, Kernel::warp_per_row, n);
+      std::printf("[gemv %s %s n=%lld] layout %d warps/row x %d rows/group: rel err %.3g (warp-per-row %.3g)\n",
+                  s.name, shape_name(p).c_str(), static_cast<long long>(n), c.warps_per_row, c.rows_per_group, e,
+                  e_old);
+      EXPECT_LT(e, kTolerance) << s.name << " " << shape_name(p) << " n " << n;
+      EXPECT_LT(e_old, kTolerance) << s.name << " " << shape_name(p) << " warp-per-row n " << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GemvTest, ::testing::Values(DType::bf16, DType::f16, DType::f32),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+TEST(GemvLayout, InvalidLayoutsAndShapesRefused) {
+  const auto refused = [](cuda::GemvConfig c, int64_t cols, int64_t n) {
+    const Status s = cuda::gemv_with_config(c, DType::bf16, nullptr, 16, cols, nullptr, n, nullptr, nullptr);
+    return s.code() == ErrorCode::invalid_argument;
+  };
+  EXPECT_TRUE(refused({3, 1}, 64, 1));
+  EXPECT_TRUE(refused({16, 1}, 64, 1));
+  EXPECT_TRUE(refused({8, 8}, 64, 1));
+  EXPECT_TRUE(refused({8, 3}, 64, 1));
+  EXPECT_TRUE(refused({8, 4}, 12, 1));
+  EXPECT_TRUE(refused({8, 4}, 64, 0));
+  EXPECT_TRUE(refused({8, 4}, 64, 9));
+}
+
+// The layouts gemv() picks are ones gemv_with_config accepts, for every supported column count up
+// to 16,384 and row counts from 1 to 128,256 (no launch: rows = 0 runs nothing).
+TEST(GemvLayout, ChosenLayoutsAreValid) {
+  for (DType t : {DType::bf16, DType::f16, DType::f32}) {
+    for (int64_t rows : {1, 7, 131, 4096, 128256}) {
+      for (int64_t cols = 8; cols <= 16384; cols += 8) {
+        const cuda::GemvConfig c = cuda::gemv_config(t, rows, cols);
+        const Status s = cuda::gemv_with_config(c, t, nullptr, 0, cols, nullptr, 1, nullptr, nullptr);
+        ASSERT_TRUE(s.ok()) << s.to_string() << " rows " << rows << " cols " << cols;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kernelllm
