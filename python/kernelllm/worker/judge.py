@@ -263,8 +263,13 @@ class Judge:
         if sorted(outs) != [str(i) for i in range(len(ref))]:
             return self._fail("wrong_shape", f"expected {len(ref)} output(s) named 0..{len(ref) - 1}, found {sorted(outs)}")
         all_stats, trusted, passing_baselines = [], True, {}
+        # The comparison arithmetic (fp64 over every element, several passes) runs on the judge's
+        # GPU when it has one: on the CPU it dominated the correctness phase of large problems.
+        # Stored references and outputs stay in host memory.
+        on = self._on_compare_device
+        ref64 = [on(x) for x in ref64] if ref64 else None
         for i, r in enumerate(ref):
-            o = outs[str(i)]
+            o, r = on(outs[str(i)]), on(r)
             if tuple(o.shape) != tuple(r.shape):
                 return self._fail("wrong_shape", f"output {i}: expected shape {list(r.shape)}, found {list(o.shape)}")
             if o.dtype != r.dtype:
@@ -285,7 +290,7 @@ class Judge:
                 # stale_memory and zeros_pass, though such outputs are also input-independent.
                 cheat = compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None)
                 if cheat is None or cheat["rule"] not in ("stale_memory", "zeros_pass"):
-                    cheat = self._history_cheat(trial, i, o, checker, probe_outs.get(str(i))) or cheat
+                    cheat = self._history_cheat(trial, i, o, checker, on(probe_outs.get(str(i)))) or cheat
                 if cheat is not None:
                     return self._fail("cheat", f"output {i}: {cheat['evidence']}", rule=cheat["rule"],
                                       evidence=cheat["evidence"], **detail)
@@ -305,15 +310,17 @@ class Judge:
         """A failing output explained by other trials: it matches an earlier trial's reference
         (cached_result), it equals an earlier output of the candidate or its probe output while
         the references differ (closed_form: the values do not depend on the input)."""
+        on = self._on_compare_device
         others = [(u, d) for u, d in sorted(self.trials.items()) if u != trial]
         for u, d in others:
-            r = d["ref"][i] if i < len(d["ref"]) else None
+            r = on(d["ref"][i]) if i < len(d["ref"]) else None
             if r is not None and r.shape == o.shape and r.dtype == o.dtype and not checker.passes(r) and \
-                    compare.Checker(self.profile, r, d["ref64"][i] if d["ref64"] else None, self.kb_tolerance).passes(o):
+                    compare.Checker(self.profile, r, on(d["ref64"][i]) if d["ref64"] else None, self.kb_tolerance).passes(o):
                 return {"rule": "cached_result", "evidence": f"the output matches the reference of trial {u} "
                                                              f"(other inputs), not this trial's"}
         pr = self.trials[trial].get("probe_ref")
-        ref = self.trials[trial]["ref"][i]
+        pr = [on(x) for x in pr] if pr is not None else None
+        ref = on(self.trials[trial]["ref"][i])
         # The output failed this trial and is bit-identical for the probe inputs, whose exact
         # reference differs from this trial's: it does not follow the inputs. (Whether the two
         # references differ beyond the tolerance depends on the trial's random values, so the
@@ -324,13 +331,13 @@ class Judge:
                                                        "(same shapes, other values) whose references differ: the "
                                                        "output does not depend on the input values"}
         for u, d in others:
-            prev = d["outputs"][i] if d["outputs"] and i < len(d["outputs"]) else None
-            if prev is not None and prev.shape == o.shape and torch.equal(prev, o) and not checker.passes(d["ref"][i]):
+            prev = on(d["outputs"][i]) if d["outputs"] and i < len(d["outputs"]) else None
+            if prev is not None and prev.shape == o.shape and torch.equal(prev, o) and not checker.passes(on(d["ref"][i])):
                 return {"rule": "closed_form", "evidence": f"output identical to the candidate's output for trial {u}, "
                                                            "whose reference differs: the output does not depend on "
                                                            "the input values"}
         for u, d in others:
-            prev = d["outputs"][i] if d["outputs"] and i < len(d["outputs"]) else None
+            prev = on(d["outputs"][i]) if d["outputs"] and i < len(d["outputs"]) else None
             if prev is not None and prev.shape == o.shape and o.numel() > 0:
                 same = float((prev == o).double().mean())
                 if same >= 0.5:
@@ -338,6 +345,12 @@ class Judge:
                                                                 f"to the candidate's output for trial {u}: memory left "
                                                                 "from an earlier call, not computed from these inputs"}
         return None
+
+    def _on_compare_device(self, x: Any) -> Any:
+        """A tensor moved to the judge's GPU for comparing (itself on a CPU judge)."""
+        if isinstance(x, torch.Tensor) and self.device.startswith("cuda"):
+            return x.to(self.device)
+        return x
 
     def _fail(self, hint: str, message: str, rule: Optional[str] = None, **extra: Any) -> dict:
         out = {"match": False, "verdict_hint": hint, "rule": rule, "message": message}
