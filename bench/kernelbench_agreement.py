@@ -170,6 +170,8 @@ def main() -> int:
     parser.add_argument("--candidates-dir", type=Path, action="append", default=[],
                         help="also <problem stem>/<sample>.py candidates for level1/<stem>.py (e.g. bench/eval_candidates/level1)")
     parser.add_argument("--kb-jobs", type=int, default=8, help="KernelBench evals run at once (one child process each)")
+    parser.add_argument("--ours-jobs", type=int, default=4,
+                        help="`kernelllm verify` calls (one per problem) run at once; timing shares the GPU's lock")
     parser.add_argument("--kb-one", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.kb_one:
@@ -203,12 +205,17 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="kb-agreement-") as tmp:
         # KernelBench's side: one child per candidate, --kb-jobs at once (correctness only, so
-        # sharing the GPU does not change a verdict); ours: one verify call per problem.
+        # sharing the GPU does not change a verdict); ours: one verify call per problem,
+        # --ours-jobs at once. The JSON is rewritten after every problem, so a run stopped
+        # part-way still leaves its rows.
         pairs = [(problem, candidate) for problem, candidates in by_problem.items() for candidate in candidates]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.kb_jobs)) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.kb_jobs)) as pool, \
+                concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.ours_jobs)) as ours_pool:
             futures = {pair: pool.submit(run_kernelbench, args, *pair) for pair in pairs}
+            ours_futures = {problem: ours_pool.submit(our_verdicts, args, problem, candidates, Path(tmp))
+                            for problem, candidates in by_problem.items()}
             for problem, candidates in by_problem.items():
-                ours = our_verdicts(args, problem, candidates, Path(tmp))
+                ours = ours_futures[problem].result()
                 for candidate in candidates:
                     theirs = futures[(problem, candidate)].result()
                     mine = ours.get(candidate, {"verdict": "missing"})
@@ -219,6 +226,8 @@ def main() -> int:
                                  "agree": ((theirs["verdict"] == "correct") == (mine["verdict"] == "correct"))
                                  if judged else None,
                                  "kernelbench_detail": theirs, "kernelllm_detail": mine.get("entry", mine)})
+                if args.out:
+                    write_out(args, rows, complete=False)
     width = max(len(r["candidate"]) for r in rows)
     for r in rows:
         print(f"{r['candidate']:<{width}}  kernelbench={r['kernelbench']:<14} kernelllm={r['kernelllm']!s:<14} "
@@ -226,10 +235,17 @@ def main() -> int:
     agreed = sum(r["agree"] is True for r in rows)
     print(f"agreement: {agreed}/{len(rows)} (not judged by one side: {sum(r['agree'] is None for r in rows)})")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"device": args.device, "host": platform.node(), "trials": args.trials,
-                                        "agreed": agreed, "total": len(rows), "rows": rows}, indent=1))
+        write_out(args, rows, complete=True)
     return 0 if agreed == len(rows) else 1
+
+
+def write_out(args, rows: list[dict], complete: bool) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"device": args.device, "host": platform.node(), "trials": args.trials,
+                               "complete": complete, "agreed": sum(r["agree"] is True for r in rows),
+                               "total": len(rows), "rows": rows}, indent=1))
+    tmp.replace(args.out)
 
 
 if __name__ == "__main__":

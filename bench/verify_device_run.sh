@@ -33,9 +33,24 @@ for mode in "$@"; do
   case $mode in
     cases)
       # CASES_K: a pytest -k expression to run part of the suite (one device call is limited).
-      KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/verify-cases-h100.json \
-        python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 ${CASES_K:+-k "$CASES_K"} 2>&1 |
-        tee "$out/cases.log" | tail -40 ;;
+      # CASES_GROUPS: ';'-separated groups of comma-separated problem names, one concurrent pytest
+      # process per group (KERNELLLM_CASES_PROBLEMS; the GPU timing lock spans processes), each
+      # writing its own record cases-partI.json; merge them with bench/case_record_summary.py.
+      if [[ -n "${CASES_GROUPS:-}" ]]; then
+        IFS=';' read -ra groups <<< "$CASES_GROUPS"
+        for i in "${!groups[@]}"; do
+          KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/cases-part$i.json \
+            KERNELLLM_CASES_PROBLEMS=${groups[$i]} \
+            python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 \
+            > "$out/cases-$i.log" 2>&1 &
+        done
+        wait
+        tail -n 5 "$out"/cases-*.log
+      else
+        KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/verify-cases-h100.json \
+          python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 ${CASES_K:+-k "$CASES_K"} 2>&1 |
+          tee "$out/cases.log" | tail -40
+      fi ;;
     throughput)
       python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" \
         --problems-dir "$kb/KernelBench/level1" --candidates-dir bench/eval_candidates/level1 \

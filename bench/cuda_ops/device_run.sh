@@ -21,16 +21,17 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$out/
 t0=$SECONDS
 cmake -S . -B build/dev -G Ninja -DKERNELLLM_CUDA=ON -DKERNELLLM_WERROR=OFF -DCMAKE_BUILD_TYPE=Release \
   > "$out/build.log" 2>&1 &&
-  ninja -C build/dev -j16 shared_prefix_attention_test cuda_ops_test cuda_backend_test hf_8b_shape_test \
+  ninja -C build/dev -j16 gemv_test shared_prefix_attention_test cuda_ops_test cuda_backend_test hf_8b_shape_test \
     kernelllm_cuda_bench kernelllm_cuda_ops_bench >> "$out/build.log" 2>&1 ||
   { tail -40 "$out/build.log"; exit 1; }
 echo "build ok in $((SECONDS - t0)) s"
 t=build/dev/tests
+"$t/gemv_test" 2>&1 | tee "$out/gemv_test.log" | grep -E "FAILED|PASSED|Failure|error" | head -40
 "$t/shared_prefix_attention_test" 2>&1 | tee "$out/shared_prefix_attention_test.log" | grep -E "^\[|FAILED|PASSED|Failure|error" | head -60
 export KERNELLLM_TESTDATA=$src/build/dev/testdata
 python3 tools/make_test_data.py --out "$KERNELLLM_TESTDATA" > "$out/testdata.log" 2>&1 || { tail -20 "$out/testdata.log"; }
 "$t/cuda_backend_test" 2>&1 | tee "$out/cuda_backend_test.log" | grep -E "^\[|FAILED|PASSED|Failure|error" | head -60
-build/dev/kernelllm_cuda_ops_bench 2>&1 | tee "$out/ops_bench.txt" | grep attention
+build/dev/kernelllm_cuda_ops_bench 2>&1 | tee "$out/ops_bench.txt" | grep -Ei "attention|gemv"
 build/dev/kernelllm_cuda_bench 32 1500 128 20 bf16 2>&1 | tee "$out/bench.json"
 KERNELLLM_CUDA_SHARED_PREFIX=0 build/dev/kernelllm_cuda_bench 32 1500 128 20 bf16 2>&1 | tee "$out/bench_no_shared_prefix.json"
 "$t/cuda_ops_test" 2>&1 | tee "$out/cuda_ops_test.log" | grep -E "FAILED|PASSED|Failure|error" | head -40

@@ -2,7 +2,9 @@
 the installed `kernelllm verify` (one call per problem, all its candidates at once) and must get
 the verdict (and, for cheat/sandbox_violation, the rule) its header names. See tests/cases/README.md.
 Env: KERNELLLM_CASES_DEVICE (default cpu; e.g. cuda:0), KERNELLLM_CASES_RECORD (write all reports
-to this JSON file, e.g. bench/results/verify-cases-h100.json), KERNELLLM_CLI (the CLI to run)."""
+to this JSON file, e.g. bench/results/verify-cases-h100.json), KERNELLLM_CLI (the CLI to run),
+KERNELLLM_CASES_PROBLEMS (comma-separated problem names: run only their cases, e.g. to split the
+suite over concurrent processes; the header and rule-coverage checks always see every case)."""
 from __future__ import annotations
 
 import functools
@@ -39,9 +41,15 @@ def runs_here(head: dict[str, str]) -> bool:
     return head.get("device", "any") != "cuda" or DEVICE.startswith("cuda")
 
 
-def discover() -> list[tuple[str, Path, dict[str, str]]]:
+def discover(only: set[str] | None = None) -> list[tuple[str, Path, dict[str, str]]]:
+    problems = sorted(PROBLEMS.glob("*.py"))
+    if only is not None:
+        unknown = only - {p.stem for p in problems}
+        if unknown:
+            raise SystemExit(f"KERNELLLM_CASES_PROBLEMS names unknown problems: {sorted(unknown)}")
+        problems = [p for p in problems if p.stem in only]
     found = []
-    for problem in sorted(PROBLEMS.glob("*.py")):
+    for problem in problems:
         for case in sorted((CASES / problem.stem).glob("*.py")):
             head = parse_header(case)
             if runs_here(head):
@@ -49,7 +57,9 @@ def discover() -> list[tuple[str, Path, dict[str, str]]]:
     return found
 
 
-ALL_CASES = discover()
+_ONLY = os.environ.get("KERNELLLM_CASES_PROBLEMS")
+EVERY_CASE = discover()
+ALL_CASES = discover({p.strip() for p in _ONLY.split(",") if p.strip()}) if _ONLY else EVERY_CASE
 
 
 def find_cli() -> str | None:
@@ -184,9 +194,9 @@ def verify_problem(tmp_path_factory):
 # --- tests -------------------------------------------------------------------------------------
 
 def test_every_case_has_a_valid_header():
-    assert ALL_CASES, f"no cases under {CASES}"
+    assert EVERY_CASE, f"no cases under {CASES}"
     bad = []
-    for problem, case, head in ALL_CASES:
+    for problem, case, head in EVERY_CASE:
         expect = head.get("expect")
         if expect not in VERDICTS:
             bad.append(f"{problem}/{case.name}: expect={expect!r}")
@@ -205,7 +215,7 @@ RULES = {"no_triton_kernel", "stale_memory", "zeros_pass", "cached_result", "sid
 
 def test_every_rule_has_a_case_and_a_near_miss():
     caught, near = set(), set()
-    for _, _, head in ALL_CASES:
+    for _, _, head in EVERY_CASE:
         for key, bucket in (("rule", caught), ("attempts", caught), ("near_miss", near)):
             bucket.update(r.strip() for r in head.get(key, "").split(",") if r.strip())
     assert caught <= RULES and near <= RULES, f"unknown rule names: {(caught | near) - RULES}"
