@@ -34,6 +34,7 @@ struct EvalArgs {
   int jobs = 0;
   int trials = 5;
   int threads = 0;
+  double gpu_memory_fraction = 0.0;
   bool no_sandbox = false;
   bool timing = true;
   std::string prompt_template;
@@ -129,6 +130,7 @@ int run_eval_command(const EvalArgs& a) {
   engine.model = a.model;
   engine.device = a.gen_device;
   engine.threads = a.threads;
+  engine.gpu_memory_fraction = engine_memory_fraction(a.gen_device, o.verify.devices, a.gpu_memory_fraction);
   eval::SourceFactory open_source = [engine]() { return open_engine(engine); };
   auto report = eval::run_eval(o, a.candidates.empty() ? open_source : eval::SourceFactory{});
   if (!report.ok()) return fail(report.status());
@@ -179,6 +181,10 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
   cmd->add_option("--trials", args->trials, "correctness trials per candidate")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", args->threads, "CPU generation threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-memory-fraction", args->gpu_memory_fraction,
+                  "Most of the GPU's memory the engine (weights + KV cache) may hold, in (0, 1] (default 0.5 when the "
+                  "verifier uses the engine's GPU, else all free memory)")
+      ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--no-sandbox", args->no_sandbox, "run candidates unconfined (debugging only; prints a warning)");
   cmd->add_flag("--timing,!--no-timing", args->timing, "time correct candidates (default on)");
   cmd->add_option("--prompt-template", args->prompt_template, "template file with one {} (default: the model's kernelllm.py, else built-in)");

@@ -52,6 +52,7 @@ struct OptimizeArgs {
   bool no_cache = false;
   std::string cache_file;
   int threads = 0;
+  double gpu_memory_fraction = 0.0;
   bool verbose = false;
 };
 
@@ -153,6 +154,7 @@ Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::st
               {"model", a.model},
               {"random_weights", a.random_weights},
               {"device", a.device},
+              {"gpu_memory_fraction", engine_memory_fraction(a.device, o.verify.devices, a.gpu_memory_fraction)},
               {"verify_devices", o.verify.devices},
               {"profile", o.verify.profile},
               {"sandbox", o.verify.sandbox},
@@ -219,6 +221,7 @@ int run_optimize(const OptimizeArgs& a) {
   eo.random_config = a.random_weights;
   eo.random_seed = o.sampling.seed;
   eo.dtype = a.dtype;
+  eo.gpu_memory_fraction = engine_memory_fraction(a.device, o.verify.devices, a.gpu_memory_fraction);
   std::fprintf(stderr, "loading %s on %s (seed %llu)\n",
                a.random_weights.empty() ? model_dir->c_str() : ("random " + a.random_weights + " weights").c_str(),
                a.device.c_str(), static_cast<unsigned long long>(o.sampling.seed));
@@ -301,6 +304,10 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--no-cache", args->no_cache, "Neither read nor write the verifier's result cache");
   cmd->add_option("--cache", args->cache_file, "Verifier result cache file (default ~/.cache/kernelllm/verify.sqlite)");
   cmd->add_option("--threads", args->threads, "CPU engine threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-memory-fraction", args->gpu_memory_fraction,
+                  "Most of the GPU's memory the engine (weights + KV cache) may hold, in (0, 1] (default 0.5 when the "
+                  "verifier uses the engine's GPU, else all free memory)")
+      ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--verbose,-v", args->verbose, "Also print the verifier's progress lines");
   cmd->callback([&run, args] { run = [args] { return run_optimize(*args); }; });
 }

@@ -35,6 +35,7 @@ struct ReplArgs {
   bool no_verify = false;
   bool no_sandbox = false;
   std::string work_dir;
+  double gpu_memory_fraction = 0.0;
 };
 
 int fail(const Status& status) {
@@ -76,6 +77,9 @@ int run_repl_command(const ReplArgs& args) {
   engine.model = dir->string();
   engine.device = args.device;
   engine.threads = args.threads;
+  engine.gpu_memory_fraction =
+      engine_memory_fraction(args.device, options.verify_enabled ? options.verify.devices : std::vector<std::string>{},
+                             args.gpu_memory_fraction);
   auto source = open_engine(engine);
   if (!source.ok()) return fail(source.status());
 
@@ -118,6 +122,10 @@ void add_repl_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--no-verify", args->no_verify, "Only generate and extract; no verification");
   cmd->add_flag("--no-sandbox", args->no_sandbox, "Run candidates unconfined (trusted code only)");
   cmd->add_option("--work-dir", args->work_dir, "Where each module's files go (default: a new temp dir)");
+  cmd->add_option("--gpu-memory-fraction", args->gpu_memory_fraction,
+                  "Most of the GPU's memory the engine (weights + KV cache) may hold, in (0, 1] (default 0.5 when the "
+                  "verifier uses the engine's GPU, else all free memory)")
+      ->check(CLI::Range(0.01, 1.0));
   cmd->callback([&run, args] { run = [args] { return run_repl_command(*args); }; });
 }
 

@@ -106,8 +106,24 @@ std::unique_ptr<CompletionSource> make_engine_source(Backend& backend, const Tok
   return std::make_unique<EngineSource>(backend, tokenizer, std::move(stop_ids), std::move(description));
 }
 
+double engine_memory_fraction(const std::string& engine_device, const std::vector<std::string>& verify_devices,
+                              double requested) {
+  if (requested > 0.0) return requested;
+  auto device = parse_engine_device(engine_device);
+  if (!device.ok() || !device->cuda) return 0.0;
+  const std::string mine = "cuda:" + std::to_string(device->index);
+  for (const std::string& v : verify_devices) {
+    if (v == "cuda" || v == mine) return kSharedGpuMemoryFraction;
+  }
+  return 0.0;
+}
+
 Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& options) {
   KLLM_ASSIGN_OR_RETURN(DeviceChoice device, parse_engine_device(options.device));
+  if (!(options.gpu_memory_fraction >= 0.0 && options.gpu_memory_fraction <= 1.0)) {
+    return error(ErrorCode::invalid_argument, "GPU memory fraction: expected a value in (0, 1], found " +
+                                                  std::to_string(options.gpu_memory_fraction));
+  }
   KLLM_ASSIGN_OR_RETURN(DType dtype, parse_engine_dtype(options.dtype));
   if (device.cuda) KLLM_RETURN_IF_ERROR(require_cuda_build());
   auto owned = std::make_unique<OwnedEngineSource>();
@@ -152,6 +168,7 @@ Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& optio
     CudaBackendOptions co;
     co.device = device.index;
     co.dtype = dtype;
+    co.memory_fraction = options.gpu_memory_fraction;
     if (owned->weights) {
       KLLM_ASSIGN_OR_RETURN(owned->backend, make_cuda_backend(config, *owned->weights, co));
       owned->weights.reset();  // uploaded; the mmap is no longer needed

@@ -332,6 +332,25 @@ TEST(EngineSource, ErrorsNameTheCause) {
     EXPECT_EQ(no_cuda.status().code(), ErrorCode::unsupported);
     EXPECT_NE(no_cuda.status().message().find("built without the CUDA backend"), std::string::npos);
   }
+
+  eo.device = "cpu";
+  eo.gpu_memory_fraction = 1.5;
+  auto bad_fraction = open_engine(eo);
+  ASSERT_FALSE(bad_fraction.ok());
+  EXPECT_NE(bad_fraction.status().message().find("expected a value in (0, 1]"), std::string::npos);
+}
+
+TEST(EngineSource, MemoryFractionIsCappedOnlyWhenVerificationSharesTheGpu) {
+  const std::vector<std::string> gpu0{"cuda:0"}, gpu1{"cuda:1"}, both{"cuda:0", "cuda:1"}, cpu{"cpu"};
+  EXPECT_EQ(engine_memory_fraction("cuda", gpu0, 0.0), kSharedGpuMemoryFraction);
+  EXPECT_EQ(engine_memory_fraction("cuda:1", both, 0.0), kSharedGpuMemoryFraction);
+  EXPECT_EQ(engine_memory_fraction("cuda:0", {"cuda"}, 0.0), kSharedGpuMemoryFraction);
+  EXPECT_EQ(engine_memory_fraction("cuda:0", gpu1, 0.0), 0.0);
+  EXPECT_EQ(engine_memory_fraction("cuda", cpu, 0.0), 0.0);
+  EXPECT_EQ(engine_memory_fraction("cuda", {}, 0.0), 0.0);  // --no-verify
+  EXPECT_EQ(engine_memory_fraction("cpu", gpu0, 0.0), 0.0);
+  EXPECT_EQ(engine_memory_fraction("cuda:0", gpu0, 0.8), 0.8);  // the user's value wins
+  EXPECT_EQ(engine_memory_fraction("cuda:0", gpu1, 0.3), 0.3);
 }
 
 }  // namespace

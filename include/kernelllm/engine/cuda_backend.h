@@ -21,7 +21,12 @@ struct CudaBackendOptions {
   int device = 0;
   DType dtype = DType::bf16;         // weights, activations fed to matmuls and KV: bf16, f16 or f32
   int64_t max_sequences = 256;
-  int64_t kv_capacity_tokens = 0;    // KV pool size in tokens (all sequences); 0 → most of free memory
+  int64_t kv_capacity_tokens = 0;    // KV pool size in tokens (all sequences); 0 → from memory_fraction
+  // With kv_capacity_tokens == 0: > 0 sizes the KV pool so that this backend's device memory
+  // (context, weights, workspaces, KV) stays within this fraction of the device's total, leaving
+  // the rest to others on the same GPU (e.g. the verifier's processes); 0 → all free memory but
+  // 1.5 GiB.
+  double memory_fraction = 0.0;
   int64_t kv_page_tokens = 16;       // tokens per KV page; pages are shared between forks
   int64_t max_batch_tokens = 4096;   // tokens per device pass; larger forwards run in chunks
   bool cuda_graphs = true;           // capture single-token (decode) forwards per batch size

@@ -45,8 +45,19 @@ struct EngineOptions {
   std::string random_config;  // empty: real weights
   uint64_t random_seed = 0;
   std::string dtype = "bf16";  // CUDA: bf16 | fp16
+  // CUDA: the most of the GPU's memory the engine may hold (weights + KV cache), in (0, 1];
+  // 0 → all free memory but a small reserve. See engine_memory_fraction().
+  double gpu_memory_fraction = 0.0;
 };
 Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& options);
+
+// The engine's GPU memory fraction for a run that generates on `engine_device` and verifies on
+// `verify_devices`: `requested` when the user gave one (> 0); else kSharedGpuMemoryFraction when
+// verification uses the engine's GPU (its judge and candidate processes need memory there too),
+// else 0 (all free memory).
+inline constexpr double kSharedGpuMemoryFraction = 0.5;
+double engine_memory_fraction(const std::string& engine_device, const std::vector<std::string>& verify_devices,
+                              double requested);
 
 // A non-owning source over a backend and tokenizer someone else keeps alive (the Python
 // binding's Engine). Stops at `stop_ids`; `description` is what describe() returns.

@@ -5,6 +5,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <unordered_set>
@@ -47,6 +48,8 @@ Status CudaBackend::init() {
   const ModelConfig& c = config_;
   KLLM_CUDA_RETURN(cudaSetDevice(opts_.device), "selecting device " + std::to_string(opts_.device));
   KLLM_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+  size_t total_b = 0;
+  KLLM_CUDA_RETURN(cudaMemGetInfo(&free_at_start_, &total_b), "querying free memory");
   KLLM_RETURN_IF_ERROR(gemm_.init(dtype_));
   const size_t es = dtype_size(dtype_);
   const auto h = static_cast<size_t>(c.hidden_size), inter = static_cast<size_t>(c.intermediate_size);
@@ -152,10 +155,23 @@ Status CudaBackend::init_kv() {
     size_t free_b = 0, total_b = 0;
     KLLM_CUDA_RETURN(cudaMemGetInfo(&free_b, &total_b), "querying free memory");
     const size_t reserve = size_t{3} << 29;  // 1.5 GiB for cuBLASLt, graphs and the runtime
-    num_pages = free_b > reserve ? static_cast<int64_t>((free_b - reserve) / page_bytes) : 0;
+    size_t budget = free_b > reserve ? free_b - reserve : 0;
+    std::string limit = std::to_string(free_b >> 20) + " MiB free after the weights";
+    if (opts_.memory_fraction > 0.0) {
+      // What this process took so far: the context (estimated at 0.5 GiB: it existed before the
+      // first query), weights and workspaces. Other processes' usage is not ours to count.
+      const size_t context = size_t{1} << 29;
+      const size_t used = context + (free_at_start_ > free_b ? free_at_start_ - free_b : 0);
+      const auto allowed = static_cast<size_t>(opts_.memory_fraction * static_cast<double>(total_b));
+      budget = std::min(budget, allowed > used + reserve ? allowed - used - reserve : 0);
+      char fraction[32];
+      std::snprintf(fraction, sizeof fraction, "%.2f", opts_.memory_fraction);
+      limit += ", " + std::to_string(used >> 20) + " MiB used by this engine of " + std::to_string(allowed >> 20) +
+               " MiB allowed by memory fraction " + fraction;
+    }
+    num_pages = static_cast<int64_t>(budget / page_bytes);
     if (num_pages < 1) {
-      return error(ErrorCode::resource_exhausted, "cuda backend: no device memory left for the KV cache (" +
-                                                      std::to_string(free_b) + " bytes free after the weights)");
+      return error(ErrorCode::resource_exhausted, "cuda backend: no device memory left for the KV cache (" + limit + ")");
     }
   }
   KLLM_RETURN_IF_ERROR(kv_pool_.allocate(static_cast<size_t>(num_pages) * page_bytes,

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   Gemm gemm_;
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
+  size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations
 
   DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
   std::vector<Layer> layers_;

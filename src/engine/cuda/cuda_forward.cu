@@ -260,6 +260,11 @@ Status check_config(const ModelConfig& c, const CudaBackendOptions& o) {
     return error(ErrorCode::invalid_argument,
                  "cuda backend: expected kv_page_tokens, max_sequences, max_batch_tokens > 0 and kv_capacity_tokens >= 0");
   }
+  if (!(o.memory_fraction >= 0.0 && o.memory_fraction <= 1.0)) {
+    return error(ErrorCode::invalid_argument,
+                 "cuda backend: expected a memory fraction in [0, 1] (0: all free memory), found " +
+                     std::to_string(o.memory_fraction));
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= o.device || o.device < 0) {
     cudaGetLastError();
