@@ -36,12 +36,15 @@ for mode in "$@"; do
       # CASES_GROUPS: ';'-separated groups of comma-separated problem names, one concurrent pytest
       # process per group (KERNELLLM_CASES_PROBLEMS; the GPU timing lock spans processes), each
       # writing its own record cases-partI.json; merge them with bench/case_record_summary.py.
+      # Keep gpu_faults out of concurrent groups: its cases fill the GPU's memory and spin its SMs
+      # on purpose, which starves whatever else runs on the GPU at the time. CASES_TIMEOUT_S stops
+      # each group with SIGINT, so pytest still prints the failures it has seen.
       if [[ -n "${CASES_GROUPS:-}" ]]; then
         IFS=';' read -ra groups <<< "$CASES_GROUPS"
         for i in "${!groups[@]}"; do
           KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/cases-part$i.json \
             KERNELLLM_CASES_PROBLEMS=${groups[$i]} \
-            python3 -m pytest tests/python/test_cases.py -q -p no:cacheprovider --timeout 900 \
+            timeout -s INT "${CASES_TIMEOUT_S:-86400}" python3 -m pytest tests/python/test_cases.py -q -rf -p no:cacheprovider --timeout 900 \
             > "$out/cases-$i.log" 2>&1 &
         done
         wait
