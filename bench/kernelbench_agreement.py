@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 
@@ -119,15 +120,17 @@ def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: i
 def run_kernelbench(args, problem: Path, candidate: Path) -> dict:
     cmd = [sys.executable, __file__, "--kb-one", str(problem), str(candidate), "--kernelbench", str(args.kernelbench),
            "--device", args.device, "--trials", str(args.trials)]
+    t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    wall_s = round(time.perf_counter() - t0, 3)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
         # KernelBench's eval runs the candidate in this child; a dead child is a crash only when
         # the eval itself started (it prints a marker first), otherwise the harness failed.
         started = "kb-eval-started" in r.stderr
         return {"verdict": "crash" if started else "harness_error", "returncode": r.returncode,
-                "stderr_tail": r.stderr[-2000:]}
-    return json.loads(lines[-1])
+                "stderr_tail": r.stderr[-2000:], "wall_s": wall_s}
+    return {**json.loads(lines[-1]), "wall_s": wall_s}
 
 
 # --- our side --------------------------------------------------------------------------------------
@@ -136,7 +139,9 @@ def our_verdicts(args, problem: Path, candidates: list[Path], work: Path) -> dic
     out = work / f"{problem.stem}.json"
     cmd = [args.cli, "verify", str(problem), *map(str, candidates), "--profile", "kernelbench", "--device",
            args.device, "--json", str(out), "--no-cache"]
+    t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    wall_s = round(time.perf_counter() - t0, 3)
     if not out.is_file():
         return {c: {"verdict": "no_report", "returncode": r.returncode, "stderr_tail": r.stderr[-2000:]}
                 for c in candidates}
@@ -152,7 +157,7 @@ def our_verdicts(args, problem: Path, candidates: list[Path], work: Path) -> dic
         verdict = entry.get("verdict")
         if isinstance(verdict, dict):
             verdict = verdict.get("verdict") or verdict.get("kind")
-        found[candidate] = {"verdict": verdict, "entry": entry}
+        found[candidate] = {"verdict": verdict, "entry": entry, "call_wall_s": wall_s}
     return found
 
 
@@ -225,6 +230,8 @@ def main() -> int:
                                  "kernelllm": mine["verdict"],
                                  "agree": ((theirs["verdict"] == "correct") == (mine["verdict"] == "correct"))
                                  if judged else None,
+                                 "kernelbench_wall_s": theirs.get("wall_s"),
+                                 "kernelllm_call_wall_s": mine.get("call_wall_s"),
                                  "kernelbench_detail": theirs, "kernelllm_detail": mine.get("entry", mine)})
                 if args.out:
                     write_out(args, rows, complete=False)
