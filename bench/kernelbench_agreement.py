@@ -163,7 +163,10 @@ def our_verdicts(args, problem: Path, candidates: list[Path], work: Path) -> dic
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout")
+    parser.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout (its eval code)")
+    parser.add_argument("--problems-root", type=Path,
+                        help="take the problem files from this KernelBench checkout instead (e.g. the June 2025 sizes "
+                             "with a later eval that runs Triton candidates)")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--trials", type=int, default=5, help="correctness trials (KernelBench's default is 5)")
     parser.add_argument("--cases", type=Path, default=CASES)
@@ -187,7 +190,7 @@ def main() -> int:
     for candidate in sorted(args.cases.glob("*.py")):
         rel = header(candidate).get("kernelbench")
         if rel:
-            by_problem.setdefault(problem_path(args.kernelbench, rel), []).append(candidate)
+            by_problem.setdefault(problem_path(args.problems_root or args.kernelbench, rel), []).append(candidate)
     if args.with_cases:
         # Our own labelled cases whose outcome does not depend on cheat or sandbox rules: both
         # evaluators should agree on honest kernels and on plainly wrong or broken ones.
@@ -202,7 +205,7 @@ def main() -> int:
     for cdir in args.candidates_dir:
         level = cdir.name if cdir.name.startswith("level") else "level1"
         for sub in sorted(d for d in cdir.iterdir() if d.is_dir()):
-            problem = problem_path(args.kernelbench, f"{level}/{sub.name}.py")
+            problem = problem_path(args.problems_root or args.kernelbench, f"{level}/{sub.name}.py")
             by_problem.setdefault(problem, []).extend(sorted(sub.glob("*.py")))
     if not by_problem:
         raise SystemExit(f"no candidates with a '# kernelbench:' header under {args.cases}")
@@ -250,6 +253,7 @@ def write_out(args, rows: list[dict], complete: bool) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"device": args.device, "host": platform.node(), "trials": args.trials,
+                               "kernelbench": str(args.kernelbench), "problems_root": str(args.problems_root or args.kernelbench),
                                "complete": complete, "agreed": sum(r["agree"] is True for r in rows),
                                "total": len(rows), "rows": rows}, indent=1))
     tmp.replace(args.out)

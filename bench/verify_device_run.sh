@@ -62,7 +62,9 @@ for mode in "$@"; do
     agreement)
       mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl &&
-      PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench "$kb" --device cuda:0 --with-cases \
+      # AGREEMENT_EVAL: the KernelBench tree whose eval runs (default $kb); problems come from $kb.
+      PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench "${AGREEMENT_EVAL:-$kb}" \
+        --problems-root "$kb" --device cuda:0 ${AGREEMENT_WITH_CASES:+--with-cases} \
         --candidates-dir bench/eval_candidates/level1 \
         --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
     *) echo "unknown mode $mode"; exit 2 ;;
