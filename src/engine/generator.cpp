@@ -1,14 +1,18 @@
 // k-sample generation: one prefill of the prompt, k forks sharing its KV, then one batched
 // forward per step over the samples still running. Sample i at step t draws with
 // sample_token(logits, params, i, t), so a sample's tokens depend only on (seed, i), not on
-// k, batching or which other samples already stopped.
+// k, batching, which other samples already stopped, or the threads that drew them.
 #include "kernelllm/engine/generator.h"
 
 #include "engine/sample_step.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
+
+#include "kernelllm/base/thread_pool.h"
 
 namespace kernelllm {
 
@@ -100,15 +104,23 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   std::vector<size_t> row_of(k, 0);
   bool cancelled = false;
   const auto t_decode = Clock::now();
+  std::vector<TokenDraw> draws;
   for (uint64_t step = 0;; ++step) {
+    draws.clear();
+    for (size_t i = 0; i < k; ++i) {
+      if (!samples[i].alive) continue;
+      const std::span<const float> row(logits.data() + row_of[i] * vocab, static_cast<size_t>(vocab));
+      draws.push_back(TokenDraw{row, &options.sampling, i, step});
+    }
+    draw_tokens(draws);
     std::vector<ForwardRequest> batch;
     std::vector<size_t> batch_samples;
-    for (size_t i = 0; i < k && !cancelled; ++i) {
+    for (const TokenDraw& d : draws) {
+      if (cancelled) break;
+      const auto i = static_cast<size_t>(d.index);
       SampleState& s = samples[i];
-      if (!s.alive) continue;
-      const std::span<const float> row(logits.data() + row_of[i] * vocab, static_cast<size_t>(vocab));
-      const SampleStepResult res = advance_sample(row, options, i, step, static_cast<int64_t>(prompt_ids.size()),
-                                                  max_pos, s.out, s.decoder, on_text);
+      const SampleStepResult res = apply_token(d.token, options, i, static_cast<int64_t>(prompt_ids.size()), max_pos,
+                                               s.out, s.decoder, on_text);
       ++local_stats.generated_tokens;
       cancelled = cancelled || res.cancel;
       s.alive = res.alive;
@@ -144,11 +156,31 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   return out;
 }
 
-SampleStepResult advance_sample(std::span<const float> logits_row, const GenerateOptions& options, uint64_t index,
-                                uint64_t step, int64_t prompt_tokens, int64_t max_positions, Completion& out,
-                                StreamDecoder& decoder, const StreamCallback& on_text) {
+void draw_tokens(std::span<TokenDraw> draws) {
+  const auto draw = [&](size_t i) {
+    TokenDraw& d = draws[i];
+    d.token = sample_token(d.row, *d.params, d.index, d.step);
+  };
+  const auto sampled = std::count_if(draws.begin(), draws.end(),
+                                     [](const TokenDraw& d) { return d.params->temperature != 0.0f; });
+  if (sampled < 2) {
+    for (size_t i = 0; i < draws.size(); ++i) draw(i);
+    return;
+  }
+  // Draws take ~0.1-5 ms each (sampler.cpp) and vary with the row, so workers take the next
+  // undrawn one rather than a fixed share.
+  static ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+  std::atomic<size_t> next{0};
+  const auto workers = std::min<int64_t>(pool.size(), static_cast<int64_t>(draws.size()));
+  pool.parallel_for(workers, [&](int64_t, int64_t) {
+    for (size_t i = next++; i < draws.size(); i = next++) draw(i);
+  });
+}
+
+SampleStepResult apply_token(int32_t tok, const GenerateOptions& options, uint64_t index, int64_t prompt_tokens,
+                             int64_t max_positions, Completion& out, StreamDecoder& decoder,
+                             const StreamCallback& on_text) {
   SampleStepResult res;
-  const int32_t tok = sample_token(logits_row, options.sampling, index, step);
   out.tokens.push_back(tok);
   if (std::find(options.stop_ids.begin(), options.stop_ids.end(), tok) != options.stop_ids.end()) {
     out.finish = FinishReason::stop;

@@ -1,6 +1,8 @@
-// One decode step of one sample, shared by generate() and the Scheduler so that a request's
-// tokens are the same whichever runs it: draw token `step` of sample `index` from its logits
-// row, append it, stop on a stop id, stream its text, stop at max_new_tokens or the position limit.
+// One decode step of the samples, shared by generate() and the Scheduler so that a request's
+// tokens are the same whichever runs it. Two phases: draw_tokens draws token `step` of sample
+// `index` for every live sample at once (pure, so in parallel); apply_token then appends each
+// token in sample order: stop on a stop id, stream its text, stop at max_new_tokens or the
+// position limit.
 #pragma once
 
 #include <cstdint>
@@ -10,13 +12,25 @@
 
 namespace kernelllm {
 
+struct TokenDraw {
+  std::span<const float> row;       // [vocab] logits the token is drawn from
+  const SamplingParams* params = nullptr;
+  uint64_t index = 0;               // sample index
+  uint64_t step = 0;                // tokens the sample has generated so far
+  int32_t token = 0;                // out: sample_token(row, *params, index, step)
+};
+
+// Fills every draw's token. Two or more sampled (temperature > 0) draws run on a process-wide
+// pool of min(hardware threads, 16) threads; the tokens do not depend on it.
+void draw_tokens(std::span<TokenDraw> draws);
+
 struct SampleStepResult {
   bool alive = false;       // the sample needs another forward with its new token
   bool cancel = false;      // the stream callback asked to cancel everything
 };
 
-SampleStepResult advance_sample(std::span<const float> logits_row, const GenerateOptions& options, uint64_t index,
-                                uint64_t step, int64_t prompt_tokens, int64_t max_positions, Completion& out,
-                                StreamDecoder& decoder, const StreamCallback& on_text);
+SampleStepResult apply_token(int32_t token, const GenerateOptions& options, uint64_t index, int64_t prompt_tokens,
+                             int64_t max_positions, Completion& out, StreamDecoder& decoder,
+                             const StreamCallback& on_text);
 
 }  // namespace kernelllm

@@ -28,6 +28,7 @@ struct Scheduler::Sample {
   StreamDecoder decoder;
   Completion out;
   const float* row = nullptr;  // [vocab] logits this sample draws its next token from
+  int32_t drawn = 0;           // its token for this step, drawn before the in-order bookkeeping
 };
 
 struct Scheduler::Request {
@@ -159,18 +160,33 @@ Status Scheduler::admit(Request& r) {
   return status;
 }
 
+void Scheduler::draw_all() {
+  const auto vocab = static_cast<size_t>(backend_.config().vocab_size);
+  std::vector<TokenDraw> draws;
+  std::vector<Sample*> owners;
+  for (auto& r : running_) {
+    if (r->cancelled) continue;
+    for (Sample& s : r->samples) {
+      if (!s.alive) continue;
+      draws.push_back(TokenDraw{{s.row, vocab}, &r->options.sampling, static_cast<uint64_t>(s.index),
+                                s.out.tokens.size()});
+      owners.push_back(&s);
+    }
+  }
+  draw_tokens(draws);
+  for (size_t i = 0; i < draws.size(); ++i) owners[i]->drawn = draws[i].token;
+}
+
 void Scheduler::sample_request(Request& r, std::vector<ForwardRequest>& batch, std::vector<Sample*>& rows) {
-  const int64_t vocab = backend_.config().vocab_size;
   const int64_t max_pos = backend_.config().max_position_embeddings;
   const GenerateOptions& o = r.options;
   const size_t first_row = batch.size();
   for (Sample& s : r.samples) {
     if (r.cancelled) break;
     if (!s.alive) continue;
-    const uint64_t step = s.out.tokens.size();
-    const SampleStepResult res =
-        advance_sample({s.row, static_cast<size_t>(vocab)}, o, static_cast<uint64_t>(s.index), step,
-                       static_cast<int64_t>(r.prompt.size()), max_pos, s.out, s.decoder, r.on_text);
+    const SampleStepResult res = apply_token(s.drawn, o, static_cast<uint64_t>(s.index),
+                                             static_cast<int64_t>(r.prompt.size()), max_pos, s.out, s.decoder,
+                                             r.on_text);
     ++r.stats.generated_tokens;
     r.cancelled = r.cancelled || res.cancel;
     s.alive = res.alive;
@@ -237,6 +253,7 @@ Status Scheduler::step() {
 
   std::vector<ForwardRequest> batch;
   std::vector<Sample*> rows;
+  draw_all();
   for (auto& r : running_) sample_request(*r, batch, rows);
 
   // Requests whose samples all stopped leave before the forward; their sequences free up.

@@ -39,7 +39,8 @@ struct Candidate {
 std::vector<Candidate> candidate_set(std::span<const float> logits, const SamplingParams& params);
 
 // Draws a token: argmax when temperature == 0, else inverse-CDF over candidate_set with
-// uniform01(seed, sample_index, step).
+// uniform01(seed, sample_index, step). Both are pure and safe to call from several threads
+// at once (scratch buffers are per thread).
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t sample_index,
                      uint64_t step);
 

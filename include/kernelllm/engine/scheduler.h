@@ -73,6 +73,7 @@ class Scheduler {
   struct Sample;
   bool fits(const Request& r) const;
   Status admit(Request& r);
+  void draw_all();  // every live sample's next token, in parallel (sample_step.h)
   void sample_request(Request& r, std::vector<ForwardRequest>& batch, std::vector<Sample*>& rows);
   void finish(Request& r);
   void fail_running(const Status& status);
