@@ -77,7 +77,12 @@ def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: i
     pkg_dir = kernelbench / "src" / "kernelbench"
     if (pkg_dir / "eval.py").is_file():
         # Current layout. The package's __init__ imports its LLM-client helpers (dotenv, openai,
-        # litellm), which the eval never uses; register the package without running it.
+        # litellm), which the eval never uses; register the package without running it. The eval
+        # imports kernelbench.utils, which imports those clients too (and calls load_dotenv()):
+        # stand-ins where they are not installed, a no-op load_dotenv.
+        _stand_in_modules(["dotenv", "openai", "litellm", "tqdm", "requests"])
+        if not hasattr(sys.modules["dotenv"], "__file__"):
+            sys.modules["dotenv"].load_dotenv = lambda *args, **kwargs: False  # type: ignore[attr-defined]
         pkg = types.ModuleType("kernelbench")
         pkg.__path__ = [str(pkg_dir)]
         sys.modules["kernelbench"] = pkg
