@@ -142,8 +142,9 @@ def run_kernelbench(args, problem: Path, candidate: Path) -> dict:
 
 def our_verdicts(args, problem: Path, candidates: list[Path], work: Path) -> dict[Path, dict]:
     out = work / f"{problem.stem}.json"
-    cmd = [args.cli, "verify", str(problem), *map(str, candidates), "--profile", "kernelbench", "--device",
-           args.device, "--json", str(out), "--no-cache"]
+    cmd = [args.cli, "verify", str(problem), *map(str, candidates), "--profile", "kernelbench",
+           "--kernelbench-tolerance", args.kernelbench_tolerance, "--device", args.device, "--json", str(out),
+           "--no-cache"]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     wall_s = round(time.perf_counter() - t0, 3)
@@ -183,6 +184,9 @@ def main() -> int:
     parser.add_argument("--candidates-dir", type=Path, action="append", default=[],
                         help="also <problem stem>/<sample>.py candidates for level1/<stem>.py (e.g. bench/eval_candidates/level1)")
     parser.add_argument("--kb-jobs", type=int, default=8, help="KernelBench evals run at once (one child process each)")
+    parser.add_argument("--kernelbench-tolerance", choices=["v0", "current"], default="v0",
+                        help="our kernelbench profile's tolerance version: v0 (1e-2) matches KernelBench's June 2025 "
+                             "eval, current (1e-4 for fp32) its eval since")
     parser.add_argument("--ours-jobs", type=int, default=4,
                         help="`kernelllm verify` calls (one per problem) run at once; timing shares the GPU's lock")
     parser.add_argument("--kb-one", nargs=2, type=Path, help=argparse.SUPPRESS)
@@ -259,6 +263,7 @@ def write_out(args, rows: list[dict], complete: bool) -> None:
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"device": args.device, "host": platform.node(), "trials": args.trials,
                                "kernelbench": str(args.kernelbench), "problems_root": str(args.problems_root or args.kernelbench),
+                               "kernelbench_tolerance": args.kernelbench_tolerance,
                                "complete": complete, "agreed": sum(r["agree"] is True for r in rows),
                                "total": len(rows), "rows": rows}, indent=1))
     tmp.replace(args.out)

@@ -63,8 +63,10 @@ for mode in "$@"; do
       mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl &&
       # AGREEMENT_EVAL: the KernelBench tree whose eval runs (default $kb); problems come from $kb.
+      # AGREEMENT_TOLERANCE: our kernelbench tolerance version (v0 | current, to match that eval's).
       PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench "${AGREEMENT_EVAL:-$kb}" \
         --problems-root "$kb" --device cuda:0 ${AGREEMENT_WITH_CASES:+--with-cases} \
+        --kernelbench-tolerance "${AGREEMENT_TOLERANCE:-v0}" \
         --candidates-dir bench/eval_candidates/level1 \
         --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
     *) echo "unknown mode $mode"; exit 2 ;;

@@ -20,6 +20,7 @@ struct VerifyArgs {
   std::string problem;
   std::vector<std::string> candidates;
   std::string profile = "strict";
+  std::string kernelbench_tolerance = "v0";
   std::string device = "cpu";
   std::string json_file;
   int jobs = 0;
@@ -88,6 +89,7 @@ int run_verify(const VerifyArgs& a) {
   }
   o.devices = *devices;
   o.profile = a.profile;
+  o.kernelbench_tolerance = a.kernelbench_tolerance;
   o.jobs = a.jobs;
   o.n_trials = a.trials;
   o.sandbox = !a.no_sandbox;
@@ -126,6 +128,11 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("candidates", args->candidates, "candidate files (ModelNew)")->required();
   cmd->add_option("--profile", args->profile, "strict (default: fp64 reference, normalized error) or kernelbench")
       ->check(CLI::IsMember({"strict", "kernelbench"}));
+  cmd->add_option("--kernelbench-tolerance", args->kernelbench_tolerance,
+                  "kernelbench profile: v0 (atol = rtol = 1e-2, KernelBench v0/v0.1, KernelLLM's evaluation) or current "
+                  "(1e-4 for fp32, 1e-2 for fp16/bf16, as KernelBench's eval now compares)")
+      ->check(CLI::IsMember({"v0", "current"}))
+      ->capture_default_str();
   cmd->add_option("--device", args->device, "cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1");
   cmd->add_option("--json", args->json_file, "write the full report as JSON");
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);

@@ -61,6 +61,8 @@ class ModelNew(nn.Module):
 """
 
 WRONG = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale + 0.5")
+# Off by a relative 1e-3: within KernelBench v0's atol = rtol = 1e-2, outside its current 1e-4.
+NEAR = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale * 1.001")
 SYNTAX = "class ModelNew(:\n"
 TORCH_ONLY = """
 import torch, torch.nn as nn
@@ -96,7 +98,7 @@ def find_cli() -> str:
 def files(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("verify")
     out = {}
-    for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("syntax", SYNTAX),
+    for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("near", NEAR), ("syntax", SYNTAX),
                        ("torch_only", TORCH_ONLY), ("hang", HANG)]:
         p = d / f"{name}.py"
         p.write_text(text)
@@ -175,6 +177,20 @@ def test_second_run_is_served_from_the_cache(files, tmp_path):
     # A different profile is a different key.
     r3, rep3 = run_verify(files, ["syntax"], "--profile", "kernelbench", cache=cache)
     assert rep3["candidates"][0]["cached"] is False
+
+
+def test_kernelbench_tolerance_versions(files, tmp_path):
+    cache = tmp_path / "verify.sqlite"
+    r, rep = run_verify(files, ["near"], "--profile", "kernelbench", cache=cache)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert rep["candidates"][0]["verdict"] == "correct"
+    r, rep = run_verify(files, ["near"], "--profile", "kernelbench", "--kernelbench-tolerance", "current", cache=cache)
+    # Not answered from the cache entry of the v0 run: the tolerance version is part of the key.
+    assert rep["candidates"][0]["cached"] is False
+    assert rep["candidates"][0]["verdict"] == "wrong_output", rep["candidates"][0].get("message")
+    assert "atol=0.0001" in rep["candidates"][0]["message"], rep["candidates"][0]["message"]
+    r, rep = run_verify(files, ["near"], "--profile", "kernelbench", "--kernelbench-tolerance", "v1")
+    assert r.returncode == 2
 
 
 def test_usage_errors_exit_2(files):
