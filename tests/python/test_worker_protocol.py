@@ -148,3 +148,31 @@ def test_value_cheats_are_named_and_a_single_value_has_no_mean_baseline():
     assert compare.value_cheat(torch.tensor([1.0, float("inf"), 3.0]), ref, "heavy_tailed") is None
     loss = torch.tensor(2.75)
     assert compare.baselines_passing(compare.Checker("strict", loss, loss.double(), "v0")) == []
+
+
+def _history_judge(refs: dict, outputs: dict, probe_ref=None) -> "judge.Judge":
+    """A judge holding trials (references, and the candidate's outputs where it ran them)
+    for exercising _history_cheat without processes."""
+    j = judge.Judge()
+    j.device, j.profile, j.kb_tolerance = "cpu", "strict", "v0"
+    for u, r in refs.items():
+        j.trials[u] = {"ref": [r], "ref64": [r.double()], "distribution": "normal",
+                       "probe_ref": probe_ref if u == 0 else None, "outputs": outputs.get(u)}
+    return j
+
+
+def test_history_names_a_cache_only_for_trials_the_candidate_has_run():
+    # A constant loss that fails trial 0 and happens to lie within tolerance of trial 6's
+    # reference, a trial the candidate has not run yet: not a cache (it cannot have seen those
+    # inputs), a closed form (identical output for the probe inputs, whose reference differs).
+    const = torch.tensor(2.7289)
+    refs = {0: torch.tensor(2.6500), 6: torch.tensor(2.72891)}
+    j = _history_judge(refs, {}, probe_ref=[torch.tensor(2.8000)])
+    checker = compare.Checker("strict", refs[0], refs[0].double(), "v0")
+    assert not checker.passes(const)
+    found = j._history_cheat(0, 0, const, checker, const.clone())
+    assert found is not None and found["rule"] == "closed_form", found
+    # The same output after the candidate ran trial 6 (and passed it) is a cached result.
+    j = _history_judge(refs, {6: [const.clone()]}, probe_ref=[torch.tensor(2.8000)])
+    found = j._history_cheat(0, 0, const, checker, const.clone())
+    assert found is not None and found["rule"] == "cached_result", found
