@@ -280,89 +280,155 @@ void Verifier::ensure_reference_timing(DeviceState& dev) {
   }
 }
 
-void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
-  int iters = dev.cuda() ? opts_.iters : 3;
-  Json req = time_request(dev, iters);
+// The orchestrator's clock bounds the worker's: a worker that reports more time than passed, or
+// events longer than its own wall clock, patched something; no median beats the roofline floor.
+std::string clock_violation(const TimingResult& tr, double floor_ms, uint64_t bytes, double peak_gbs) {
+  double event_sum = std::accumulate(tr.times_ms.begin(), tr.times_ms.end(), 0.0);
+  if (tr.wall_total_ms > tr.orchestrator_wall_ms * 1.02 + 1.0 || event_sum > tr.orchestrator_wall_ms * 1.02 + 1.0) {
+    return fmt::format("worker reports {:.3f} ms wall / {:.3f} ms events, but only {:.3f} ms passed on the orchestrator's clock",
+                       tr.wall_total_ms, event_sum, tr.orchestrator_wall_ms);
+  }
+  if (event_sum > tr.wall_total_ms * 1.05 + 0.5) {
+    return fmt::format("event total {:.3f} ms exceeds the worker's wall clock {:.3f} ms", event_sum, tr.wall_total_ms);
+  }
+  if (tr.stats.median_ms < floor_ms) {
+    return fmt::format("median {:.5f} ms is below the roofline floor {:.5f} ms ({} bytes at {:.0f} GB/s)", tr.stats.median_ms,
+                       floor_ms, bytes, peak_gbs);
+  }
+  return "";
+}
+
+double per_call_wall_gap_ms(const TimingResult& t) {
+  return t.times_ms.empty() ? 0 : t.wall_total_ms / static_cast<double>(t.times_ms.size()) - t.stats.median_ms;
+}
+
+// Work the events do not see (side streams) shows as a per-call wall-clock gap far larger than
+// the reference's gap, which has the same flush and synchronize overheads. The bound is loose on
+// purpose: an honest Python wrapper around a Triton launch adds tens to hundreds of microseconds
+// per call (measured on the H100: 0.9 ms gap vs the reference's 0.3 ms for a candidate that
+// caches its output buffer), so only hidden work well beyond that is flagged; small side-stream
+// launches are the worker's side_stream rule's to catch. Empty when the run passes.
+std::string gap_violation(const TimingResult& tr, const TimingResult& ref) {
+  double gap = per_call_wall_gap_ms(tr), ref_gap = per_call_wall_gap_ms(ref);
+  if (gap - ref_gap <= std::max(2.0, 5.0 * tr.stats.median_ms)) return "";
+  return fmt::format("per-call wall-clock gap {:.3f} ms vs the reference's {:.3f} ms with an event median of {:.4f} ms",
+                     gap, ref_gap, tr.stats.median_ms);
+}
+
+bool Verifier::timed_run(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<TimingResult>* fresh_ref) {
+  Json req = time_request(dev, dev.cuda() ? opts_.iters : 3);
   req["op"] = "time";
-  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
-  fs::path last_out = w.work_dir / "out-timed-last.safetensors";
+  const fs::path last_out = w.work_dir / "out-timed-last.safetensors";
+  std::error_code ec;
+  fs::remove(last_out, ec);  // a run that writes no output must not be judged on an earlier run's
   req["outputs_file_last"] = last_out.string();
   Reply reply;
   {
     GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
     ensure_reference_timing(dev);
+    if (fresh_ref) {
+      Json ref_req = time_request(dev, dev.cuda() ? opts_.iters : 3);
+      ref_req["op"] = "time_reference";
+      ref_req["compile"] = false;
+      auto ref = timing_from(judge_call(dev, ref_req, opts_.timing_timeout_s), dev.cuda());
+      if (ref.ok()) *fresh_ref = *ref;
+      else warn(fmt::format("re-timing the reference on {} failed: {}", dev.name, ref.status().message()));
+    }
     reply = w.request(req, opts_.timing_timeout_s);
   }
-  if (fail_from_reply(reply, "timing", opts_.timing_timeout_s, w, dev, r)) return;
+  if (fail_from_reply(reply, "timing", opts_.timing_timeout_s, w, dev, r)) return false;
   auto t = timing_from(reply, dev.cuda());
   if (!t.ok()) {
     r.verdict = Verdict::crash;
     r.message = "malformed timing reply: " + t.status().message();
-    return;
+    return false;
   }
   r.timing = *t;
-  if (dev.cuda() && dev.ref_timing && t->stats.median_ms > 0) r.speedup = dev.ref_timing->stats.median_ms / t->stats.median_ms;
+  const std::optional<TimingResult>& ref = fresh_ref && *fresh_ref ? *fresh_ref : dev.ref_timing;
+  r.speedup = dev.cuda() && ref && t->stats.median_ms > 0 ? ref->stats.median_ms / t->stats.median_ms : 0.0;
+  return timed_output_right(w, dev, r);
+}
 
+bool Verifier::timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r) {
   // The output of the last timed call must still be right (no cached or replayed answers). The
   // worker's timed loop gives the last call alone the last input set (worker/timing.py), so the
   // answer cannot be a replay; the index is ours, never taken from the candidate's reply.
-  const size_t last_index = sets.size() - 1;
-  int last_trial = sets[last_index].trial;
+  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
+  int last_trial = sets.back().trial;
+  const fs::path last_out = w.work_dir / "out-timed-last.safetensors";
+  if (!fs::exists(last_out)) {
+    // The worker writes the last output only when it is plain tensors, as every trial's was.
+    r.verdict = Verdict::cheat;
+    r.rule = "timed_output_mismatch";
+    r.message = "the last timed call returned no plain tensor output, unlike the correctness trials";
+    return false;
+  }
   Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", last_trial}, {"outputs_file", last_out.string()}},
                          opts_.load_timeout_s);
-  if (cmp.ok() && !cmp.message.value("match", false)) {
-    r.verdict = Verdict::cheat;
-    // Skipped or replayed work during timing: the times do not measure the computation.
-    r.rule = "timed_output_mismatch";
-    r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong, so the timed calls skipped or "
-                            "replayed work: {}",
-                            last_trial,
-                            cmp.message.value("message", ""));
-    return;
+  if (!cmp.ok()) {
+    r.verdict = Verdict::not_verified;
+    r.message = fmt::format("the judge could not compare the last timed output: {}: {}", cmp.error_kind(),
+                            cmp.error_message());
+    return false;
   }
-  if (!dev.cuda()) return;
-  // Timing plausibility. Our clock bounds the worker's: a worker that reports more time than
-  // passed, or events longer than its own wall clock, patched something.
-  const TimingResult& tr = *r.timing;
-  double event_sum = std::accumulate(tr.times_ms.begin(), tr.times_ms.end(), 0.0);
-  std::string why;
-  if (tr.wall_total_ms > tr.orchestrator_wall_ms * 1.02 + 1.0 || event_sum > tr.orchestrator_wall_ms * 1.02 + 1.0) {
-    why = fmt::format("worker reports {:.3f} ms wall / {:.3f} ms events, but only {:.3f} ms passed on the orchestrator's clock",
-                      tr.wall_total_ms, event_sum, tr.orchestrator_wall_ms);
-  } else if (event_sum > tr.wall_total_ms * 1.05 + 0.5) {
-    why = fmt::format("event total {:.3f} ms exceeds the worker's wall clock {:.3f} ms", event_sum, tr.wall_total_ms);
-  }
+  if (cmp.message.value("match", false)) return true;
+  r.verdict = Verdict::cheat;
+  // Skipped or replayed work during timing: the times do not measure the computation.
+  r.rule = "timed_output_mismatch";
+  r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong, so the timed calls skipped or "
+                          "replayed work: {}",
+                          last_trial, cmp.message.value("message", ""));
+  return false;
+}
+
+void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
+  if (!timed_run(w, dev, r, nullptr) || !dev.cuda()) return;
+  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
   const TrialInput& in = sets.front();
-  double peak = opts_.peak_bandwidth_gbs > 0 ? opts_.peak_bandwidth_gbs : peak_bandwidth_for(dev.hardware);
-  double floor_ms = roofline_floor_ms(in.input_bytes + in.output_bytes, peak);
+  const uint64_t bytes = in.input_bytes + in.output_bytes;
+  const double peak = opts_.peak_bandwidth_gbs > 0 ? opts_.peak_bandwidth_gbs : peak_bandwidth_for(dev.hardware);
+  const double floor_ms = roofline_floor_ms(bytes, peak);
   r.evidence["roofline_floor_ms"] = floor_ms;
-  if (why.empty() && tr.stats.median_ms < floor_ms) {
-    why = fmt::format("median {:.5f} ms is below the roofline floor {:.5f} ms ({} bytes at {:.0f} GB/s)", tr.stats.median_ms,
-                      floor_ms, in.input_bytes + in.output_bytes, peak);
-  }
-  // Work the events do not see (side streams) shows as a per-call wall-clock gap far larger
-  // than the reference's gap, which has the same flush and synchronize overheads. The bound is
-  // loose on purpose: an honest Python wrapper around a Triton launch adds tens to hundreds of
-  // microseconds per call (measured on the H100: 0.9 ms gap vs the reference's 0.3 ms for a
-  // candidate that caches its output buffer), so only hidden work well beyond that is flagged;
-  // small side-stream launches are the worker's side_stream rule's to catch.
-  if (why.empty() && dev.ref_timing && !tr.times_ms.empty()) {
-    double gap = tr.wall_total_ms / static_cast<double>(tr.times_ms.size()) - tr.stats.median_ms;
-    const TimingResult& ref = *dev.ref_timing;
-    double ref_gap = ref.times_ms.empty() ? 0 : ref.wall_total_ms / static_cast<double>(ref.times_ms.size()) - ref.stats.median_ms;
-    r.evidence["wall_gap_ms"] = gap;
-    r.evidence["reference_wall_gap_ms"] = ref_gap;
-    if (gap - ref_gap > std::max(2.0, 5.0 * tr.stats.median_ms)) {
-      why = fmt::format("per-call wall-clock gap {:.3f} ms vs the reference's {:.3f} ms with an event median of {:.4f} ms: "
-                        "work outside the timed stream",
-                        gap, ref_gap, tr.stats.median_ms);
-    }
-  }
-  if (!why.empty()) {
+  auto call_cheat = [&](const std::string& why) {
     r.verdict = Verdict::cheat;
     r.rule = "timing_implausible";
     r.message = why;
+  };
+  if (std::string why = clock_violation(*r.timing, floor_ms, bytes, peak); !why.empty()) return call_cheat(why);
+  if (!dev.ref_timing) return;
+  r.evidence["wall_gap_ms"] = per_call_wall_gap_ms(*r.timing);
+  r.evidence["reference_wall_gap_ms"] = per_call_wall_gap_ms(*dev.ref_timing);
+  std::string first_gap = gap_violation(*r.timing, *dev.ref_timing);
+  if (first_gap.empty()) return;
+
+  // The reference was timed once, maybe while the GPU was quiet; processes outside our lock
+  // (another tool's kernels, a busy host) widen a later candidate's gap without any hidden work.
+  // Re-time the reference and the candidate back to back under the lock: hidden work shows again,
+  // outside load widens both. The re-timed run is checked like the first and is the one reported.
+  Json recheck = {{"first_wall_gap_ms", r.evidence["wall_gap_ms"]},
+                  {"first_reference_wall_gap_ms", r.evidence["reference_wall_gap_ms"]},
+                  {"first_median_ms", r.timing->stats.median_ms},
+                  {"first_speedup", r.speedup > 0 ? Json(r.speedup) : Json(nullptr)},
+                  {"first_finding", first_gap}};
+  std::optional<TimingResult> fresh_ref;
+  const bool ran = timed_run(w, dev, r, &fresh_ref);
+  recheck["reference_retimed"] = fresh_ref.has_value();
+  r.evidence["timing_recheck"] = recheck;
+  if (!ran) return;
+  if (std::string why = clock_violation(*r.timing, floor_ms, bytes, peak); !why.empty()) return call_cheat(why);
+  const TimingResult& ref = fresh_ref ? *fresh_ref : *dev.ref_timing;
+  r.evidence["wall_gap_ms"] = per_call_wall_gap_ms(*r.timing);
+  r.evidence["reference_wall_gap_ms"] = per_call_wall_gap_ms(ref);
+  std::string second_gap = gap_violation(*r.timing, ref);
+  r.evidence["timing_recheck"]["cleared"] = second_gap.empty();
+  if (!second_gap.empty()) {
+    return call_cheat(fmt::format("{}, and again when re-timed back to back with the reference: {}: work outside the "
+                                  "timed stream",
+                                  first_gap, second_gap));
   }
+  r.message += fmt::format("; timing re-checked: the first run's {} did not recur beside a re-timed reference (load "
+                           "outside kernelllm's GPU lock)",
+                           first_gap);
 }
 
 }  // namespace kernelllm::harness

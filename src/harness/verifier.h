@@ -108,7 +108,15 @@ class Verifier {
   void check_gpu_after_fault(DeviceState& dev, CandidateResult& r);
   bool fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
                        CandidateResult& r);
+  // Timing with the orchestrator's checks; a per-call wall-clock gap is re-checked once against
+  // a freshly timed reference before it is called a cheat.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
+  // One timed run under the GPU's exclusive lock (sets r.timing and r.speedup), the reference
+  // re-timed right before it into *fresh_ref when given; then timed_output_right. False when the
+  // run failed or cheated (r holds the verdict).
+  bool timed_run(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<TimingResult>* fresh_ref);
+  // Whether the last timed call's output is right; names the cheat in r when not.
+  bool timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r);
   void ensure_reference_timing(DeviceState& dev);
   Json time_request(const DeviceState& dev, int iters) const;
   double run_timeout_s(const DeviceState& dev) const;

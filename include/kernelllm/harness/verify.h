@@ -156,4 +156,14 @@ inline double roofline_floor_ms(uint64_t bytes, double peak_gbs) {
 // Peak DRAM bandwidth for known GPUs by name (GB/s), else a generous upper bound.
 double peak_bandwidth_for(std::string_view device_name);
 
+// The orchestrator's checks of one timed GPU run (docs/verification.md, `timing_implausible`);
+// each returns what is wrong, empty when the run passes.
+// Clocks: the worker's wall clock above ours, events above the worker's wall clock, a median below
+// the roofline floor for `bytes` at `peak_gbs`.
+std::string clock_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs);
+// Wall-clock time per call that the events did not see (flush, sync, Python, hidden work).
+double per_call_wall_gap_ms(const TimingResult& t);
+// A candidate's per-call gap more than max(2 ms, 5 x its median) beyond the reference's.
+std::string gap_violation(const TimingResult& candidate, const TimingResult& reference);
+
 }  // namespace kernelllm::harness
