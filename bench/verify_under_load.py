@@ -19,9 +19,11 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +59,18 @@ def stop_load(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
+def toggle_load(procs: list[subprocess.Popen], on_s: float, off_s: float, stop: threading.Event) -> None:
+    """Bursts: the load runs for on_s, is stopped (SIGSTOP) for off_s, and so on, so a reference
+    timed in a quiet moment meets candidates timed in a busy one."""
+    while not stop.wait(on_s):
+        for p in procs:
+            p.send_signal(signal.SIGSTOP)
+        if stop.wait(off_s):
+            break
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+
+
 def expected(path: str) -> tuple[str, str | None]:
     head = parse_header(Path(path))
     return head.get("expect", "correct"), head.get("rule")
@@ -81,14 +95,14 @@ def run_group(cli: str, profile: str, problem: str, candidates: list[str], devic
         row = {"candidate": cand, "expected": want, "expected_rule": want_rule,
                "verdict": c["verdict"] if c else "missing", "rule": (c or {}).get("rule") or None,
                "message": (c or {}).get("message", ""), "speedup": (c or {}).get("speedup"),
-               "median_ms": (timing.get("stats") or {}).get("median_ms"),
+               "median_ms": timing.get("median_ms"),
                "wall_gap_ms": ev.get("wall_gap_ms"), "reference_wall_gap_ms": ev.get("reference_wall_gap_ms"),
                "timing_recheck": ev.get("timing_recheck")}
         row["as_expected"] = row["verdict"] == want and (want_rule is None or row["rule"] == want_rule)
         rows.append(row)
     ref = (report or {}).get("reference_timing") or {}
     return {"profile": profile, "problem": problem, "exit_code": proc.returncode, "wall_s": round(wall_s, 1),
-            "reference_median_ms": (ref.get("stats") or {}).get("median_ms"), "rows": rows,
+            "reference_median_ms": ref.get("median_ms"), "rows": rows,
             "stderr_tail": proc.stderr[-2000:] if report is None else ""}
 
 
@@ -104,6 +118,9 @@ def main() -> int:
                     help="host-only spinners (default: cores - 8)")
     ap.add_argument("--matrix", type=int, default=2048, help="load matmul size (default 2048)")
     ap.add_argument("--ramp-s", type=float, default=5.0)
+    ap.add_argument("--phases", default="quiet,loaded",
+                    help="comma-separated: quiet (no load), loaded (steady load), bursty (load on/off)")
+    ap.add_argument("--burst-s", default="10,10", help="bursty phase: seconds on,off (default 10,10)")
     args = ap.parse_args()
     for g in args.group:
         if len(g) < 3:
@@ -111,14 +128,27 @@ def main() -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="kllm-load-"))
     phases = {}
-    for phase in ("quiet", "loaded"):
-        procs = start_load(args.gpu_load, args.cpu_load, args.matrix) if phase == "loaded" else []
+    wanted = [p for p in args.phases.split(",") if p]
+    if not wanted or set(wanted) - {"quiet", "loaded", "bursty"}:
+        ap.error(f"--phases: expected quiet, loaded, bursty, got {args.phases}")
+    on_s, off_s = (float(x) for x in args.burst_s.split(","))
+    for phase in wanted:
+        procs = start_load(args.gpu_load, args.cpu_load, args.matrix) if phase != "quiet" else []
+        stop = threading.Event()
+        toggler = threading.Thread(target=toggle_load, args=(procs, on_s, off_s, stop), daemon=True)
         try:
             if procs:
                 time.sleep(args.ramp_s)
+            if phase == "bursty":
+                toggler.start()
             phases[phase] = [run_group(args.cli, g[0], g[1], g[2:], args.device, workdir, f"{phase}-{i}")
                              for i, g in enumerate(args.group)]
         finally:
+            stop.set()
+            if toggler.is_alive():
+                toggler.join()
+            for p in procs:
+                p.send_signal(signal.SIGCONT)
             stop_load(procs)
         rows = [r for g in phases[phase] for r in g["rows"]]
         rechecked = [r for r in rows if r["timing_recheck"]]
@@ -141,7 +171,8 @@ def main() -> int:
     record = {"what": "kernelllm verify on a quiet GPU and under outside load (bench/verify_under_load.py)",
               "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
               "gpu": gpu, "versions": versions, "host": platform.node(), "cores": os.cpu_count(),
-              "load": {"gpu_processes": args.gpu_load, "cpu_processes": args.cpu_load, "matrix": args.matrix},
+              "load": {"gpu_processes": args.gpu_load, "cpu_processes": args.cpu_load, "matrix": args.matrix,
+                       "bursty_on_off_s": [on_s, off_s]},
               "as_expected": sum(r["as_expected"] for r in all_rows), "total": len(all_rows), "phases": phases}
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     return 0 if record["as_expected"] == record["total"] else 1
