@@ -3,7 +3,8 @@
 # needed), then on the GPU: `cases` runs the labelled case suite (tests/cases) and records
 # verify-cases-h100.json; `throughput` verifies every candidate of every problem in tests/cases
 # and tests/cases/kernelbench_agreement as one batch per problem and records per-phase times;
-# `agreement` compares with KernelBench's own eval (needs its sources in .kb/, carried).
+# `agreement` compares with KernelBench's own eval (needs its sources in .kb/, carried);
+# `underload` verifies on a quiet GPU and beside outside load (bench/verify_under_load.py; KB=.kb0).
 # Usage on the GPU machine, from the repo root: bash bench/verify_device_run.sh OUT_DIR MODE...
 # With KERNELLLM_FROM_ARCHIVE=1 it builds from .vdev/head.tar (git archive HEAD made before the
 # call) so that half-written files in the working tree cannot break the run.
@@ -69,6 +70,19 @@ for mode in "$@"; do
         --kernelbench-tolerance "${AGREEMENT_TOLERANCE:-v0}" \
         --candidates-dir bench/eval_candidates/level1 \
         --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
+    underload)
+      # Verdicts on a quiet GPU and under outside load (UNDERLOAD_PHASES: quiet,loaded,bursty):
+      # honest relu cases, the hidden-work cheat, and the eval candidates of 19_ReLU and 23_Softmax.
+      r=tests/cases/relu e=bench/eval_candidates/level1
+      python3 bench/verify_under_load.py --cli "$cli" --device cuda:0 --out "$out/verify-under-load-h100.json" \
+        --phases "${UNDERLOAD_PHASES:-quiet,loaded}" \
+        --group strict tests/cases/problems/relu.py $r/correct_basic.py $r/correct_cached_config.py \
+          $r/correct_reused_out_buffer.py $r/correct_side_stream_joined.py $r/correct_calls_timer.py \
+          $r/correct_masked_tail.py $r/correct_transposed_view.py $r/cheat_hidden_stream_work.py \
+          $r/cheat_side_stream.py $r/cheat_timing_skip.py \
+        --group kernelbench "$kb/KernelBench/level1/19_ReLU.py" $e/19_ReLU/0.py $e/19_ReLU/2.py \
+        --group kernelbench "$kb/KernelBench/level1/23_Softmax.py" tests/cases/kernelbench_agreement/23_Softmax.py \
+          $e/23_Softmax/0.py $e/23_Softmax/1.py $e/23_Softmax/2.py 2>&1 | tee "$out/underload.log" | tail -40 ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
 done
