@@ -181,10 +181,7 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
   cmd->add_option("--trials", args->trials, "correctness trials per candidate")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", args->threads, "CPU generation threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gpu-memory-fraction", args->gpu_memory_fraction,
-                  "Most of the GPU's memory the engine (weights + KV cache) may hold, in (0, 1] (default 0.5 when the "
-                  "verifier uses the engine's GPU, else all free memory)")
-      ->check(CLI::Range(0.01, 1.0));
+  add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);
   cmd->add_flag("--no-sandbox", args->no_sandbox, "run candidates unconfined (debugging only; prints a warning)");
   cmd->add_flag("--timing,!--no-timing", args->timing, "time correct candidates (default on)");
   cmd->add_option("--prompt-template", args->prompt_template, "template file with one {} (default: the model's kernelllm.py, else built-in)");

@@ -149,12 +149,13 @@ Status write_text(const fs::path& path, const std::string& text) {
   return {};
 }
 
-Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::string& template_source) {
+Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::string& template_source,
+                  double gpu_memory_fraction) {
   return Json{{"module", a.module_file},
               {"model", a.model},
               {"random_weights", a.random_weights},
               {"device", a.device},
-              {"gpu_memory_fraction", engine_memory_fraction(a.device, o.verify.devices, a.gpu_memory_fraction)},
+              {"gpu_memory_fraction", gpu_memory_fraction},
               {"verify_devices", o.verify.devices},
               {"profile", o.verify.profile},
               {"sandbox", o.verify.sandbox},
@@ -239,7 +240,7 @@ int run_optimize(const OptimizeArgs& a) {
   }
   print_table(*result, o.rounds > 1, out_file.string());
   Json report = result->to_json();
-  report["options"] = options_json(a, o, tmpl->source);
+  report["options"] = options_json(a, o, tmpl->source, eo.gpu_memory_fraction);
   report["out"] = result->best ? Json(fs::absolute(out_file).string()) : Json(nullptr);
   report["exit_code"] = exit_code;
   if (Status s = write_text(report_file, report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"); !s.ok()) {
@@ -304,10 +305,7 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--no-cache", args->no_cache, "Neither read nor write the verifier's result cache");
   cmd->add_option("--cache", args->cache_file, "Verifier result cache file (default ~/.cache/kernelllm/verify.sqlite)");
   cmd->add_option("--threads", args->threads, "CPU engine threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gpu-memory-fraction", args->gpu_memory_fraction,
-                  "Most of the GPU's memory the engine (weights + KV cache) may hold, in (0, 1] (default 0.5 when the "
-                  "verifier uses the engine's GPU, else all free memory)")
-      ->check(CLI::Range(0.01, 1.0));
+  add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);
   cmd->add_flag("--verbose,-v", args->verbose, "Also print the verifier's progress lines");
   cmd->callback([&run, args] { run = [args] { return run_optimize(*args); }; });
 }

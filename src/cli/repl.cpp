@@ -122,10 +122,7 @@ void add_repl_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--no-verify", args->no_verify, "Only generate and extract; no verification");
   cmd->add_flag("--no-sandbox", args->no_sandbox, "Run candidates unconfined (trusted code only)");
   cmd->add_option("--work-dir", args->work_dir, "Where each module's files go (default: a new temp dir)");
-  cmd->add_option("--gpu-memory-fraction", args->gpu_memory_fraction,
-                  "Most of the GPU's memory the engine (weights + KV cache) may hold, in (0, 1] (default 0.5 when the "
-                  "verifier uses the engine's GPU, else all free memory)")
-      ->check(CLI::Range(0.01, 1.0));
+  add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);
   cmd->callback([&run, args] { run = [args] { return run_repl_command(*args); }; });
 }
 

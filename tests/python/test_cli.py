@@ -67,3 +67,14 @@ def test_generate_resolves_hf_id_in_hf_home(kernelllm_script, hf_home, tiny_mode
     by_id = run(kernelllm_script, *args, "--model", "facebook/KernelLLM")
     assert by_id.returncode == 0, by_id.stderr
     assert by_id.stdout == run(kernelllm_script, *args, "--model", str(tiny_model)).stdout
+
+
+def test_gpu_memory_fraction_is_one_option_of_every_engine_command(kernelllm_script, tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import torch\n")
+    for cmd in ("optimize", "repl", "eval"):
+        help_text = run(kernelllm_script, cmd, "--help").stdout
+        assert "--gpu-memory-fraction" in help_text and "default 0.5 when the verifier uses" in help_text, cmd
+        args = [str(module)] if cmd != "repl" else []
+        r = run(kernelllm_script, cmd, *args, "--gpu-memory-fraction", "1.5")
+        assert r.returncode == 2 and "--gpu-memory-fraction" in r.stderr, (cmd, r.returncode, r.stderr)
