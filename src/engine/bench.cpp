@@ -1,8 +1,8 @@
 // `kernelllm bench` measurement (see bench.h): builds the backend (real or seeded random
 // weights), checks memory first, times one prefill and then n forks decoded together per n,
 // and turns step times into tok/s and achieved GB/s. Method: every decode step is timed on
-// the host around Backend::forward plus greedy argmax of each row (what one engine step
-// costs end to end); we report the median and the spread, and tok/s from the mean.
+// the host around Backend::forward plus a greedy draw of each row the way generation draws
+// (sample_step.h: one argmax per row, rows in parallel; what one engine step costs end to end); we report the median and the spread, and tok/s from the mean.
 #include "kernelllm/engine/bench.h"
 
 #include <algorithm>
@@ -15,7 +15,9 @@
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/model.h"
+#include "kernelllm/engine/sampler.h"
 #include "engine/bench_internal.h"
+#include "engine/sample_step.h"
 
 namespace kernelllm {
 
@@ -32,9 +34,6 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-int32_t argmax(const float* row, int64_t vocab) {
-  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-}
 
 // A backend with whatever must outlive it (the weights it reads, a temporary checkpoint).
 struct BenchModel {
@@ -70,7 +69,11 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
   const ForwardRequest prefill{p, prompt, false};
   KLLM_RETURN_IF_ERROR(backend.forward({&prefill, 1}, logits));
   run.prefill_ms = ms_since(t0);
-  std::vector<int32_t> next(static_cast<size_t>(n), argmax(logits.data(), vocab));
+  std::vector<int32_t> next(static_cast<size_t>(n), argmax({logits.data(), static_cast<size_t>(vocab)}));
+  // Each step's tokens are drawn as generation draws them (sample_step.h), greedy.
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<TokenDraw> draws(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     KLLM_ASSIGN_OR_RETURN(SeqId s, backend.fork_sequence(p));
     seqs.push_back(s);
@@ -80,7 +83,12 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
     const auto t = Clock::now();
     for (size_t i = 0; i < batch.size(); ++i) batch[i] = ForwardRequest{seqs[i + 1], {&next[i], 1}, false};
     KLLM_RETURN_IF_ERROR(backend.forward(batch, logits));
-    for (size_t i = 0; i < batch.size(); ++i) next[i] = argmax(logits.data() + static_cast<int64_t>(i) * vocab, vocab);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      draws[i] = TokenDraw{{logits.data() + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab)}, &greedy, i,
+                           static_cast<uint64_t>(step)};
+    }
+    draw_tokens(draws);
+    for (size_t i = 0; i < batch.size(); ++i) next[i] = draws[i].token;
     run.step_ms.push_back(ms_since(t));
   }
   return run;
@@ -254,7 +262,7 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
         {"n", o.n},
         {"warmup", o.warmup},
         {"seed", o.seed},
-        {"sampling", "greedy argmax on the host, eos ignored"},
+        {"sampling", "greedy on the host, drawn as generation draws (rows in parallel), eos ignored"},
         {"cuda_graphs", o.cuda_graphs}}},
       {"memory", memory},
       {"copy_bandwidth",

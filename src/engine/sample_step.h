@@ -20,8 +20,9 @@ struct TokenDraw {
   int32_t token = 0;                // out: sample_token(row, *params, index, step)
 };
 
-// Fills every draw's token. Two or more sampled (temperature > 0) draws run on a process-wide
-// pool of min(hardware threads, 16) threads; the tokens do not depend on it.
+// Fills every draw's token. Two or more sampled (temperature > 0) draws, or four or more
+// greedy ones over a large vocabulary, run on a process-wide pool of min(hardware threads, 16)
+// threads; the tokens do not depend on it.
 void draw_tokens(std::span<TokenDraw> draws);
 
 struct SampleStepResult {

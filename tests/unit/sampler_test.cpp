@@ -224,5 +224,43 @@ TEST(Sampler, EmpiricalFrequenciesMatchProbabilities) {
   }
 }
 
+// The two-pass argmax against the one-pass definition, on rows built to hit its corners: ties
+// (first index wins), NaN (never larger; at index 0 it wins), -0/+0, infinities, lengths that
+// are not a multiple of the 8 lanes, and a 128k row.
+TEST(Sampler, ArgmaxMatchesTheOnePassDefinition) {
+  auto reference = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i) {
+      if (x[i] > x[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  };
+  const float nan = std::nanf(""), inf = INFINITY;
+  std::vector<std::vector<float>> rows = {
+      {1.0f},           {0.0f, -0.0f},     {-0.0f, 0.0f},       {nan, 5.0f, 7.0f}, {1.0f, nan, 3.0f, nan},
+      {-inf, -inf},     {2.0f, inf, inf},  {3.0f, 3.0f, 3.0f},  {nan, nan},        {-1.0f, -2.0f, nan, -0.5f}};
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  for (size_t len : {2u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 1000u, 128256u}) {
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<float> x(len);
+      for (float& v : x) v = static_cast<float>(next() % 64) - 32.0f;  // many ties
+      if (rep % 4 == 1) x[next() % len] = nan;
+      if (rep % 4 == 2) x[next() % len] = 31.0f, x[next() % len] = 31.0f;
+      if (rep % 5 == 3) x[next() % len] = inf;
+      rows.push_back(std::move(x));
+    }
+  }
+  for (const auto& x : rows) {
+    EXPECT_EQ(argmax(x), reference(x)) << "length " << x.size();
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    EXPECT_EQ(sample_token(x, greedy, 0, 0), reference(x));
+  }
+}
+
 }  // namespace
 }  // namespace kernelllm

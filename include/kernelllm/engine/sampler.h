@@ -1,7 +1,8 @@
 // Token sampling: greedy, temperature, top-k, top-p; seeded with a counter-based RNG
 // (Philox-4x32-10 keyed by the seed, counter = (sample index, step)) so that a given
 // (seed, sample index, step) always draws the same number, whatever the batch or thread.
-// The CUDA backend's fused sampler uses the same RNG and the same order of operations.
+// Every backend's logits are drawn from here, on the host (a fused on-GPU sampler is not built;
+// one would have to use the same RNG and order of operations).
 #pragma once
 
 #include <array>
@@ -37,6 +38,9 @@ struct Candidate {
 // The kept set, following HF's order: temperature, then top-k, then top-p (keep the
 // smallest prefix of the sorted distribution whose mass reaches top_p; always ≥ 1 token).
 std::vector<Candidate> candidate_set(std::span<const float> logits, const SamplingParams& params);
+
+// Greedy: the first index of the largest logit (NaN never larger, except at index 0).
+int32_t argmax(std::span<const float> logits);
 
 // Draws a token: argmax when temperature == 0, else inverse-CDF over candidate_set with
 // uniform01(seed, sample_index, step). Both are pure and safe to call from several threads
