@@ -176,3 +176,18 @@ def test_history_names_a_cache_only_for_trials_the_candidate_has_run():
     j = _history_judge(refs, {6: [const.clone()]}, probe_ref=[torch.tensor(2.8000)])
     found = j._history_cheat(0, 0, const, checker, const.clone())
     assert found is not None and found["rule"] == "cached_result", found
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA cannot start")
+def test_cuda_that_cannot_start_is_an_environment_error_not_the_candidates(tmp_path):
+    cand = tmp_path / "cand.py"
+    marker = tmp_path / "imported"
+    cand.write_text(f"open({str(marker)!r}, 'w').write('x')\nclass ModelNew:\n    pass\n")
+    w = wh.Worker("candidate")
+    try:
+        reply = w.request("load", module_path=str(cand), device="cuda:0")
+        assert reply["error"]["kind"] == "environment_error", reply
+        assert "could not start CUDA on cuda:0 before the candidate ran" in reply["error"]["message"]
+        assert not marker.exists()  # decided before any candidate code ran
+    finally:
+        w.close()

@@ -247,7 +247,16 @@ class Candidate:
         if self.device == "cpu":
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
         elif self.device.startswith("cuda"):
-            torch.cuda.set_device(self.device)
+            # The CUDA context is made here, before any candidate code: a failure is the GPU's or
+            # this machine's (no driver, all memory held by other processes), not the candidate's.
+            try:
+                torch.cuda.set_device(self.device)
+                torch.empty(1, device=self.device)
+            except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
+                raise WorkerError("environment_error",
+                                  f"this process could not start CUDA on {self.device} before the candidate ran: "
+                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                                  " (the GPU's memory held by other processes, or no usable GPU)") from None
         max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
         work_dir = os.path.dirname(msg["module_path"])
         init = protocol.decode_value({"t": "dict", "v": msg.get("init", {"args": {"t": "list", "v": []},
