@@ -2,7 +2,8 @@
 // weights), checks memory first, times one prefill and then n forks decoded together per n,
 // and turns step times into tok/s and achieved GB/s. Method: every decode step is timed on
 // the host around Backend::forward plus a greedy draw of each row the way generation draws
-// (sample_step.h: one argmax per row, rows in parallel; what one engine step costs end to end); we report the median and the spread, and tok/s from the mean.
+// (sample_step.h: one argmax per row, rows in parallel), i.e. what one engine step costs end to
+// end; we report the median and the spread, and tok/s from the mean.
 #include "kernelllm/engine/bench.h"
 
 #include <algorithm>
@@ -33,7 +34,6 @@ double percentile(std::vector<double> v, double p) {
   const auto i = static_cast<size_t>(std::lround(p * static_cast<double>(v.size() - 1)));
   return v[i];
 }
-
 
 // A backend with whatever must outlive it (the weights it reads, a temporary checkpoint).
 struct BenchModel {

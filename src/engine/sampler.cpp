@@ -58,14 +58,11 @@ float uniform01(uint64_t seed, uint64_t sample_index, uint64_t step) {
   return static_cast<float>(word >> 8) * (1.0f / 16777216.0f);
 }
 
-namespace {
-
-}  // namespace
-
 // The first index of the largest value, NaNs never larger (a NaN at 0 wins: nothing compares
 // above it), as the one-pass `if (x[i] > x[best]) best = i` has it. Two passes so that the hot
-// one is a plain max over 8 independent lanes (no index to carry, no reload of x[best]): ~8x
-// faster on a 128k row, and a decode step draws one per sequence.
+// one is a plain max over 8 independent lanes (no index to carry, no reload of x[best]).
+// Measured on a 2-core VM (g++ 12 -O3, 128k row, machine busy): ~145 us against ~170 us for the
+// one-pass loop and ~330 us for std::max_element. A decode step draws one per sequence.
 int32_t argmax(std::span<const float> logits) {
   const size_t n = logits.size();
   if (n == 0 || std::isnan(logits[0])) return 0;
