@@ -46,6 +46,14 @@ bool cgroup_saw_oom(const Worker& w) {
 
 std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
 
+// The input sets of timed runs: the dedicated timing sets, else the correctness trials'.
+const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
+  return dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
+}
+
+// Where the worker writes the output of a timed run's last call.
+fs::path last_timed_output(const Worker& w) { return w.work_dir / "out-timed-last.safetensors"; }
+
 }  // namespace
 
 double Verifier::run_timeout_s(const DeviceState& dev) const {
@@ -235,7 +243,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {
 
 Json Verifier::time_request(const DeviceState& dev, int iters) const {
   Json files = Json::array();
-  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
+  const std::vector<TrialInput>& sets = timing_sets(dev);
   for (const TrialInput& t : sets) files.push_back(t.file.string());
   const TrialInput& first = sets.front();
   return Json{{"inputs_files", files}, {"n_inputs", first.n_inputs},  {"scalars", first.scalars},
@@ -262,22 +270,21 @@ Result<TimingResult> timing_from(const Reply& reply, bool meaningful) {
 
 }  // namespace
 
+std::optional<TimingResult> Verifier::time_reference(DeviceState& dev, bool compile) {
+  Json req = time_request(dev, dev.cuda() ? opts_.iters : 3);
+  req["op"] = "time_reference";
+  req["compile"] = compile;
+  auto t = timing_from(judge_call(dev, req, opts_.timing_timeout_s), dev.cuda());
+  if (t.ok()) return *t;
+  warn(fmt::format("{}reference timing on {} failed: {}", compile ? "torch.compile " : "", dev.name, t.status().message()));
+  return std::nullopt;
+}
+
 void Verifier::ensure_reference_timing(DeviceState& dev) {
   if (dev.ref_timing_tried) return;
   dev.ref_timing_tried = true;
-  int iters = dev.cuda() ? opts_.iters : 3;
-  Json req = time_request(dev, iters);
-  req["op"] = "time_reference";
-  req["compile"] = false;
-  auto ref = timing_from(judge_call(dev, req, opts_.timing_timeout_s), dev.cuda());
-  if (ref.ok()) dev.ref_timing = *ref;
-  else warn(fmt::format("reference timing on {} failed: {}", dev.name, ref.status().message()));
-  if (opts_.time_compile) {
-    req["compile"] = true;
-    auto comp = timing_from(judge_call(dev, req, opts_.timing_timeout_s), dev.cuda());
-    if (comp.ok()) dev.compile_timing = *comp;
-    else warn(fmt::format("torch.compile reference timing on {} failed: {}", dev.name, comp.status().message()));
-  }
+  dev.ref_timing = time_reference(dev, false);
+  if (opts_.time_compile) dev.compile_timing = time_reference(dev, true);
 }
 
 // The orchestrator's clock bounds the worker's: a worker that reports more time than passed, or
@@ -318,7 +325,7 @@ std::string gap_violation(const TimingResult& tr, const TimingResult& ref) {
 bool Verifier::timed_run(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<TimingResult>* fresh_ref) {
   Json req = time_request(dev, dev.cuda() ? opts_.iters : 3);
   req["op"] = "time";
-  const fs::path last_out = w.work_dir / "out-timed-last.safetensors";
+  const fs::path last_out = last_timed_output(w);
   std::error_code ec;
   fs::remove(last_out, ec);  // a run that writes no output must not be judged on an earlier run's
   req["outputs_file_last"] = last_out.string();
@@ -326,14 +333,7 @@ bool Verifier::timed_run(Worker& w, DeviceState& dev, CandidateResult& r, std::o
   {
     GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
     ensure_reference_timing(dev);
-    if (fresh_ref) {
-      Json ref_req = time_request(dev, dev.cuda() ? opts_.iters : 3);
-      ref_req["op"] = "time_reference";
-      ref_req["compile"] = false;
-      auto ref = timing_from(judge_call(dev, ref_req, opts_.timing_timeout_s), dev.cuda());
-      if (ref.ok()) *fresh_ref = *ref;
-      else warn(fmt::format("re-timing the reference on {} failed: {}", dev.name, ref.status().message()));
-    }
+    if (fresh_ref) *fresh_ref = time_reference(dev, false);
     reply = w.request(req, opts_.timing_timeout_s);
   }
   if (fail_from_reply(reply, "timing", opts_.timing_timeout_s, w, dev, r)) return false;
@@ -353,9 +353,8 @@ bool Verifier::timed_output_right(Worker& w, DeviceState& dev, CandidateResult& 
   // The output of the last timed call must still be right (no cached or replayed answers). The
   // worker's timed loop gives the last call alone the last input set (worker/timing.py), so the
   // answer cannot be a replay; the index is ours, never taken from the candidate's reply.
-  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
-  int last_trial = sets.back().trial;
-  const fs::path last_out = w.work_dir / "out-timed-last.safetensors";
+  const int last_trial = timing_sets(dev).back().trial;
+  const fs::path last_out = last_timed_output(w);
   if (!fs::exists(last_out)) {
     // The worker writes the last output only when it is plain tensors, as every trial's was.
     r.verdict = Verdict::cheat;
@@ -383,23 +382,32 @@ bool Verifier::timed_output_right(Worker& w, DeviceState& dev, CandidateResult& 
 
 void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   if (!timed_run(w, dev, r, nullptr) || !dev.cuda()) return;
-  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
-  const TrialInput& in = sets.front();
+  const TrialInput& in = timing_sets(dev).front();
   const uint64_t bytes = in.input_bytes + in.output_bytes;
   const double peak = opts_.peak_bandwidth_gbs > 0 ? opts_.peak_bandwidth_gbs : peak_bandwidth_for(dev.hardware);
   const double floor_ms = roofline_floor_ms(bytes, peak);
   r.evidence["roofline_floor_ms"] = floor_ms;
-  auto call_cheat = [&](const std::string& why) {
+  auto cheat = [&r](const std::string& why) {
     r.verdict = Verdict::cheat;
     r.rule = "timing_implausible";
     r.message = why;
   };
-  if (std::string why = clock_violation(*r.timing, floor_ms, bytes, peak); !why.empty()) return call_cheat(why);
-  if (!dev.ref_timing) return;
-  r.evidence["wall_gap_ms"] = per_call_wall_gap_ms(*r.timing);
-  r.evidence["reference_wall_gap_ms"] = per_call_wall_gap_ms(*dev.ref_timing);
-  std::string first_gap = gap_violation(*r.timing, *dev.ref_timing);
-  if (first_gap.empty()) return;
+  // The checks of the run in r.timing: false once a clock check names a cheat; else the gap
+  // evidence against `ref` (when there is one) is recorded and `gap` is the gap rule's finding.
+  auto check = [&](const TimingResult* ref, std::string& gap) {
+    if (std::string why = clock_violation(*r.timing, floor_ms, bytes, peak); !why.empty()) {
+      cheat(why);
+      return false;
+    }
+    if (ref != nullptr) {
+      r.evidence["wall_gap_ms"] = per_call_wall_gap_ms(*r.timing);
+      r.evidence["reference_wall_gap_ms"] = per_call_wall_gap_ms(*ref);
+      gap = gap_violation(*r.timing, *ref);
+    }
+    return true;
+  };
+  std::string first_gap;
+  if (!check(dev.ref_timing ? &*dev.ref_timing : nullptr, first_gap) || first_gap.empty()) return;
 
   // The reference was timed once, maybe while the GPU was quiet; processes outside our lock
   // (another tool's kernels, a busy host) widen a later candidate's gap without any hidden work.
@@ -414,17 +422,13 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   const bool ran = timed_run(w, dev, r, &fresh_ref);
   recheck["reference_retimed"] = fresh_ref.has_value();
   r.evidence["timing_recheck"] = recheck;
-  if (!ran) return;
-  if (std::string why = clock_violation(*r.timing, floor_ms, bytes, peak); !why.empty()) return call_cheat(why);
-  const TimingResult& ref = fresh_ref ? *fresh_ref : *dev.ref_timing;
-  r.evidence["wall_gap_ms"] = per_call_wall_gap_ms(*r.timing);
-  r.evidence["reference_wall_gap_ms"] = per_call_wall_gap_ms(ref);
-  std::string second_gap = gap_violation(*r.timing, ref);
+  std::string second_gap;
+  if (!ran || !check(fresh_ref ? &*fresh_ref : &*dev.ref_timing, second_gap)) return;
   r.evidence["timing_recheck"]["cleared"] = second_gap.empty();
   if (!second_gap.empty()) {
-    return call_cheat(fmt::format("{}, and again when re-timed back to back with the reference: {}: work outside the "
-                                  "timed stream",
-                                  first_gap, second_gap));
+    return cheat(fmt::format("{}, and again when re-timed back to back with the reference: {}: work outside the "
+                             "timed stream",
+                             first_gap, second_gap));
   }
   r.message += fmt::format("; timing re-checked: the first run's {} did not recur beside a re-timed reference (load "
                            "outside kernelllm's GPU lock)",

@@ -118,6 +118,9 @@ class Verifier {
   // Whether the last timed call's output is right; names the cheat in r when not.
   bool timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r);
   void ensure_reference_timing(DeviceState& dev);
+  // One timing of the reference (torch.compile'd with `compile`) by the judge; nullopt, with a
+  // warning, when it failed.
+  std::optional<TimingResult> time_reference(DeviceState& dev, bool compile);
   Json time_request(const DeviceState& dev, int iters) const;
   double run_timeout_s(const DeviceState& dev) const;
 
