@@ -2,7 +2,7 @@
 // inputs rotated so the weights are not cache-resident): GEMV at n = 1, 2, 8 (the split-row kernel
 // gemv() runs, next to the old warp-per-row kernel on the same line; then every layout at n = 1),
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
-// (1,500 tokens), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
+// (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
 // shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
 // bytes read).
 #include <cuda_runtime_api.h>
@@ -147,6 +147,41 @@ int main() {
       std::printf("attention n=%-4lld ctx=%lld splits=%-2lld %8.1f us  %6.0f GB/s (KV bytes once)\n",
                   static_cast<long long>(n), static_cast<long long>(ctx), static_cast<long long>(splits), ms * 1e3,
                   gb / ms * 1e3);
+    }
+    if (prefill) {  // the tensor-core kernel the backend uses for prefill, both row tilings
+      std::vector<int32_t> qb_start, qb_len;
+      for (int64_t i = 0; i < n; i += kPrefillQueryBlock) {
+        qb_start.push_back(static_cast<int32_t>(i));
+        qb_len.push_back(static_cast<int32_t>(std::min(kPrefillQueryBlock, n - i)));
+      }
+      DeviceBuffer qbs, qbl;
+      (void)qbs.allocate(qb_start.size() * 4, "qbs");
+      (void)qbl.allocate(qb_len.size() * 4, "qbl");
+      cudaMemcpy(qbs.get(), qb_start.data(), qb_start.size() * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(qbl.get(), qb_len.data(), qb_len.size() * 4, cudaMemcpyHostToDevice);
+      AttentionArgs a;
+      a.q = q.as<float>();
+      a.n_tokens = n;
+      a.heads = 32;
+      a.kv_heads = 8;
+      a.head_dim = 128;
+      a.seq = seq.as<int32_t>();
+      a.pos = pos.as<int32_t>();
+      a.block_table = table.as<int32_t>();
+      a.table_width = width;
+      a.kv = KvLayout{pool.get(), layers, pt, kv_dim};
+      a.layer = 1;
+      a.out = out.get();
+      a.q_block_start = qbs.as<int32_t>();
+      a.q_block_len = qbl.as<int32_t>();
+      a.n_q_blocks = static_cast<int64_t>(qb_start.size());
+      // Causal: 32 heads x sum over queries of (pos + 1) positions x 128 dims x 2 products x 2 flops.
+      const double flop = 32.0 * (static_cast<double>(n) * static_cast<double>(n + 1) / 2) * 128 * 4;
+      for (int row_tiles : {1, 2}) {
+        const float ms = median_ms([&](int) { prefill_attention(t, a, nullptr, row_tiles); });
+        std::printf("prefill attention (tensor cores) n=%lld row tiles %d %8.1f us  %6.0f TFLOP/s\n",
+                    static_cast<long long>(n), row_tiles, ms * 1e3, flop / ms / 1e9);
+      }
     }
   }
   // 20 forks of a 1,500-token prompt: pages 0..92 shared, the partial page and the generated

@@ -138,14 +138,15 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
   c.rope_scaling = {RopeScaling::Type::llama3, 8.0, 1.0, 4.0, 8192};
   const std::vector<float> inv = cpu::rope_inv_freq(c);
   const int64_t pt = 16, layers = 2, layer = 1, kv_dim = kv_heads * hd, q_dim = heads * hd;
-  // Two sequences of 45 and 70 tokens on scattered pages; every token is a query (causal).
-  const std::vector<int64_t> lens = {45, 70};
-  const int64_t num_pages = 12;
-  std::vector<int32_t> table = {7, 2, 9, 0, 0, 0, 0, 0, 11, 3, 5, 1, 4, 0, 0, 0};  // width 8
-  const int64_t width = 8;
+  // Sequences of 45, 70 and 203 tokens on scattered pages (the last spans four 64-position
+  // tiles of the prefill kernel); every token is a query (causal).
+  const std::vector<int64_t> lens = {45, 70, 203};
+  const int64_t width = 13, num_pages = 3 * width;
+  std::vector<int32_t> table(static_cast<size_t>(3 * width));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 7 + 5) % table.size());
   // Every position's qkv goes through rope_write_kv (to fill the cache); attention runs for all.
   std::vector<int32_t> pos, seq, page;
-  for (int64_t s = 0; s < 2; ++s) {
+  for (int64_t s = 0; s < 3; ++s) {
     for (int64_t p = 0; p < lens[static_cast<size_t>(s)]; ++p) {
       pos.push_back(static_cast<int32_t>(p));
       seq.push_back(static_cast<int32_t>(s));
@@ -234,12 +235,14 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
               static_cast<long long>(splits), e);
   EXPECT_LT(e, out_tolerance(t) + 1e-5);
 
-  // The tensor-core prefill kernel over query blocks of <= 16 tokens of one sequence; its
-  // probabilities are rounded to the cache dtype before P.V, hence twice the output tolerance.
+  // The tensor-core prefill kernel over query blocks of <= kPrefillQueryBlock tokens of one
+  // sequence, with one and two 16-row tiles per thread block; its probabilities are rounded to
+  // the cache dtype before P.V, hence twice the output tolerance.
   if (!cuda::prefill_attention_supported(t, hd, group)) return;
   std::vector<int32_t> qb_start, qb_len;
   for (int64_t i = 0; i < T; ++i) {
-    if (!qb_len.empty() && seq[static_cast<size_t>(i)] == seq[static_cast<size_t>(i - 1)] && qb_len.back() < 16) {
+    if (!qb_len.empty() && seq[static_cast<size_t>(i)] == seq[static_cast<size_t>(i - 1)] &&
+        qb_len.back() < cuda::kPrefillQueryBlock) {
       ++qb_len.back();
     } else {
       qb_start.push_back(static_cast<int32_t>(i));
@@ -253,11 +256,16 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
   a.q_block_len = d_qbl.as<int32_t>();
   a.n_q_blocks = static_cast<int64_t>(qb_start.size());
   a.out = d_out2.get();
-  cuda::prefill_attention(t, a, nullptr);
-  const double e2 = rel_error(download(d_out2, ref.size(), t), ref);
-  std::printf("[prefill attention %s heads %lld/%lld hd %lld] rel err %.3g\n", std::string(dtype_name(t)).c_str(),
-              static_cast<long long>(heads), static_cast<long long>(kv_heads), static_cast<long long>(hd), e2);
-  EXPECT_LT(e2, 2 * out_tolerance(t));
+  for (int row_tiles : {1, 2}) {
+    cuda::prefill_attention(t, a, nullptr, row_tiles);
+    const double e2 = rel_error(download(d_out2, ref.size(), t), ref);
+    std::printf("[prefill attention %s heads %lld/%lld hd %lld row tiles %d] rel err %.3g\n",
+                std::string(dtype_name(t)).c_str(), static_cast<long long>(heads), static_cast<long long>(kv_heads),
+                static_cast<long long>(hd), row_tiles, e2);
+    EXPECT_LT(e2, 2 * out_tolerance(t));
+    // Poison again so the second tiling cannot pass on the first one's output.
+    cudaMemset(d_out2.get(), 0xff, static_cast<size_t>(T * q_dim) * dtype_size(t));
+  }
 }
 
 TEST_P(OpTest, RopeAndPagedAttention) {

@@ -30,9 +30,10 @@ struct AttentionArgs {
   float* partial_acc = nullptr;      // [T, heads, splits, head_dim]
   float* partial_ml = nullptr;       // [T, heads, splits, 2]
   void* out = nullptr;               // [T, heads * head_dim], backend dtype
-  // Query blocks for prefill_attention: up to 16 consecutive tokens of one sequence each.
+  // Query blocks for prefill_attention: up to kPrefillQueryBlock consecutive tokens of one
+  // sequence each.
   const int32_t* q_block_start = nullptr;  // [n_q_blocks] first token
-  const int32_t* q_block_len = nullptr;    // [n_q_blocks] 1..16
+  const int32_t* q_block_len = nullptr;    // [n_q_blocks] 1..kPrefillQueryBlock
   int64_t n_q_blocks = 0;
   // Decode passes whose leading positions another kernel covers (attention_shared.cuh): the
   // split kernel then takes positions ctx_begin[t]..pos[t] only; null means from 0.
@@ -48,9 +49,12 @@ void attention_partial(DType type, const AttentionArgs& args, int64_t grid_split
 void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream);
 
 // The tensor-core path for passes with many tokens per sequence (no splits, no scratch):
-// bf16/f16 caches, head_dim 16/32/64/128, at most 8 query heads per KV head.
-inline constexpr int64_t kPrefillQueryBlock = 16;
+// bf16/f16 caches, head_dim 16/32/64/128, at most 8 query heads per KV head. `row_tiles`
+// (1 or 2; 0 picks 2 where the group allows) is how many 16-row tiles of a query block one
+// thread block takes: 2 halves the K/V tile traffic, 1 gives smaller blocks (the ops bench times
+// both); groups of more than 4 query heads always take 1 (at most 8 warps per block).
+inline constexpr int64_t kPrefillQueryBlock = 32;
 bool prefill_attention_supported(DType type, int64_t head_dim, int64_t group);
-void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream);
+void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream, int row_tiles = 0);
 
 }  // namespace kernelllm::cuda

@@ -13,6 +13,7 @@
 
 #include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/mma.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -44,29 +45,6 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_
   const T h0 = round_to<T>(x0), h1 = round_to<T>(x1);
   hi = pack<T>(h0, h1);
   lo = pack<T>(round_to<T>(x0 - to_f32(h0)), round_to<T>(x1 - to_f32(h1)));
-}
-
-template <class T>
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Four 8x8 b16 matrices, transposed, from shared memory (the B operands of two n-tiles).
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
 }
 
 // K and V rows [tile, tile + kTile) below `end` of one KV head, 16 bytes per load, into
