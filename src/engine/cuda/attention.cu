@@ -6,6 +6,7 @@
 
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -21,6 +22,8 @@ constexpr int kVBatch = 8;  // V rows a warp loads before it uses any
 // while each position's weight is broadcast by a shuffle.
 template <class T, int G, int D>
 __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(AttentionArgs a) {
+  grid_dependency_wait();
+  allow_dependent_launch();
   constexpr int V = Vec16<T>::kN;
   const int64_t t = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -143,18 +146,20 @@ template <class T, int G>
 void launch_partial(const AttentionArgs& args, dim3 grid, cudaStream_t stream) {
   const int64_t d = (args.head_dim + 31) / 32;
   if (d <= 1) {
-    attention_partial_kernel<T, G, 1><<<grid, kWarps * 32, 0, stream>>>(args);
+    launch_kernel(attention_partial_kernel<T, G, 1>, grid, kWarps * 32, 0, stream, args);
   } else if (d <= 2) {
-    attention_partial_kernel<T, G, 2><<<grid, kWarps * 32, 0, stream>>>(args);
+    launch_kernel(attention_partial_kernel<T, G, 2>, grid, kWarps * 32, 0, stream, args);
   } else if (d <= 4) {
-    attention_partial_kernel<T, G, 4><<<grid, kWarps * 32, 0, stream>>>(args);
+    launch_kernel(attention_partial_kernel<T, G, 4>, grid, kWarps * 32, 0, stream, args);
   } else {
-    attention_partial_kernel<T, G, 8><<<grid, kWarps * 32, 0, stream>>>(args);
+    launch_kernel(attention_partial_kernel<T, G, 8>, grid, kWarps * 32, 0, stream, args);
   }
 }
 
 template <class T>
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  grid_dependency_wait();
+  allow_dependent_launch();
   const int64_t th = blockIdx.x;  // token * heads + head
   const int64_t hd = a.head_dim;
   const float* ml = a.partial_ml + th * a.splits * 2;
@@ -202,7 +207,7 @@ void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream)
   if (args.n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    attention_merge_kernel<T><<<static_cast<unsigned>(args.n_tokens * args.heads), 128, 0, stream>>>(args);
+    launch_kernel(attention_merge_kernel<T>, static_cast<unsigned>(args.n_tokens * args.heads), 128, 0, stream, args);
   });
 }
 

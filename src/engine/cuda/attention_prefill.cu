@@ -13,6 +13,7 @@
 
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
 #include "engine/cuda/mma.cuh"
 
 namespace kernelllm::cuda {
@@ -36,6 +37,8 @@ __global__ void prefill_kernel(AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   Row* sK = reinterpret_cast<Row*>(smem);  // [2 * kTile]: buffer b is rows [b * kTile, (b + 1) * kTile)
   Row* sV = sK + 2 * kTile;
+  grid_dependency_wait();
+  allow_dependent_launch();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int group = static_cast<int>(a.heads / a.kv_heads);
@@ -212,7 +215,7 @@ void launch_as(const AttentionArgs& a, cudaStream_t stream) {
   const auto group = static_cast<unsigned>(a.heads / a.kv_heads);
   const dim3 grid(static_cast<unsigned>(a.n_q_blocks), static_cast<unsigned>(a.kv_heads),
                   static_cast<unsigned>(kPrefillQueryBlock / (16 * MT)));
-  prefill_kernel<T, HD, MT><<<grid, 32 * group * MT, bytes, stream>>>(a);
+  launch_kernel(prefill_kernel<T, HD, MT>, grid, 32 * group * MT, bytes, stream, a);
 }
 
 template <class T, int MT>

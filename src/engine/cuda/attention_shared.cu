@@ -13,6 +13,7 @@
 
 #include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
 #include "engine/cuda/mma.cuh"
 
 namespace kernelllm::cuda {
@@ -95,6 +96,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
   constexpr float kLn2 = 0.6931471805599453f;
   __shared__ __align__(16) T sK[kTile][HD + kPad];
   __shared__ __align__(16) T sV[kTile][HD + kPad];
+  grid_dependency_wait();
+  allow_dependent_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int64_t group = a.heads / a.kv_heads, split = blockIdx.x, g = blockIdx.y;
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
@@ -261,10 +264,10 @@ void launch_prefix(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t su
                   static_cast<unsigned>(std::min(kSharedItemBlocks, a.n_tokens)));
   const int ss = static_cast<int>(suffix_splits);
   switch (a.head_dim) {
-    case 16: prefix_kernel<T, 16><<<grid, kThreads, 0, stream>>>(a, s, ss); break;
-    case 32: prefix_kernel<T, 32><<<grid, kThreads, 0, stream>>>(a, s, ss); break;
-    case 64: prefix_kernel<T, 64><<<grid, kThreads, 0, stream>>>(a, s, ss); break;
-    default: prefix_kernel<T, 128><<<grid, kThreads, 0, stream>>>(a, s, ss); break;
+    case 16: launch_kernel(prefix_kernel<T, 16>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 32: launch_kernel(prefix_kernel<T, 32>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 64: launch_kernel(prefix_kernel<T, 64>, grid, kThreads, 0, stream, a, s, ss); break;
+    default: launch_kernel(prefix_kernel<T, 128>, grid, kThreads, 0, stream, a, s, ss); break;
   }
 }
 

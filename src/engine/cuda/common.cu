@@ -1,7 +1,10 @@
 // CUDA error mapping and the device allocation wrapper; see common.cuh.
 #include "engine/cuda/common.cuh"
 
+#include <atomic>
 #include <utility>
+
+#include "engine/cuda/launch.cuh"
 
 namespace kernelllm::cuda {
 
@@ -12,6 +15,13 @@ Status cuda_status(cudaError_t err, const std::string& what) {
 }
 
 bool is_compute_dtype(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+
+namespace {
+std::atomic<bool> g_programmatic_launch{false};
+}  // namespace
+
+void set_programmatic_launch(bool on) { g_programmatic_launch.store(on, std::memory_order_relaxed); }
+bool programmatic_launch() { return g_programmatic_launch.load(std::memory_order_relaxed); }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {

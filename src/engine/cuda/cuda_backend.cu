@@ -16,6 +16,7 @@
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/init.cuh"
+#include "engine/cuda/launch.cuh"
 #include "engine/cuda/rmsnorm.cuh"
 #include "engine/cuda/rope.cuh"
 #include "engine/cuda/swiglu.cuh"
@@ -48,6 +49,12 @@ Status CudaBackend::init() {
   const ModelConfig& c = config_;
   KLLM_CUDA_RETURN(cudaSetDevice(opts_.device), "selecting device " + std::to_string(opts_.device));
   KLLM_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+  // Programmatic dependent launch (launch.cuh) on Hopper and later; KERNELLLM_CUDA_PDL=0 turns it off.
+  int major = 0;
+  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts_.device),
+                   "querying the compute capability");
+  const char* pdl = std::getenv("KERNELLLM_CUDA_PDL");
+  set_programmatic_launch(major >= 9 && (pdl == nullptr || std::string(pdl) != "0"));
   size_t total_b = 0;
   KLLM_CUDA_RETURN(cudaMemGetInfo(&free_at_start_, &total_b), "querying free memory");
   KLLM_RETURN_IF_ERROR(gemm_.init(dtype_));

@@ -2,12 +2,14 @@
 // 8 / W groups of W warps, each group computes R rows; thread t of a group takes the row's 16-byte
 // chunks t, t + 32W, ... and, per batch, loads its chunk for all R rows at once (8 loads in flight,
 // L1 bypassed), then the x chunk (once for the R rows, L1-cached: every block of the SM reads it),
-// then sums per warp by shuffles and across the group's warps through shared memory.
+// then sums per warp by shuffles and across the group's warps through shared memory. The first
+// batch of weight loads is issued before the kernel waits for its predecessor (launch.cuh).
 #include <string>
 #include <type_traits>
 
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/gemv.cuh"
+#include "engine/cuda/launch.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -118,8 +120,8 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
   }
 
   const int64_t stride = static_cast<int64_t>(U) * tpg;
-  for (int64_t base = t; base < chunks; base += stride) {
-    uint4 raw[U][R];
+  uint4 raw[U][R];
+  auto load_batch = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = base + static_cast<int64_t>(u) * tpg;
@@ -128,6 +130,14 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
         raw[u][r] = (valid[r] && k < chunks) ? load_stream(wr[r] + k * V) : make_uint4(0u, 0u, 0u, 0u);
       }
     }
+  };
+  // The first batch of weights is constant data: loaded before waiting for the previous kernel
+  // (launch.cuh), so under PDL it streams in while that kernel finishes.
+  load_batch(t);
+  grid_dependency_wait();
+  allow_dependent_launch();
+  for (int64_t base = t; base < chunks; base += stride) {
+    if (base != t) load_batch(base);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = base + static_cast<int64_t>(u) * tpg;
@@ -192,8 +202,8 @@ void launch_split(const GemvConfig& c, const void* w, int64_t rows, int64_t cols
                   cudaStream_t stream) {
   const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock / c.warps_per_row) * R;
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-  gemv_split_kernel<T, N, R><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(w), rows, cols,
-                                                             static_cast<const T*>(x), y, c.warps_per_row);
+  launch_kernel(gemv_split_kernel<T, N, R>, blocks, kThreads, 0, stream, static_cast<const T*>(w), rows, cols,
+                static_cast<const T*>(x), y, c.warps_per_row);
 }
 
 void run_split(const GemvConfig& c, DType type, const void* w, int64_t rows, int64_t cols, const void* x,

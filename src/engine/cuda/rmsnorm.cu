@@ -1,5 +1,6 @@
 // RMSNorm kernels; see rmsnorm.cuh. One block per row; the sum of squares is a block reduction.
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
 #include "engine/cuda/rmsnorm.cuh"
 
 namespace kernelllm::cuda {
@@ -22,6 +23,8 @@ __device__ float block_sum(float v) {
 template <class T, bool kAdd>
 __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight, int64_t n, float eps,
                                const int32_t* rows_index, T* out) {
+  grid_dependency_wait();
+  allow_dependent_launch();
   const int64_t r = blockIdx.x;
   const int64_t src = rows_index != nullptr ? rows_index[r] : r;
   float* xr = x + src * n;
@@ -45,8 +48,8 @@ void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int6
   if (rows == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    rmsnorm_kernel<T, false><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-        const_cast<float*>(x), nullptr, weight, n, eps, rows_index, static_cast<T*>(out));
+    launch_kernel(rmsnorm_kernel<T, false>, static_cast<unsigned>(rows), kThreads, 0, stream, const_cast<float*>(x),
+                  static_cast<const float*>(nullptr), weight, n, eps, rows_index, static_cast<T*>(out));
   });
 }
 
@@ -55,8 +58,8 @@ void add_rmsnorm(DType type, float* x, const float* delta, const float* weight, 
   if (rows == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    rmsnorm_kernel<T, true><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, delta, weight, n, eps, nullptr,
-                                                                                   static_cast<T*>(out));
+    launch_kernel(rmsnorm_kernel<T, true>, static_cast<unsigned>(rows), kThreads, 0, stream, x, delta, weight, n, eps,
+                  static_cast<const int32_t*>(nullptr), static_cast<T*>(out));
   });
 }
 

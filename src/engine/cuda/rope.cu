@@ -1,5 +1,6 @@
 // RoPE and the KV write; see rope.cuh. One block per token.
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
 #include "engine/cuda/rope.cuh"
 
 namespace kernelllm::cuda {
@@ -8,6 +9,8 @@ template <class T>
 __global__ void rope_kv_kernel(const float* qkv, int64_t heads, int64_t kv_heads, int64_t hd, const int32_t* pos,
                                const int32_t* page_of, const float* inv_freq, T* pool, int64_t layers,
                                int64_t page_tokens, int64_t layer, float* q_out) {
+  grid_dependency_wait();
+  allow_dependent_launch();
   const int64_t t = blockIdx.x;
   const int64_t half = hd / 2, q_dim = heads * hd, kv_dim = kv_heads * hd;
   const float* row = qkv + t * (q_dim + 2 * kv_dim);
@@ -42,9 +45,8 @@ void rope_write_kv(DType type, const float* qkv, int64_t n_tokens, int64_t heads
   if (n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    rope_kv_kernel<T><<<static_cast<unsigned>(n_tokens), 256, 0, stream>>>(
-        qkv, heads, kv_heads, head_dim, pos, page_of, inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens,
-        layer, q_out);
+    launch_kernel(rope_kv_kernel<T>, static_cast<unsigned>(n_tokens), 256, 0, stream, qkv, heads, kv_heads, head_dim,
+                  pos, page_of, inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer, q_out);
   });
 }
 

@@ -1,11 +1,14 @@
 // SwiGLU; see swiglu.cuh.
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
 #include "engine/cuda/swiglu.cuh"
 
 namespace kernelllm::cuda {
 namespace {
 template <class T>
 __global__ void swiglu_kernel(const float* gate_up, int64_t n_tokens, int64_t inter, T* out) {
+  grid_dependency_wait();
+  allow_dependent_launch();
   const int64_t total = n_tokens * inter;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / inter, j = i % inter;
@@ -22,8 +25,8 @@ void swiglu(DType type, const float* gate_up, int64_t n_tokens, int64_t inter, v
   const int64_t blocks = (total + 255) / 256;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    swiglu_kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(
-        gate_up, n_tokens, inter, static_cast<T*>(out));
+    launch_kernel(swiglu_kernel<T>, static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream, gate_up,
+                  n_tokens, inter, static_cast<T*>(out));
   });
 }
 
