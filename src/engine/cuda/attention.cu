@@ -56,9 +56,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
   for (int64_t tile = begin + warp * 32; tile < end; tile += kWarps * 32) {
     const int64_t p = tile + lane;
     const bool valid = p < end;
-    const int64_t page = valid ? table[p / pt] : table[begin / pt];
-    const int64_t pp = valid ? p : begin;
-    const T* kp = pool + (((page * a.kv.layers + a.layer) * 2 + 0) * pt + pp % pt) * kv_dim + g * hd;
+    const T* kp = paged_k_row(pool, table, static_cast<int>(valid ? p : begin), static_cast<int>(pt), a.kv.layers,
+                              a.layer, kv_dim) +
+                  g * hd;
     const T* vp = kp + pt * kv_dim;
     float s[G];
 #pragma unroll

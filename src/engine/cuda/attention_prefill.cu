@@ -52,7 +52,8 @@ __global__ void prefill_kernel(AttentionArgs a) {
   const int64_t block_max_pos = pos0 + min(len, first_row + MT * 16) - 1;
   const bool warp_rows = row0 < len;
   const int64_t warp_min_pos = pos0 + row0, warp_max_pos = pos0 + min(len, row0 + 16) - 1;
-  const int64_t kv_dim = a.kv.kv_dim, pt = a.kv.page_tokens;
+  const int64_t kv_dim = a.kv.kv_dim;
+  const int pt = static_cast<int>(a.kv.page_tokens);
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[start]) * a.table_width;
   const T* pool = static_cast<const T*>(a.kv.pool);
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
@@ -62,11 +63,8 @@ __global__ void prefill_kernel(AttentionArgs a) {
       const int p = c / (HD / 8), d0 = (c % (HD / 8)) * 8;
       const int64_t pos = tile + p;
       const bool ok = pos <= block_max_pos;
-      const T* kp = pool;
-      if (ok) {
-        const int64_t page = table[pos / pt];
-        kp = pool + (((page * a.kv.layers + a.layer) * 2 + 0) * pt + pos % pt) * kv_dim + g * HD + d0;
-      }
+      const T* kp = ok ? paged_k_row(pool, table, static_cast<int>(pos), pt, a.kv.layers, a.layer, kv_dim) + g * HD + d0
+                       : pool;
       cp_async16(&sK[buf * kTile + p][d0], kp, ok);
       cp_async16(&sV[buf * kTile + p][d0], ok ? kp + pt * kv_dim : pool, ok);
     }

@@ -66,8 +66,9 @@ struct TileLoader {
       const int64_t pos = tile + p;
       k[i] = v[i] = make_uint4(0, 0, 0, 0);
       if (c < kChunks && pos < end) {
-        const int64_t page = table[pos / pt];
-        const T* kp = pool + (((page * a.kv.layers + a.layer) * 2 + 0) * pt + pos % pt) * kv_dim + g * HD + d0;
+        const T* kp =
+            paged_k_row(pool, table, static_cast<int>(pos), static_cast<int>(pt), a.kv.layers, a.layer, kv_dim) +
+            g * HD + d0;
         k[i] = *reinterpret_cast<const uint4*>(kp);
         v[i] = *reinterpret_cast<const uint4*>(kp + pt * kv_dim);
       }

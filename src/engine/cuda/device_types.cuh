@@ -53,6 +53,32 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Position -> (logical page, offset in the page), in 32-bit arithmetic (positions are below
+// 2^31) and by shifts when the page size is a power of two: 64-bit division by a runtime value
+// costs ~100 instructions, which the attention kernels' tile loads paid per 16-byte chunk.
+struct PagedPos {
+  int page, offset;
+};
+__device__ __forceinline__ PagedPos paged_pos(int pos, int page_tokens) {
+  if ((page_tokens & (page_tokens - 1)) == 0) {
+    const int shift = __ffs(page_tokens) - 1;
+    return {pos >> shift, pos & (page_tokens - 1)};
+  }
+  const int page = pos / page_tokens;
+  return {page, pos - page * page_tokens};
+}
+
+// The K row of position `pos` of one layer in the paged pool ([page][layer][K, V][page_tokens]
+// [kv_dim], rope.cuh's KvLayout) for a sequence whose page table row is `table`; its V row is
+// page_tokens * kv_dim elements further.
+template <class T>
+__device__ __forceinline__ const T* paged_k_row(const T* pool, const int32_t* table, int pos, int page_tokens,
+                                               int64_t layers, int64_t layer, int64_t kv_dim) {
+  const PagedPos pp = paged_pos(pos, page_tokens);
+  const int64_t page = table[pp.page];
+  return pool + (((page * layers + layer) * 2) * page_tokens + pp.offset) * kv_dim;
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace kernelllm::cuda
