@@ -71,20 +71,25 @@ TEST_P(OpTest, RmsNormAndAddRmsNorm) {
   std::printf("[rmsnorm %s] rel err %.3g, add+norm %.3g\n", std::string(dtype_name(t)).c_str(), e1, e2);
 }
 
+// From an fp32 gate_up (the GEMV's) and from one in the compute dtype (cuBLASLt's).
 TEST_P(OpTest, SwiGlu) {
   const DType t = GetParam();
   const int64_t n_tok = 3, inter = 1000;
-  auto gu = random_vector(static_cast<size_t>(n_tok * 2 * inter), 5, 2.0f);
-  auto d_gu = upload(gu);
-  auto d_out = poisoned(static_cast<size_t>(n_tok * inter) * dtype_size(t));
-  cuda::swiglu(t, d_gu.as<float>(), n_tok, inter, d_out.get(), nullptr);
-  std::vector<float> ref(static_cast<size_t>(n_tok * inter));
-  for (int64_t r = 0; r < n_tok; ++r) {
-    cpu::silu_mul(gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter, ref.data() + r * inter);
+  for (DType in : {DType::f32, t}) {
+    auto gu = random_vector(static_cast<size_t>(n_tok * 2 * inter), 5, 2.0f);
+    const std::vector<std::byte> bytes = encode(gu, in);  // gu now holds the rounded inputs
+    auto d_gu = upload(bytes);
+    auto d_out = poisoned(static_cast<size_t>(n_tok * inter) * dtype_size(t));
+    cuda::swiglu(t, in, d_gu.get(), n_tok, inter, d_out.get(), nullptr);
+    std::vector<float> ref(static_cast<size_t>(n_tok * inter));
+    for (int64_t r = 0; r < n_tok; ++r) {
+      cpu::silu_mul(gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter, ref.data() + r * inter);
+    }
+    const double e = rel_error(download(d_out, ref.size(), t), ref);
+    std::printf("[swiglu %s from %s] rel err %.3g\n", std::string(dtype_name(t)).c_str(),
+                std::string(dtype_name(in)).c_str(), e);
+    EXPECT_LT(e, out_tolerance(t));
   }
-  const double e = rel_error(download(d_out, ref.size(), t), ref);
-  std::printf("[swiglu %s] rel err %.3g\n", std::string(dtype_name(t)).c_str(), e);
-  EXPECT_LT(e, out_tolerance(t));
 }
 
 // y = x . W^T by cuBLASLt and by the GEMV (n <= 8), against float64 on the rounded inputs: only
@@ -116,6 +121,12 @@ TEST_P(OpTest, Projections) {
       ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.as<float>(), nullptr).ok());
       const double eg = rel_error(download(d_y, ref.size()), ref);
       EXPECT_LT(eg, kProjTolerance) << "gemm rows " << rows << " cols " << cols << " n " << n;
+      if (t != DType::f32) {  // y in the compute dtype: the fp32 result rounded once
+        auto d_yt = poisoned(ref.size() * dtype_size(t));
+        ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_yt.get(), t, nullptr).ok());
+        const double et = rel_error(download(d_yt, ref.size(), t), ref);
+        EXPECT_LT(et, out_tolerance(t)) << "gemm to " << dtype_name(t) << " rows " << rows << " n " << n;
+      }
       double ev = -1;
       if (cuda::gemv_supported(t, cols, n)) {
         auto d_y2 = poisoned(ref.size() * 4);

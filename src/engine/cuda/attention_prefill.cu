@@ -108,21 +108,25 @@ __global__ void prefill_kernel(AttentionArgs a) {
     if (warp_rows && tile <= warp_max_pos) {
       const Row* k_rows = sK + buf * kTile;
       const Row* v_rows = sV + buf * kTile;
+      // S = Q.K^T, head dims outer and score tiles inner: consecutive products are independent.
       float s[NB][4];
 #pragma unroll
-      for (int nb = 0; nb < NB; ++nb) {
-        s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-        const T* k_row = k_rows[nb * 8 + lane % 8];
+      for (int nb = 0; nb < NB; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks + 1 < KS; ks += 2) {
+      for (int ks = 0; ks + 1 < KS; ks += 2) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
           uint32_t b[4];
-          ldmatrix_x4(b, k_row + ks * 16 + (lane / 8) * 8);
+          ldmatrix_x4(b, k_rows[nb * 8 + lane % 8] + ks * 16 + (lane / 8) * 8);
           mma<T>(s[nb], qf[ks], b[0], b[1]);
           mma<T>(s[nb], qf[ks + 1], b[2], b[3]);
         }
-        if constexpr (KS % 2 == 1) {
+      }
+      if constexpr (KS % 2 == 1) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
           uint32_t b[2];
-          ldmatrix_x2(b, k_row + (KS - 1) * 16 + ((lane / 8) % 2) * 8);
+          ldmatrix_x2(b, k_rows[nb * 8 + lane % 8] + (KS - 1) * 16 + ((lane / 8) % 2) * 8);
           mma<T>(s[nb], qf[KS - 1], b[0], b[1]);
         }
       }

@@ -256,12 +256,20 @@ int64_t CudaBackend::prefix_splits_for(int64_t n) const {
 }
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y) {
-  // The custom GEMV beats cuBLASLt at one token only (bench/cuda_ops/NOTES.md).
+  bool narrowed = false;
+  return proj(w, rows, cols, x, n, y, DType::f32, narrowed);
+}
+
+Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
+                         DType y_type, bool& narrowed) {
+  // The custom GEMV beats cuBLASLt at one token only (bench/cuda_ops/NOTES.md); it writes fp32.
+  narrowed = false;
   if (opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n)) {
-    gemv(dtype_, w.get(), rows, cols, x, n, y, stream_);
+    gemv(dtype_, w.get(), rows, cols, x, n, static_cast<float*>(y), stream_);
     return Status::ok_status();
   }
-  return gemm_.run(w.get(), rows, cols, x, n, y, stream_);
+  narrowed = y_type != DType::f32;
+  return gemm_.run(w.get(), rows, cols, x, n, y, y_type, stream_);
 }
 
 }  // namespace kernelllm::cuda

@@ -49,7 +49,11 @@ class CudaBackend final : public Backend {
   };
   Status validate(std::span<const ForwardRequest> batch) const;
   Status upload_table(SeqId seq, int64_t first_page);
+  // y [n, rows] = x . W^T through the GEMV (one token) or cuBLASLt; y in fp32, or in `y_type`
+  // (the compute dtype) where cuBLASLt serves: `narrowed` says which it wrote.
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
+  Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
+              bool& narrowed);
   // The device work of one pass over n tokens whose metadata is in meta_; logits for r rows.
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
   // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.

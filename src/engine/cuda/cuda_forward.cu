@@ -84,8 +84,11 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     }
     KLLM_RETURN_IF_ERROR(proj(l.o, h, q_dim_, att_.get(), n, y));
     add_rmsnorm(dtype_, x, y, l.post_norm.as<float>(), n, h, eps, xn_.get(), stream_);
-    KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.as<float>()));
-    swiglu(dtype_, gate_up_.as<float>(), n, inter, act_.get(), stream_);
+    // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
+    // linear layers give it): half the bytes written and read back by swiglu.
+    bool narrowed = false;
+    KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), dtype_, narrowed));
+    swiglu(dtype_, narrowed ? dtype_ : DType::f32, gate_up_.get(), n, inter, act_.get(), stream_);
     KLLM_RETURN_IF_ERROR(proj(l.down, h, inter, act_.get(), n, y));
   }
   // The last residual add (into x; the normed output is not used), then the final norm of the

@@ -53,8 +53,8 @@ Status Gemm::init(DType type) {
   return workspace_.allocate(kWorkspaceBytes, "cuBLASLt workspace");
 }
 
-Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n) {
-  const auto key = std::make_tuple(rows, cols, n);
+Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n, DType y_type) {
+  const auto key = std::make_tuple(rows, cols, n, y_type);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
@@ -69,7 +69,7 @@ Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n) {
   KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&p->a, dt, k, r, static_cast<int64_t>(k)), "layout A"));
   KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&p->b, dt, k, m, static_cast<int64_t>(k)), "layout B"));
   KLLM_RETURN_IF_ERROR(
-      lt_status(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, r, m, static_cast<int64_t>(r)), "layout C"));
+      lt_status(cublasLtMatrixLayoutCreate(&p->c, data_type(y_type), r, m, static_cast<int64_t>(r)), "layout C"));
   cublasLtMatmulPreference_t pref = nullptr;
   KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const uint64_t ws = kWorkspaceBytes;
@@ -92,8 +92,17 @@ Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n) {
 }
 
 Status Gemm::run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y, cudaStream_t stream) {
+  return run(w, rows, cols, x, n, y, DType::f32, stream);
+}
+
+Status Gemm::run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
+                 cudaStream_t stream) {
   if (n == 0) return Status::ok_status();
-  KLLM_ASSIGN_OR_RETURN(Plan * p, plan(rows, cols, n));
+  if (y_type != DType::f32 && y_type != type_) {
+    return error(ErrorCode::invalid_argument, "cuBLASLt: expected an f32 output or the weights' dtype, found " +
+                                                  std::string(dtype_name(y_type)));
+  }
+  KLLM_ASSIGN_OR_RETURN(Plan * p, plan(rows, cols, n, y_type));
   const float alpha = 1.0f, beta = 0.0f;
   return lt_status(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x, p->b, &beta, y,
                                   p->c, y, p->c, &p->algo, workspace_.get(), kWorkspaceBytes, stream),

@@ -24,16 +24,20 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   Status init(DType type);
+  // y [n, rows] = x [n, cols] . W^T, y in fp32.
   Status run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y, cudaStream_t stream);
+  // The same with y in `y_type`: f32 or the weights' dtype.
+  Status run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
+             cudaStream_t stream);
 
  private:
   struct Plan;
-  Result<Plan*> plan(int64_t rows, int64_t cols, int64_t n);
+  Result<Plan*> plan(int64_t rows, int64_t cols, int64_t n, DType y_type);
 
   DType type_ = DType::bf16;
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, DType>, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace kernelllm::cuda

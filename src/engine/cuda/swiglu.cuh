@@ -1,5 +1,6 @@
 // The Llama MLP activation: out[t, i] = silu(gate[t, i]) * up[t, i], where gate and up are
-// the two halves of the fused gate_up projection's fp32 output [T, 2 * inter].
+// the two halves of the fused gate_up projection's output [T, 2 * inter], in `in_type` (fp32
+// from the GEMV, the compute dtype from cuBLASLt); out is in `type`.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +11,7 @@
 
 namespace kernelllm::cuda {
 
-void swiglu(DType type, const float* gate_up, int64_t n_tokens, int64_t inter, void* out, cudaStream_t stream);
+void swiglu(DType type, DType in_type, const void* gate_up, int64_t n_tokens, int64_t inter, void* out,
+            cudaStream_t stream);
 
 }  // namespace kernelllm::cuda
