@@ -121,6 +121,12 @@ TEST_P(OpTest, Projections) {
       ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.as<float>(), nullptr).ok());
       const double eg = rel_error(download(d_y, ref.size()), ref);
       EXPECT_LT(eg, kProjTolerance) << "gemm rows " << rows << " cols " << cols << " n " << n;
+      {  // accumulating into y, which holds the product already: twice the product
+        ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.get(), DType::f32, nullptr, true).ok());
+        std::vector<float> twice(ref);
+        for (float& v : twice) v *= 2.0f;
+        EXPECT_LT(rel_error(download(d_y, ref.size()), twice), kProjTolerance) << "gemm += rows " << rows << " n " << n;
+      }
       if (t != DType::f32) {  // y in the compute dtype: the fp32 result rounded once
         auto d_yt = poisoned(ref.size() * dtype_size(t));
         ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_yt.get(), t, nullptr).ok());

@@ -272,4 +272,11 @@ Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, cons
   return gemm_.run(w.get(), rows, cols, x, n, y, y_type, stream_);
 }
 
+Status CudaBackend::proj_residual(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n,
+                                  float* y, float* resid, bool& added) {
+  added = !(opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n));
+  if (!added) return proj(w, rows, cols, x, n, y);
+  return gemm_.run(w.get(), rows, cols, x, n, resid, DType::f32, stream_, true);
+}
+
 }  // namespace kernelllm::cuda

@@ -54,6 +54,11 @@ class CudaBackend final : public Backend {
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
               bool& narrowed);
+  // A projection whose output is added to the residual stream `resid` (fp32 [n, rows]): where
+  // cuBLASLt serves it accumulates in place (`added` true), else (GEMV) it writes y for the
+  // next add_rmsnorm to add.
+  Status proj_residual(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y,
+                       float* resid, bool& added);
   // The device work of one pass over n tokens whose metadata is in meta_; logits for r rows.
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
   // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.

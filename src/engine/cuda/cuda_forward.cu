@@ -43,14 +43,21 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   float* y = proj_.as<float>();
   const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_};
 
+  // The residual stream x; y_pending: y holds a projection output (the GEMV's) not yet added to
+  // it, which the next norm adds (cuBLASLt's projections accumulate into x themselves).
+  bool y_pending = false;
+  auto norm = [&](const DeviceBuffer& weight) {
+    if (y_pending) {
+      add_rmsnorm(dtype_, x, y, weight.as<float>(), n, h, eps, xn_.get(), stream_);
+    } else {
+      rmsnorm(dtype_, x, weight.as<float>(), n, h, eps, nullptr, xn_.get(), stream_);
+    }
+    y_pending = false;
+  };
   embedding(dtype_, embed_.get(), ids, n, h, x, stream_);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
-    if (li == 0) {
-      rmsnorm(dtype_, x, l.in_norm.as<float>(), n, h, eps, nullptr, xn_.get(), stream_);
-    } else {
-      add_rmsnorm(dtype_, x, y, l.in_norm.as<float>(), n, h, eps, xn_.get(), stream_);
-    }
+    norm(l.in_norm);
     KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.as<float>()));
     rope_write_kv(dtype_, qkv_.as<float>(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page,
                   inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
@@ -82,18 +89,21 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     } else {
       attention(dtype_, a, stream_);
     }
-    KLLM_RETURN_IF_ERROR(proj(l.o, h, q_dim_, att_.get(), n, y));
-    add_rmsnorm(dtype_, x, y, l.post_norm.as<float>(), n, h, eps, xn_.get(), stream_);
+    bool added = false;
+    KLLM_RETURN_IF_ERROR(proj_residual(l.o, h, q_dim_, att_.get(), n, y, x, added));
+    y_pending = !added;
+    norm(l.post_norm);
     // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
     // linear layers give it): half the bytes written and read back by swiglu.
     bool narrowed = false;
     KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), dtype_, narrowed));
     swiglu(dtype_, narrowed ? dtype_ : DType::f32, gate_up_.get(), n, inter, act_.get(), stream_);
-    KLLM_RETURN_IF_ERROR(proj(l.down, h, inter, act_.get(), n, y));
+    KLLM_RETURN_IF_ERROR(proj_residual(l.down, h, inter, act_.get(), n, y, x, added));
+    y_pending = !added;
   }
-  // The last residual add (into x; the normed output is not used), then the final norm of the
-  // rows that produce logits.
-  add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, xn_.get(), stream_);
+  // The last residual add if one is pending (into x; the normed output is not used), then the
+  // final norm of the rows that produce logits.
+  if (y_pending) add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, xn_.get(), stream_);
   if (logits_in_pass) {
     rmsnorm(dtype_, x, final_norm_.as<float>(), r, h, eps, out_rows, fin_.get(), stream_);
     const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;

@@ -96,14 +96,14 @@ Status Gemm::run(const void* w, int64_t rows, int64_t cols, const void* x, int64
 }
 
 Status Gemm::run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, bool accumulate) {
   if (n == 0) return Status::ok_status();
   if (y_type != DType::f32 && y_type != type_) {
     return error(ErrorCode::invalid_argument, "cuBLASLt: expected an f32 output or the weights' dtype, found " +
                                                   std::string(dtype_name(y_type)));
   }
   KLLM_ASSIGN_OR_RETURN(Plan * p, plan(rows, cols, n, y_type));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // C is D: in place
   return lt_status(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x, p->b, &beta, y,
                                   p->c, y, p->c, &p->algo, workspace_.get(), kWorkspaceBytes, stream),
                    "matmul");

@@ -26,9 +26,9 @@ class Gemm {
   Status init(DType type);
   // y [n, rows] = x [n, cols] . W^T, y in fp32.
   Status run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y, cudaStream_t stream);
-  // The same with y in `y_type`: f32 or the weights' dtype.
+  // The same with y in `y_type`: f32 or the weights' dtype; with `accumulate`, y += x . W^T.
   Status run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
-             cudaStream_t stream);
+             cudaStream_t stream, bool accumulate = false);
 
  private:
   struct Plan;
