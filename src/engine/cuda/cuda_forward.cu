@@ -213,7 +213,7 @@ Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<f
       m[2 * max_tokens_ + i] = toks[t].seq;
       m[3 * max_tokens_ + i] = toks[t].page;
       if (toks[t].out) m[4 * max_tokens_ + r++] = static_cast<int32_t>(i);
-      // Query blocks: runs of up to 16 consecutive tokens of one sequence.
+      // Query blocks: runs of up to kPrefillQueryBlock consecutive tokens of one sequence.
       int32_t* len = m + 6 * max_tokens_;
       if (blocks > 0 && toks[t].seq == toks[t - 1].seq && len[blocks - 1] < kPrefillQueryBlock) {
         ++len[blocks - 1];
