@@ -255,6 +255,11 @@ int64_t CudaBackend::prefix_splits_for(int64_t n) const {
   return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, kSharedPrefixSplits);
 }
 
+bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {
+  // The custom GEMV beats cuBLASLt at one token only (bench/cuda_ops/NOTES.md).
+  return opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n);
+}
+
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y) {
   bool narrowed = false;
   return proj(w, rows, cols, x, n, y, DType::f32, narrowed);
@@ -262,9 +267,8 @@ Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, cons
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
                          DType y_type, bool& narrowed) {
-  // The custom GEMV beats cuBLASLt at one token only (bench/cuda_ops/NOTES.md); it writes fp32.
   narrowed = false;
-  if (opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n)) {
+  if (gemv_serves(cols, n)) {  // it writes fp32
     gemv(dtype_, w.get(), rows, cols, x, n, static_cast<float*>(y), stream_);
     return Status::ok_status();
   }
@@ -274,7 +278,7 @@ Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, cons
 
 Status CudaBackend::proj_residual(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n,
                                   float* y, float* resid, bool& added) {
-  added = !(opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n));
+  added = !gemv_serves(cols, n);
   if (!added) return proj(w, rows, cols, x, n, y);
   return gemm_.run(w.get(), rows, cols, x, n, resid, DType::f32, stream_, true);
 }

@@ -51,6 +51,7 @@ class CudaBackend final : public Backend {
   Status upload_table(SeqId seq, int64_t first_page);
   // y [n, rows] = x . W^T through the GEMV (one token) or cuBLASLt; y in fp32, or in `y_type`
   // (the compute dtype) where cuBLASLt serves: `narrowed` says which it wrote.
+  bool gemv_serves(int64_t cols, int64_t n) const;  // else cuBLASLt
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
               bool& narrowed);
