@@ -118,13 +118,8 @@ int main() {
     cudaMemcpy(table.get(), tab.data(), tab.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(pos.get(), ps.data(), ps.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(seq.get(), sq.data(), sq.size() * 4, cudaMemcpyHostToDevice);
-    for (int64_t splits : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{32}}) {
-      if (prefill && splits > 1) break;
-      (void)q.allocate(static_cast<size_t>(n * 4096) * 4, "q");
-      fill_random(DType::f32, q.get(), n * 4096, 9, 1.0f, nullptr);
-      (void)acc.allocate(static_cast<size_t>(n * 32 * splits * 128) * 4, "acc");
-      (void)ml.allocate(static_cast<size_t>(n * 32 * splits * 2) * 4, "ml");
-      (void)out.allocate(static_cast<size_t>(n * 4096) * 2, "out");
+    // The 8B shape's attention over this pool, for the n tokens (q, out and scratch set by the caller).
+    auto layer_args = [&] {
       AttentionArgs a;
       a.q = q.as<float>();
       a.n_tokens = n;
@@ -137,6 +132,16 @@ int main() {
       a.table_width = width;
       a.kv = KvLayout{pool.get(), layers, pt, kv_dim};
       a.layer = 1;
+      return a;
+    };
+    for (int64_t splits : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{32}}) {
+      if (prefill && splits > 1) break;
+      (void)q.allocate(static_cast<size_t>(n * 4096) * 4, "q");
+      fill_random(DType::f32, q.get(), n * 4096, 9, 1.0f, nullptr);
+      (void)acc.allocate(static_cast<size_t>(n * 32 * splits * 128) * 4, "acc");
+      (void)ml.allocate(static_cast<size_t>(n * 32 * splits * 2) * 4, "ml");
+      (void)out.allocate(static_cast<size_t>(n * 4096) * 2, "out");
+      AttentionArgs a = layer_args();
       a.splits = splits;
       a.partial_acc = acc.as<float>();
       a.partial_ml = ml.as<float>();
@@ -159,18 +164,7 @@ int main() {
       (void)qbl.allocate(qb_len.size() * 4, "qbl");
       cudaMemcpy(qbs.get(), qb_start.data(), qb_start.size() * 4, cudaMemcpyHostToDevice);
       cudaMemcpy(qbl.get(), qb_len.data(), qb_len.size() * 4, cudaMemcpyHostToDevice);
-      AttentionArgs a;
-      a.q = q.as<float>();
-      a.n_tokens = n;
-      a.heads = 32;
-      a.kv_heads = 8;
-      a.head_dim = 128;
-      a.seq = seq.as<int32_t>();
-      a.pos = pos.as<int32_t>();
-      a.block_table = table.as<int32_t>();
-      a.table_width = width;
-      a.kv = KvLayout{pool.get(), layers, pt, kv_dim};
-      a.layer = 1;
+      AttentionArgs a = layer_args();
       a.out = out.get();
       a.q_block_start = qbs.as<int32_t>();
       a.q_block_len = qbl.as<int32_t>();

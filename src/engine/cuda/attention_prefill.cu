@@ -146,16 +146,7 @@ __global__ void prefill_kernel(AttentionArgs a) {
         }
       }
       float corr[2], base[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
-        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
-        const float m_new = fmaxf(m[r], row_max[r]);
-        base[r] = m_new == -INFINITY ? 0.0f : m_new;
-        corr[r] = exp2f(m[r] - base[r]);
-        m[r] = m_new;
-        l[r] *= corr[r];
-      }
+      online_softmax_step(row_max, m, l, corr, base);
 #pragma unroll
       for (int nd = 0; nd < ND; ++nd) {
         o[nd][0] *= corr[0];

@@ -1,11 +1,13 @@
 // Tensor-core building blocks shared by the attention kernels (nvcc only): mma.sync
 // m16n8k16 with fp32 accumulators for bf16/f16 operands, ldmatrix from shared memory, packing
-// two floats into a b16 pair, and cp.async copies of 16 bytes (zero-filled when not wanted).
+// two floats into a b16 pair, cp.async copies of 16 bytes (zero-filled when not wanted), and the
+// online-softmax step over accumulator rows.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -74,6 +76,25 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// One tile's step of the online softmax over mma accumulator rows (base-2 scores): this thread
+// holds rows gq (r = 0) and gq + 8 (r = 1) of a 16-row tile, whose 4 threads tq = 0..3 hold the
+// tile's columns. From each row's tile maximum (this thread's part in, the row's out): the new
+// running maximum m, the base the tile's scores are exponentiated against (0 while the row has
+// seen only -inf), the factor `corr` the running sum l (rescaled here) and the output take.
+__device__ __forceinline__ void online_softmax_step(float (&row_max)[2], float (&m)[2], float (&l)[2],
+                                                    float (&corr)[2], float (&base)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+    const float m_new = fmaxf(m[r], row_max[r]);
+    base[r] = m_new == -INFINITY ? 0.0f : m_new;
+    corr[r] = exp2f(m[r] - base[r]);
+    m[r] = m_new;
+    l[r] *= corr[r];
+  }
 }
 
 }  // namespace kernelllm::cuda
