@@ -260,27 +260,14 @@ bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {
   return opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n);
 }
 
-Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y) {
-  bool narrowed = false;
-  return proj(w, rows, cols, x, n, y, DType::f32, narrowed);
-}
-
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
-                         DType y_type, bool& narrowed) {
-  narrowed = false;
-  if (gemv_serves(cols, n)) {  // it writes fp32
-    gemv(dtype_, w.get(), rows, cols, x, n, static_cast<float*>(y), stream_);
-    return Status::ok_status();
+                         DType y_type, bool accumulate) {
+  if (!gemv_serves(cols, n)) return gemm_.run(w.get(), rows, cols, x, n, y, y_type, stream_, accumulate);
+  if (y_type != DType::f32 || accumulate) {
+    return error(ErrorCode::internal, "cuda backend: the GEMV writes a fresh fp32 output only");
   }
-  narrowed = y_type != DType::f32;
-  return gemm_.run(w.get(), rows, cols, x, n, y, y_type, stream_);
-}
-
-Status CudaBackend::proj_residual(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n,
-                                  float* y, float* resid, bool& added) {
-  added = !gemv_serves(cols, n);
-  if (!added) return proj(w, rows, cols, x, n, y);
-  return gemm_.run(w.get(), rows, cols, x, n, resid, DType::f32, stream_, true);
+  gemv(dtype_, w.get(), rows, cols, x, n, static_cast<float*>(y), stream_);
+  return Status::ok_status();
 }
 
 }  // namespace kernelllm::cuda

@@ -49,17 +49,12 @@ class CudaBackend final : public Backend {
   };
   Status validate(std::span<const ForwardRequest> batch) const;
   Status upload_table(SeqId seq, int64_t first_page);
-  // y [n, rows] = x . W^T through the GEMV (one token) or cuBLASLt; y in fp32, or in `y_type`
-  // (the compute dtype) where cuBLASLt serves: `narrowed` says which it wrote.
-  bool gemv_serves(int64_t cols, int64_t n) const;  // else cuBLASLt
-  Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
-  Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y, DType y_type,
-              bool& narrowed);
-  // A projection whose output is added to the residual stream `resid` (fp32 [n, rows]): where
-  // cuBLASLt serves it accumulates in place (`added` true), else (GEMV) it writes y for the
-  // next add_rmsnorm to add.
-  Status proj_residual(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y,
-                       float* resid, bool& added);
+  // Whether proj() of n tokens over `cols` inputs goes through the GEMV (else cuBLASLt).
+  bool gemv_serves(int64_t cols, int64_t n) const;
+  // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`. Where the GEMV serves only
+  // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
+  Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
+              DType y_type = DType::f32, bool accumulate = false);
   // The device work of one pass over n tokens whose metadata is in meta_; logits for r rows.
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
   // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.

@@ -89,17 +89,17 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     } else {
       attention(dtype_, a, stream_);
     }
-    bool added = false;
-    KLLM_RETURN_IF_ERROR(proj_residual(l.o, h, q_dim_, att_.get(), n, y, x, added));
-    y_pending = !added;
+    // o and down: cuBLASLt adds into x in place; the GEMV writes y for the next norm to add.
+    y_pending = gemv_serves(q_dim_, n);
+    KLLM_RETURN_IF_ERROR(proj(l.o, h, q_dim_, att_.get(), n, y_pending ? y : x, DType::f32, !y_pending));
     norm(l.post_norm);
     // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
     // linear layers give it): half the bytes written and read back by swiglu.
-    bool narrowed = false;
-    KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), dtype_, narrowed));
-    swiglu(dtype_, narrowed ? dtype_ : DType::f32, gate_up_.get(), n, inter, act_.get(), stream_);
-    KLLM_RETURN_IF_ERROR(proj_residual(l.down, h, inter, act_.get(), n, y, x, added));
-    y_pending = !added;
+    const DType gate_up_type = gemv_serves(h, n) ? DType::f32 : dtype_;
+    KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));
+    swiglu(dtype_, gate_up_type, gate_up_.get(), n, inter, act_.get(), stream_);
+    y_pending = gemv_serves(inter, n);
+    KLLM_RETURN_IF_ERROR(proj(l.down, h, inter, act_.get(), n, y_pending ? y : x, DType::f32, !y_pending));
   }
   // The last residual add if one is pending (into x; the normed output is not used), then the
   // final norm of the rows that produce logits.
