@@ -44,31 +44,45 @@ TEST_P(OpTest, Embedding) {
   EXPECT_EQ(rel_error(got, ref), 0.0);
 }
 
+// Row lengths for each kernel: float4 chunks in registers (1, 2, 4 and 8 per thread: 96, 2,048,
+// 4,096, 6,000), and the strided loop (98: not a multiple of 4; 12,288: too long for registers).
 TEST_P(OpTest, RmsNormAndAddRmsNorm) {
   const DType t = GetParam();
-  const int64_t rows = 7, n = 4096;
-  auto x = random_vector(static_cast<size_t>(rows * n), 2);
-  auto delta = random_vector(x.size(), 3);
-  auto w = random_vector(static_cast<size_t>(n), 4, 0.5f);
-  auto d_x = upload(x);
-  auto d_delta = upload(delta);
-  auto d_w = upload(w);
-  auto d_out = poisoned(x.size() * dtype_size(t));
-  const float eps = 1e-5f;
-  cuda::rmsnorm(t, d_x.as<float>(), d_w.as<float>(), rows, n, eps, nullptr, d_out.get(), nullptr);
-  std::vector<float> ref(x.size());
-  for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), n, eps, ref.data() + r * n);
-  const double e1 = rel_error(download(d_out, x.size(), t), ref);
-  EXPECT_LT(e1, out_tolerance(t));
+  for (const int64_t n : {4096, 96, 2048, 6000, 98, 12288}) {
+    const int64_t rows = 7;
+    auto x = random_vector(static_cast<size_t>(rows * n), 2);
+    auto delta = random_vector(x.size(), 3);
+    auto w = random_vector(static_cast<size_t>(n), 4, 0.5f);
+    auto d_x = upload(x);
+    auto d_delta = upload(delta);
+    auto d_w = upload(w);
+    auto d_out = poisoned(x.size() * dtype_size(t));
+    const float eps = 1e-5f;
+    cuda::rmsnorm(t, d_x.as<float>(), d_w.as<float>(), rows, n, eps, nullptr, d_out.get(), nullptr);
+    std::vector<float> ref(x.size());
+    for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), n, eps, ref.data() + r * n);
+    const double e1 = rel_error(download(d_out, x.size(), t), ref);
+    EXPECT_LT(e1, out_tolerance(t)) << "n " << n;
 
-  cuda::add_rmsnorm(t, d_x.as<float>(), d_delta.as<float>(), d_w.as<float>(), rows, n, eps, d_out.get(), nullptr);
-  for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
-  for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), n, eps, ref.data() + r * n);
-  const double e2 = rel_error(download(d_out, x.size(), t), ref);
-  EXPECT_LT(e2, out_tolerance(t));
-  EXPECT_LT(rel_error(download(d_x, x.size()), x), 1e-7);
-  RecordProperty("rmsnorm_err", std::to_string(e1) + " / " + std::to_string(e2));
-  std::printf("[rmsnorm %s] rel err %.3g, add+norm %.3g\n", std::string(dtype_name(t)).c_str(), e1, e2);
+    // Rows picked by index (the final norm of the rows that produce logits).
+    const std::vector<int32_t> pick = {6, 0, 3};
+    auto d_pick = upload(pick);
+    auto d_picked = poisoned(pick.size() * n * dtype_size(t));
+    cuda::rmsnorm(t, d_x.as<float>(), d_w.as<float>(), 3, n, eps, d_pick.as<int32_t>(), d_picked.get(), nullptr);
+    std::vector<float> ref_picked;
+    for (int32_t r : pick) ref_picked.insert(ref_picked.end(), ref.begin() + r * n, ref.begin() + (r + 1) * n);
+    EXPECT_LT(rel_error(download(d_picked, ref_picked.size(), t), ref_picked), out_tolerance(t)) << "n " << n;
+
+    cuda::add_rmsnorm(t, d_x.as<float>(), d_delta.as<float>(), d_w.as<float>(), rows, n, eps, d_out.get(), nullptr);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+    for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), n, eps, ref.data() + r * n);
+    const double e2 = rel_error(download(d_out, x.size(), t), ref);
+    EXPECT_LT(e2, out_tolerance(t)) << "n " << n;
+    EXPECT_LT(rel_error(download(d_x, x.size()), x), 1e-7) << "n " << n;
+    if (n == 4096) RecordProperty("rmsnorm_err", std::to_string(e1) + " / " + std::to_string(e2));
+    std::printf("[rmsnorm %s n=%lld] rel err %.3g, add+norm %.3g\n", std::string(dtype_name(t)).c_str(),
+                static_cast<long long>(n), e1, e2);
+  }
 }
 
 // From an fp32 gate_up (the GEMV's) and from one in the compute dtype (cuBLASLt's).

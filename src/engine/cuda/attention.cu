@@ -22,17 +22,33 @@ constexpr int kVBatch = 8;  // V rows a warp loads before it uses any
 // while each position's weight is broadcast by a shuffle.
 template <class T, int G, int D>
 __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(AttentionArgs a) {
-  grid_dependency_wait();
-  allow_dependent_launch();
   constexpr int V = Vec16<T>::kN;
   const int64_t t = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t hd = a.head_dim, group = a.heads / a.kv_heads, kv_dim = a.kv.kv_dim;
+  // The metadata (positions, page tables) is uploaded before the pass, and the cache rows
+  // before this token's were written by earlier passes: this block's K and V rows are fetched
+  // into L2 while the previous kernel (RoPE, which writes this token's row) still runs.
   const int64_t n_ctx = a.pos[t] + 1;
   const int64_t first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
   const int64_t chunk = (n_ctx - first + gridDim.z - 1) / gridDim.z;
   const int64_t begin = first + split * chunk;
   const int64_t end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
+  const T* pool = static_cast<const T*>(a.kv.pool);
+  const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
+  const int64_t pt = a.kv.page_tokens;
+  {
+    const int64_t lines = (hd * static_cast<int64_t>(sizeof(T)) + 127) / 128;
+    for (int64_t i = threadIdx.x; i < (end - begin) * lines; i += kWarps * 32) {
+      const T* kp = paged_k_row(pool, table, static_cast<int>(begin + i / lines), static_cast<int>(pt), a.kv.layers,
+                                a.layer, kv_dim) +
+                    g * hd + (i % lines) * (128 / sizeof(T));
+      prefetch_l2(kp);
+      prefetch_l2(kp + pt * kv_dim);
+    }
+  }
+  grid_dependency_wait();
+  allow_dependent_launch();
   const float scale = rsqrtf(static_cast<float>(hd));
 
   __shared__ __align__(16) float s_q[G][32 * D];
@@ -50,9 +66,6 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
 #pragma unroll
     for (int i = 0; i < D; ++i) acc[h][i] = 0.0f;
   }
-  const T* pool = static_cast<const T*>(a.kv.pool);
-  const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
-  const int64_t pt = a.kv.page_tokens;
   for (int64_t tile = begin + warp * 32; tile < end; tile += kWarps * 32) {
     const int64_t p = tile + lane;
     const bool valid = p < end;
@@ -156,29 +169,49 @@ void launch_partial(const AttentionArgs& args, dim3 grid, cudaStream_t stream) {
   }
 }
 
+// One block per (token, head). Every warp reads the split statistics itself (lane s holds
+// split s's, 32 splits per round) and forms the weights exp(m_s - max) in registers; a thread
+// then sums its dims over the splits with the weights broadcast by shuffle, the partial loads
+// independent of each other: the merge is two rounds of loads, not one per split. Empty splits
+// (sum 0) get weight 0 and their outputs, which nobody wrote, are not read.
 template <class T>
 __global__ void attention_merge_kernel(AttentionArgs a) {
   grid_dependency_wait();
   allow_dependent_launch();
   const int64_t th = blockIdx.x;  // token * heads + head
-  const int64_t hd = a.head_dim;
-  const float* ml = a.partial_ml + th * a.splits * 2;
+  const int64_t hd = a.head_dim, splits = a.splits;
+  const int lane = threadIdx.x % 32;
+  const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
   float mx = -FLT_MAX;
-  for (int64_t s = 0; s < a.splits; ++s) {
-    if (ml[s * 2 + 1] > 0.0f) mx = fmaxf(mx, ml[s * 2]);
+  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
+    const float2 v = s0 + lane < splits ? ml[s0 + lane] : float2{-FLT_MAX, 0.0f};
+    float m = v.y > 0.0f ? v.x : -FLT_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    mx = fmaxf(mx, m);
   }
   float total = 0.0f;
-  for (int64_t s = 0; s < a.splits; ++s) {
-    if (ml[s * 2 + 1] > 0.0f) total += ml[s * 2 + 1] * __expf(ml[s * 2] - mx);
+  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
+    const float2 v = s0 + lane < splits ? ml[s0 + lane] : float2{-FLT_MAX, 0.0f};
+    total += warp_sum(v.y > 0.0f ? v.y * __expf(v.x - mx) : 0.0f);
   }
   const float inv = 1.0f / total;
   T* out = static_cast<T*>(a.out) + th * hd;
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+  const float* acc = a.partial_acc + th * splits * hd;
+  for (int64_t d0 = 0; d0 < hd; d0 += blockDim.x) {
+    const int64_t d = d0 + threadIdx.x;
     float o = 0.0f;
-    for (int64_t s = 0; s < a.splits; ++s) {
-      if (ml[s * 2 + 1] > 0.0f) o += a.partial_acc[(th * a.splits + s) * hd + d] * __expf(ml[s * 2] - mx);
+    for (int64_t s0 = 0; s0 < splits; s0 += 32) {
+      const float2 v = s0 + lane < splits ? ml[s0 + lane] : float2{-FLT_MAX, 0.0f};
+      const float f = v.y > 0.0f ? __expf(v.x - mx) : 0.0f;
+      const int64_t n_here = splits - s0 < 32 ? splits - s0 : 32;
+#pragma unroll 8
+      for (int j = 0; j < n_here; ++j) {
+        const float fj = __shfl_sync(0xffffffffu, f, j);
+        if (d < hd && fj != 0.0f) o += acc[(s0 + j) * hd + d] * fj;  // empty splits leave acc unwritten
+      }
     }
-    out[d] = from_f32<T>(o * inv);
+    if (d < hd) out[d] = from_f32<T>(o * inv);
   }
 }
 

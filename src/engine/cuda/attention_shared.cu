@@ -97,10 +97,27 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
   constexpr float kLn2 = 0.6931471805599453f;
   __shared__ __align__(16) T sK[kTile][HD + kPad];
   __shared__ __align__(16) T sV[kTile][HD + kPad];
-  grid_dependency_wait();
-  allow_dependent_launch();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int64_t group = a.heads / a.kv_heads, split = blockIdx.x, g = blockIdx.y;
+  // The plan is uploaded before the pass and shared pages are never written after the fork:
+  // the first item's K and V rows are fetched into L2 while the previous kernel still runs.
+  if (blockIdx.z < a.n_tokens && s.item_count[blockIdx.z] > 0) {
+    const int64_t prefix = s.item_prefix[blockIdx.z];
+    const int64_t chunk = (prefix + gridDim.x - 1) / gridDim.x;
+    const int64_t begin = min(prefix, split * chunk), end = min(prefix, begin + chunk);
+    const int32_t* table = a.block_table + static_cast<int64_t>(s.item_seq[blockIdx.z]) * a.table_width;
+    const T* pool = static_cast<const T*>(a.kv.pool);
+    constexpr int kLines = (HD * static_cast<int>(sizeof(T)) + 127) / 128;
+    for (int64_t i = threadIdx.x; i < (end - begin) * kLines; i += kThreads) {
+      const T* kp = paged_k_row(pool, table, static_cast<int>(begin + i / kLines), static_cast<int>(a.kv.page_tokens),
+                                a.kv.layers, a.layer, a.kv.kv_dim) +
+                    g * HD + (i % kLines) * (128 / static_cast<int>(sizeof(T)));
+      prefetch_l2(kp);
+      prefetch_l2(kp + a.kv.page_tokens * a.kv.kv_dim);
+    }
+  }
+  grid_dependency_wait();
+  allow_dependent_launch();
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
 
   for (int64_t item = blockIdx.z; item < a.n_tokens; item += gridDim.z) {

@@ -79,6 +79,10 @@ __device__ __forceinline__ const T* paged_k_row(const T* pool, const int32_t* ta
   return pool + (((page * layers + layer) * 2) * page_tokens + pp.offset) * kv_dim;
 }
 
+// Brings the 128-byte line holding `p` into L2 (no registers, nothing waits for it). Always safe,
+// also for data another kernel is still writing: L2 is where the writes land.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace kernelllm::cuda

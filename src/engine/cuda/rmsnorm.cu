@@ -20,6 +20,62 @@ __device__ float block_sum(float v) {
   return total;
 }
 
+// Rows of at most kThreads * 4 * kChunks floats (n a multiple of 4): every thread holds its
+// float4 chunks in registers and issues all its loads before it uses any, so a row costs one
+// memory round trip rather than one per loop iteration plus a second pass (decode rows are a
+// block or a few: their time is latency). The weights are constant, so they are loaded before
+// the wait for the previous kernel.
+template <class T, bool kAdd, int kChunks>
+__global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restrict__ x, const float* __restrict__ delta,
+                                                                const float* __restrict__ weight, int64_t n, float eps,
+                                                                const int32_t* __restrict__ rows_index,
+                                                                T* __restrict__ out) {
+  const int n4 = static_cast<int>(n / 4);
+  float4 w[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    w[c] = i < n4 ? __ldg(reinterpret_cast<const float4*>(weight) + i) : float4{0.0f, 0.0f, 0.0f, 0.0f};
+  }
+  grid_dependency_wait();
+  allow_dependent_launch();
+  const int64_t r = blockIdx.x;
+  const int64_t src = rows_index != nullptr ? rows_index[r] : r;
+  float4* xr = reinterpret_cast<float4*>(x + src * n);
+  float4 v[kChunks], d[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    v[c] = i < n4 ? xr[i] : float4{0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (kAdd) d[c] = i < n4 ? reinterpret_cast<const float4*>(delta + r * n)[i] : float4{0.0f, 0.0f, 0.0f, 0.0f};
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    if constexpr (kAdd) {
+      v[c].x += d[c].x;
+      v[c].y += d[c].y;
+      v[c].z += d[c].z;
+      v[c].w += d[c].w;
+      const int i = threadIdx.x + c * kThreads;
+      if (i < n4) xr[i] = v[c];
+    }
+    sum_sq += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+  }
+  const float inv = 1.0f / sqrtf(block_sum(sum_sq) / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    if (i >= n4) continue;
+    T* o = out + r * n + 4 * static_cast<int64_t>(i);
+    o[0] = from_f32<T>(w[c].x * (v[c].x * inv));
+    o[1] = from_f32<T>(w[c].y * (v[c].y * inv));
+    o[2] = from_f32<T>(w[c].z * (v[c].z * inv));
+    o[3] = from_f32<T>(w[c].w * (v[c].w * inv));
+  }
+}
+
+// Any row length: a strided loop, the row read twice.
 template <class T, bool kAdd>
 __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight, int64_t n, float eps,
                                const int32_t* rows_index, T* out) {
@@ -41,6 +97,23 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight
   for (int64_t i = threadIdx.x; i < n; i += kThreads) out[r * n + i] = from_f32<T>(weight[i] * (xr[i] * inv));
 }
 
+template <class T, bool kAdd>
+void launch_norm(int64_t rows, int64_t n, cudaStream_t stream, float* x, const float* delta, const float* weight,
+                 float eps, const int32_t* rows_index, T* out) {
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (n % 4 == 0 && n <= 4 * kThreads) {
+    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 1>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+  } else if (n % 4 == 0 && n <= 8 * kThreads) {
+    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 2>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+  } else if (n % 4 == 0 && n <= 16 * kThreads) {
+    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 4>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+  } else if (n % 4 == 0 && n <= 32 * kThreads) {
+    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 8>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+  } else {
+    launch_kernel(rmsnorm_kernel<T, kAdd>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+  }
+}
+
 }  // namespace
 
 void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int64_t n, float eps,
@@ -48,8 +121,7 @@ void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int6
   if (rows == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    launch_kernel(rmsnorm_kernel<T, false>, static_cast<unsigned>(rows), kThreads, 0, stream, const_cast<float*>(x),
-                  static_cast<const float*>(nullptr), weight, n, eps, rows_index, static_cast<T*>(out));
+    launch_norm<T, false>(rows, n, stream, const_cast<float*>(x), nullptr, weight, eps, rows_index, static_cast<T*>(out));
   });
 }
 
@@ -58,8 +130,7 @@ void add_rmsnorm(DType type, float* x, const float* delta, const float* weight, 
   if (rows == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    launch_kernel(rmsnorm_kernel<T, true>, static_cast<unsigned>(rows), kThreads, 0, stream, x, delta, weight, n, eps,
-                  static_cast<const int32_t*>(nullptr), static_cast<T*>(out));
+    launch_norm<T, true>(rows, n, stream, x, delta, weight, eps, nullptr, static_cast<T*>(out));
   });
 }
 

@@ -1,41 +1,49 @@
-// RoPE and the KV write; see rope.cuh. One block per token.
+// RoPE and the KV write; see rope.cuh. A row of blocks per token, one item per thread.
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/rope.cuh"
 
 namespace kernelllm::cuda {
 namespace {
+// Item i of a token: a rotated pair (head h, dims j and j + half) of its q or k heads for
+// i < (heads + kv_heads) * half, else one V element. One item per thread, so a token is one
+// round of loads (decode passes are a token or a few: their time is latency); the frequency is
+// constant and is loaded before the wait for the previous kernel.
 template <class T>
 __global__ void rope_kv_kernel(const float* qkv, int64_t heads, int64_t kv_heads, int64_t hd, const int32_t* pos,
                                const int32_t* page_of, const float* inv_freq, T* pool, int64_t layers,
                                int64_t page_tokens, int64_t layer, float* q_out) {
-  grid_dependency_wait();
-  allow_dependent_launch();
   const int64_t t = blockIdx.x;
   const int64_t half = hd / 2, q_dim = heads * hd, kv_dim = kv_heads * hd;
+  const int64_t i = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t pairs = (heads + kv_heads) * half;
+  const int64_t h = i / half, j = i % half;
+  const float freq = i < pairs ? inv_freq[j] : 0.0f;
+  grid_dependency_wait();
+  allow_dependent_launch();
+  if (i >= pairs + kv_dim) return;
   const float* row = qkv + t * (q_dim + 2 * kv_dim);
   const int32_t p = pos[t];
   const int64_t page = page_of[t];
   T* k_dst = pool + (((page * layers + layer) * 2 + 0) * page_tokens + p % page_tokens) * kv_dim;
   T* v_dst = pool + (((page * layers + layer) * 2 + 1) * page_tokens + p % page_tokens) * kv_dim;
-  const float fp = static_cast<float>(p);
-  for (int64_t i = threadIdx.x; i < (heads + kv_heads) * half; i += blockDim.x) {
-    const int64_t h = i / half, j = i % half;
-    const float angle = fp * inv_freq[j];
-    const float c = cosf(angle), s = sinf(angle);
-    const float* src = row + h * hd;  // k heads follow the q heads in the fused row
-    const float a = src[j], b = src[j + half];
-    const float ra = a * c - b * s, rb = b * c + a * s;
-    if (h < heads) {
-      q_out[t * q_dim + h * hd + j] = ra;
-      q_out[t * q_dim + h * hd + j + half] = rb;
-    } else {
-      const int64_t kh = h - heads;
-      k_dst[kh * hd + j] = from_f32<T>(ra);
-      k_dst[kh * hd + j + half] = from_f32<T>(rb);
-    }
+  if (i >= pairs) {
+    v_dst[i - pairs] = from_f32<T>(row[q_dim + kv_dim + (i - pairs)]);
+    return;
   }
-  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) v_dst[i] = from_f32<T>(row[q_dim + kv_dim + i]);
+  const float* src = row + h * hd;  // k heads follow the q heads in the fused row
+  const float a = src[j], b = src[j + half];
+  const float angle = static_cast<float>(p) * freq;
+  const float c = cosf(angle), s = sinf(angle);
+  const float ra = a * c - b * s, rb = b * c + a * s;
+  if (h < heads) {
+    q_out[t * q_dim + h * hd + j] = ra;
+    q_out[t * q_dim + h * hd + j + half] = rb;
+  } else {
+    const int64_t kh = h - heads;
+    k_dst[kh * hd + j] = from_f32<T>(ra);
+    k_dst[kh * hd + j + half] = from_f32<T>(rb);
+  }
 }
 }  // namespace
 
@@ -45,7 +53,9 @@ void rope_write_kv(DType type, const float* qkv, int64_t n_tokens, int64_t heads
   if (n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    launch_kernel(rope_kv_kernel<T>, static_cast<unsigned>(n_tokens), 256, 0, stream, qkv, heads, kv_heads, head_dim,
+    const int64_t items = (heads + kv_heads) * (head_dim / 2) + kv_heads * head_dim;
+    const dim3 grid(static_cast<unsigned>(n_tokens), blocks_for(items, 256));
+    launch_kernel(rope_kv_kernel<T>, grid, 256, 0, stream, qkv, heads, kv_heads, head_dim,
                   pos, page_of, inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer, q_out);
   });
 }
