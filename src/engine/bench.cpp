@@ -1,9 +1,10 @@
 // `kernelllm bench` measurement (see bench.h): builds the backend (real or seeded random
 // weights), checks memory first, times one prefill and then n forks decoded together per n,
 // and turns step times into tok/s and achieved GB/s. Method: every decode step is timed on
-// the host around Backend::forward plus a greedy draw of each row the way generation draws
-// (sample_step.h: one argmax per row, rows in parallel), i.e. what one engine step costs end to
-// end; we report the median and the spread, and tok/s from the mean.
+// the host around Backend::forward_argmax, which greedy generation calls (generator.cpp: the
+// CUDA backend takes the argmax on the device, the CPU backend on the host), i.e. what one
+// greedy engine step costs end to end; we report the median and the spread, and tok/s from
+// the mean.
 #include "kernelllm/engine/bench.h"
 
 #include <algorithm>
@@ -16,9 +17,7 @@
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/model.h"
-#include "kernelllm/engine/sampler.h"
 #include "engine/bench_internal.h"
-#include "engine/sample_step.h"
 
 namespace kernelllm {
 
@@ -53,7 +52,6 @@ struct DecodeRun {
 // One prefill of `prompt`, n forks, `steps` batched single-token forwards with greedy picks.
 Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, int64_t n, int64_t steps) {
   DecodeRun run;
-  const int64_t vocab = backend.config().vocab_size;
   std::vector<SeqId> seqs;
   struct Release {
     Backend& b;
@@ -62,18 +60,15 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
       for (SeqId id : s) b.release_sequence(id);
     }
   } release{backend, seqs};
-  std::vector<float> logits;
+  std::vector<int32_t> ids;
   const auto t0 = Clock::now();
   KLLM_ASSIGN_OR_RETURN(SeqId p, backend.create_sequence());
   seqs.push_back(p);
   const ForwardRequest prefill{p, prompt, false};
-  KLLM_RETURN_IF_ERROR(backend.forward({&prefill, 1}, logits));
+  KLLM_RETURN_IF_ERROR(backend.forward_argmax({&prefill, 1}, ids));
   run.prefill_ms = ms_since(t0);
-  std::vector<int32_t> next(static_cast<size_t>(n), argmax({logits.data(), static_cast<size_t>(vocab)}));
-  // Each step's tokens are drawn as generation draws them (sample_step.h), greedy.
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  std::vector<TokenDraw> draws(static_cast<size_t>(n));
+  // Greedy tokens as greedy generation takes them (generator.cpp): forward_argmax.
+  std::vector<int32_t> next(static_cast<size_t>(n), ids[0]);
   for (int64_t i = 0; i < n; ++i) {
     KLLM_ASSIGN_OR_RETURN(SeqId s, backend.fork_sequence(p));
     seqs.push_back(s);
@@ -82,13 +77,8 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
   for (int64_t step = 0; step < steps; ++step) {
     const auto t = Clock::now();
     for (size_t i = 0; i < batch.size(); ++i) batch[i] = ForwardRequest{seqs[i + 1], {&next[i], 1}, false};
-    KLLM_RETURN_IF_ERROR(backend.forward(batch, logits));
-    for (size_t i = 0; i < batch.size(); ++i) {
-      draws[i] = TokenDraw{{logits.data() + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab)}, &greedy, i,
-                           static_cast<uint64_t>(step)};
-    }
-    draw_tokens(draws);
-    for (size_t i = 0; i < batch.size(); ++i) next[i] = draws[i].token;
+    KLLM_RETURN_IF_ERROR(backend.forward_argmax(batch, ids));
+    next = ids;
     run.step_ms.push_back(ms_since(t));
   }
   return run;

@@ -84,9 +84,16 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   const auto t_prefill = Clock::now();
   KLLM_ASSIGN_OR_RETURN(SeqId prompt_seq, backend.create_sequence());
   sequences.add(prompt_seq);
+  // Greedy samples take their tokens from forward_argmax (the CUDA backend finds them on the
+  // device and copies back ids only); sampled ones draw from the logits rows.
+  const bool greedy = options.sampling.temperature == 0.0f;
   std::vector<float> logits;
+  std::vector<int32_t> greedy_ids;
+  const auto run = [&](std::span<const ForwardRequest> b) {
+    return greedy ? backend.forward_argmax(b, greedy_ids) : backend.forward(b, logits);
+  };
   const ForwardRequest prefill{prompt_seq, prompt_ids, false};
-  KLLM_RETURN_IF_ERROR(backend.forward({&prefill, 1}, logits));
+  KLLM_RETURN_IF_ERROR(run({&prefill, 1}));
   local_stats.prefill_ms = ms_since(t_prefill);
 
   const auto k = static_cast<size_t>(options.num_samples);
@@ -99,8 +106,8 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   }
   sequences.release(prompt_seq);  // the forks keep its pages
 
-  // Row r of `logits` belongs to the r-th alive sample; after the prefill every sample
-  // starts from the same row.
+  // Row r of `logits` (or `greedy_ids`) belongs to the r-th alive sample; after the prefill
+  // every sample starts from the same row.
   std::vector<size_t> row_of(k, 0);
   bool cancelled = false;
   const auto t_decode = Clock::now();
@@ -109,10 +116,14 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
     draws.clear();
     for (size_t i = 0; i < k; ++i) {
       if (!samples[i].alive) continue;
-      const std::span<const float> row(logits.data() + row_of[i] * vocab, static_cast<size_t>(vocab));
-      draws.push_back(TokenDraw{row, &options.sampling, i, step});
+      if (greedy) {
+        draws.push_back(TokenDraw{{}, &options.sampling, i, step, greedy_ids[row_of[i]]});
+      } else {
+        const std::span<const float> row(logits.data() + row_of[i] * vocab, static_cast<size_t>(vocab));
+        draws.push_back(TokenDraw{row, &options.sampling, i, step});
+      }
     }
-    draw_tokens(draws);
+    if (!greedy) draw_tokens(draws);
     std::vector<ForwardRequest> batch;
     std::vector<size_t> batch_samples;
     for (const TokenDraw& d : draws) {
@@ -136,7 +147,7 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
       break;
     }
     if (batch.empty()) break;
-    KLLM_RETURN_IF_ERROR(backend.forward(batch, logits));
+    KLLM_RETURN_IF_ERROR(run(batch));
     for (size_t r = 0; r < batch_samples.size(); ++r) row_of[batch_samples[r]] = r;
   }
   local_stats.decode_ms = ms_since(t_decode);

@@ -67,15 +67,27 @@ TEST_P(TinyModels, PromptLogitsAndGreedyMatchCpu) {
       std::vector<int32_t> ids_gpu;
       int32_t next = argmax({got.data() + got.size() - static_cast<size_t>(m.config.vocab_size),
                              static_cast<size_t>(m.config.vocab_size)});
+      // A second GPU sequence fed the same tokens through forward_argmax (the argmax on the
+      // device): the same passes, so the same logits, so the same ids as the host's argmax.
+      const SeqId gs2 = *gpu->create_sequence();
+      std::vector<int32_t> device_ids;
+      const ForwardRequest prompt_req{gs2, m.prompts[pi], false};
+      ASSERT_TRUE(gpu->forward_argmax({&prompt_req, 1}, device_ids).ok());
+      ASSERT_EQ(device_ids.size(), 1u);
+      EXPECT_EQ(device_ids[0], next);
       double worst = 0;
       std::vector<float> c_l, g_l;
       for (int step = 0; step < 24; ++step) {
         ids_gpu.push_back(next);
         c_l = run(*cpu, cs, {next});
         g_l = run(*gpu, gs, {next});
+        const ForwardRequest step_req{gs2, {&next, 1}, false};
+        ASSERT_TRUE(gpu->forward_argmax({&step_req, 1}, device_ids).ok());
         worst = std::max(worst, rel_error(g_l, c_l));
         next = argmax(g_l);
+        EXPECT_EQ(device_ids[0], next) << "step " << step;
       }
+      gpu->release_sequence(gs2);
       std::printf("[%s %s prompt %zu] decode logits worst rel err %.3g\n", GetParam().c_str(),
                   std::string(dtype_name(dt)).c_str(), pi, worst);
       EXPECT_LT(worst, tol);

@@ -11,6 +11,8 @@
 #include <numeric>
 
 #include "cuda/cuda_test_util.h"
+#include "kernelllm/engine/sampler.h"
+#include "engine/cuda/argmax.cuh"
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/gemm.cuh"
@@ -304,6 +306,44 @@ TEST_P(OpTest, RopeAndPagedAttention) {
   attention_case(GetParam(), 32, 8, 128, 7);
   attention_case(GetParam(), 4, 2, 16, 1);
   attention_case(GetParam(), 4, 2, 16, 32);
+}
+
+// The device argmax against sampler.h's host argmax: random rows, ties (lowest index wins),
+// NaNs (never larger; a NaN at index 0 wins), all -inf, -0 against +0, a maximum in the last
+// element, and a vocabulary that is not a multiple of 4 (the scalar loop).
+TEST(Argmax, MatchesHostArgmax) {
+  for (const int64_t vocab : {int64_t{128256}, int64_t{1001}}) {
+    const int64_t rows = 9;
+    std::vector<float> x = random_vector(static_cast<size_t>(rows * vocab), 21);
+    auto row = [&](int64_t r) { return x.data() + r * vocab; };
+    row(1)[17] = 50.0f;  // ties: the first of three
+    row(1)[900] = 50.0f;
+    row(1)[5] = 50.0f;
+    row(2)[0] = NAN;  // NaN at 0 wins
+    row(2)[3] = 99.0f;
+    row(3)[7] = NAN;  // NaN elsewhere never wins
+    row(3)[8] = 40.0f;
+    std::fill(row(4), row(4) + vocab, -INFINITY);
+    std::fill(row(5), row(5) + vocab, 0.0f);
+    row(5)[0] = -1.0f;
+    row(5)[1] = -0.0f;  // -0 == +0: the first of them
+    row(6)[vocab - 1] = 1e30f;
+    std::fill(row(7), row(7) + vocab, NAN);
+    row(7)[0] = 1.0f;  // NaNs everywhere else: index 0
+    for (int64_t i = 0; i < vocab; i += 3) row(8)[i] = 7.0f;  // many ties
+    auto d_x = upload(x);
+    auto d_ids = poisoned(static_cast<size_t>(rows) * 4);
+    cuda::argmax_rows(d_x.as<float>(), rows, vocab, d_ids.as<int32_t>(), nullptr);
+    std::vector<int32_t> got(static_cast<size_t>(rows));
+    ASSERT_EQ(cudaMemcpy(got.data(), d_ids.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(got[static_cast<size_t>(r)], argmax({row(r), static_cast<size_t>(vocab)}))
+          << "row " << r << " vocab " << vocab;
+    }
+    EXPECT_EQ(got[1], 5);
+    EXPECT_EQ(got[2], 0);
+    EXPECT_EQ(got[8], 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, OpTest, ::testing::Values(DType::f32, DType::bf16, DType::f16),

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "kernelllm/engine/backend.h"
+#include "kernelllm/engine/sampler.h"
 #include "parity/tiny_llama_golden.h"
 
 namespace kernelllm {
@@ -187,6 +188,42 @@ TEST(CpuBackendKv, PrefillInOneCallEqualsTokenByToken) {
   ASSERT_TRUE(backend->forward({&req, 1}, all).ok());
   ASSERT_EQ(all.size(), prompt.size() * static_cast<size_t>(vocab));
   EXPECT_LE(max_abs_diff(all.data() + vocab, stepwise.data(), stepwise.size()), 1e-6);
+}
+
+// Backend::forward_argmax (the default: forward, then argmax on the host) returns one id per
+// logits row, in forward()'s row order: all rows of an all_logits request, then one row of a
+// decode request; and it extends the sequences as forward() does.
+TEST(CpuBackendKv, ForwardArgmaxIsTheArgmaxOfEachLogitsRow) {
+  TinyLlama m;
+  ASSERT_TRUE(testing::load_tiny_llama("tiny-f32-gqa", m));
+  auto backend = make_backend(m, 4);
+  ASSERT_NE(backend, nullptr);
+  const auto vocab = static_cast<size_t>(m.config.vocab_size);
+  const auto& prompt = m.prompts[0];
+  auto a = backend->create_sequence();
+  auto b = backend->create_sequence();
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
+  const ForwardRequest pa{*a, prompt, true}, pb{*b, prompt, true};
+  ASSERT_TRUE(backend->forward({&pa, 1}, logits).ok());
+  ASSERT_TRUE(backend->forward_argmax({&pb, 1}, ids).ok());
+  ASSERT_EQ(ids.size(), prompt.size());
+  for (size_t r = 0; r < ids.size(); ++r) EXPECT_EQ(ids[r], kernelllm::argmax({logits.data() + r * vocab, vocab})) << r;
+  EXPECT_EQ(backend->sequence_length(*b), static_cast<int64_t>(prompt.size()));
+  const int32_t next = ids.back();
+  const ForwardRequest da{*a, {&next, 1}, false}, db{*b, {&next, 1}, false};
+  ASSERT_TRUE(backend->forward({&da, 1}, logits).ok());
+  const ForwardRequest both[2] = {db, {*a, prompt, false}};
+  ASSERT_TRUE(backend->forward_argmax(both, ids).ok());
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[0], kernelllm::argmax({logits.data(), vocab}));
+  // A bad batch fails as forward() does and leaves the sequence as it was.
+  const int32_t bad = static_cast<int32_t>(vocab);
+  const ForwardRequest bad_req{*b, {&bad, 1}, false};
+  const int64_t before = backend->sequence_length(*b);
+  EXPECT_FALSE(backend->forward_argmax({&bad_req, 1}, ids).ok());
+  EXPECT_EQ(backend->sequence_length(*b), before);
 }
 
 TEST(CpuBackendValidation, BadBatchesFailAndChangeNothing) {

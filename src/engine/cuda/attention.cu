@@ -12,7 +12,6 @@ namespace kernelllm::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kVBatch = 8;  // V rows a warp loads before it uses any
 
 // G: query heads per KV head (rounded up to a power of two; extra heads are skipped),
 // D: head dims per lane in the P.V phase (head_dim <= 32 * D; lane i owns dims [i*D, i*D+D)).
@@ -73,16 +72,24 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
                               a.layer, kv_dim) +
                   g * hd;
     const T* vp = kp + pt * kv_dim;
+    // All of the K row's 16-byte chunks are loaded before any is used (the loop has a fixed
+    // trip count, so it unrolls and the loads are in flight together).
+    constexpr int kKChunks = 32 * D / V;
+    uint4 kraw[kKChunks];
+#pragma unroll
+    for (int c = 0; c < kKChunks; ++c) {
+      kraw[c] = c * V < hd ? __ldg(reinterpret_cast<const uint4*>(kp + c * V)) : make_uint4(0, 0, 0, 0);
+    }
     float s[G];
 #pragma unroll
     for (int h = 0; h < G; ++h) s[h] = 0.0f;
-    for (int64_t c = 0; c < hd; c += V) {
-      float kf[V];
-      load16(kp + c, kf);
+#pragma unroll
+    for (int c = 0; c < kKChunks; ++c) {
+      const T* ke = reinterpret_cast<const T*>(&kraw[c]);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) s[h] += s_q[h][c + i] * kf[i];
+        for (int i = 0; i < V; ++i) s[h] += s_q[h][c * V + i] * to_f32(ke[i]);
       }
     }
     float e[G];
@@ -101,24 +108,30 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
     }
     const auto my_v = reinterpret_cast<unsigned long long>(vp);
     const int64_t n_here = end - tile < 32 ? end - tile : 32;
+    // V rows kVBatch at a time, a lane's D dims of each in one vector load, all in flight together.
+    constexpr int kVBatch = 256 / (D * sizeof(T)) < 32 ? 256 / (D * sizeof(T)) : 32;
+    struct alignas(D * sizeof(T)) Dims {
+      T e[D];
+    };
     for (int j0 = 0; j0 < n_here; j0 += kVBatch) {
-      float v[kVBatch][D];
+      Dims v[kVBatch];
 #pragma unroll
       for (int j = 0; j < kVBatch; ++j) {
-        const T* row = reinterpret_cast<const T*>(__shfl_sync(0xffffffffu, my_v, j0 + j));
+        const T* row = reinterpret_cast<const T*>(__shfl_sync(0xffffffffu, my_v, (j0 + j) % 32));
+        if (j0 + j < n_here && lane * D < hd) {
+          v[j] = *reinterpret_cast<const Dims*>(row + lane * D);
+        } else {
 #pragma unroll
-        for (int i = 0; i < D; ++i) {
-          const int64_t d = lane * D + i;
-          v[j][i] = (j0 + j < n_here && d < hd) ? to_f32(row[d]) : 0.0f;
+          for (int i = 0; i < D; ++i) v[j].e[i] = from_f32<T>(0.0f);
         }
       }
 #pragma unroll
       for (int j = 0; j < kVBatch; ++j) {
 #pragma unroll
         for (int h = 0; h < G; ++h) {
-          const float w = __shfl_sync(0xffffffffu, e[h], j0 + j);
+          const float w = __shfl_sync(0xffffffffu, e[h], (j0 + j) % 32);
 #pragma unroll
-          for (int i = 0; i < D; ++i) acc[h][i] += w * v[j][i];
+          for (int i = 0; i < D; ++i) acc[h][i] += w * to_f32(v[j].e[i]);
         }
       }
     }

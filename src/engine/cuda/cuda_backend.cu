@@ -92,6 +92,7 @@ Status CudaBackend::init() {
   const auto R = static_cast<size_t>(max_logit_rows_);
   KLLM_RETURN_IF_ERROR(fin_.allocate(R * h * es, "final norm rows"));
   KLLM_RETURN_IF_ERROR(logits_dev_.allocate(R * vocab * 4, "logits"));
+  KLLM_RETURN_IF_ERROR(ids_dev_.allocate(R * 4, "greedy ids"));
   KLLM_RETURN_IF_ERROR(meta_.allocate(T * kMetaFields * 4, "batch metadata"));
   KLLM_CUDA_RETURN(cudaMallocHost(&meta_host_, T * kMetaFields * 4), "pinned metadata");
   return Status::ok_status();

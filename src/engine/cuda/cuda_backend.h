@@ -38,6 +38,7 @@ class CudaBackend final : public Backend {
   void release_sequence(SeqId seq) override { pages_->release(seq); }
   int64_t sequence_length(SeqId seq) const override { return pages_->length(seq); }
   Status forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) override;
+  Status forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens) override;
 
   int64_t kv_capacity_tokens() const { return pages_->num_pages() * pages_->page_tokens(); }
   int64_t kv_free_tokens() const { return pages_->free_pages() * pages_->page_tokens(); }
@@ -59,7 +60,15 @@ class CudaBackend final : public Backend {
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
   // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.
   Status run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared);
-  Status run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, bool shared, float* logits_out);
+  // The logits of the chunk's r rows go to logits_out ([r, vocab]) or, with ids_out, only
+  // their argmax ([r]).
+  Status run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, bool shared, float* logits_out,
+                   int32_t* ids_out);
+  // Rows [r0, r0 + rn) of the pass from logits_dev_ (rows 0..rn-1 there) to the host: the
+  // logits, or with ids_out their argmax only.
+  Status download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out);
+  // forward() and forward_argmax(): rows of logits, or of ids when `ids`.
+  Status forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits, std::vector<int32_t>* ids);
   int64_t splits_for(int64_t n) const;
   // Prefix split slots of a shared-prefix pass of n tokens (0: the scratch has no room for them).
   int64_t prefix_splits_for(int64_t n) const;
@@ -78,7 +87,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<KvPages> pages_;
 
   // Activations, sized for max_tokens_.
-  DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_;
+  DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_, ids_dev_;
   // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len, then
   // the shared-prefix plan: ctx_begin, item seq, item prefix, item first, item count, members.
   DeviceBuffer meta_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/cuda/argmax.cuh"
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/cuda_backend.h"
@@ -112,8 +113,23 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   return cuda_status(cudaGetLastError(), "launching the forward pass");
 }
 
+Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out) {
+  const int64_t vocab = config_.vocab_size;
+  if (ids_out != nullptr) {
+    argmax_rows(logits_dev_.as<float>(), rn, vocab, ids_dev_.as<int32_t>(), stream_);
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(ids_out + r0, ids_dev_.get(), static_cast<size_t>(rn) * 4,
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "greedy ids download");
+    return Status::ok_status();
+  }
+  KLLM_CUDA_RETURN(cudaMemcpyAsync(logits_out + r0 * vocab, logits_dev_.get(), static_cast<size_t>(rn * vocab) * 4,
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "logits download");
+  return Status::ok_status();
+}
+
 Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, bool shared,
-                              float* logits_out) {
+                              float* logits_out, int32_t* ids_out) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size;
   // Each field holds at most n entries: the first n of every row of the [fields][max_tokens_] table.
@@ -144,9 +160,7 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
     } else {
       KLLM_RETURN_IF_ERROR(run_layers(n, r, 0, true, shared));
     }
-    KLLM_CUDA_RETURN(cudaMemcpyAsync(logits_out, logits_dev_.get(), static_cast<size_t>(r * c.vocab_size) * 4,
-                                     cudaMemcpyDeviceToHost, stream_),
-                     "logits download");
+    KLLM_RETURN_IF_ERROR(download_rows(r, 0, logits_out, ids_out));
     return cuda_status(cudaStreamSynchronize(stream_), "decode step");
   }
   KLLM_RETURN_IF_ERROR(run_layers(n, r, single_token ? 0 : q_blocks, false, shared));
@@ -158,15 +172,22 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
     rmsnorm(dtype_, x_.as<float>(), final_norm_.as<float>(), rn, h, static_cast<float>(c.rms_norm_eps), out_rows + r0,
             fin_.get(), stream_);
     KLLM_RETURN_IF_ERROR(proj(head, c.vocab_size, h, fin_.get(), rn, logits_dev_.as<float>()));
-    KLLM_CUDA_RETURN(cudaMemcpyAsync(logits_out + r0 * c.vocab_size, logits_dev_.get(),
-                                     static_cast<size_t>(rn * c.vocab_size) * 4, cudaMemcpyDeviceToHost, stream_),
-                     "logits download");
+    KLLM_RETURN_IF_ERROR(download_rows(rn, r0, logits_out, ids_out));
   }
   KLLM_CUDA_RETURN(cudaGetLastError(), "launching the logits");
   return cuda_status(cudaStreamSynchronize(stream_), "forward chunk");
 }
 
 Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) {
+  return forward_rows(batch, &logits, nullptr);
+}
+
+Status CudaBackend::forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens) {
+  return forward_rows(batch, nullptr, &tokens);
+}
+
+Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits,
+                                 std::vector<int32_t>* ids) {
   KLLM_RETURN_IF_ERROR(validate(batch));
   struct Tok {
     int32_t id, pos, seq, page;
@@ -198,7 +219,11 @@ Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<f
   }
   int64_t total_rows = 0;
   for (const Tok& t : toks) total_rows += t.out ? 1 : 0;
-  logits.resize(static_cast<size_t>(total_rows * config_.vocab_size));
+  if (ids != nullptr) {
+    ids->resize(static_cast<size_t>(total_rows));
+  } else {
+    logits->resize(static_cast<size_t>(total_rows * config_.vocab_size));
+  }
 
   int64_t done_rows = 0;
   SharedPrefixPlan plan;
@@ -243,7 +268,9 @@ Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<f
         for (size_t f = 0; f < 6; ++f) std::copy(fields[f]->begin(), fields[f]->end(), m + (7 + f) * max_tokens_);
       }
     }
-    KLLM_RETURN_IF_ERROR(run_chunk(n, r, blocks, single_token, shared, logits.data() + done_rows * config_.vocab_size));
+    float* logits_out = ids == nullptr ? logits->data() + done_rows * config_.vocab_size : nullptr;
+    int32_t* ids_out = ids != nullptr ? ids->data() + done_rows : nullptr;
+    KLLM_RETURN_IF_ERROR(run_chunk(n, r, blocks, single_token, shared, logits_out, ids_out));
     done_rows += r;
   }
   return Status::ok_status();

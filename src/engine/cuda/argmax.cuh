@@ -1,0 +1,14 @@
+// Greedy token per logits row on the device, as sampler.h's argmax: the first index of the
+// largest logit, NaNs never larger, except that a NaN at index 0 wins.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kernelllm::cuda {
+
+// ids[r] = argmax(logits[r * vocab, (r + 1) * vocab)) for r < rows.
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, cudaStream_t stream);
+
+}  // namespace kernelllm::cuda
