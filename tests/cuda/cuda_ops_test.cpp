@@ -87,24 +87,27 @@ TEST_P(OpTest, RmsNormAndAddRmsNorm) {
   }
 }
 
-// From an fp32 gate_up (the GEMV's) and from one in the compute dtype (cuBLASLt's).
+// From an fp32 gate_up (the GEMV's) and from one in the compute dtype (cuBLASLt's); 8 outputs
+// per thread (1,000) and one (1,004: not a multiple of 8).
 TEST_P(OpTest, SwiGlu) {
   const DType t = GetParam();
-  const int64_t n_tok = 3, inter = 1000;
-  for (DType in : {DType::f32, t}) {
-    auto gu = random_vector(static_cast<size_t>(n_tok * 2 * inter), 5, 2.0f);
-    const std::vector<std::byte> bytes = encode(gu, in);  // gu now holds the rounded inputs
-    auto d_gu = upload(bytes);
-    auto d_out = poisoned(static_cast<size_t>(n_tok * inter) * dtype_size(t));
-    cuda::swiglu(t, in, d_gu.get(), n_tok, inter, d_out.get(), nullptr);
-    std::vector<float> ref(static_cast<size_t>(n_tok * inter));
-    for (int64_t r = 0; r < n_tok; ++r) {
-      cpu::silu_mul(gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter, ref.data() + r * inter);
+  const int64_t n_tok = 3;
+  for (const int64_t inter : {int64_t{1000}, int64_t{1004}}) {
+    for (DType in : {DType::f32, t}) {
+      auto gu = random_vector(static_cast<size_t>(n_tok * 2 * inter), 5, 2.0f);
+      const std::vector<std::byte> bytes = encode(gu, in);  // gu now holds the rounded inputs
+      auto d_gu = upload(bytes);
+      auto d_out = poisoned(static_cast<size_t>(n_tok * inter) * dtype_size(t));
+      cuda::swiglu(t, in, d_gu.get(), n_tok, inter, d_out.get(), nullptr);
+      std::vector<float> ref(static_cast<size_t>(n_tok * inter));
+      for (int64_t r = 0; r < n_tok; ++r) {
+        cpu::silu_mul(gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter, ref.data() + r * inter);
+      }
+      const double e = rel_error(download(d_out, ref.size(), t), ref);
+      std::printf("[swiglu %s from %s, inter %lld] rel err %.3g\n", std::string(dtype_name(t)).c_str(),
+                  std::string(dtype_name(in)).c_str(), static_cast<long long>(inter), e);
+      EXPECT_LT(e, out_tolerance(t));
     }
-    const double e = rel_error(download(d_out, ref.size(), t), ref);
-    std::printf("[swiglu %s from %s] rel err %.3g\n", std::string(dtype_name(t)).c_str(),
-                std::string(dtype_name(in)).c_str(), e);
-    EXPECT_LT(e, out_tolerance(t));
   }
 }
 
@@ -197,7 +200,7 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
   cuda::DeviceBuffer pool = poisoned(static_cast<size_t>(num_pages * layers * 2 * pt * kv_dim) * dtype_size(t));
   auto d_q = poisoned(static_cast<size_t>(T * q_dim) * 4);
   const cuda::KvLayout kv{pool.get(), layers, pt, kv_dim};
-  cuda::rope_write_kv(t, d_qkv.as<float>(), T, heads, kv_heads, hd, d_pos.as<int32_t>(), d_page.as<int32_t>(),
+  cuda::rope_write_kv(t, DType::f32, d_qkv.get(), T, heads, kv_heads, hd, d_pos.as<int32_t>(), d_page.as<int32_t>(),
                       d_inv.as<float>(), kv, layer, d_q.as<float>(), nullptr);
   // Reference: rotated q, k (k rounded to the cache dtype), v rounded.
   const int64_t half = hd / 2;
@@ -306,6 +309,39 @@ TEST_P(OpTest, RopeAndPagedAttention) {
   attention_case(GetParam(), 32, 8, 128, 7);
   attention_case(GetParam(), 4, 2, 16, 1);
   attention_case(GetParam(), 4, 2, 16, 32);
+}
+
+// RoPE + KV write from a qkv in the cache dtype (cuBLASLt's output) gives exactly what it gives
+// from the same values in fp32: q, and every K and V element of the cache.
+TEST_P(OpTest, RopeFromComputeDtypeEqualsFromF32) {
+  const DType t = GetParam();
+  if (t == DType::f32) GTEST_SKIP() << "the f32 input is the compute dtype";
+  const int64_t heads = 4, kv_heads = 2, hd = 16, T = 5, pt = 4, layers = 1;
+  const int64_t q_dim = heads * hd, kv_dim = kv_heads * hd;
+  auto qkv = random_vector(static_cast<size_t>(T * (q_dim + 2 * kv_dim)), 31);
+  const std::vector<std::byte> rounded = encode(qkv, t);  // qkv now holds the rounded values
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 9}, page = {0, 0, 0, 0, 1};
+  std::vector<float> inv(static_cast<size_t>(hd / 2));
+  for (size_t i = 0; i < inv.size(); ++i) inv[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / hd);
+  auto d_pos = upload(pos);
+  auto d_page = upload(page);
+  auto d_inv = upload(inv);
+  const size_t pool_bytes = static_cast<size_t>(2 * layers * 2 * pt * kv_dim) * dtype_size(t);
+  std::vector<std::vector<float>> q(2);
+  std::vector<std::vector<std::byte>> pools(2, std::vector<std::byte>(pool_bytes));
+  for (int variant = 0; variant < 2; ++variant) {
+    auto d_in = variant == 0 ? upload(qkv) : upload(rounded);
+    cuda::DeviceBuffer pool = poisoned(pool_bytes);
+    auto d_q = poisoned(static_cast<size_t>(T * q_dim) * 4);
+    const cuda::KvLayout kv{pool.get(), layers, pt, kv_dim};
+    cuda::rope_write_kv(t, variant == 0 ? DType::f32 : t, d_in.get(), T, heads, kv_heads, hd, d_pos.as<int32_t>(),
+                        d_page.as<int32_t>(), d_inv.as<float>(), kv, 0, d_q.as<float>(), nullptr);
+    q[static_cast<size_t>(variant)] = download(d_q, static_cast<size_t>(T * q_dim));
+    ASSERT_EQ(cudaMemcpy(pools[static_cast<size_t>(variant)].data(), pool.get(), pool_bytes, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  }
+  EXPECT_EQ(q[0], q[1]);
+  EXPECT_EQ(pools[0], pools[1]);  // the unwritten slots hold the same poison
 }
 
 // The device argmax against sampler.h's host argmax: random rows, ties (lowest index wins),

@@ -37,7 +37,10 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   sp.item_first = sp.item_prefix + max_tokens_;
   sp.item_count = sp.item_first + max_tokens_;
   sp.members = sp.item_count + max_tokens_;
-  const int64_t suffix_splits = splits_for(n), prefix_splits = shared ? prefix_splits_for(n) : 0;
+  // The forks' own positions (suffix) are few next to the prompt's: half the splits of a plain
+  // pass (2 at n = 20; bench/cuda_ops/NOTES.md item 17).
+  const int64_t suffix_splits = std::max<int64_t>(1, splits_for(n) / 2);
+  const int64_t prefix_splits = shared ? prefix_splits_for(n) : 0;
   const bool tensor_core_attention =
       q_blocks > 0 && prefill_attention_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
   float* x = x_.as<float>();
@@ -59,8 +62,10 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
     norm(l.in_norm);
-    KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.as<float>()));
-    rope_write_kv(dtype_, qkv_.as<float>(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page,
+    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it).
+    const DType qkv_type = gemv_serves(h, n) ? DType::f32 : dtype_;
+    KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
+    rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page,
                   inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
     AttentionArgs a;
     a.q = q_.as<float>();

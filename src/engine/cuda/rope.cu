@@ -9,8 +9,8 @@ namespace {
 // i < (heads + kv_heads) * half, else one V element. One item per thread, so a token is one
 // round of loads (decode passes are a token or a few: their time is latency); the frequency is
 // constant and is loaded before the wait for the previous kernel.
-template <class T>
-__global__ void rope_kv_kernel(const float* qkv, int64_t heads, int64_t kv_heads, int64_t hd, const int32_t* pos,
+template <class T, class In>
+__global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, int64_t hd, const int32_t* pos,
                                const int32_t* page_of, const float* inv_freq, T* pool, int64_t layers,
                                int64_t page_tokens, int64_t layer, float* q_out) {
   const int64_t t = blockIdx.x;
@@ -22,17 +22,17 @@ __global__ void rope_kv_kernel(const float* qkv, int64_t heads, int64_t kv_heads
   grid_dependency_wait();
   allow_dependent_launch();
   if (i >= pairs + kv_dim) return;
-  const float* row = qkv + t * (q_dim + 2 * kv_dim);
+  const In* row = qkv + t * (q_dim + 2 * kv_dim);
   const int32_t p = pos[t];
   const int64_t page = page_of[t];
   T* k_dst = pool + (((page * layers + layer) * 2 + 0) * page_tokens + p % page_tokens) * kv_dim;
   T* v_dst = pool + (((page * layers + layer) * 2 + 1) * page_tokens + p % page_tokens) * kv_dim;
   if (i >= pairs) {
-    v_dst[i - pairs] = from_f32<T>(row[q_dim + kv_dim + (i - pairs)]);
+    v_dst[i - pairs] = from_f32<T>(to_f32(row[q_dim + kv_dim + (i - pairs)]));
     return;
   }
-  const float* src = row + h * hd;  // k heads follow the q heads in the fused row
-  const float a = src[j], b = src[j + half];
+  const In* src = row + h * hd;  // k heads follow the q heads in the fused row
+  const float a = to_f32(src[j]), b = to_f32(src[j + half]);
   const float angle = static_cast<float>(p) * freq;
   const float c = cosf(angle), s = sinf(angle);
   const float ra = a * c - b * s, rb = b * c + a * s;
@@ -47,16 +47,20 @@ __global__ void rope_kv_kernel(const float* qkv, int64_t heads, int64_t kv_heads
 }
 }  // namespace
 
-void rope_write_kv(DType type, const float* qkv, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                   const int32_t* pos, const int32_t* page_of, const float* inv_freq, const KvLayout& kv, int64_t layer,
-                   float* q_out, cudaStream_t stream) {
+void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens, int64_t heads, int64_t kv_heads,
+                   int64_t head_dim, const int32_t* pos, const int32_t* page_of, const float* inv_freq,
+                   const KvLayout& kv, int64_t layer, float* q_out, cudaStream_t stream) {
   if (n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
-    using T = decltype(d);
-    const int64_t items = (heads + kv_heads) * (head_dim / 2) + kv_heads * head_dim;
-    const dim3 grid(static_cast<unsigned>(n_tokens), blocks_for(items, 256));
-    launch_kernel(rope_kv_kernel<T>, grid, 256, 0, stream, qkv, heads, kv_heads, head_dim,
-                  pos, page_of, inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer, q_out);
+    dispatch_dtype(in_type, [&](auto di) {
+      using T = decltype(d);
+      using In = decltype(di);
+      const int64_t items = (heads + kv_heads) * (head_dim / 2) + kv_heads * head_dim;
+      const dim3 grid(static_cast<unsigned>(n_tokens), blocks_for(items, 256));
+      launch_kernel(rope_kv_kernel<T, In>, grid, 256, 0, stream, static_cast<const In*>(qkv), heads, kv_heads,
+                    head_dim, pos, page_of, inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer,
+                    q_out);
+    });
   });
 }
 

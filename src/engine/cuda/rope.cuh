@@ -20,7 +20,8 @@ struct KvLayout {
 
 // For each token t: q_out[t] = rope(qkv[t, :q_dim]); K = rope(qkv[t, q_dim : q_dim+kv_dim]),
 // V = qkv[t, q_dim+kv_dim :] written at page page_of[t], slot pos[t] % page_tokens, of `layer`.
-void rope_write_kv(DType type, const float* qkv, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
+// qkv holds in_type elements: f32 (the GEMV's output) or the cache dtype `type` (cuBLASLt's).
+void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
                    const int32_t* pos, const int32_t* page_of, const float* inv_freq, const KvLayout& kv, int64_t layer,
                    float* q_out, cudaStream_t stream);
 
