@@ -3,7 +3,9 @@
 // its blocks run up to grid_dependency_wait(), which returns once the previous kernel has
 // completed and its writes are visible. Every kernel started through launch_kernel therefore
 // calls grid_dependency_wait() before it reads or writes anything an earlier kernel touches
-// (only constant data, such as weights, may be read before it), then allow_dependent_launch()
+// (only data no kernel of the pass writes may be read before it: weights, and the pass's
+// metadata and page tables, which host copies upload before the pass; an L2 prefetch of
+// anything is safe), then allow_dependent_launch()
 // so the next kernel can start in turn: at most one kernel runs ahead of the one computing.
 // Without PDL (older devices, or switched off) both calls are no-ops and launches are plain.
 #pragma once
