@@ -36,16 +36,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
   const T* pool = static_cast<const T*>(a.kv.pool);
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int64_t pt = a.kv.page_tokens;
-  {
-    const int64_t lines = (hd * static_cast<int64_t>(sizeof(T)) + 127) / 128;
-    for (int64_t i = threadIdx.x; i < (end - begin) * lines; i += kWarps * 32) {
-      const T* kp = paged_k_row(pool, table, static_cast<int>(begin + i / lines), static_cast<int>(pt), a.kv.layers,
-                                a.layer, kv_dim) +
-                    g * hd + (i % lines) * (128 / sizeof(T));
-      prefetch_l2(kp);
-      prefetch_l2(kp + pt * kv_dim);
-    }
-  }
+  prefetch_kv_rows(pool, table, begin, end, static_cast<int>(pt), a.kv.layers, a.layer, kv_dim, g * hd, hd,
+                   static_cast<int>(threadIdx.x), kWarps * 32);
   grid_dependency_wait();
   allow_dependent_launch();
   const float scale = rsqrtf(static_cast<float>(hd));

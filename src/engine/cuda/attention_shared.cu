@@ -106,15 +106,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     const int64_t chunk = (prefix + gridDim.x - 1) / gridDim.x;
     const int64_t begin = min(prefix, split * chunk), end = min(prefix, begin + chunk);
     const int32_t* table = a.block_table + static_cast<int64_t>(s.item_seq[blockIdx.z]) * a.table_width;
-    const T* pool = static_cast<const T*>(a.kv.pool);
-    constexpr int kLines = (HD * static_cast<int>(sizeof(T)) + 127) / 128;
-    for (int64_t i = threadIdx.x; i < (end - begin) * kLines; i += kThreads) {
-      const T* kp = paged_k_row(pool, table, static_cast<int>(begin + i / kLines), static_cast<int>(a.kv.page_tokens),
-                                a.kv.layers, a.layer, a.kv.kv_dim) +
-                    g * HD + (i % kLines) * (128 / static_cast<int>(sizeof(T)));
-      prefetch_l2(kp);
-      prefetch_l2(kp + a.kv.page_tokens * a.kv.kv_dim);
-    }
+    prefetch_kv_rows(static_cast<const T*>(a.kv.pool), table, begin, end, static_cast<int>(a.kv.page_tokens),
+                     a.kv.layers, a.layer, a.kv.kv_dim, g * HD, HD, static_cast<int>(threadIdx.x), kThreads);
   }
   grid_dependency_wait();
   allow_dependent_launch();

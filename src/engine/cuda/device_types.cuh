@@ -83,6 +83,23 @@ __device__ __forceinline__ const T* paged_k_row(const T* pool, const int32_t* ta
 // also for data another kernel is still writing: L2 is where the writes land.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// Prefetches into L2 the K and V rows of positions [begin, end) of one KV head (its first
+// element `head_offset` into the row, `head_dim` elements), threads `thread`, + `stride`, ...
+// sharing the 128-byte lines.
+template <class T>
+__device__ __forceinline__ void prefetch_kv_rows(const T* pool, const int32_t* table, int64_t begin, int64_t end,
+                                                 int page_tokens, int64_t layers, int64_t layer, int64_t kv_dim,
+                                                 int64_t head_offset, int64_t head_dim, int thread, int stride) {
+  constexpr int kLineElems = 128 / static_cast<int>(sizeof(T));
+  const int64_t lines = (head_dim + kLineElems - 1) / kLineElems;
+  for (int64_t i = thread; i < (end - begin) * lines; i += stride) {
+    const T* kp = paged_k_row(pool, table, static_cast<int>(begin + i / lines), page_tokens, layers, layer, kv_dim) +
+                  head_offset + (i % lines) * kLineElems;
+    prefetch_l2(kp);
+    prefetch_l2(kp + static_cast<int64_t>(page_tokens) * kv_dim);
+  }
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace kernelllm::cuda

@@ -100,17 +100,21 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight
 template <class T, bool kAdd>
 void launch_norm(int64_t rows, int64_t n, cudaStream_t stream, float* x, const float* delta, const float* weight,
                  float eps, const int32_t* rows_index, T* out) {
-  const unsigned grid = static_cast<unsigned>(rows);
-  if (n % 4 == 0 && n <= 4 * kThreads) {
-    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 1>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
-  } else if (n % 4 == 0 && n <= 8 * kThreads) {
-    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 2>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
-  } else if (n % 4 == 0 && n <= 16 * kThreads) {
-    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 4>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
-  } else if (n % 4 == 0 && n <= 32 * kThreads) {
-    launch_kernel(rmsnorm_regs_kernel<T, kAdd, 8>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+  const auto launch = [&](auto kernel) {
+    launch_kernel(kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+  };
+  // float4 chunks per thread for the register kernel; 0: the row does not fit it.
+  const int64_t chunks = n % 4 == 0 ? (n / 4 + kThreads - 1) / kThreads : 0;
+  if (chunks == 1) {
+    launch(rmsnorm_regs_kernel<T, kAdd, 1>);
+  } else if (chunks == 2) {
+    launch(rmsnorm_regs_kernel<T, kAdd, 2>);
+  } else if (chunks >= 3 && chunks <= 4) {
+    launch(rmsnorm_regs_kernel<T, kAdd, 4>);
+  } else if (chunks >= 5 && chunks <= 8) {
+    launch(rmsnorm_regs_kernel<T, kAdd, 8>);
   } else {
-    launch_kernel(rmsnorm_kernel<T, kAdd>, grid, kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+    launch(rmsnorm_kernel<T, kAdd>);
   }
 }
 

@@ -5,6 +5,8 @@
 
 namespace kernelllm::cuda {
 namespace {
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 template <class T, class In>
 __global__ void swiglu_kernel(const In* gate_up, int64_t n_tokens, int64_t inter, T* out) {
   grid_dependency_wait();
@@ -12,9 +14,7 @@ __global__ void swiglu_kernel(const In* gate_up, int64_t n_tokens, int64_t inter
   const int64_t total = n_tokens * inter;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / inter, j = i % inter;
-    const float g = to_f32(gate_up[t * 2 * inter + j]);
-    const float u = to_f32(gate_up[t * 2 * inter + inter + j]);
-    out[i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    out[i] = from_f32<T>(silu_mul(to_f32(gate_up[t * 2 * inter + j]), to_f32(gate_up[t * 2 * inter + inter + j])));
   }
 }
 
@@ -37,10 +37,7 @@ __global__ void swiglu8_kernel(const In* gate_up, int64_t n_tokens, int64_t inte
     const In8 u = *reinterpret_cast<const In8*>(gate_up + t * 2 * inter + inter + j);
     Out8 o;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float gf = to_f32(g.e[i]);
-      o.e[i] = from_f32<T>(gf / (1.0f + expf(-gf)) * to_f32(u.e[i]));
-    }
+    for (int i = 0; i < 8; ++i) o.e[i] = from_f32<T>(silu_mul(to_f32(g.e[i]), to_f32(u.e[i])));
     *reinterpret_cast<Out8*>(out + t * inter + j) = o;
   }
 }
