@@ -1,6 +1,7 @@
 // Per-op device timings at the Llama-3.1-8B shapes (CUDA events, median of 50 after warm-up,
 // inputs rotated so the weights are not cache-resident): GEMV at n = 1, 2, 8 (the split-row kernel
 // gemv() runs, next to the old warp-per-row kernel on the same line; then every layout at n = 1),
+// the skinny tensor-core GEMM next to cuBLASLt at n = 2..32 (then every layout at n = 10, 20),
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
 // (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
 // shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
@@ -17,6 +18,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/gemv.cuh"
+#include "engine/cuda/skinny_gemm.cuh"
 #include "engine/cuda/init.cuh"
 
 using namespace kernelllm;
@@ -86,6 +88,36 @@ int main() {
         });
         std::printf("gemv-layout %-8s n=1    %d warps/row x %d rows/group %8.1f us  %5.2f TB/s\n", s.name, wpr, rpg,
                     ms * 1e3, gb / ms);
+      }
+    }
+    // The skinny tensor-core GEMM beside cuBLASLt at the batch sizes of k-sample decoding, then
+    // every layout at 10 and 20 tokens, for tuning skinny_config.
+    const SkinnyConfig chosen = skinny_config(s.rows, s.cols);
+    for (int64_t n : {2, 4, 8, 10, 16, 20, 32}) {
+      const float ms = median_ms([&](int i) {
+        skinny_gemm(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), DType::f32, false, nullptr);
+      });
+      const float lt_ms = median_ms([&](int i) {
+        (void)gemm.run(w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
+      });
+      std::printf("skinny  %-8s n=%-4lld %8.1f us  %5.2f TB/s  | cublasLt %8.1f us  %5.2f TB/s"
+                  "  | layout %d tiles/warp x %d k-warps, double-buffered %d\n",
+                  s.name, static_cast<long long>(n), ms * 1e3, gb / ms, lt_ms * 1e3, gb / lt_ms, chosen.tiles_per_warp,
+                  chosen.k_warps, chosen.double_buffer ? 1 : 0);
+    }
+    for (int64_t n : {10, 20}) {
+      for (int tiles : {1, 2}) {
+        for (int kw : {2, 4, 8}) {
+          for (bool db : {false, true}) {
+            const SkinnyConfig c{tiles, kw, db};
+            const float ms = median_ms([&](int i) {
+              (void)skinny_gemm_with_config(c, t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(),
+                                            DType::f32, false, nullptr);
+            });
+            std::printf("skinny-layout %-8s n=%-4lld %d tiles/warp x %d k-warps, double-buffered %d %8.1f us  %5.2f TB/s\n",
+                        s.name, static_cast<long long>(n), tiles, kw, db ? 1 : 0, ms * 1e3, gb / ms);
+          }
+        }
       }
     }
     for (int64_t n : {1, 20, 1500}) {

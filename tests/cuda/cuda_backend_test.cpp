@@ -111,13 +111,15 @@ TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 21; ++i) prompt.push_back((i * 977 + 5) % 128000);
   // Variants: f32; f32 in chunks of 8 tokens; f32 without graphs; bf16 (tensor-core prefill
-  // attention for the prompt and the mixed batch); bf16 in chunks of 8 tokens.
-  for (int variant = 0; variant < 5; ++variant) {
+  // attention for the prompt and the mixed batch, the skinny GEMM for the 4-token decode
+  // batches); bf16 in chunks of 8 tokens; bf16 with cuBLASLt for the decode batches.
+  for (int variant = 0; variant < 6; ++variant) {
     CudaBackendOptions o;
     o.dtype = variant >= 3 ? DType::bf16 : DType::f32;
     o.kv_capacity_tokens = 1024;
     o.max_batch_tokens = variant == 1 || variant == 4 ? 8 : 4096;
     o.cuda_graphs = variant != 2;
+    o.skinny_gemm = variant != 5;
     const double tol = variant >= 3 ? 3e-2 : 1e-5;
     auto gpu = gpu_backend(m, o);
     ASSERT_TRUE(cpu && gpu);

@@ -1,8 +1,12 @@
-// The decode GEMV (engine/cuda/gemv.cuh) against a float64 CPU reference on the rounded inputs:
-// every layout the split-row kernel accepts (warps per row x rows per group), the layout gemv()
-// picks and the old warp-per-row kernel, for f32/f16/bf16, 1..8 tokens, odd row counts and column
-// counts that do not divide into a block's split; then the Llama-3.1-8B shapes. Tolerance 3e-5
-// normalized: fp32 accumulation over up to 14,336 columns (as in cuda_ops_test Projections).
+// The decode projection kernels against a float64 CPU reference on the rounded inputs.
+// The GEMV (engine/cuda/gemv.cuh): every layout the split-row kernel accepts (warps per row x rows
+// per group), the layout gemv() picks and the old warp-per-row kernel, for f32/f16/bf16, 1..8
+// tokens, odd row counts and column counts that do not divide into a block's split; then the
+// Llama-3.1-8B shapes. The skinny tensor-core GEMM (engine/cuda/skinny_gemm.cuh): every layout,
+// f16/bf16, 1..32 tokens (every count of 8-token tiles, full and partial), the three outputs
+// (fp32, fp32 accumulated, the weights' dtype) and the 8B shapes. Tolerance 3e-5 normalized for
+// fp32 outputs: fp32 accumulation over up to 14,336 columns (as in cuda_ops_test Projections).
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +19,7 @@
 #include "cuda/cuda_test_util.h"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/init.cuh"
+#include "engine/cuda/skinny_gemm.cuh"
 
 namespace kernelllm {
 namespace {
@@ -22,13 +27,12 @@ namespace {
 using namespace cuda_test;
 
 constexpr double kTolerance = 3e-5;
-constexpr int64_t kTokens = cuda::kGemvMaxTokens;
 
-// One weight matrix and kTokens activation rows, rounded to the dtype, on host and device; the
-// float64 products of the checked rows for all kTokens tokens.
+// One weight matrix and `tokens` activation rows, rounded to the dtype, on host and device; the
+// float64 products of the checked rows for all the tokens.
 struct Problem {
   DType type = DType::f32;
-  int64_t rows = 0, cols = 0;
+  int64_t rows = 0, cols = 0, tokens = cuda::kGemvMaxTokens;
   std::vector<float> w, x;
   cuda::DeviceBuffer d_w, d_x;
   std::vector<int64_t> checked;  // rows compared with the reference
@@ -37,10 +41,10 @@ struct Problem {
 
 void finish(Problem& p) {
   const size_t m = p.checked.size();
-  p.ref.assign(static_cast<size_t>(kTokens) * m, 0.0);
+  p.ref.assign(static_cast<size_t>(p.tokens) * m, 0.0);
   for (size_t i = 0; i < m; ++i) {
     const float* wr = p.w.data() + p.checked[i] * p.cols;
-    for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t t = 0; t < p.tokens; ++t) {
       const float* xr = p.x.data() + t * p.cols;
       double s = 0;
       for (int64_t c = 0; c < p.cols; ++c) s += static_cast<double>(wr[c]) * xr[c];
@@ -50,17 +54,18 @@ void finish(Problem& p) {
 }
 
 void set_x(Problem& p, uint32_t seed) {
-  p.x = random_vector(static_cast<size_t>(kTokens * p.cols), seed);
+  p.x = random_vector(static_cast<size_t>(p.tokens * p.cols), seed);
   const auto xb = encode(p.x, p.type);
   p.d_x = upload(xb.data(), xb.size());
 }
 
 // Host-made weights; every row checked.
-Problem small_problem(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+Problem small_problem(DType t, int64_t rows, int64_t cols, uint32_t seed, int64_t tokens = cuda::kGemvMaxTokens) {
   Problem p;
   p.type = t;
   p.rows = rows;
   p.cols = cols;
+  p.tokens = tokens;
   p.w = random_vector(static_cast<size_t>(rows * cols), seed, 0.05f);
   const auto wb = encode(p.w, t);
   p.d_w = upload(wb.data(), wb.size());
@@ -72,11 +77,12 @@ Problem small_problem(DType t, int64_t rows, int64_t cols, uint32_t seed) {
 
 // Device-made weights (fill_random, std 0.02); checked: the first and last 300 rows (first and
 // last blocks of every layout) and about 4,096 rows spread over the rest.
-Problem large_problem(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+Problem large_problem(DType t, int64_t rows, int64_t cols, uint32_t seed, int64_t tokens = cuda::kGemvMaxTokens) {
   Problem p;
   p.type = t;
   p.rows = rows;
   p.cols = cols;
+  p.tokens = tokens;
   const int64_t n = rows * cols;
   EXPECT_TRUE(p.d_w.allocate(static_cast<size_t>(n) * dtype_size(t), "w").ok());
   cuda::fill_random(t, p.d_w.get(), n, seed, 0.02f, nullptr);
@@ -90,10 +96,12 @@ Problem large_problem(DType t, int64_t rows, int64_t cols, uint32_t seed) {
   return p;
 }
 
-// Normalized error of y[n_tokens, rows] over the checked rows; infinity when any output (checked
-// or not) is not finite, so rows left unwritten in the poisoned buffer fail.
-double error_of(const Problem& p, const cuda::DeviceBuffer& d_y, int64_t n_tokens) {
-  const auto y = download(d_y, static_cast<size_t>(n_tokens * p.rows));
+// Normalized error of y[n_tokens, rows] (in y_type) over the checked rows, against the products
+// plus `base` (the output's earlier values, when the kernel accumulated); infinity when any output
+// (checked or not) is not finite, so rows left unwritten in the poisoned buffer fail.
+double error_of(const Problem& p, const cuda::DeviceBuffer& d_y, int64_t n_tokens, DType y_type = DType::f32,
+                const std::vector<float>* base = nullptr) {
+  const auto y = download(d_y, static_cast<size_t>(n_tokens * p.rows), y_type);
   for (float v : y) {
     if (!std::isfinite(v)) return INFINITY;
   }
@@ -101,8 +109,9 @@ double error_of(const Problem& p, const cuda::DeviceBuffer& d_y, int64_t n_token
   double num = 0, den = 0;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (size_t i = 0; i < m; ++i) {
-      const double ref = p.ref[static_cast<size_t>(t) * m + i];
-      const double d = static_cast<double>(y[static_cast<size_t>(t * p.rows + p.checked[i])]) - ref;
+      const size_t at = static_cast<size_t>(t * p.rows + p.checked[i]);
+      const double ref = p.ref[static_cast<size_t>(t) * m + i] + (base != nullptr ? (*base)[at] : 0.0);
+      const double d = static_cast<double>(y[at]) - ref;
       num += d * d;
       den += ref * ref;
     }
@@ -149,14 +158,14 @@ TEST_P(GemvTest, EveryLayoutSmallShapes) {
     const Problem p = small_problem(t, rows, cols, seed += 2);
     for (int wpr : {1, 2, 4, 8}) {
       for (int rpg : {1, 2, 4}) {
-        for (int64_t n = 1; n <= kTokens; ++n) {
+        for (int64_t n = 1; n <= p.tokens; ++n) {
           const double e = run_layout(p, cuda::GemvConfig{wpr, rpg}, n);
           EXPECT_LT(e, kTolerance) << shape_name(p) << " warps_per_row " << wpr << " rows_per_group " << rpg
                                    << " n " << n;
         }
       }
     }
-    for (int64_t n = 1; n <= kTokens; ++n) {
+    for (int64_t n = 1; n <= p.tokens; ++n) {
       const double e = run(p, Kernel::chosen, n);
       EXPECT_LT(e, kTolerance) << shape_name(p) << " gemv n " << n;
       const double e_old = run(p, Kernel::warp_per_row, n);
@@ -221,6 +230,163 @@ TEST(GemvLayout, ChosenLayoutsAreValid) {
         const Status s = cuda::gemv_with_config(c, t, nullptr, 0, cols, nullptr, 1, nullptr, nullptr);
         ASSERT_TRUE(s.ok()) << s.to_string() << " rows " << rows << " cols " << cols;
       }
+    }
+  }
+}
+
+
+// --- the skinny tensor-core GEMM ------------------------------------------------------------------
+
+constexpr int64_t kSkinnyTokens = cuda::kSkinnyMaxTokens;
+// Token counts covering one to four 8-token tiles, full and partial.
+constexpr int64_t kSkinnyCounts[] = {1, 2, 7, 8, 9, 16, 17, 20, 24, 25, 31, 32};
+
+// The output in y_type (fresh), or fp32 accumulated onto seeded values; the normalized error.
+double run_skinny(const Problem& p, const cuda::SkinnyConfig* c, int64_t n, DType y_type, bool accumulate) {
+  const size_t count = static_cast<size_t>(n * p.rows);
+  cuda::DeviceBuffer d_y = poisoned(count * dtype_size(y_type));
+  std::vector<float> base;
+  if (accumulate) {
+    base = random_vector(count, static_cast<uint32_t>(n + p.rows), 0.5f);
+    d_y = upload(base);
+  }
+  if (c != nullptr) {
+    const Status s = cuda::skinny_gemm_with_config(*c, p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n,
+                                                   d_y.get(), y_type, accumulate, nullptr);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  } else {
+    cuda::skinny_gemm(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.get(), y_type, accumulate, nullptr);
+  }
+  return error_of(p, d_y, n, y_type, accumulate ? &base : nullptr);
+}
+
+// Rounding the output to bf16 (8 significant bits) or f16 (11) adds about 2^-9 / 2^-12 / sqrt(3)
+// of normalized error on top of the fp32 sum's.
+double output_tolerance(DType y_type) {
+  return y_type == DType::bf16 ? 2.5e-3 : y_type == DType::f16 ? 3e-4 : kTolerance;
+}
+
+// Every layout skinny_gemm_with_config accepts, single and double buffered.
+std::vector<cuda::SkinnyConfig> every_skinny_layout() {
+  std::vector<cuda::SkinnyConfig> all;
+  for (int tiles : {1, 2, 4}) {
+    for (int kw : {1, 2, 4, 8}) {
+      if (tiles * kw > 16) continue;
+      for (bool db : {false, true}) all.push_back({tiles, kw, db});
+    }
+  }
+  return all;
+}
+
+std::string layout_name(const cuda::SkinnyConfig& c) {
+  return std::to_string(c.tiles_per_warp) + " tiles/warp x " + std::to_string(c.k_warps) + " k-warps" +
+         (c.double_buffer ? ", double-buffered" : "");
+}
+
+class SkinnyTest : public ::testing::TestWithParam<DType> {};
+
+// Small shapes, every layout and token count (every kernel instantiation with fp32 output):
+// one 32-column chunk or less (8 and 40 columns: the last chunk partial); rows fewer than one
+// tile; 131 rows (no tile count divides it); column counts whose chunks do not split evenly over
+// the block's warps.
+TEST_P(SkinnyTest, EveryLayoutSmallShapes) {
+  const DType t = GetParam();
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {200, 40}, {131, 1000}, {7, 4104}, {300, 2056}, {64, 64}};
+  uint32_t seed = 300;
+  for (auto [rows, cols] : shapes) {
+    ASSERT_TRUE(cuda::skinny_supported(t, cols, kSkinnyTokens));
+    const Problem p = small_problem(t, rows, cols, seed += 2, kSkinnyTokens);
+    for (const cuda::SkinnyConfig& c : every_skinny_layout()) {
+      for (int64_t n : kSkinnyCounts) {
+        const double e = run_skinny(p, &c, n, DType::f32, false);
+        EXPECT_LT(e, kTolerance) << shape_name(p) << " layout " << layout_name(c) << " n " << n;
+      }
+    }
+  }
+}
+
+// The outputs the backend asks for: fp32 accumulated in place (o and down onto the residual
+// stream) and the weights' dtype (qkv and gate_up): every kernel instantiation of those outputs
+// runs (each tile count single and double buffered, every count of token tiles).
+TEST_P(SkinnyTest, AccumulatedAndNarrowOutputs) {
+  const DType t = GetParam();
+  uint32_t seed = 500;
+  for (int64_t rows : {48, 300, 9000}) {
+    const Problem p = small_problem(t, rows, 520, seed += 2, kSkinnyTokens);
+    for (const cuda::SkinnyConfig& c :
+         {cuda::SkinnyConfig{1, 4, false}, cuda::SkinnyConfig{1, 8, true}, cuda::SkinnyConfig{2, 2, true},
+          cuda::SkinnyConfig{2, 4, false}, cuda::SkinnyConfig{4, 4, false}, cuda::SkinnyConfig{4, 1, true}}) {
+      for (int64_t n : kSkinnyCounts) {
+        const double acc = run_skinny(p, &c, n, DType::f32, true);
+        EXPECT_LT(acc, kTolerance) << shape_name(p) << " accumulated, layout " << layout_name(c) << " n " << n;
+        const double narrow = run_skinny(p, &c, n, t, false);
+        EXPECT_LT(narrow, output_tolerance(t)) << shape_name(p) << " in " << dtype_name(t) << ", layout " << layout_name(c)
+                                               << " n " << n;
+      }
+    }
+  }
+}
+
+// The decode projections of Llama-3.1-8B at the batch sizes of k-sample decoding, with the layout
+// skinny_gemm() picks.
+TEST_P(SkinnyTest, Llama8BShapes) {
+  const DType t = GetParam();
+  struct Shape {
+    const char* name;
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096},
+                          {"o", 4096, 4096},
+                          {"gate_up", 28672, 4096},
+                          {"down", 4096, 14336},
+                          {"lm_head", 128256, 4096}};
+  uint32_t seed = 70;
+  for (const Shape& s : shapes) {
+    const Problem p = large_problem(t, s.rows, s.cols, seed += 2, kSkinnyTokens);
+    const cuda::SkinnyConfig c = cuda::skinny_config(s.rows, s.cols);
+    for (int64_t n : {2, 10, 20, 32}) {
+      const double e = run_skinny(p, nullptr, n, DType::f32, false);
+      std::printf("[skinny %s %s n=%lld] layout %s: rel err %.3g\n", s.name, shape_name(p).c_str(),
+                  static_cast<long long>(n), layout_name(c).c_str(), e);
+      EXPECT_LT(e, kTolerance) << s.name << " " << shape_name(p) << " n " << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SkinnyTest, ::testing::Values(DType::bf16, DType::f16),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+TEST(SkinnyLayout, InvalidLayoutsShapesAndOutputsRefused) {
+  // rows = 0: an accepted call would launch nothing (the arguments are null).
+  const auto code = [](cuda::SkinnyConfig c, DType t, int64_t cols, int64_t n, DType y_type, bool acc) {
+    return cuda::skinny_gemm_with_config(c, t, nullptr, 0, cols, nullptr, n, nullptr, y_type, acc, nullptr).code();
+  };
+  const auto bad = ErrorCode::invalid_argument;
+  const cuda::SkinnyConfig ok{1, 8, false};
+  EXPECT_EQ(code({3, 1, false}, DType::bf16, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code({1, 16, false}, DType::bf16, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code({4, 8, false}, DType::bf16, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code({1, 3, true}, DType::bf16, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 12, 2, DType::f32, false), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 64, 0, DType::f32, false), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 64, 33, DType::f32, false), bad);
+  EXPECT_EQ(code(ok, DType::f32, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 64, 2, DType::f16, false), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 64, 2, DType::bf16, true), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 64, 2, DType::f32, true), ErrorCode::ok);
+  EXPECT_EQ(code(ok, DType::bf16, 64, 32, DType::bf16, false), ErrorCode::ok);
+  EXPECT_FALSE(cuda::skinny_supported(DType::f32, 64, 2));
+  EXPECT_FALSE(cuda::skinny_supported(DType::bf16, 0, 2));
+}
+
+// The layouts skinny_gemm() picks are ones skinny_gemm_with_config accepts (no launch: rows = 0).
+TEST(SkinnyLayout, ChosenLayoutsAreValid) {
+  for (int64_t rows : {1, 7, 131, 4096, 6144, 28672, 128256}) {
+    for (int64_t cols = 8; cols <= 16384; cols += 8) {
+      const cuda::SkinnyConfig c = cuda::skinny_config(rows, cols);
+      const Status s = cuda::skinny_gemm_with_config(c, DType::bf16, nullptr, 0, cols, nullptr, 20, nullptr,
+                                                     DType::f32, false, nullptr);
+      ASSERT_TRUE(s.ok()) << s.to_string() << " rows " << rows << " cols " << cols;
     }
   }
 }

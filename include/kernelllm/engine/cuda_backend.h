@@ -30,7 +30,10 @@ struct CudaBackendOptions {
   int64_t kv_page_tokens = 16;       // tokens per KV page; pages are shared between forks
   int64_t max_batch_tokens = 4096;   // tokens per device pass; larger forwards run in chunks
   bool cuda_graphs = true;           // capture single-token (decode) forwards per batch size
-  bool custom_gemv = true;           // the custom GEMV for batches <= 8 tokens (else cuBLASLt)
+  bool custom_gemv = true;           // the custom GEMV for one token (else cuBLASLt)
+  // The tensor-core skinny GEMM for 2..8 tokens with f16/bf16 weights (else cuBLASLt); the
+  // environment variable KERNELLLM_CUDA_SKINNY=0 turns it off too.
+  bool skinny_gemm = true;
 };
 
 // Uploads `weights` (f32/f16/bf16, converted to options.dtype on the device). `weights` may be

@@ -19,11 +19,13 @@
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/rmsnorm.cuh"
 #include "engine/cuda/rope.cuh"
+#include "engine/cuda/skinny_gemm.cuh"
 #include "engine/cuda/swiglu.cuh"
 
 namespace kernelllm::cuda {
 namespace {
 constexpr int64_t kMaxSplits = 16;
+constexpr int64_t kSkinnyServedTokens = 8;
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
@@ -37,6 +39,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
   const char* v = std::getenv("KERNELLLM_CUDA_SHARED_PREFIX");
   shared_prefix_ = v == nullptr || std::string(v) != "0";
+  const char* sk = std::getenv("KERNELLLM_CUDA_SKINNY");
+  if (sk != nullptr && std::string(sk) == "0") opts_.skinny_gemm = false;
 }
 
 CudaBackend::~CudaBackend() {
@@ -261,8 +265,18 @@ bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {
   return opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n);
 }
 
+bool CudaBackend::skinny_serves(int64_t cols, int64_t n) const {
+  // One token is the GEMV's. The skinny GEMM beats cuBLASLt from 2 to 8 tokens (one 8-token
+  // tile); with more it is slower end to end on the H100 (bench/cuda_ops/NOTES.md item 19).
+  return opts_.skinny_gemm && n >= 2 && n <= kSkinnyServedTokens && skinny_supported(dtype_, cols, n);
+}
+
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
                          DType y_type, bool accumulate) {
+  if (skinny_serves(cols, n)) {
+    skinny_gemm(dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, stream_);
+    return Status::ok_status();
+  }
   if (!gemv_serves(cols, n)) return gemm_.run(w.get(), rows, cols, x, n, y, y_type, stream_, accumulate);
   if (y_type != DType::f32 || accumulate) {
     return error(ErrorCode::internal, "cuda backend: the GEMV writes a fresh fp32 output only");

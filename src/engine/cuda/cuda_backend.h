@@ -50,8 +50,10 @@ class CudaBackend final : public Backend {
   };
   Status validate(std::span<const ForwardRequest> batch) const;
   Status upload_table(SeqId seq, int64_t first_page);
-  // Whether proj() of n tokens over `cols` inputs goes through the GEMV (else cuBLASLt).
+  // Whether proj() of n tokens over `cols` inputs goes through the GEMV (one token), the skinny
+  // tensor-core GEMM (2..8 tokens, f16/bf16) or else cuBLASLt.
   bool gemv_serves(int64_t cols, int64_t n) const;
+  bool skinny_serves(int64_t cols, int64_t n) const;
   // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`. Where the GEMV serves only
   // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,

@@ -81,6 +81,16 @@ __device__ __forceinline__ const T* paged_k_row(const T* pool, const int32_t* ta
 
 // Brings the 128-byte line holding `p` into L2 (no registers, nothing waits for it). Always safe,
 // also for data another kernel is still writing: L2 is where the writes land.
+// 16 bytes from global memory that is read once: non-coherent path, not kept in L1. volatile: the
+// load is only ever issued where the code issues it (never hoisted out of its bounds check).
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // Prefetches into L2 the K and V rows of positions [begin, end) of one KV head (its first

@@ -70,16 +70,6 @@ __global__ void __launch_bounds__(kThreads) gemv_warp_kernel(const T* w, int64_t
 
 // --- the split-row kernel ----------------------------------------------------------------------
 
-// 16 bytes from global memory that is read once: non-coherent path, not kept in L1. volatile: the
-// load is only ever issued where the code issues it (never hoisted out of its bounds check).
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 template <class T>
 __device__ __forceinline__ void unpack16(const uint4& raw, float* out) {
   const T* e = reinterpret_cast<const T*>(&raw);
