@@ -175,20 +175,22 @@ TEST_P(GemvTest, EveryLayoutSmallShapes) {
 }
 
 // The decode projections of Llama-3.1-8B (hidden 4,096, 32 + 2 x 8 heads of 128, intermediate
-// 14,336, vocabulary 128,256) with the layout gemv() picks and with the old kernel.
+// 14,336, vocabulary 128,256).
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+constexpr Shape kLlama8BShapes[] = {{"qkv", 6144, 4096},
+                                    {"o", 4096, 4096},
+                                    {"gate_up", 28672, 4096},
+                                    {"down", 4096, 14336},
+                                    {"lm_head", 128256, 4096}};
+
+// The 8B shapes with the layout gemv() picks and with the old kernel.
 TEST_P(GemvTest, Llama8BShapes) {
   const DType t = GetParam();
-  struct Shape {
-    const char* name;
-    int64_t rows, cols;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096},
-                          {"o", 4096, 4096},
-                          {"gate_up", 28672, 4096},
-                          {"down", 4096, 14336},
-                          {"lm_head", 128256, 4096}};
   uint32_t seed = 7;
-  for (const Shape& s : shapes) {
+  for (const Shape& s : kLlama8BShapes) {
     const Problem p = large_problem(t, s.rows, s.cols, seed += 2);
     const cuda::GemvConfig c = cuda::gemv_config(t, s.rows, s.cols);
     for (int64_t n : {1, 2, 8}) {
@@ -327,24 +329,14 @@ TEST_P(SkinnyTest, AccumulatedAndNarrowOutputs) {
   }
 }
 
-// The decode projections of Llama-3.1-8B at the batch sizes of k-sample decoding, with the layout
-// skinny_gemm() picks.
+// The 8B shapes at the batch sizes of k-sample decoding, with the layout skinny_gemm() picks.
 TEST_P(SkinnyTest, Llama8BShapes) {
   const DType t = GetParam();
-  struct Shape {
-    const char* name;
-    int64_t rows, cols;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096},
-                          {"o", 4096, 4096},
-                          {"gate_up", 28672, 4096},
-                          {"down", 4096, 14336},
-                          {"lm_head", 128256, 4096}};
   uint32_t seed = 70;
-  for (const Shape& s : shapes) {
+  for (const Shape& s : kLlama8BShapes) {
     const Problem p = large_problem(t, s.rows, s.cols, seed += 2, kSkinnyTokens);
     const cuda::SkinnyConfig c = cuda::skinny_config(s.rows, s.cols);
-    for (int64_t n : {2, 10, 20, 32}) {
+    for (int64_t n : {2, 8, 10, 20, 32}) {
       const double e = run_skinny(p, nullptr, n, DType::f32, false);
       std::printf("[skinny %s %s n=%lld] layout %s: rel err %.3g\n", s.name, shape_name(p).c_str(),
                   static_cast<long long>(n), layout_name(c).c_str(), e);

@@ -79,8 +79,6 @@ __device__ __forceinline__ const T* paged_k_row(const T* pool, const int32_t* ta
   return pool + (((page * layers + layer) * 2) * page_tokens + pp.offset) * kv_dim;
 }
 
-// Brings the 128-byte line holding `p` into L2 (no registers, nothing waits for it). Always safe,
-// also for data another kernel is still writing: L2 is where the writes land.
 // 16 bytes from global memory that is read once: non-coherent path, not kept in L1. volatile: the
 // load is only ever issued where the code issues it (never hoisted out of its bounds check).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
@@ -91,6 +89,8 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
+// Brings the 128-byte line holding `p` into L2 (no registers, nothing waits for it). Always safe,
+// also for data another kernel is still writing: L2 is where the writes land.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // Prefetches into L2 the K and V rows of positions [begin, end) of one KV head (its first
