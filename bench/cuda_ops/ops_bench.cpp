@@ -101,22 +101,19 @@ int main() {
         (void)gemm.run(w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
       });
       std::printf("skinny  %-8s n=%-4lld %8.1f us  %5.2f TB/s  | cublasLt %8.1f us  %5.2f TB/s"
-                  "  | layout %d tiles/warp x %d k-warps, double-buffered %d\n",
+                  "  | layout %d tiles/warp x %d k-warps\n",
                   s.name, static_cast<long long>(n), ms * 1e3, gb / ms, lt_ms * 1e3, gb / lt_ms, chosen.tiles_per_warp,
-                  chosen.k_warps, chosen.double_buffer ? 1 : 0);
+                  chosen.k_warps);
     }
     for (int64_t n : {10, 20}) {
       for (int tiles : {1, 2}) {
         for (int kw : {2, 4, 8}) {
-          for (bool db : {false, true}) {
-            const SkinnyConfig c{tiles, kw, db};
-            const float ms = median_ms([&](int i) {
-              (void)skinny_gemm_with_config(c, t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(),
-                                            DType::f32, false, nullptr);
-            });
-            std::printf("skinny-layout %-8s n=%-4lld %d tiles/warp x %d k-warps, double-buffered %d %8.1f us  %5.2f TB/s\n",
-                        s.name, static_cast<long long>(n), tiles, kw, db ? 1 : 0, ms * 1e3, gb / ms);
-          }
+          const float ms = median_ms([&](int i) {
+            (void)skinny_gemm_with_config(SkinnyConfig{tiles, kw}, t, w[i % kCopies].get(), s.rows, s.cols, x.get(),
+                                          n, y.get(), DType::f32, false, nullptr);
+          });
+          std::printf("skinny-layout %-8s n=%-4lld %d tiles/warp x %d k-warps %8.1f us  %5.2f TB/s\n", s.name,
+                      static_cast<long long>(n), tiles, kw, ms * 1e3, gb / ms);
         }
       }
     }

@@ -246,12 +246,9 @@ constexpr int64_t kSkinnyCounts[] = {1, 2, 7, 8, 9, 16, 17, 20, 24, 25, 31, 32};
 // The output in y_type (fresh), or fp32 accumulated onto seeded values; the normalized error.
 double run_skinny(const Problem& p, const cuda::SkinnyConfig* c, int64_t n, DType y_type, bool accumulate) {
   const size_t count = static_cast<size_t>(n * p.rows);
-  cuda::DeviceBuffer d_y = poisoned(count * dtype_size(y_type));
-  std::vector<float> base;
-  if (accumulate) {
-    base = random_vector(count, static_cast<uint32_t>(n + p.rows), 0.5f);
-    d_y = upload(base);
-  }
+  const std::vector<float> base =
+      accumulate ? random_vector(count, static_cast<uint32_t>(n + p.rows), 0.5f) : std::vector<float>{};
+  cuda::DeviceBuffer d_y = accumulate ? upload(base) : poisoned(count * dtype_size(y_type));
   if (c != nullptr) {
     const Status s = cuda::skinny_gemm_with_config(*c, p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n,
                                                    d_y.get(), y_type, accumulate, nullptr);
@@ -268,21 +265,19 @@ double output_tolerance(DType y_type) {
   return y_type == DType::bf16 ? 2.5e-3 : y_type == DType::f16 ? 3e-4 : kTolerance;
 }
 
-// Every layout skinny_gemm_with_config accepts, single and double buffered.
+// Every layout skinny_gemm_with_config accepts.
 std::vector<cuda::SkinnyConfig> every_skinny_layout() {
   std::vector<cuda::SkinnyConfig> all;
   for (int tiles : {1, 2, 4}) {
     for (int kw : {1, 2, 4, 8}) {
-      if (tiles * kw > 16) continue;
-      for (bool db : {false, true}) all.push_back({tiles, kw, db});
+      if (tiles * kw <= 16) all.push_back({tiles, kw});
     }
   }
   return all;
 }
 
 std::string layout_name(const cuda::SkinnyConfig& c) {
-  return std::to_string(c.tiles_per_warp) + " tiles/warp x " + std::to_string(c.k_warps) + " k-warps" +
-         (c.double_buffer ? ", double-buffered" : "");
+  return std::to_string(c.tiles_per_warp) + " tiles/warp x " + std::to_string(c.k_warps) + " k-warps";
 }
 
 class SkinnyTest : public ::testing::TestWithParam<DType> {};
@@ -309,15 +304,13 @@ TEST_P(SkinnyTest, EveryLayoutSmallShapes) {
 
 // The outputs the backend asks for: fp32 accumulated in place (o and down onto the residual
 // stream) and the weights' dtype (qkv and gate_up): every kernel instantiation of those outputs
-// runs (each tile count single and double buffered, every count of token tiles).
+// runs (each tile count, every count of token tiles).
 TEST_P(SkinnyTest, AccumulatedAndNarrowOutputs) {
   const DType t = GetParam();
   uint32_t seed = 500;
   for (int64_t rows : {48, 300, 9000}) {
     const Problem p = small_problem(t, rows, 520, seed += 2, kSkinnyTokens);
-    for (const cuda::SkinnyConfig& c :
-         {cuda::SkinnyConfig{1, 4, false}, cuda::SkinnyConfig{1, 8, true}, cuda::SkinnyConfig{2, 2, true},
-          cuda::SkinnyConfig{2, 4, false}, cuda::SkinnyConfig{4, 4, false}, cuda::SkinnyConfig{4, 1, true}}) {
+    for (const cuda::SkinnyConfig& c : {cuda::SkinnyConfig{1, 8}, cuda::SkinnyConfig{2, 2}, cuda::SkinnyConfig{4, 4}}) {
       for (int64_t n : kSkinnyCounts) {
         const double acc = run_skinny(p, &c, n, DType::f32, true);
         EXPECT_LT(acc, kTolerance) << shape_name(p) << " accumulated, layout " << layout_name(c) << " n " << n;
@@ -354,11 +347,11 @@ TEST(SkinnyLayout, InvalidLayoutsShapesAndOutputsRefused) {
     return cuda::skinny_gemm_with_config(c, t, nullptr, 0, cols, nullptr, n, nullptr, y_type, acc, nullptr).code();
   };
   const auto bad = ErrorCode::invalid_argument;
-  const cuda::SkinnyConfig ok{1, 8, false};
-  EXPECT_EQ(code({3, 1, false}, DType::bf16, 64, 2, DType::f32, false), bad);
-  EXPECT_EQ(code({1, 16, false}, DType::bf16, 64, 2, DType::f32, false), bad);
-  EXPECT_EQ(code({4, 8, false}, DType::bf16, 64, 2, DType::f32, false), bad);
-  EXPECT_EQ(code({1, 3, true}, DType::bf16, 64, 2, DType::f32, false), bad);
+  const cuda::SkinnyConfig ok{1, 8};
+  EXPECT_EQ(code({3, 1}, DType::bf16, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code({1, 16}, DType::bf16, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code({4, 8}, DType::bf16, 64, 2, DType::f32, false), bad);
+  EXPECT_EQ(code({1, 3}, DType::bf16, 64, 2, DType::f32, false), bad);
   EXPECT_EQ(code(ok, DType::bf16, 12, 2, DType::f32, false), bad);
   EXPECT_EQ(code(ok, DType::bf16, 64, 0, DType::f32, false), bad);
   EXPECT_EQ(code(ok, DType::bf16, 64, 33, DType::f32, false), bad);

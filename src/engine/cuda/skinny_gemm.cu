@@ -8,8 +8,7 @@
 // (L1 bypassed, several chunks in flight per thread) and token rows come through L1, which the
 // SM's other blocks then hit. A warp computes tiles_per_warp row tiles, so each token load
 // serves that many weight tiles; the block's warps split the columns and add up in shared memory
-// in a fixed order (results do not depend on timing). With double_buffer a warp loads the next
-// batch of weights into a second set of registers while it multiplies the current one.
+// in a fixed order (results do not depend on timing).
 #include <string>
 #include <type_traits>
 
@@ -28,10 +27,8 @@ constexpr int64_t kMinChunksPerWarp = 8;
 
 __device__ __forceinline__ uint4 load_cached(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
-// MT row tiles per warp, NT tiles of 8 tokens; with DB the next batch of weights is loaded
-// while the current one is multiplied (two register buffers). Every thread reaches the
-// __syncthreads.
-template <class T, class Y, int MT, int NT, bool DB>
+// MT row tiles per warp, NT tiles of 8 tokens. Every thread reaches the __syncthreads.
+template <class T, class Y, int MT, int NT>
 __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __restrict__ w, int64_t rows, int64_t cols,
                                                                  const T* __restrict__ x, int n_tokens, Y* y,
                                                                  bool accumulate, int64_t chunks_per_warp) {
@@ -121,20 +118,9 @@ __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __rest
   load_weights(a0, c_begin);
   grid_dependency_wait();
   allow_dependent_launch();
-  if constexpr (DB) {
-    Batch a1;
-    for (int64_t c = c_begin; c < c_end; c += 2 * U) {
-      load_weights(a1, c + U);
-      multiply(a0, c);
-      if (c + U >= c_end) break;
-      load_weights(a0, c + 2 * U);
-      multiply(a1, c + U);
-    }
-  } else {
-    for (int64_t c = c_begin; c < c_end; c += U) {
-      if (c != c_begin) load_weights(a0, c);
-      multiply(a0, c);
-    }
+  for (int64_t c = c_begin; c < c_end; c += U) {
+    if (c != c_begin) load_weights(a0, c);
+    multiply(a0, c);
   }
 
   // The warps' sums meet in shared memory; thread e of the block adds element e (and e + block
@@ -167,41 +153,33 @@ __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __rest
   }
 }
 
-template <class T, class Y, int MT, int NT, bool DB>
+template <class T, class Y, int MT, int NT>
 void launch(const SkinnyConfig& c, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens,
             void* y, bool accumulate, cudaStream_t stream) {
   const int64_t chunks = (cols + 31) / 32;
   const int64_t per_warp = (chunks + c.k_warps - 1) / c.k_warps;
   const auto blocks = static_cast<unsigned>((rows + MT * 16 - 1) / (MT * 16));
   const size_t smem = static_cast<size_t>(c.k_warps) * MT * NT * 4 * 32 * sizeof(float);
-  launch_kernel(skinny_kernel<T, Y, MT, NT, DB>, blocks, c.k_warps * 32, smem, stream, static_cast<const T*>(w), rows,
+  launch_kernel(skinny_kernel<T, Y, MT, NT>, blocks, c.k_warps * 32, smem, stream, static_cast<const T*>(w), rows,
                 cols, static_cast<const T*>(x), static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, per_warp);
 }
 
 template <class T, class Y>
 void dispatch_tiles(const SkinnyConfig& c, const void* w, int64_t rows, int64_t cols, const void* x,
                     int64_t n_tokens, void* y, bool accumulate, cudaStream_t stream) {
-  const auto go = [&](auto mt, auto db) {
+  const auto go = [&](auto mt) {
     constexpr int MT = decltype(mt)::value;
-    constexpr bool DB = decltype(db)::value;
     switch ((n_tokens + 7) / 8) {
-      case 1: launch<T, Y, MT, 1, DB>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
-      case 2: launch<T, Y, MT, 2, DB>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
-      case 3: launch<T, Y, MT, 3, DB>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
-      default: launch<T, Y, MT, 4, DB>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
-    }
-  };
-  const auto with_db = [&](auto mt) {
-    if (c.double_buffer) {
-      go(mt, std::true_type{});
-    } else {
-      go(mt, std::false_type{});
+      case 1: launch<T, Y, MT, 1>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
+      case 2: launch<T, Y, MT, 2>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
+      case 3: launch<T, Y, MT, 3>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
+      default: launch<T, Y, MT, 4>(c, w, rows, cols, x, n_tokens, y, accumulate, stream); break;
     }
   };
   switch (c.tiles_per_warp) {
-    case 1: with_db(std::integral_constant<int, 1>{}); break;
-    case 2: with_db(std::integral_constant<int, 2>{}); break;
-    default: with_db(std::integral_constant<int, 4>{}); break;
+    case 1: go(std::integral_constant<int, 1>{}); break;
+    case 2: go(std::integral_constant<int, 2>{}); break;
+    default: go(std::integral_constant<int, 4>{}); break;
   }
 }
 

@@ -21,12 +21,10 @@ bool skinny_supported(DType type, int64_t cols, int64_t n_tokens);
 
 // How a block covers the matrix: each warp computes `tiles_per_warp` tiles of 16 rows (1, 2 or
 // 4) for all tokens, and the block's `k_warps` warps (1, 2, 4 or 8; tiles_per_warp * k_warps <=
-// 16) split the columns between them and add their sums in shared memory. With double_buffer a
-// warp loads its next batch of weights while it multiplies the current one.
+// 16) split the columns between them and add their sums in shared memory.
 struct SkinnyConfig {
   int tiles_per_warp = 1;
   int k_warps = 8;
-  bool double_buffer = false;
 };
 
 // The layout skinny_gemm() uses for this shape.
