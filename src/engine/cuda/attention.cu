@@ -1,7 +1,9 @@
-// Paged GQA attention with split-KV; see attention.cuh. A block of 4 warps handles one
-// (token, KV head, split) with an online softmax over tiles of 32 positions per warp for all
-// the group's query heads, the warps merge in shared memory
-// and write the split's (max, sum, unnormalized output); a second kernel merges the splits.
+// Paged GQA attention with split-KV; see attention.cuh. A block handles one (token, KV head,
+// split): its warps take 8 positions at a time each (4 lanes per position share the K row's
+// 16-byte chunks), keep an online softmax for all the group's query heads, and meet in shared
+// memory to write the split's (max, sum, unnormalized output). The splits are merged by their
+// softmax statistics, either by a second kernel or, given split counters, by the block of each
+// (token, KV head) that finishes last.
 #include <cfloat>
 
 #include "engine/cuda/attention.cuh"
@@ -11,41 +13,106 @@
 namespace kernelllm::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kLanesPerPos = 4;                  // lanes sharing one position's K row
+constexpr int kPosPerWarp = 32 / kLanesPerPos;  // positions a warp takes at a time
+
+// Warps per block: at most 16, fewer where the warps' partial outputs (G x 32 * D floats each)
+// would pass 32 KB of shared memory. The kernel is bound by latency (ncu, one warp per scheduler:
+// an instruction issued every ~7 cycles), so short chains per warp and many warps per SM.
+template <int G, int D>
+inline constexpr int kMaxPartialWarps =
+    8192 / (G * 32 * D) > 16 ? 16 : (8192 / (G * 32 * D) < 4 ? 4 : 8192 / (G * 32 * D));
+
+// The merge of one head's split slots: lane j's weight for slot s0 + j is exp(m_s - max) (0 for
+// an empty slot, sum 0, whose output nobody wrote), and 1 / sum of l_s times the weights. Every
+// lane of the warp calls it. The loads bypass L1: with split counters the slots were written by
+// other blocks of the same kernel.
+struct MergeWeights {
+  float mx, inv;
+};
+__device__ __forceinline__ MergeWeights merge_weights(const float2* ml, int64_t splits, int lane) {
+  float mx = -FLT_MAX;
+  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
+    const float2 v = s0 + lane < splits ? __ldcg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
+    float m = v.y > 0.0f ? v.x : -FLT_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    mx = fmaxf(mx, m);
+  }
+  float total = 0.0f;
+  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
+    const float2 v = s0 + lane < splits ? __ldcg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
+    total += warp_sum(v.y > 0.0f ? v.y * __expf(v.x - mx) : 0.0f);
+  }
+  return {mx, 1.0f / total};
+}
+
+__device__ __forceinline__ float slot_weight(const float2* ml, int64_t s, float mx) {
+  const float2 v = __ldcg(ml + s);
+  return v.y > 0.0f ? __expf(v.x - mx) : 0.0f;
+}
+
+// Output d of one head from its slots (weights in w[0 .. splits)), in slot order. Every slot's
+// value is loaded, 8 at a time in flight (a load under `if (w != 0)` waits for the one before
+// it); an empty slot's, which nobody wrote and may be NaN, is then dropped by the select.
+__device__ __forceinline__ float merge_dim(const float* acc, const float* w, int splits, int hd, int d) {
+  float o = 0.0f;
+  int s = 0;
+  for (; s + 8 <= splits; s += 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __ldcg(acc + static_cast<int64_t>(s + j) * hd + d);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o += w[s + j] != 0.0f ? v[j] * w[s + j] : 0.0f;
+  }
+  for (; s < splits; ++s) {
+    const float v = __ldcg(acc + static_cast<int64_t>(s) * hd + d);
+    o += w[s] != 0.0f ? v * w[s] : 0.0f;
+  }
+  return o;
+}
 
 // G: query heads per KV head (rounded up to a power of two; extra heads are skipped),
 // D: head dims per lane in the P.V phase (head_dim <= 32 * D; lane i owns dims [i*D, i*D+D)).
-// A warp takes 32 positions at a time: in the Q.K phase lane j scores position j for all G
-// heads (its K row read with 16-byte loads, q broadcast from shared memory), then the tile's
-// softmax statistics are two warp reductions per head, and in the P.V phase lanes own dims
-// while each position's weight is broadcast by a shuffle.
-template <class T, int G, int D>
-__global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(AttentionArgs a) {
+// A warp takes positions base .. base + 7: in the Q.K phase lanes 4j .. 4j + 3 score position
+// base + j for all G heads (lane 4j + c reads K chunks c, c + 4, ...; q from shared memory) and
+// add their sums by two shuffles; the softmax statistics of the 8 positions are three shuffles
+// per head; in the P.V phase lanes own dims, each position's weight broadcast by a shuffle. The V
+// rows are loaded together with the K rows (they do not depend on the scores): one round trip.
+template <class T, int G, int D, int W>
+__global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs a) {
+  constexpr int kWarps = W;
+  constexpr int kThreads = kWarps * 32;
   constexpr int V = Vec16<T>::kN;
-  const int64_t t = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t hd = a.head_dim, group = a.heads / a.kv_heads, kv_dim = a.kv.kv_dim;
+  constexpr int kChunks = 32 * D / V;  // 16-byte chunks of a K row padded to 32 * D
+  constexpr int kMine = kChunks / kLanesPerPos;
+  static_assert(kMine >= 1, "a lane holds at least one K chunk");
+  const int t = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int sub = lane % kLanesPerPos, row = lane / kLanesPerPos;
+  const int hd = static_cast<int>(a.head_dim), group = static_cast<int>(a.heads / a.kv_heads);
+  const int64_t kv_dim = a.kv.kv_dim;
   // The metadata (positions, page tables) is uploaded before the pass, and the cache rows
   // before this token's were written by earlier passes: this block's K and V rows are fetched
   // into L2 while the previous kernel (RoPE, which writes this token's row) still runs.
-  const int64_t n_ctx = a.pos[t] + 1;
-  const int64_t first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
-  const int64_t chunk = (n_ctx - first + gridDim.z - 1) / gridDim.z;
-  const int64_t begin = first + split * chunk;
-  const int64_t end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
+  const int n_ctx = a.pos[t] + 1;
+  const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
+  const int chunk = (n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int begin = first + split * chunk;
+  const int end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
   const T* pool = static_cast<const T*>(a.kv.pool);
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
-  const int64_t pt = a.kv.page_tokens;
-  prefetch_kv_rows(pool, table, begin, end, static_cast<int>(pt), a.kv.layers, a.layer, kv_dim, g * hd, hd,
-                   static_cast<int>(threadIdx.x), kWarps * 32);
+  const int pt = static_cast<int>(a.kv.page_tokens);
+  prefetch_kv_rows(pool, table, begin, end, pt, a.kv.layers, a.layer, kv_dim, static_cast<int64_t>(g) * hd, hd,
+                   static_cast<int>(threadIdx.x), kThreads);
   grid_dependency_wait();
   allow_dependent_launch();
   const float scale = rsqrtf(static_cast<float>(hd));
 
   __shared__ __align__(16) float s_q[G][32 * D];
-  for (int64_t i = threadIdx.x; i < G * 32 * D; i += kWarps * 32) {
-    const int64_t h = i / (32 * D), d = i % (32 * D);
-    s_q[h][d] = (h < group && d < hd) ? a.q[(t * a.heads + g * group + h) * hd + d] * scale : 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < G * 32 * D; i += kThreads) {
+    const int h = i / (32 * D), d = i % (32 * D);
+    s_q[h][d] = (h < group && d < hd) ? a.q[(static_cast<int64_t>(t) * a.heads + g * group + h) * hd + d] * scale : 0.0f;
   }
   __syncthreads();
 
@@ -57,80 +124,81 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
 #pragma unroll
     for (int i = 0; i < D; ++i) acc[h][i] = 0.0f;
   }
-  for (int64_t tile = begin + warp * 32; tile < end; tile += kWarps * 32) {
-    const int64_t p = tile + lane;
+  struct alignas(D * sizeof(T)) Dims {
+    T e[D];
+  };
+  for (int base = begin + warp * kPosPerWarp; base < end; base += kWarps * kPosPerWarp) {
+    const int p = base + row;
     const bool valid = p < end;
-    const T* kp = paged_k_row(pool, table, static_cast<int>(valid ? p : begin), static_cast<int>(pt), a.kv.layers,
-                              a.layer, kv_dim) +
-                  g * hd;
-    const T* vp = kp + pt * kv_dim;
-    // All of the K row's 16-byte chunks are loaded before any is used (the loop has a fixed
-    // trip count, so it unrolls and the loads are in flight together).
-    constexpr int kKChunks = 32 * D / V;
-    uint4 kraw[kKChunks];
+    const T* kp = paged_k_row(pool, table, valid ? p : begin, pt, a.kv.layers, a.layer, kv_dim) +
+                  static_cast<int64_t>(g) * hd;
+    uint4 kraw[kMine];
 #pragma unroll
-    for (int c = 0; c < kKChunks; ++c) {
-      kraw[c] = c * V < hd ? __ldg(reinterpret_cast<const uint4*>(kp + c * V)) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kMine; ++i) {
+      const int c = sub + i * kLanesPerPos;
+      kraw[i] = c * V < hd ? __ldg(reinterpret_cast<const uint4*>(kp + c * V)) : make_uint4(0, 0, 0, 0);
+    }
+    // The V rows of the warp's positions, a lane's D dims of each, from the row pointers of
+    // lanes 0, 4, ..., 28.
+    const auto my_v = reinterpret_cast<unsigned long long>(kp + static_cast<int64_t>(pt) * kv_dim);
+    const int n_here = end - base < kPosPerWarp ? end - base : kPosPerWarp;
+    Dims v[kPosPerWarp];
+#pragma unroll
+    for (int j = 0; j < kPosPerWarp; ++j) {
+      const T* vrow = reinterpret_cast<const T*>(__shfl_sync(0xffffffffu, my_v, j * kLanesPerPos));
+      if (j < n_here && lane * D < hd) {
+        v[j] = *reinterpret_cast<const Dims*>(vrow + lane * D);
+      } else {
+#pragma unroll
+        for (int i = 0; i < D; ++i) v[j].e[i] = from_f32<T>(0.0f);
+      }
     }
     float s[G];
 #pragma unroll
     for (int h = 0; h < G; ++h) s[h] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kKChunks; ++c) {
-      const T* ke = reinterpret_cast<const T*>(&kraw[c]);
+    for (int i = 0; i < kMine; ++i) {
+      const int c = sub + i * kLanesPerPos;
+      const T* ke = reinterpret_cast<const T*>(&kraw[i]);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) s[h] += s_q[h][c * V + i] * to_f32(ke[i]);
+        for (int e = 0; e < V; ++e) s[h] += s_q[h][c * V + e] * to_f32(ke[e]);
       }
     }
     float e[G];
 #pragma unroll
     for (int h = 0; h < G; ++h) {
+#pragma unroll
+      for (int o = 1; o < kLanesPerPos; o <<= 1) s[h] += __shfl_xor_sync(0xffffffffu, s[h], o);
       float tile_max = valid ? s[h] : -FLT_MAX;
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+      for (int o = kLanesPerPos; o < 32; o <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
       const float m_new = fmaxf(m[h], tile_max);
       const float corr = __expf(m[h] - m_new);
       e[h] = valid ? __expf(s[h] - m_new) : 0.0f;
-      l[h] = l[h] * corr + warp_sum(e[h]);
+      float sum = e[h];  // one copy of each position's weight: across the lane groups only
+#pragma unroll
+      for (int o = kLanesPerPos; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l[h] = l[h] * corr + sum;
 #pragma unroll
       for (int i = 0; i < D; ++i) acc[h][i] *= corr;
       m[h] = m_new;
     }
-    const auto my_v = reinterpret_cast<unsigned long long>(vp);
-    const int64_t n_here = end - tile < 32 ? end - tile : 32;
-    // V rows kVBatch at a time, a lane's D dims of each in one vector load, all in flight together.
-    constexpr int kVBatch = 256 / (D * sizeof(T)) < 32 ? 256 / (D * sizeof(T)) : 32;
-    struct alignas(D * sizeof(T)) Dims {
-      T e[D];
-    };
-    for (int j0 = 0; j0 < n_here; j0 += kVBatch) {
-      Dims v[kVBatch];
 #pragma unroll
-      for (int j = 0; j < kVBatch; ++j) {
-        const T* row = reinterpret_cast<const T*>(__shfl_sync(0xffffffffu, my_v, (j0 + j) % 32));
-        if (j0 + j < n_here && lane * D < hd) {
-          v[j] = *reinterpret_cast<const Dims*>(row + lane * D);
-        } else {
+    for (int j = 0; j < kPosPerWarp; ++j) {
 #pragma unroll
-          for (int i = 0; i < D; ++i) v[j].e[i] = from_f32<T>(0.0f);
-        }
-      }
+      for (int h = 0; h < G; ++h) {
+        const float w = __shfl_sync(0xffffffffu, e[h], j * kLanesPerPos);
 #pragma unroll
-      for (int j = 0; j < kVBatch; ++j) {
-#pragma unroll
-        for (int h = 0; h < G; ++h) {
-          const float w = __shfl_sync(0xffffffffu, e[h], (j0 + j) % 32);
-#pragma unroll
-          for (int i = 0; i < D; ++i) acc[h][i] += w * to_f32(v[j].e[i]);
-        }
+        for (int i = 0; i < D; ++i) acc[h][i] += w * to_f32(v[j].e[i]);
       }
     }
   }
 
+  // The warps' (max, sum, output) into one split slot per head.
   __shared__ float s_ml[kWarps][G][2];
-  __shared__ float s_acc[kWarps][G][32 * D];
+  __shared__ __align__(16) float s_acc[kWarps][G][32 * D];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     if (lane == 0) {
@@ -141,8 +209,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
     for (int i = 0; i < D; ++i) s_acc[warp][h][lane * D + i] = acc[h][i];
   }
   __syncthreads();
-  for (int64_t idx = threadIdx.x; idx < group * hd; idx += kWarps * 32) {
-    const int64_t h = idx / hd, d = idx % hd;
+  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
+  for (int idx = static_cast<int>(threadIdx.x); idx < group * hd; idx += kThreads) {
+    const int h = idx / hd, d = idx % hd;
     float mx = -FLT_MAX;
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_ml[w][h][0]);
     float sum = 0.0f, o = 0.0f;
@@ -151,34 +220,90 @@ __global__ void __launch_bounds__(kWarps * 32) attention_partial_kernel(Attentio
       sum += s_ml[w][h][1] * f;
       o += s_acc[w][h][d] * f;
     }
-    const int64_t slot = (t * a.heads + g * group + h) * a.splits + split;
+    const int64_t slot = slot0 + static_cast<int64_t>(h) * a.splits;
     a.partial_acc[slot * hd + d] = o;
     if (d == 0) {
       a.partial_ml[slot * 2] = mx;
       a.partial_ml[slot * 2 + 1] = sum;
     }
   }
-}
+  if (a.split_counters == nullptr) return;
 
-template <class T, int G>
-void launch_partial(const AttentionArgs& args, dim3 grid, cudaStream_t stream) {
-  const int64_t d = (args.head_dim + 31) / 32;
-  if (d <= 1) {
-    launch_kernel(attention_partial_kernel<T, G, 1>, grid, kWarps * 32, 0, stream, args);
-  } else if (d <= 2) {
-    launch_kernel(attention_partial_kernel<T, G, 2>, grid, kWarps * 32, 0, stream, args);
-  } else if (d <= 4) {
-    launch_kernel(attention_partial_kernel<T, G, 4>, grid, kWarps * 32, 0, stream, args);
-  } else {
-    launch_kernel(attention_partial_kernel<T, G, 8>, grid, kWarps * 32, 0, stream, args);
+  // The block of this (token, KV head) that finishes last merges all a.splits slots of its
+  // heads (the other kernel's too, written before this one started) in slot order, so the
+  // result does not depend on which block that is.
+  __shared__ int s_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.split_counters + static_cast<int64_t>(t) * a.kv_heads + g;
+    const int done = atomicAdd(counter, 1);
+    s_last = done == static_cast<int>(gridDim.z) - 1;
+    if (s_last) *counter = 0;  // ready for the next pass; no other block of this one touches it
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  __shared__ float s_w[G][kMaxAttentionSplits];
+  __shared__ float s_inv[G];
+  const auto* ml = reinterpret_cast<const float2*>(a.partial_ml);
+  for (int h = warp; h < group; h += kWarps) {
+    const float2* hml = ml + slot0 - split + static_cast<int64_t>(h) * a.splits;
+    const MergeWeights mw = merge_weights(hml, a.splits, lane);
+    for (int s0 = lane; s0 < a.splits; s0 += 32) s_w[h][s0] = slot_weight(hml, s0, mw.mx);
+    if (lane == 0) s_inv[h] = mw.inv;
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * hd;
+  const float* acc0 = a.partial_acc + (slot0 - split) * hd;
+  for (int idx = static_cast<int>(threadIdx.x); idx < group * hd; idx += kThreads) {
+    const int h = idx / hd, d = idx % hd;
+    const float o = merge_dim(acc0 + static_cast<int64_t>(h) * a.splits * hd, s_w[h], static_cast<int>(a.splits), hd, d);
+    out[idx] = from_f32<T>(o * s_inv[h]);
   }
 }
 
-// One block per (token, head). Every warp reads the split statistics itself (lane s holds
-// split s's, 32 splits per round) and forms the weights exp(m_s - max) in registers; a thread
-// then sums its dims over the splits with the weights broadcast by shuffle, the partial loads
-// independent of each other: the merge is two rounds of loads, not one per split. Empty splits
-// (sum 0) get weight 0 and their outputs, which nobody wrote, are not read.
+// 16 warps per block where the grid fits one block per SM (batch 1: more warps to hide the
+// latency), else 8 (two blocks per SM at ~100 registers).
+template <class T, int G, int D>
+void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
+  constexpr int kMax = kMaxPartialWarps<G, D>;
+  if (warps == 0) {
+    static const int sms = [] {
+      int dev = 0, n = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+      return n;
+    }();
+    warps = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms ? 16 : 8;
+  }
+  if constexpr (kMax >= 16) {
+    if (warps >= 16) {
+      launch_kernel(attention_partial_kernel<T, G, D, 16>, grid, 16 * 32, 0, stream, args);
+      return;
+    }
+  }
+  constexpr int kW = kMax < 8 ? kMax : 8;
+  launch_kernel(attention_partial_kernel<T, G, D, kW>, grid, kW * 32, 0, stream, args);
+}
+
+template <class T, int G>
+void launch_partial(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
+  const int64_t d = (args.head_dim + 31) / 32;
+  if (d <= 1) {
+    launch_partial_d<T, G, 1>(args, grid, warps, stream);
+  } else if (d <= 2) {
+    launch_partial_d<T, G, 2>(args, grid, warps, stream);
+  } else if (d <= 4) {
+    launch_partial_d<T, G, 4>(args, grid, warps, stream);
+  } else {
+    launch_partial_d<T, G, 8>(args, grid, warps, stream);
+  }
+}
+
+// One block per (token, head). Every warp forms the weights of the split slots itself
+// (merge_weights: lane s holds slot s's, 32 slots per round); a thread then sums its dims over
+// the slots in order, the partial loads independent of each other.
 template <class T>
 __global__ void attention_merge_kernel(AttentionArgs a) {
   grid_dependency_wait();
@@ -187,42 +312,22 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
   const int64_t hd = a.head_dim, splits = a.splits;
   const int lane = threadIdx.x % 32;
   const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
-  float mx = -FLT_MAX;
-  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-    const float2 v = s0 + lane < splits ? ml[s0 + lane] : float2{-FLT_MAX, 0.0f};
-    float m = v.y > 0.0f ? v.x : -FLT_MAX;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    mx = fmaxf(mx, m);
+  const MergeWeights mw = merge_weights(ml, splits, lane);
+  __shared__ float s_w[kMaxAttentionSplits];
+  if (threadIdx.x < 32) {
+    for (int64_t s = lane; s < splits; s += 32) s_w[s] = slot_weight(ml, s, mw.mx);
   }
-  float total = 0.0f;
-  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-    const float2 v = s0 + lane < splits ? ml[s0 + lane] : float2{-FLT_MAX, 0.0f};
-    total += warp_sum(v.y > 0.0f ? v.y * __expf(v.x - mx) : 0.0f);
-  }
-  const float inv = 1.0f / total;
+  __syncthreads();
   T* out = static_cast<T*>(a.out) + th * hd;
   const float* acc = a.partial_acc + th * splits * hd;
-  for (int64_t d0 = 0; d0 < hd; d0 += blockDim.x) {
-    const int64_t d = d0 + threadIdx.x;
-    float o = 0.0f;
-    for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-      const float2 v = s0 + lane < splits ? ml[s0 + lane] : float2{-FLT_MAX, 0.0f};
-      const float f = v.y > 0.0f ? __expf(v.x - mx) : 0.0f;
-      const int64_t n_here = splits - s0 < 32 ? splits - s0 : 32;
-#pragma unroll 8
-      for (int j = 0; j < n_here; ++j) {
-        const float fj = __shfl_sync(0xffffffffu, f, j);
-        if (d < hd && fj != 0.0f) o += acc[(s0 + j) * hd + d] * fj;  // empty splits leave acc unwritten
-      }
-    }
-    if (d < hd) out[d] = from_f32<T>(o * inv);
+  for (int d = static_cast<int>(threadIdx.x); d < hd; d += static_cast<int>(blockDim.x)) {
+    out[d] = from_f32<T>(merge_dim(acc, s_w, static_cast<int>(splits), static_cast<int>(hd), d) * mw.inv);
   }
 }
 
 }  // namespace
 
-void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream) {
+void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream, int warps) {
   if (args.n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
@@ -230,13 +335,13 @@ void attention_partial(DType type, const AttentionArgs& args, int64_t grid_split
                     static_cast<unsigned>(grid_splits));
     const int64_t group = args.heads / args.kv_heads;
     if (group <= 1) {
-      launch_partial<T, 1>(args, grid, stream);
+      launch_partial<T, 1>(args, grid, warps, stream);
     } else if (group <= 2) {
-      launch_partial<T, 2>(args, grid, stream);
+      launch_partial<T, 2>(args, grid, warps, stream);
     } else if (group <= 4) {
-      launch_partial<T, 4>(args, grid, stream);
+      launch_partial<T, 4>(args, grid, warps, stream);
     } else {
-      launch_partial<T, 8>(args, grid, stream);
+      launch_partial<T, 8>(args, grid, warps, stream);
     }
   });
 }
@@ -249,9 +354,9 @@ void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream)
   });
 }
 
-void attention(DType type, const AttentionArgs& args, cudaStream_t stream) {
-  attention_partial(type, args, args.splits, stream);
-  attention_merge(type, args, stream);
+void attention(DType type, const AttentionArgs& args, cudaStream_t stream, int warps) {
+  attention_partial(type, args, args.splits, stream, warps);
+  if (args.split_counters == nullptr) attention_merge(type, args, stream);
 }
 
 }  // namespace kernelllm::cuda
