@@ -132,9 +132,7 @@ int main() {
     const int64_t seqs = prefill ? 1 : n;
     const int64_t pages_per_seq = (ctx + pt - 1) / pt + 1;
     const int64_t width = pages_per_seq;
-    DeviceBuffer pool, table, q, acc, ml, out, pos, seq, counters;
-    (void)counters.allocate(static_cast<size_t>(n * 8) * 4, "counters");
-    cudaMemset(counters.get(), 0, static_cast<size_t>(n * 8) * 4);
+    DeviceBuffer pool, table, q, acc, ml, out, pos, seq;
     (void)pool.allocate(static_cast<size_t>(seqs * pages_per_seq * layers * 2 * pt * kv_dim) * 2, "pool");
     fill_random(t, pool.get(), seqs * pages_per_seq * layers * 2 * pt * kv_dim, 5, 1.0f, nullptr);
     std::vector<int32_t> tab(static_cast<size_t>(seqs * width)), ps(static_cast<size_t>(n)), sq(static_cast<size_t>(n));
@@ -179,20 +177,13 @@ int main() {
       a.out = out.get();
       const double gb = prefill ? static_cast<double>(ctx * kv_dim * 2 * 2) / 1e9
                                 : static_cast<double>(n * ctx * kv_dim * 2 * 2) / 1e9;
-      // Partial kernel of 8 and 16 warps, merged by the merge kernel and by its own last blocks
-      // (split counters, as the backend runs it).
-      for (int warps : {8, 16}) {
-        a.split_counters = nullptr;
+      for (int warps : {8, 16}) {  // the partial kernel's block sizes
         const float ms = median_ms([&](int) { attention(t, a, nullptr, warps); });
-        a.split_counters = counters.as<int32_t>();
-        const float ms_fused = median_ms([&](int) { attention(t, a, nullptr, warps); });
-        std::printf("attention n=%-4lld ctx=%lld splits=%-2lld warps %2d %8.1f us  %6.0f GB/s (KV bytes once)"
-                    " | merged in the partial kernel %8.1f us\n",
+        std::printf("attention n=%-4lld ctx=%lld splits=%-2lld warps %2d %8.1f us  %6.0f GB/s (KV bytes once)\n",
                     static_cast<long long>(n), static_cast<long long>(ctx), static_cast<long long>(splits), warps,
-                    ms * 1e3, gb / ms * 1e3, ms_fused * 1e3);
+                    ms * 1e3, gb / ms * 1e3);
         if (prefill) break;
       }
-      a.split_counters = nullptr;
     }
     if (prefill) {  // the tensor-core kernel the backend uses for prefill, both row tilings
       std::vector<int32_t> qb_start, qb_len;
@@ -224,9 +215,7 @@ int main() {
   for (int64_t gen : {int64_t{0}, int64_t{128}, int64_t{1024}}) {
     const int64_t n = 20, full = ctx / pt, width = (ctx + gen) / pt + 1;
     const int64_t own = width - full, n_pages = full + n * own;
-    DeviceBuffer pool, table, q, acc, ml, out, meta, counters;
-    (void)counters.allocate(static_cast<size_t>(n * 8) * 4, "counters");
-    cudaMemset(counters.get(), 0, static_cast<size_t>(n * 8) * 4);
+    DeviceBuffer pool, table, q, acc, ml, out, meta;
     (void)pool.allocate(static_cast<size_t>(n_pages * layers * 2 * pt * kv_dim) * 2, "pool");
     fill_random(t, pool.get(), n_pages * layers * 2 * pt * kv_dim, 5, 1.0f, nullptr);
     std::vector<std::vector<int32_t>> pages(static_cast<size_t>(n));
@@ -289,14 +278,11 @@ int main() {
       std::printf("attention forks=20 prompt=%lld gen=%-4lld shared prefix (%lld + %-2lld splits) %8.1f us",
                   static_cast<long long>(ctx), static_cast<long long>(gen), static_cast<long long>(ss),
                   static_cast<long long>(pre), ms * 1e3);
-      if (pre == kSharedPrefixSplits && (ss == 4 || ss == 2)) {  // the parts; merged by the partial kernel
+      if (pre == kSharedPrefixSplits && (ss == 4 || ss == 2)) {  // the parts
         const float ms_suffix = median_ms([&](int) { attention_partial(t, a, ss, nullptr); });
         const float ms_merge = median_ms([&](int) { attention_merge(t, a, nullptr); });
-        a.split_counters = counters.as<int32_t>();
-        const float ms_fused = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr); });
-        a.split_counters = nullptr;
-        std::printf(" = suffix %.1f + prefix ~%.1f + merge %.1f | merged in the partial kernel %.1f us", ms_suffix * 1e3,
-                    (ms - ms_suffix - ms_merge) * 1e3, ms_merge * 1e3, ms_fused * 1e3);
+        std::printf(" = suffix %.1f + prefix ~%.1f + merge %.1f", ms_suffix * 1e3, (ms - ms_suffix - ms_merge) * 1e3,
+                    ms_merge * 1e3);
       }
       std::printf("\n");
     }

@@ -91,14 +91,6 @@ inline std::vector<float> download(const cuda::DeviceBuffer& b, size_t n, DType 
   return out;
 }
 
-// The first `bytes` bytes of a buffer, after a device sync that must succeed (for exact comparisons).
-inline std::vector<std::byte> download_bytes(const cuda::DeviceBuffer& b, size_t bytes) {
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<std::byte> raw(bytes);
-  EXPECT_EQ(cudaMemcpy(raw.data(), b.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  return raw;
-}
-
 // A buffer of `bytes` filled with NaN-pattern bytes, so unwritten outputs fail the checks.
 inline cuda::DeviceBuffer poisoned(size_t bytes) {
   cuda::DeviceBuffer b;

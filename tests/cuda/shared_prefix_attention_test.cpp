@@ -103,7 +103,7 @@ Scene make_scene(DType t, const Shape& s, const std::vector<std::pair<int64_t, s
 
 // Device buffers sized for the largest scene of a test; upload() refills them in place.
 struct DeviceScene {
-  cuda::DeviceBuffer pool, table, pos, seq, q, acc, ml, out, plan, counters;
+  cuda::DeviceBuffer pool, table, pos, seq, q, acc, ml, out, plan;
   int64_t max_n;
   DeviceScene(DType t, const Shape& s, int64_t max_n_, int64_t max_splits) : max_n(max_n_) {
     const int64_t kv_dim = s.kv_heads * s.hd, q_dim = s.heads * s.hd;
@@ -116,8 +116,6 @@ struct DeviceScene {
     ml = poisoned(static_cast<size_t>(max_n * s.heads * max_splits * 2) * 4);
     out = poisoned(static_cast<size_t>(max_n * q_dim) * dtype_size(t));
     plan = poisoned(static_cast<size_t>(6 * max_n) * 4);
-    counters = poisoned(static_cast<size_t>(max_n * s.kv_heads) * 4);
-    EXPECT_EQ(cudaMemset(counters.get(), 0, static_cast<size_t>(max_n * s.kv_heads) * 4), cudaSuccess);
   }
   void upload(const Scene& sc) {
     auto put = [](cuda::DeviceBuffer& b, const void* p, size_t bytes, size_t at = 0) {
@@ -191,15 +189,6 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   a.ctx_begin = d.plan.as<int32_t>();
   cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr);
   const auto got = download(d.out, sc.ref.size(), t);
-  // With split counters (the partial kernel's last blocks merge): the same bytes, twice.
-  const size_t out_bytes = sc.ref.size() * dtype_size(t);
-  const std::vector<std::byte> merged = download_bytes(d.out, out_bytes);
-  a.split_counters = d.counters.as<int32_t>();
-  for (int run = 0; run < 2; ++run) {
-    ASSERT_EQ(cudaMemset(d.out.get(), 0xff, out_bytes), cudaSuccess);
-    cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr);
-    EXPECT_TRUE(download_bytes(d.out, out_bytes) == merged) << "split counters, run " << run;
-  }
   const double e_ref = rel_error(got, sc.ref), e_plain = rel_error(got, plain), e_old = rel_error(plain, sc.ref);
   std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (split kernel %.3g), "
               "vs split kernel %.3g\n",
@@ -245,7 +234,6 @@ TEST_P(SharedPrefix, GraphReplayWithNewLengths) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cuda::AttentionArgs args = d.args(s, n, ss + ps);
   args.ctx_begin = d.plan.as<int32_t>();
-  args.split_counters = d.counters.as<int32_t>();  // as the backend runs it: reset by each replay
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   cuda::shared_prefix_attention(t, args, d.shared(), ss, ps, stream);

@@ -1,9 +1,8 @@
 // Paged GQA attention with split-KV; see attention.cuh. A block handles one (token, KV head,
 // split): its warps take 8 positions at a time each (4 lanes per position share the K row's
 // 16-byte chunks), keep an online softmax for all the group's query heads, and meet in shared
-// memory to write the split's (max, sum, unnormalized output). The splits are merged by their
-// softmax statistics, either by a second kernel or, given split counters, by the block of each
-// (token, KV head) that finishes last.
+// memory to write the split's (max, sum, unnormalized output); a second kernel merges the splits
+// by their softmax statistics.
 #include <cfloat>
 
 #include "engine/cuda/attention.cuh"
@@ -25,15 +24,14 @@ inline constexpr int kMaxPartialWarps =
 
 // The merge of one head's split slots: lane j's weight for slot s0 + j is exp(m_s - max) (0 for
 // an empty slot, sum 0, whose output nobody wrote), and 1 / sum of l_s times the weights. Every
-// lane of the warp calls it. The loads bypass L1: with split counters the slots were written by
-// other blocks of the same kernel.
+// lane of the warp calls it.
 struct MergeWeights {
   float mx, inv;
 };
 __device__ __forceinline__ MergeWeights merge_weights(const float2* ml, int64_t splits, int lane) {
   float mx = -FLT_MAX;
   for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-    const float2 v = s0 + lane < splits ? __ldcg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
+    const float2 v = s0 + lane < splits ? __ldg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
     float m = v.y > 0.0f ? v.x : -FLT_MAX;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -41,14 +39,14 @@ __device__ __forceinline__ MergeWeights merge_weights(const float2* ml, int64_t 
   }
   float total = 0.0f;
   for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-    const float2 v = s0 + lane < splits ? __ldcg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
+    const float2 v = s0 + lane < splits ? __ldg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
     total += warp_sum(v.y > 0.0f ? v.y * __expf(v.x - mx) : 0.0f);
   }
   return {mx, 1.0f / total};
 }
 
 __device__ __forceinline__ float slot_weight(const float2* ml, int64_t s, float mx) {
-  const float2 v = __ldcg(ml + s);
+  const float2 v = __ldg(ml + s);
   return v.y > 0.0f ? __expf(v.x - mx) : 0.0f;
 }
 
@@ -61,12 +59,12 @@ __device__ __forceinline__ float merge_dim(const float* acc, const float* w, int
   for (; s + 8 <= splits; s += 8) {
     float v[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = __ldcg(acc + static_cast<int64_t>(s + j) * hd + d);
+    for (int j = 0; j < 8; ++j) v[j] = __ldg(acc + static_cast<int64_t>(s + j) * hd + d);
 #pragma unroll
     for (int j = 0; j < 8; ++j) o += w[s + j] != 0.0f ? v[j] * w[s + j] : 0.0f;
   }
   for (; s < splits; ++s) {
-    const float v = __ldcg(acc + static_cast<int64_t>(s) * hd + d);
+    const float v = __ldg(acc + static_cast<int64_t>(s) * hd + d);
     o += w[s] != 0.0f ? v * w[s] : 0.0f;
   }
   return o;
@@ -227,44 +225,8 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
       a.partial_ml[slot * 2 + 1] = sum;
     }
   }
-  if (a.split_counters == nullptr) return;
-
-  // The block of this (token, KV head) that finishes last merges all a.splits slots of its
-  // heads (the other kernel's too, written before this one started) in slot order, so the
-  // result does not depend on which block that is.
-  __shared__ int s_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = a.split_counters + static_cast<int64_t>(t) * a.kv_heads + g;
-    const int done = atomicAdd(counter, 1);
-    s_last = done == static_cast<int>(gridDim.z) - 1;
-    if (s_last) *counter = 0;  // ready for the next pass; no other block of this one touches it
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  __shared__ float s_w[G][kMaxAttentionSplits];
-  __shared__ float s_inv[G];
-  const auto* ml = reinterpret_cast<const float2*>(a.partial_ml);
-  for (int h = warp; h < group; h += kWarps) {
-    const float2* hml = ml + slot0 - split + static_cast<int64_t>(h) * a.splits;
-    const MergeWeights mw = merge_weights(hml, a.splits, lane);
-    for (int s0 = lane; s0 < a.splits; s0 += 32) s_w[h][s0] = slot_weight(hml, s0, mw.mx);
-    if (lane == 0) s_inv[h] = mw.inv;
-  }
-  __syncthreads();
-  T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * hd;
-  const float* acc0 = a.partial_acc + (slot0 - split) * hd;
-  for (int idx = static_cast<int>(threadIdx.x); idx < group * hd; idx += kThreads) {
-    const int h = idx / hd, d = idx % hd;
-    const float o = merge_dim(acc0 + static_cast<int64_t>(h) * a.splits * hd, s_w[h], static_cast<int>(a.splits), hd, d);
-    out[idx] = from_f32<T>(o * s_inv[h]);
-  }
 }
 
-// 16 warps per block where the grid fits one block per SM (batch 1: more warps to hide the
-// latency), else 8 (two blocks per SM at ~100 registers).
 template <class T, int G, int D>
 void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
   constexpr int kMax = kMaxPartialWarps<G, D>;
@@ -356,7 +318,7 @@ void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream)
 
 void attention(DType type, const AttentionArgs& args, cudaStream_t stream, int warps) {
   attention_partial(type, args, args.splits, stream, warps);
-  if (args.split_counters == nullptr) attention_merge(type, args, stream);
+  attention_merge(type, args, stream);
 }
 
 }  // namespace kernelllm::cuda

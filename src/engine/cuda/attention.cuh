@@ -15,7 +15,7 @@ namespace kernelllm::cuda {
 
 inline constexpr int64_t kMaxAttentionGroup = 8;     // query heads per KV head
 inline constexpr int64_t kMaxAttentionHeadDim = 256;  // and a multiple of 8 (16-byte K loads)
-inline constexpr int kMaxAttentionSplits = 64;        // split slots per token and head (args.splits)
+inline constexpr int kMaxAttentionSplits = 64;        // the most split slots (args.splits) per token
 
 struct AttentionArgs {
   const float* q = nullptr;          // [T, heads * head_dim], rotated
@@ -39,9 +39,6 @@ struct AttentionArgs {
   // Decode passes whose leading positions another kernel covers (attention_shared.cuh): the
   // split kernel then takes positions ctx_begin[t]..pos[t] only; null means from 0.
   const int32_t* ctx_begin = nullptr;
-  // [T, kv_heads] zeros, or null. Given, the partial kernel's last block of each (token, KV
-  // head) merges the splits itself (no merge kernel) and sets its counter back to 0.
-  int32_t* split_counters = nullptr;
 };
 
 // Scratch floats needed: acc T*heads*splits*head_dim, ml T*heads*splits*2. `warps`: the partial
@@ -50,9 +47,7 @@ struct AttentionArgs {
 void attention(DType type, const AttentionArgs& args, cudaStream_t stream, int warps = 0);
 // attention() in its two steps: the partial kernel over `grid_splits` chunks of each token's
 // positions, writing split slots 0..grid_splits-1 of args.splits, and the merge of all
-// args.splits slots (slots from grid_splits on are written by another kernel, launched before
-// the partial kernel). With args.split_counters the partial kernel merges and attention_merge
-// must not be called.
+// args.splits slots (slots from grid_splits on are written by another kernel).
 void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream,
                        int warps = 0);
 void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream);

@@ -5,7 +5,7 @@
 // S = Q.K^T and O += P.V on mma.sync m16n8k16 with Q and P split into a high and a low half in
 // the cache dtype (two products each), so the result matches the fp32 split kernel to about
 // fp32 accuracy. Each row's (max, sum, unnormalized output) goes into the split slots after
-// the suffix's, and the merge (the partial kernel's last blocks, or attention_merge) combines them.
+// the suffix's, and attention_merge combines them.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -338,14 +338,13 @@ bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group) {
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
                              int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream) {
   if (args.n_tokens == 0) return;
-  // The prefix first: the partial kernel's last blocks merge its slots too (split counters).
+  attention_partial(type, args, suffix_splits, stream);
   if (type == DType::f16) {
     launch_prefix<__half>(args, shared, suffix_splits, prefix_splits, stream);
   } else {
     launch_prefix<__nv_bfloat16>(args, shared, suffix_splits, prefix_splits, stream);
   }
-  attention_partial(type, args, suffix_splits, stream);
-  if (args.split_counters == nullptr) attention_merge(type, args, stream);
+  attention_merge(type, args, stream);
 }
 
 }  // namespace kernelllm::cuda

@@ -94,9 +94,6 @@ Status CudaBackend::init() {
   KLLM_RETURN_IF_ERROR(act_.allocate(T * inter * es, "mlp act"));
   KLLM_RETURN_IF_ERROR(part_acc_.allocate(T * qd * 4, "attention partials"));
   KLLM_RETURN_IF_ERROR(part_ml_.allocate(T * static_cast<size_t>(c.num_attention_heads) * 2 * 4, "attention stats"));
-  const size_t counter_bytes = T * static_cast<size_t>(c.num_key_value_heads) * 4;
-  KLLM_RETURN_IF_ERROR(split_counters_.allocate(counter_bytes, "attention split counters"));
-  KLLM_CUDA_RETURN(cudaMemset(split_counters_.get(), 0, counter_bytes), "attention split counters");
   const auto R = static_cast<size_t>(max_logit_rows_);
   KLLM_RETURN_IF_ERROR(fin_.allocate(R * h * es, "final norm rows"));
   KLLM_RETURN_IF_ERROR(logits_dev_.allocate(R * vocab * 4, "logits"));

@@ -89,7 +89,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<KvPages> pages_;
 
   // Activations, sized for max_tokens_.
-  DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, split_counters_, fin_, logits_dev_, ids_dev_;
+  DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_, ids_dev_;
   // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len, then
   // the shared-prefix plan: ctx_begin, item seq, item prefix, item first, item count, members.
   DeviceBuffer meta_;

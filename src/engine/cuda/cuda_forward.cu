@@ -82,7 +82,6 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     a.splits = splits_for(n);
     a.partial_acc = part_acc_.as<float>();
     a.partial_ml = part_ml_.as<float>();
-    a.split_counters = split_counters_.as<int32_t>();
     a.out = att_.get();
     a.q_block_start = qb_start;
     a.q_block_len = qb_len;
