@@ -252,7 +252,8 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
         {"n", o.n},
         {"warmup", o.warmup},
         {"seed", o.seed},
-        {"sampling", "greedy on the host, drawn as generation draws (rows in parallel), eos ignored"},
+        {"sampling", "greedy as generation takes it (Backend::forward_argmax; the CUDA backend picks on the device), "
+                     "eos ignored"},
         {"cuda_graphs", o.cuda_graphs}}},
       {"memory", memory},
       {"copy_bandwidth",
