@@ -47,7 +47,8 @@ struct AttentionArgs {
 void attention(DType type, const AttentionArgs& args, cudaStream_t stream, int warps = 0);
 // attention() in its two steps: the partial kernel over `grid_splits` chunks of each token's
 // positions, writing split slots 0..grid_splits-1 of args.splits, and the merge of all
-// args.splits slots (slots from grid_splits on are written by another kernel).
+// args.splits slots (slots from grid_splits on are written by another kernel). args.splits is at
+// most kMaxAttentionSplits.
 void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream,
                        int warps = 0);
 void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream);
