@@ -30,20 +30,24 @@ double out_tolerance(DType t) { return t == DType::f32 ? 1e-5 : t == DType::bf16
 
 class OpTest : public ::testing::TestWithParam<DType> {};
 
+// Rows shorter than a block, the 8B width (two rounds of 8 loads per thread), and a width with a
+// partial last round.
 TEST_P(OpTest, Embedding) {
   const DType t = GetParam();
-  const int64_t vocab = 1000, hidden = 96;
-  auto table = random_vector(static_cast<size_t>(vocab * hidden), 1);
-  const auto bytes = encode(table, t);
-  const std::vector<int32_t> ids = {5, 999, 0, 5, 417};
-  auto d_table = upload(bytes.data(), bytes.size());
-  auto d_ids = upload(ids);
-  auto d_out = poisoned(ids.size() * hidden * 4);
-  cuda::embedding(t, d_table.get(), d_ids.as<int32_t>(), 5, hidden, d_out.as<float>(), nullptr);
-  const auto got = download(d_out, ids.size() * hidden);
-  std::vector<float> ref;
-  for (int32_t id : ids) ref.insert(ref.end(), table.begin() + id * hidden, table.begin() + (id + 1) * hidden);
-  EXPECT_EQ(rel_error(got, ref), 0.0);
+  const int64_t vocab = 1000;
+  for (int64_t hidden : {96, 4096, 5000}) {
+    auto table = random_vector(static_cast<size_t>(vocab * hidden), 1);
+    const auto bytes = encode(table, t);
+    const std::vector<int32_t> ids = {5, 999, 0, 5, 417};
+    auto d_table = upload(bytes.data(), bytes.size());
+    auto d_ids = upload(ids);
+    auto d_out = poisoned(ids.size() * static_cast<size_t>(hidden) * 4);
+    cuda::embedding(t, d_table.get(), d_ids.as<int32_t>(), 5, hidden, d_out.as<float>(), nullptr);
+    const auto got = download(d_out, ids.size() * static_cast<size_t>(hidden));
+    std::vector<float> ref;
+    for (int32_t id : ids) ref.insert(ref.end(), table.begin() + id * hidden, table.begin() + (id + 1) * hidden);
+    EXPECT_EQ(rel_error(got, ref), 0.0) << "hidden " << hidden;
+  }
 }
 
 // Row lengths for each kernel: float4 chunks in registers (1, 2, 4 and 8 per thread: 96, 2,048,

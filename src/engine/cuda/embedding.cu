@@ -5,13 +5,31 @@
 
 namespace kernelllm::cuda {
 namespace {
+// Each thread loads 8 elements of the row before it stores any: loads and stores one at a time
+// made every store wait for its load, a memory round trip per 256 elements (ncu: 8.7 us for one
+// 4,096-wide row).
 template <class T>
-__global__ void embedding_kernel(const T* table, const int32_t* ids, int64_t hidden, float* out) {
+__global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids, int64_t hidden,
+                                 float* __restrict__ out) {
+  constexpr int kInFlight = 8;
   grid_dependency_wait();
   allow_dependent_launch();
   const int64_t t = blockIdx.x;
   const T* row = table + static_cast<int64_t>(ids[t]) * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = to_f32(row[i]);
+  float* dst = out + t * hidden;
+  for (int64_t i0 = threadIdx.x; i0 < hidden; i0 += kInFlight * blockDim.x) {
+    float v[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int64_t i = i0 + j * blockDim.x;
+      v[j] = i < hidden ? to_f32(row[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int64_t i = i0 + j * blockDim.x;
+      if (i < hidden) dst[i] = v[j];
+    }
+  }
 }
 }  // namespace
 
