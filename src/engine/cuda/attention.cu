@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
   __shared__ __align__(16) float s_q[G][32 * D];
   for (int i = static_cast<int>(threadIdx.x); i < G * 32 * D; i += kThreads) {
     const int h = i / (32 * D), d = i % (32 * D);
-    s_q[h][d] = (h < group && d < hd) ? a.q[(static_cast<int64_t>(t) * a.heads + g * group + h) * hd + d] * scale : 0.0f;
+    const int64_t head = static_cast<int64_t>(t) * a.heads + g * group + h;
+    s_q[h][d] = (h < group && d < hd) ? a.q[head * hd + d] * scale : 0.0f;
   }
   __syncthreads();
 
