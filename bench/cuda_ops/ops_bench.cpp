@@ -92,7 +92,7 @@ int main() {
     }
     // The skinny tensor-core GEMM beside cuBLASLt at the batch sizes of k-sample decoding, then
     // every layout at 10 and 20 tokens, for tuning skinny_config.
-    const SkinnyConfig chosen = skinny_config(s.rows, s.cols);
+    const SkinnyConfig chosen = skinny_config(s.cols);
     for (int64_t n : {2, 4, 8, 10, 16, 20, 32}) {
       const float ms = median_ms([&](int i) {
         skinny_gemm(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), DType::f32, false, nullptr);

@@ -22,34 +22,6 @@ template <int G, int D>
 inline constexpr int kMaxPartialWarps =
     8192 / (G * 32 * D) > 16 ? 16 : (8192 / (G * 32 * D) < 4 ? 4 : 8192 / (G * 32 * D));
 
-// The merge of one head's split slots: lane j's weight for slot s0 + j is exp(m_s - max) (0 for
-// an empty slot, sum 0, whose output nobody wrote), and 1 / sum of l_s times the weights. Every
-// lane of the warp calls it.
-struct MergeWeights {
-  float mx, inv;
-};
-__device__ __forceinline__ MergeWeights merge_weights(const float2* ml, int64_t splits, int lane) {
-  float mx = -FLT_MAX;
-  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-    const float2 v = s0 + lane < splits ? __ldg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
-    float m = v.y > 0.0f ? v.x : -FLT_MAX;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    mx = fmaxf(mx, m);
-  }
-  float total = 0.0f;
-  for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-    const float2 v = s0 + lane < splits ? __ldg(ml + s0 + lane) : float2{-FLT_MAX, 0.0f};
-    total += warp_sum(v.y > 0.0f ? v.y * __expf(v.x - mx) : 0.0f);
-  }
-  return {mx, 1.0f / total};
-}
-
-__device__ __forceinline__ float slot_weight(const float2* ml, int64_t s, float mx) {
-  const float2 v = __ldg(ml + s);
-  return v.y > 0.0f ? __expf(v.x - mx) : 0.0f;
-}
-
 // Output d of one head from its slots (weights in w[0 .. splits)), in slot order. Every slot's
 // value is loaded, 8 at a time in flight (a load under `if (w != 0)` waits for the one before
 // it); an empty slot's, which nobody wrote and may be NaN, is then dropped by the select.
@@ -228,18 +200,21 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
   }
 }
 
+// The current device's multiprocessor count, asked once.
+int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  return sms;
+}
+
 template <class T, int G, int D>
 void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
   constexpr int kMax = kMaxPartialWarps<G, D>;
-  if (warps == 0) {
-    static const int sms = [] {
-      int dev = 0, n = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-      return n;
-    }();
-    warps = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms ? 16 : 8;
-  }
+  if (warps == 0) warps = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sm_count() ? 16 : 8;
   if constexpr (kMax >= 16) {
     if (warps >= 16) {
       launch_kernel(attention_partial_kernel<T, G, D, 16>, grid, 16 * 32, 0, stream, args);
@@ -264,27 +239,48 @@ void launch_partial(const AttentionArgs& args, dim3 grid, int warps, cudaStream_
   }
 }
 
-// One block per (token, head). Every warp forms the weights of the split slots itself
-// (merge_weights: lane s holds slot s's, 32 slots per round); a thread then sums its dims over
-// the slots in order, the partial loads independent of each other.
+// One block per (token, head). The first warp forms the slots' weights exp(m_s - max) (0 for an
+// empty slot, sum 0, whose output nobody wrote) from one load per slot (lane s holds slots s and
+// s + 32) and 1 / sum of l_s times the weights; then each thread sums its dims over the slots in
+// order.
 template <class T>
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  static_assert(kMaxAttentionSplits <= 64, "two slots per lane");
   grid_dependency_wait();
   allow_dependent_launch();
   const int64_t th = blockIdx.x;  // token * heads + head
-  const int64_t hd = a.head_dim, splits = a.splits;
-  const int lane = threadIdx.x % 32;
-  const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
-  const MergeWeights mw = merge_weights(ml, splits, lane);
+  const int hd = static_cast<int>(a.head_dim), splits = static_cast<int>(a.splits);
   __shared__ float s_w[kMaxAttentionSplits];
+  __shared__ float s_inv;
   if (threadIdx.x < 32) {
-    for (int64_t s = lane; s < splits; s += 32) s_w[s] = slot_weight(ml, s, mw.mx);
+    const int lane = static_cast<int>(threadIdx.x);
+    const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
+    float2 v[2];
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      v[r] = s < splits ? __ldg(ml + s) : float2{-FLT_MAX, 0.0f};
+      if (v[r].y > 0.0f) mx = fmaxf(mx, v[r].x);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      const float w = v[r].y > 0.0f ? __expf(v[r].x - mx) : 0.0f;
+      sum += v[r].y > 0.0f ? v[r].y * w : 0.0f;
+      if (s < splits) s_w[s] = w;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) s_inv = 1.0f / sum;
   }
   __syncthreads();
   T* out = static_cast<T*>(a.out) + th * hd;
   const float* acc = a.partial_acc + th * splits * hd;
   for (int d = static_cast<int>(threadIdx.x); d < hd; d += static_cast<int>(blockDim.x)) {
-    out[d] = from_f32<T>(merge_dim(acc, s_w, static_cast<int>(splits), static_cast<int>(hd), d) * mw.inv);
+    out[d] = from_f32<T>(merge_dim(acc, s_w, splits, hd, d) * s_inv);
   }
 }
 

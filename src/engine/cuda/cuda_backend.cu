@@ -27,6 +27,12 @@ namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
 constexpr int64_t kSkinnyServedTokens = 8;
+
+// Whether the environment variable `name` is set to "0" (the switches that turn a path off).
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "0";
+}
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
@@ -38,10 +44,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       table_width_((config.max_position_embeddings + options.kv_page_tokens - 1) / options.kv_page_tokens),
       max_tokens_(options.max_batch_tokens),
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
-  const char* v = std::getenv("KERNELLLM_CUDA_SHARED_PREFIX");
-  shared_prefix_ = v == nullptr || std::string(v) != "0";
-  const char* sk = std::getenv("KERNELLLM_CUDA_SKINNY");
-  if (sk != nullptr && std::string(sk) == "0") opts_.skinny_gemm = false;
+  shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
+  if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
 }
 
 CudaBackend::~CudaBackend() {
@@ -58,8 +62,7 @@ Status CudaBackend::init() {
   int major = 0;
   KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts_.device),
                    "querying the compute capability");
-  const char* pdl = std::getenv("KERNELLLM_CUDA_PDL");
-  set_programmatic_launch(major >= 9 && (pdl == nullptr || std::string(pdl) != "0"));
+  set_programmatic_launch(major >= 9 && !env_off("KERNELLLM_CUDA_PDL"));
   size_t total_b = 0;
   KLLM_CUDA_RETURN(cudaMemGetInfo(&free_at_start_, &total_b), "querying free memory");
   KLLM_RETURN_IF_ERROR(gemm_.init(dtype_));

@@ -214,7 +214,7 @@ bool skinny_supported(DType type, int64_t cols, int64_t n_tokens) {
          n_tokens <= kSkinnyMaxTokens;
 }
 
-SkinnyConfig skinny_config(int64_t rows, int64_t cols) {
+SkinnyConfig skinny_config(int64_t cols) {
   SkinnyConfig c;
   // One row tile per warp (more tiles per warp cut token loads but leave too few warps, NOTES),
   // the columns split over up to 8 warps while each keeps a few batches of loads.
@@ -227,7 +227,7 @@ SkinnyConfig skinny_config(int64_t rows, int64_t cols) {
 
 void skinny_gemm(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
                  DType y_type, bool accumulate, cudaStream_t stream) {
-  run(skinny_config(rows, cols), type, w, rows, cols, x, n_tokens, y, y_type, accumulate, stream);
+  run(skinny_config(cols), type, w, rows, cols, x, n_tokens, y, y_type, accumulate, stream);
 }
 
 Status skinny_gemm_with_config(const SkinnyConfig& config, DType type, const void* w, int64_t rows, int64_t cols,

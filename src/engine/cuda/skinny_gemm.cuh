@@ -27,8 +27,8 @@ struct SkinnyConfig {
   int k_warps = 8;
 };
 
-// The layout skinny_gemm() uses for this shape.
-SkinnyConfig skinny_config(int64_t rows, int64_t cols);
+// The layout skinny_gemm() uses for `cols` columns (any row count).
+SkinnyConfig skinny_config(int64_t cols);
 
 // y_type: f32 or `type`; accumulate (y += ...) with f32 only. Asserts nothing: callers check
 // skinny_supported (skinny_gemm_with_config checks everything and says what is wrong).
