@@ -7,7 +7,10 @@
 // The staged layout of item 21 is "tile" with the block's 8 warps on 8 tiles of one column span
 // (one of `splits` spans); shared memory asked per block caps the blocks per SM as the staged
 // kernel's did.
-// Build and run on the device: nvcc -std=c++17 -O3 -arch=sm_90a weight_stream.cu -o ws && ./ws
+// The weights are read with the engine's own load_stream (engine/cuda/device_types.cuh); the
+// results at cdd696f came from a build with a copy of it, the same instruction.
+// Build and run on the device, from the repo root:
+//   nvcc -std=c++20 -O3 -arch=sm_90a -Isrc -Iinclude bench/cuda_ops/probes/weight_stream.cu -o ws && ./ws
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,18 +18,14 @@
 #include <cstdio>
 #include <vector>
 
+#include "engine/cuda/device_types.cuh"
+
 namespace {
+
+using kernelllm::cuda::load_stream;
 
 constexpr int kWarps = 8;
 constexpr int64_t kRows = 28672, kCols = 4096;
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ uint32_t fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
