@@ -1,9 +1,10 @@
-// Sampling: Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
-// SC'11; Random123's constants) and HF's logits warpers in HF's order: temperature
+// Sampling: Philox-4x32-10 (philox.h) and HF's logits warpers in HF's order: temperature
 // (TemperatureLogitsWarper), top-k (TopKLogitsWarper: keeps every token >= the k-th largest
 // score, so ties at the boundary are kept), top-p (TopPLogitsWarper: sort ascending, drop
 // tokens whose cumulative probability is <= 1 - top_p, keep at least one).
 #include "kernelllm/engine/sampler.h"
+
+#include "engine/philox.h"
 
 #include <algorithm>
 #include <array>
@@ -33,29 +34,13 @@ Status validate(const SamplingParams& params) {
 }
 
 std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t sample_index, uint64_t step) {
-  constexpr uint32_t kMul0 = 0xD2511F53u;
-  constexpr uint32_t kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u;
-  constexpr uint32_t kWeyl1 = 0xBB67AE85u;
-  std::array<uint32_t, 4> c = {static_cast<uint32_t>(sample_index), static_cast<uint32_t>(sample_index >> 32),
-                               static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32)};
-  uint32_t k0 = static_cast<uint32_t>(seed);
-  uint32_t k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t{kMul0} * c[0];
-    const uint64_t p1 = uint64_t{kMul1} * c[2];
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    c = {hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0};
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  return c;
+  std::array<uint32_t, 4> out;
+  philox4x32_10(seed, sample_index, step, out.data());
+  return out;
 }
 
 float uniform01(uint64_t seed, uint64_t sample_index, uint64_t step) {
-  const uint32_t word = philox4x32(seed, sample_index, step)[0];
-  return static_cast<float>(word >> 8) * (1.0f / 16777216.0f);
+  return static_cast<float>(philox_u24(seed, sample_index, step)) * (1.0f / 16777216.0f);
 }
 
 // The first index of the largest value, NaNs never larger (a NaN at 0 wins: nothing compares
