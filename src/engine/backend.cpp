@@ -1,9 +1,12 @@
-// The Backend interface's default forward_argmax: forward(), then the greedy draw of each row on
-// the host as generation draws (sample_step.h: rows in parallel when there are several).
+// The Backend interface's defaults for forward_argmax and forward_sample: forward(), then the
+// draws on the host as generation draws them (sample_step.h: rows in parallel when there are
+// several).
 #include "kernelllm/engine/backend.h"
 
 #include "engine/sample_step.h"
 #include "kernelllm/engine/sampler.h"
+
+#include <string>
 
 namespace kernelllm {
 
@@ -18,6 +21,42 @@ Status Backend::forward_argmax(std::span<const ForwardRequest> batch, std::vecto
   draw_tokens(draws);
   tokens.resize(draws.size());
   for (size_t r = 0; r < draws.size(); ++r) tokens[r] = draws[r].token;
+  return Status::ok_status();
+}
+
+int64_t output_rows(std::span<const ForwardRequest> batch) {
+  int64_t rows = 0;
+  for (const ForwardRequest& r : batch) rows += r.all_logits ? static_cast<int64_t>(r.tokens.size()) : 1;
+  return rows;
+}
+
+Status validate_draws(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws) {
+  const int64_t rows = output_rows(batch);
+  for (size_t i = 0; i < draws.size(); ++i) {
+    const std::string where = "forward_sample: draw " + std::to_string(i) + ": ";
+    if (draws[i].row < 0 || draws[i].row >= rows) {
+      return error(ErrorCode::invalid_argument, where + "expected a row in [0, " + std::to_string(rows) +
+                                                    "), found " + std::to_string(draws[i].row));
+    }
+    if (Status s = validate(draws[i].params); !s.ok()) return s.with_context(where.substr(0, where.size() - 2));
+  }
+  return Status::ok_status();
+}
+
+Status Backend::forward_sample(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
+                               std::vector<int32_t>& tokens) {
+  KLLM_RETURN_IF_ERROR(validate_draws(batch, draws));
+  std::vector<float> logits;
+  KLLM_RETURN_IF_ERROR(forward(batch, logits));
+  const auto vocab = static_cast<size_t>(config().vocab_size);
+  std::vector<TokenDraw> host(draws.size());
+  for (size_t i = 0; i < draws.size(); ++i) {
+    const RowDraw& d = draws[i];
+    host[i] = TokenDraw{{logits.data() + static_cast<size_t>(d.row) * vocab, vocab}, &d.params, d.index, d.step};
+  }
+  draw_tokens(host);
+  tokens.resize(draws.size());
+  for (size_t i = 0; i < draws.size(); ++i) tokens[i] = host[i].token;
   return Status::ok_status();
 }
 

@@ -1,7 +1,8 @@
 // k-sample generation: one prefill of the prompt, k forks sharing its KV, then one batched
 // forward per step over the samples still running. Sample i at step t draws with
-// sample_token(logits, params, i, t), so a sample's tokens depend only on (seed, i), not on
-// k, batching, which other samples already stopped, or the threads that drew them.
+// sample_token(logits, params, i, t) (Backend::forward_sample), so a sample's tokens depend
+// only on (seed, i), not on k, batching, which other samples already stopped, or the threads
+// that drew them.
 #include "kernelllm/engine/generator.h"
 
 #include "engine/sample_step.h"
@@ -75,7 +76,6 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
                                          std::span<const int32_t> prompt_ids, const GenerateOptions& options,
                                          const StreamCallback& on_text, GenerateStats* stats) {
   KLLM_RETURN_IF_ERROR(check_options(backend, prompt_ids, options));
-  const int64_t vocab = backend.config().vocab_size;
   const int64_t max_pos = backend.config().max_position_embeddings;
   GenerateStats local_stats;
   local_stats.prompt_tokens = static_cast<int64_t>(prompt_ids.size());
@@ -84,19 +84,19 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   const auto t_prefill = Clock::now();
   KLLM_ASSIGN_OR_RETURN(SeqId prompt_seq, backend.create_sequence());
   sequences.add(prompt_seq);
-  // Greedy samples take their tokens from forward_argmax (the CUDA backend finds them on the
-  // device and copies back ids only); sampled ones draw from the logits rows.
-  const bool greedy = options.sampling.temperature == 0.0f;
-  std::vector<float> logits;
-  std::vector<int32_t> greedy_ids;
-  const auto run = [&](std::span<const ForwardRequest> b) {
-    return greedy ? backend.forward_argmax(b, greedy_ids) : backend.forward(b, logits);
-  };
+  // Every pass draws the next token of each sample it feeds (Backend::forward_sample: the CUDA
+  // backend can draw on the device and copy back ids only); the prefill draws every sample's
+  // first token from the prompt's last row.
+  const auto k = static_cast<size_t>(options.num_samples);
+  std::vector<RowDraw> draws;
+  std::vector<int32_t> drawn;
+  if (options.max_new_tokens > 0) {
+    for (size_t i = 0; i < k; ++i) draws.push_back(RowDraw{0, options.sampling, i, 0});
+  }
   const ForwardRequest prefill{prompt_seq, prompt_ids, false};
-  KLLM_RETURN_IF_ERROR(run({&prefill, 1}));
+  KLLM_RETURN_IF_ERROR(backend.forward_sample({&prefill, 1}, draws, drawn));
   local_stats.prefill_ms = ms_since(t_prefill);
 
-  const auto k = static_cast<size_t>(options.num_samples);
   std::vector<SampleState> samples;
   samples.reserve(k);
   for (size_t i = 0; i < k; ++i) {
@@ -106,38 +106,23 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   }
   sequences.release(prompt_seq);  // the forks keep its pages
 
-  // Row r of `logits` (or `greedy_ids`) belongs to the r-th alive sample; after the prefill
-  // every sample starts from the same row.
-  std::vector<size_t> row_of(k, 0);
+  // drawn[d] is the next token of sample draws[d].index (the samples still running, in order).
   bool cancelled = false;
   const auto t_decode = Clock::now();
-  std::vector<TokenDraw> draws;
-  for (uint64_t step = 0;; ++step) {
-    draws.clear();
-    for (size_t i = 0; i < k; ++i) {
-      if (!samples[i].alive) continue;
-      if (greedy) {
-        draws.push_back(TokenDraw{{}, &options.sampling, i, step, greedy_ids[row_of[i]]});
-      } else {
-        const std::span<const float> row(logits.data() + row_of[i] * vocab, static_cast<size_t>(vocab));
-        draws.push_back(TokenDraw{row, &options.sampling, i, step});
-      }
-    }
-    if (!greedy) draw_tokens(draws);
+  for (uint64_t step = 0; !drawn.empty(); ++step) {
     std::vector<ForwardRequest> batch;
-    std::vector<size_t> batch_samples;
-    for (const TokenDraw& d : draws) {
-      if (cancelled) break;
-      const auto i = static_cast<size_t>(d.index);
+    std::vector<RowDraw> next;
+    for (size_t d = 0; d < drawn.size() && !cancelled; ++d) {
+      const auto i = static_cast<size_t>(draws[d].index);
       SampleState& s = samples[i];
-      const SampleStepResult res = apply_token(d.token, options, i, static_cast<int64_t>(prompt_ids.size()), max_pos,
+      const SampleStepResult res = apply_token(drawn[d], options, i, static_cast<int64_t>(prompt_ids.size()), max_pos,
                                                s.out, s.decoder, on_text);
       ++local_stats.generated_tokens;
       cancelled = cancelled || res.cancel;
       s.alive = res.alive;
       if (!s.alive) continue;
+      next.push_back(RowDraw{static_cast<int64_t>(batch.size()), options.sampling, i, step + 1});
       batch.push_back(ForwardRequest{s.seq, {&s.out.tokens.back(), 1}, false});
-      batch_samples.push_back(i);
     }
     if (cancelled) {
       for (SampleState& s : samples) {
@@ -146,9 +131,10 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
       }
       break;
     }
+    draws = std::move(next);
+    drawn.clear();
     if (batch.empty()) break;
-    KLLM_RETURN_IF_ERROR(run(batch));
-    for (size_t r = 0; r < batch_samples.size(); ++r) row_of[batch_samples[r]] = r;
+    KLLM_RETURN_IF_ERROR(backend.forward_sample(batch, draws, drawn));
   }
   local_stats.decode_ms = ms_since(t_decode);
 

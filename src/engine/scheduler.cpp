@@ -27,8 +27,7 @@ struct Scheduler::Sample {
   bool alive = false;
   StreamDecoder decoder;
   Completion out;
-  const float* row = nullptr;  // [vocab] logits this sample draws its next token from
-  int32_t drawn = 0;           // its token for this step, drawn before the in-order bookkeeping
+  int32_t drawn = 0;  // its next token, drawn by the pass that fed it (Backend::forward_sample)
 };
 
 struct Scheduler::Request {
@@ -37,7 +36,6 @@ struct Scheduler::Request {
   GenerateOptions options;
   StreamCallback on_text;
   int64_t kv_tokens = 0;              // reservation: prompt + k × max_new_tokens
-  std::vector<float> prefill_logits;  // [vocab] the prompt's last row, shared by all k samples
   std::vector<Sample> samples;        // reserved to k before filling: rows point into it
   bool cancelled = false;
   GenerateStats stats;
@@ -139,8 +137,14 @@ Status Scheduler::admit(Request& r) {
   KLLM_ASSIGN_OR_RETURN(SeqId prompt_seq, backend_.create_sequence());
   ++live_sequences_;
   const ForwardRequest prefill{prompt_seq, r.prompt, false};
-  Status status = backend_.forward({&prefill, 1}, r.prefill_logits);
+  // Every sample's first token, from the prompt's last row.
   const auto k = static_cast<size_t>(r.options.num_samples);
+  std::vector<RowDraw> draws;
+  if (r.options.max_new_tokens > 0) {
+    for (size_t i = 0; i < k; ++i) draws.push_back(RowDraw{0, r.options.sampling, i, 0});
+  }
+  std::vector<int32_t> first;
+  Status status = backend_.forward_sample({&prefill, 1}, draws, first);
   r.samples.reserve(k);
   for (size_t i = 0; i < k && status.ok(); ++i) {
     Result<SeqId> s = backend_.fork_sequence(prompt_seq);
@@ -150,7 +154,8 @@ Status Scheduler::admit(Request& r) {
     }
     ++live_sequences_;
     r.samples.push_back(Sample{static_cast<int32_t>(i), *s, r.options.max_new_tokens > 0,
-                               StreamDecoder(tokenizer_, r.options.skip_special_tokens), {}, r.prefill_logits.data()});
+                               StreamDecoder(tokenizer_, r.options.skip_special_tokens), {},
+                               first.empty() ? 0 : first[i]});
   }
   backend_.release_sequence(prompt_seq);  // the forks keep its pages
   --live_sequences_;
@@ -160,24 +165,8 @@ Status Scheduler::admit(Request& r) {
   return status;
 }
 
-void Scheduler::draw_all() {
-  const auto vocab = static_cast<size_t>(backend_.config().vocab_size);
-  std::vector<TokenDraw> draws;
-  std::vector<Sample*> owners;
-  for (auto& r : running_) {
-    if (r->cancelled) continue;
-    for (Sample& s : r->samples) {
-      if (!s.alive) continue;
-      draws.push_back(TokenDraw{{s.row, vocab}, &r->options.sampling, static_cast<uint64_t>(s.index),
-                                s.out.tokens.size()});
-      owners.push_back(&s);
-    }
-  }
-  draw_tokens(draws);
-  for (size_t i = 0; i < draws.size(); ++i) owners[i]->drawn = draws[i].token;
-}
-
-void Scheduler::sample_request(Request& r, std::vector<ForwardRequest>& batch, std::vector<Sample*>& rows) {
+void Scheduler::sample_request(Request& r, std::vector<ForwardRequest>& batch, std::vector<Sample*>& rows,
+                               std::vector<RowDraw>& draws) {
   const int64_t max_pos = backend_.config().max_position_embeddings;
   const GenerateOptions& o = r.options;
   const size_t first_row = batch.size();
@@ -191,12 +180,16 @@ void Scheduler::sample_request(Request& r, std::vector<ForwardRequest>& batch, s
     r.cancelled = r.cancelled || res.cancel;
     s.alive = res.alive;
     if (!s.alive) continue;
+    // The pass draws the sample's next token: step = the tokens it has so far.
+    draws.push_back(RowDraw{static_cast<int64_t>(batch.size()), o.sampling, static_cast<uint64_t>(s.index),
+                            s.out.tokens.size()});
     batch.push_back(ForwardRequest{s.seq, {&s.out.tokens.back(), 1}, false});
     rows.push_back(&s);
   }
   if (r.cancelled) {
     batch.resize(first_row);
     rows.resize(first_row);
+    draws.resize(first_row);
     for (Sample& s : r.samples) {
       if (s.alive) s.out.finish = FinishReason::cancelled;
       s.alive = false;
@@ -253,8 +246,8 @@ Status Scheduler::step() {
 
   std::vector<ForwardRequest> batch;
   std::vector<Sample*> rows;
-  draw_all();
-  for (auto& r : running_) sample_request(*r, batch, rows);
+  std::vector<RowDraw> draws;
+  for (auto& r : running_) sample_request(*r, batch, rows, draws);
 
   // Requests whose samples all stopped leave before the forward; their sequences free up.
   std::vector<std::unique_ptr<Request>> still_running;
@@ -269,12 +262,12 @@ Status Scheduler::step() {
   running_ = std::move(still_running);
   if (batch.empty()) return {};
 
-  if (Status s = backend_.forward(batch, logits_); !s.ok()) {
+  std::vector<int32_t> drawn;
+  if (Status s = backend_.forward_sample(batch, draws, drawn); !s.ok()) {
     fail_running(s);
     return s;
   }
-  const auto vocab = static_cast<size_t>(backend_.config().vocab_size);
-  for (size_t i = 0; i < rows.size(); ++i) rows[i]->row = logits_.data() + i * vocab;
+  for (size_t i = 0; i < rows.size(); ++i) rows[i]->drawn = drawn[i];
   return {};
 }
 

@@ -226,6 +226,45 @@ TEST(CpuBackendKv, ForwardArgmaxIsTheArgmaxOfEachLogitsRow) {
   EXPECT_EQ(backend->sequence_length(*b), before);
 }
 
+// Backend::forward_sample (the default: forward, then the host's draws) returns one token per
+// draw, sample_token of the named row, several draws to a row; bad draws fail before anything
+// runs.
+TEST(CpuBackendKv, ForwardSampleDrawsEachNamedRow) {
+  TinyLlama m;
+  ASSERT_TRUE(testing::load_tiny_llama("tiny-f32-gqa", m));
+  auto backend = make_backend(m, 4);
+  ASSERT_NE(backend, nullptr);
+  const auto vocab = static_cast<size_t>(m.config.vocab_size);
+  const auto& prompt = m.prompts[0];
+  auto a = backend->create_sequence();
+  auto b = backend->create_sequence();
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> logits;
+  const ForwardRequest pa{*a, prompt, true}, pb{*b, prompt, true};
+  ASSERT_TRUE(backend->forward({&pa, 1}, logits).ok());
+  const SamplingParams hot{1.3f, 0.9f, 0, 5}, greedy{0.0f, 1.0f, 0, 0};
+  const int64_t last = static_cast<int64_t>(prompt.size()) - 1;
+  const RowDraw draws[] = {{last, hot, 0, 0}, {last, hot, 1, 0}, {0, greedy, 2, 7}, {last, hot, 3, 4}};
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(backend->forward_sample({&pb, 1}, draws, tokens).ok());
+  ASSERT_EQ(tokens.size(), std::size(draws));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const RowDraw& d = draws[i];
+    const std::span<const float> row(logits.data() + static_cast<size_t>(d.row) * vocab, vocab);
+    EXPECT_EQ(tokens[i], sample_token(row, d.params, d.index, d.step)) << i;
+  }
+  EXPECT_EQ(backend->sequence_length(*b), static_cast<int64_t>(prompt.size()));
+  // A row the batch does not produce, or bad params: an error, and the sequence as it was.
+  const int32_t next = tokens[0];
+  const ForwardRequest step{*b, {&next, 1}, false};
+  const RowDraw past{1, hot, 0, 0}, bad_params{0, SamplingParams{-1.0f, 1.0f, 0, 0}, 0, 0};
+  for (const RowDraw& d : {past, bad_params}) {
+    const Status s = backend->forward_sample({&step, 1}, {&d, 1}, tokens);
+    EXPECT_EQ(s.code(), ErrorCode::invalid_argument) << s.to_string();
+    EXPECT_EQ(backend->sequence_length(*b), static_cast<int64_t>(prompt.size()));
+  }
+}
+
 TEST(CpuBackendValidation, BadBatchesFailAndChangeNothing) {
   TinyLlama m;
   ASSERT_TRUE(testing::load_tiny_llama("tiny-f32-tied", m));

@@ -12,6 +12,7 @@
 
 #include "kernelllm/base/status.h"
 #include "kernelllm/engine/config.h"
+#include "kernelllm/engine/sampler.h"
 
 namespace kernelllm {
 
@@ -24,6 +25,19 @@ struct ForwardRequest {
   std::span<const int32_t> tokens;  // new tokens, appended at positions len(seq) ...
   bool all_logits = false;          // logits for every new token, else only the last
 };
+
+// A token to draw from one logits row of a pass: sample_token(row, params, index, step).
+struct RowDraw {
+  int64_t row = 0;  // among the rows forward() returns for the batch
+  SamplingParams params;
+  uint64_t index = 0;  // the RNG counter (sampler.h): sample index and tokens it has so far
+  uint64_t step = 0;
+};
+
+// Rows forward() returns for `batch`: each request's token count if all_logits, else 1.
+int64_t output_rows(std::span<const ForwardRequest> batch);
+// Rejects draws naming a row outside [0, output_rows(batch)) or with invalid params.
+Status validate_draws(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws);
 
 class Backend {
  public:
@@ -51,6 +65,12 @@ class Backend {
   // CUDA backend finds it on the device and copies back the ids only (4 bytes a row instead
   // of 4 x vocab_size). Same errors and effects as forward().
   virtual Status forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens);
+
+  // forward(), returning instead of logits one token per draw (tokens[i] for draws[i]; several
+  // draws may name one row). The default runs forward() and draws on the host (sample_token,
+  // several rows in parallel). Bad draws (validate_draws) are errors before anything runs.
+  virtual Status forward_sample(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
+                                std::vector<int32_t>& tokens);
 };
 
 struct CpuBackendOptions {

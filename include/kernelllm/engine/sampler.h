@@ -1,9 +1,9 @@
 // Token sampling: greedy, temperature, top-k, top-p; seeded with a counter-based RNG
 // (Philox-4x32-10 keyed by the seed, counter = (sample index, step)) so that a given
 // (seed, sample index, step) always draws the same number, whatever the batch or thread.
-// Sampled tokens (temperature > 0) are drawn from here, on the host, for every backend (an
-// on-GPU sampler would have to use the same RNG and order of operations; none is built).
-// Greedy tokens are this argmax; Backend::forward_argmax may find it where the logits are.
+// Backend::forward_sample draws from here on the host by default; the CUDA backend's device
+// sampler (src/engine/sample_block.h) uses the same RNG and semantics with its own exact
+// integer arithmetic. Greedy tokens are this argmax; backends may find it where the logits are.
 #pragma once
 
 #include <array>

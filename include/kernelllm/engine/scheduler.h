@@ -73,8 +73,10 @@ class Scheduler {
   struct Sample;
   bool fits(const Request& r) const;
   Status admit(Request& r);
-  void draw_all();  // every live sample's next token, in parallel (sample_step.h)
-  void sample_request(Request& r, std::vector<ForwardRequest>& batch, std::vector<Sample*>& rows);
+  // Applies each live sample's drawn token; those still running join the batch, with the draw
+  // of their next token.
+  void sample_request(Request& r, std::vector<ForwardRequest>& batch, std::vector<Sample*>& rows,
+                      std::vector<RowDraw>& draws);
   void finish(Request& r);
   void fail_running(const Status& status);
 
@@ -85,7 +87,6 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> queue_;    // FIFO, not yet admitted
   std::vector<std::unique_ptr<Request>> running_;  // admitted, in admission order
   std::map<RequestId, Result<RequestResult>> done_;
-  std::vector<float> logits_;  // [batch rows, vocab] of the last decode forward
   int64_t live_sequences_ = 0;
   int64_t reserved_kv_tokens_ = 0;
 };

@@ -46,11 +46,15 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
+  const char* device_sampling = std::getenv("KERNELLLM_CUDA_DEVICE_SAMPLING");
+  if (device_sampling != nullptr && std::string(device_sampling) == "1") opts_.device_sampling = true;
 }
 
 CudaBackend::~CudaBackend() {
   for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
+  if (draws_host_ != nullptr) cudaFreeHost(draws_host_);
+  if (draw_ids_host_ != nullptr) cudaFreeHost(draw_ids_host_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 

@@ -15,6 +15,10 @@
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/cuda_backend.h"
 
+namespace kernelllm::sample_block {
+struct Draw;
+}  // namespace kernelllm::sample_block
+
 namespace kernelllm::cuda {
 
 inline constexpr int64_t kMetaFields = 13;
@@ -39,6 +43,10 @@ class CudaBackend final : public Backend {
   int64_t sequence_length(SeqId seq) const override { return pages_->length(seq); }
   Status forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) override;
   Status forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens) override;
+  // Greedy-only draws: the device argmax. Others: on the device (sample.cuh) with the option
+  // device_sampling, else forward() and the host's draws (Backend::forward_sample).
+  Status forward_sample(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
+                        std::vector<int32_t>& tokens) override;
 
   int64_t kv_capacity_tokens() const { return pages_->num_pages() * pages_->page_tokens(); }
   int64_t kv_free_tokens() const { return pages_->free_pages() * pages_->page_tokens(); }
@@ -67,10 +75,15 @@ class CudaBackend final : public Backend {
   Status run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, bool shared, float* logits_out,
                    int32_t* ids_out);
   // Rows [r0, r0 + rn) of the pass from logits_dev_ (rows 0..rn-1 there) to the host: the
-  // logits, or with ids_out their argmax only.
+  // logits, or with ids_out their argmax only, or with neither the device draws of those rows.
   Status download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out);
-  // forward() and forward_argmax(): rows of logits, or of ids when `ids`.
+  // forward(), forward_argmax() and forward_sample(): rows of logits, or of ids when `ids`, or
+  // with neither the draws in draws_.
   Status forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits, std::vector<int32_t>* ids);
+  // The draws of pass rows [row0, row0 + rn) (logits_dev_ rows 0..rn-1): their tokens to
+  // draw_ids_host_ once the stream is done.
+  Status draw_on_device(int64_t row0, int64_t rn);
+  Status reserve_draws(size_t n);
   int64_t splits_for(int64_t n) const;
   // Prefix split slots of a shared-prefix pass of n tokens (0: the scratch has no room for them).
   int64_t prefix_splits_for(int64_t n) const;
@@ -95,6 +108,16 @@ class CudaBackend final : public Backend {
   DeviceBuffer meta_;
   int32_t* meta_host_ = nullptr;    // pinned mirror
   bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off
+  // forward_sample on the device: the pass's draws (null: none), draw_order_ their indices by row,
+  // draw_row0_ the pass row of the current chunk's first logits row; pinned mirrors and device
+  // copies of the draws and their ids, for draw_capacity_ draws.
+  const RowDraw* draws_ = nullptr;
+  std::vector<size_t> draw_order_;
+  int64_t draw_row0_ = 0;
+  size_t draw_capacity_ = 0;
+  sample_block::Draw* draws_host_ = nullptr;
+  int32_t* draw_ids_host_ = nullptr;
+  DeviceBuffer draws_dev_, draw_ids_dev_;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 2 * token count + shared
   std::map<int64_t, int> graph_seen_;
 };

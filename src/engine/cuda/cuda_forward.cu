@@ -11,6 +11,7 @@
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/rmsnorm.cuh"
 #include "engine/cuda/rope.cuh"
+#include "engine/cuda/sample.cuh"
 #include "engine/cuda/swiglu.cuh"
 
 namespace kernelllm {
@@ -120,6 +121,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
 
 Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out) {
   const int64_t vocab = config_.vocab_size;
+  if (logits_out == nullptr && ids_out == nullptr) return draw_on_device(draw_row0_ + r0, rn);
   if (ids_out != nullptr) {
     argmax_rows(logits_dev_.as<float>(), rn, vocab, ids_dev_.as<int32_t>(), stream_);
     KLLM_CUDA_RETURN(cudaMemcpyAsync(ids_out + r0, ids_dev_.get(), static_cast<size_t>(rn) * 4,
@@ -191,6 +193,76 @@ Status CudaBackend::forward_argmax(std::span<const ForwardRequest> batch, std::v
   return forward_rows(batch, nullptr, &tokens);
 }
 
+Status CudaBackend::reserve_draws(size_t n) {
+  if (n <= draw_capacity_) return Status::ok_status();
+  const size_t cap = std::max<size_t>(n, 2 * draw_capacity_);
+  if (draws_host_ != nullptr) cudaFreeHost(draws_host_);
+  if (draw_ids_host_ != nullptr) cudaFreeHost(draw_ids_host_);
+  draws_host_ = nullptr;
+  draw_ids_host_ = nullptr;
+  draw_capacity_ = 0;
+  KLLM_CUDA_RETURN(cudaMallocHost(&draws_host_, cap * sizeof(sample_block::Draw)), "pinned draws");
+  KLLM_CUDA_RETURN(cudaMallocHost(&draw_ids_host_, cap * 4), "pinned drawn ids");
+  KLLM_RETURN_IF_ERROR(draws_dev_.allocate(cap * sizeof(sample_block::Draw), "draws"));
+  KLLM_RETURN_IF_ERROR(draw_ids_dev_.allocate(cap * 4, "drawn ids"));
+  draw_capacity_ = cap;
+  return Status::ok_status();
+}
+
+Status CudaBackend::draw_on_device(int64_t row0, int64_t rn) {
+  // draw_order_ is sorted by row: the draws of these rows are one run of it.
+  const auto row_of = [&](size_t i) { return draws_[i].row; };
+  const auto first = std::partition_point(draw_order_.begin(), draw_order_.end(),
+                                          [&](size_t i) { return row_of(i) < row0; });
+  const auto last = std::partition_point(first, draw_order_.end(), [&](size_t i) { return row_of(i) < row0 + rn; });
+  const auto b = static_cast<size_t>(first - draw_order_.begin()), e = static_cast<size_t>(last - draw_order_.begin());
+  if (b == e) return Status::ok_status();
+  for (size_t j = b; j < e; ++j) {
+    const RowDraw& d = draws_[draw_order_[j]];
+    draws_host_[j] = sample_block::Draw{d.row - row0,      d.params.temperature, d.params.top_p, d.params.top_k,
+                                        d.params.seed,     d.index,              d.step};
+  }
+  auto* dev = draws_dev_.as<sample_block::Draw>();
+  KLLM_CUDA_RETURN(cudaMemcpyAsync(dev + b, draws_host_ + b, (e - b) * sizeof(sample_block::Draw),
+                                   cudaMemcpyHostToDevice, stream_),
+                   "draws upload");
+  sample_rows(logits_dev_.as<float>(), config_.vocab_size, dev + b, static_cast<int64_t>(e - b),
+              draw_ids_dev_.as<int32_t>() + b, stream_);
+  KLLM_CUDA_RETURN(cudaMemcpyAsync(draw_ids_host_ + b, draw_ids_dev_.as<int32_t>() + b, (e - b) * 4,
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "drawn ids download");
+  return Status::ok_status();
+}
+
+Status CudaBackend::forward_sample(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
+                                   std::vector<int32_t>& tokens) {
+  KLLM_RETURN_IF_ERROR(validate_draws(batch, draws));
+  const bool greedy =
+      std::all_of(draws.begin(), draws.end(), [](const RowDraw& d) { return d.params.temperature == 0.0f; });
+  if (greedy) {
+    std::vector<int32_t> ids;
+    KLLM_RETURN_IF_ERROR(forward_rows(batch, nullptr, &ids));
+    tokens.resize(draws.size());
+    for (size_t i = 0; i < draws.size(); ++i) tokens[i] = ids[static_cast<size_t>(draws[i].row)];
+    return Status::ok_status();
+  }
+  if (!opts_.device_sampling || config_.vocab_size > sample_block::kMaxVocab) {
+    return Backend::forward_sample(batch, draws, tokens);
+  }
+  KLLM_RETURN_IF_ERROR(reserve_draws(draws.size()));
+  draw_order_.resize(draws.size());
+  for (size_t i = 0; i < draws.size(); ++i) draw_order_[i] = i;
+  std::stable_sort(draw_order_.begin(), draw_order_.end(),
+                   [&](size_t a, size_t b) { return draws[a].row < draws[b].row; });
+  draws_ = draws.data();
+  const Status s = forward_rows(batch, nullptr, nullptr);
+  draws_ = nullptr;
+  KLLM_RETURN_IF_ERROR(s);
+  tokens.resize(draws.size());
+  for (size_t j = 0; j < draws.size(); ++j) tokens[draw_order_[j]] = draw_ids_host_[j];
+  return Status::ok_status();
+}
+
 Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits,
                                  std::vector<int32_t>* ids) {
   KLLM_RETURN_IF_ERROR(validate(batch));
@@ -224,11 +296,8 @@ Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vec
   }
   int64_t total_rows = 0;
   for (const Tok& t : toks) total_rows += t.out ? 1 : 0;
-  if (ids != nullptr) {
-    ids->resize(static_cast<size_t>(total_rows));
-  } else {
-    logits->resize(static_cast<size_t>(total_rows * config_.vocab_size));
-  }
+  if (ids != nullptr) ids->resize(static_cast<size_t>(total_rows));
+  if (logits != nullptr) logits->resize(static_cast<size_t>(total_rows * config_.vocab_size));
 
   int64_t done_rows = 0;
   SharedPrefixPlan plan;
@@ -273,8 +342,9 @@ Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vec
         for (size_t f = 0; f < 6; ++f) std::copy(fields[f]->begin(), fields[f]->end(), m + (7 + f) * max_tokens_);
       }
     }
-    float* logits_out = ids == nullptr ? logits->data() + done_rows * config_.vocab_size : nullptr;
+    float* logits_out = logits != nullptr ? logits->data() + done_rows * config_.vocab_size : nullptr;
     int32_t* ids_out = ids != nullptr ? ids->data() + done_rows : nullptr;
+    draw_row0_ = done_rows;
     KLLM_RETURN_IF_ERROR(run_chunk(n, r, blocks, single_token, shared, logits_out, ids_out));
     done_rows += r;
   }
