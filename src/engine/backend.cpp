@@ -1,6 +1,6 @@
-// The Backend interface's defaults for forward_argmax and forward_sample: forward(), then the
-// draws on the host as generation draws them (sample_step.h: rows in parallel when there are
-// several).
+// The Backend interface's defaults: forward_sample runs forward(), then the draws on the host
+// (sample_step.h: rows in parallel when there are several); forward_argmax is forward_sample
+// with one greedy draw per row.
 #include "kernelllm/engine/backend.h"
 
 #include "engine/sample_step.h"
@@ -11,17 +11,11 @@
 namespace kernelllm {
 
 Status Backend::forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens) {
-  std::vector<float> logits;
-  KLLM_RETURN_IF_ERROR(forward(batch, logits));
-  const auto vocab = static_cast<size_t>(config().vocab_size);
   SamplingParams greedy;
   greedy.temperature = 0.0f;
-  std::vector<TokenDraw> draws(logits.size() / vocab);
-  for (size_t r = 0; r < draws.size(); ++r) draws[r] = TokenDraw{{logits.data() + r * vocab, vocab}, &greedy, r, 0};
-  draw_tokens(draws);
-  tokens.resize(draws.size());
-  for (size_t r = 0; r < draws.size(); ++r) tokens[r] = draws[r].token;
-  return Status::ok_status();
+  std::vector<RowDraw> draws(static_cast<size_t>(output_rows(batch)));
+  for (size_t r = 0; r < draws.size(); ++r) draws[r] = RowDraw{static_cast<int64_t>(r), greedy, r, 0};
+  return forward_sample(batch, draws, tokens);
 }
 
 int64_t output_rows(std::span<const ForwardRequest> batch) {

@@ -1,9 +1,9 @@
 // `kernelllm bench` measurement (see bench.h): builds the backend (real or seeded random
 // weights), checks memory first, times one prefill and then n forks decoded together per n,
 // and turns step times into tok/s and achieved GB/s. Method: every decode step is timed on
-// the host around Backend::forward_argmax, which greedy generation calls (generator.cpp: the
-// CUDA backend takes the argmax on the device, the CPU backend on the host), i.e. what one
-// greedy engine step costs end to end; we report the median and the spread, and tok/s from
+// the host around Backend::forward_sample with greedy draws, as greedy generation calls it
+// (generator.cpp: the CUDA backend takes the argmax on the device, the CPU backend on the
+// host), i.e. what one greedy engine step costs end to end; we report the median and the spread, and tok/s from
 // the mean.
 #include "kernelllm/engine/bench.h"
 
@@ -60,15 +60,20 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
       for (SeqId id : s) b.release_sequence(id);
     }
   } release{backend, seqs};
-  std::vector<int32_t> ids;
+  // Greedy tokens as greedy generation takes them (generator.cpp): forward_sample, the prefill
+  // drawing every fork's first token, each step one token per row.
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<RowDraw> draws;
+  for (int64_t i = 0; i < n; ++i) draws.push_back(RowDraw{0, greedy, static_cast<uint64_t>(i), 0});
+  std::vector<int32_t> next, ids;  // the batch reads next; the pass writes ids
   const auto t0 = Clock::now();
   KLLM_ASSIGN_OR_RETURN(SeqId p, backend.create_sequence());
   seqs.push_back(p);
   const ForwardRequest prefill{p, prompt, false};
-  KLLM_RETURN_IF_ERROR(backend.forward_argmax({&prefill, 1}, ids));
+  KLLM_RETURN_IF_ERROR(backend.forward_sample({&prefill, 1}, draws, next));
   run.prefill_ms = ms_since(t0);
-  // Greedy tokens as greedy generation takes them (generator.cpp): forward_argmax.
-  std::vector<int32_t> next(static_cast<size_t>(n), ids[0]);
+  for (int64_t i = 0; i < n; ++i) draws[static_cast<size_t>(i)].row = i;
   for (int64_t i = 0; i < n; ++i) {
     KLLM_ASSIGN_OR_RETURN(SeqId s, backend.fork_sequence(p));
     seqs.push_back(s);
@@ -77,8 +82,9 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
   for (int64_t step = 0; step < steps; ++step) {
     const auto t = Clock::now();
     for (size_t i = 0; i < batch.size(); ++i) batch[i] = ForwardRequest{seqs[i + 1], {&next[i], 1}, false};
-    KLLM_RETURN_IF_ERROR(backend.forward_argmax(batch, ids));
-    next = ids;
+    for (RowDraw& d : draws) d.step = static_cast<uint64_t>(step) + 1;
+    KLLM_RETURN_IF_ERROR(backend.forward_sample(batch, draws, ids));
+    next.swap(ids);
     run.step_ms.push_back(ms_since(t));
   }
   return run;
@@ -252,7 +258,7 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
         {"n", o.n},
         {"warmup", o.warmup},
         {"seed", o.seed},
-        {"sampling", "greedy as generation takes it (Backend::forward_argmax; the CUDA backend picks on the device), "
+        {"sampling", "greedy as generation takes it (Backend::forward_sample; the CUDA backend picks on the device), "
                      "eos ignored"},
         {"cuda_graphs", o.cuda_graphs}}},
       {"memory", memory},

@@ -141,9 +141,9 @@ KLLM_HD uint64_t block_inclusive_scan(Ctx& ctx, Shared& sh, uint64_t v, uint64_t
   return inclusive;
 }
 
-// Over sh.hist[0, nb): the first bucket where the inclusive running sum reaches `need`
-// (1 <= need <= the buckets' sum), into sh.pick, and the sum of the buckets before it into
-// sh.pick_below. `need` is need_of(sum of the buckets).
+// Over sh.hist[0, nb): the first bucket where the inclusive running sum reaches `need`, into
+// sh.pick, and the sum of the buckets before it into sh.pick_below. `need` is need_of(sum of
+// the buckets), held to [1, that sum]; returned.
 template <class Ctx, class Need>
 KLLM_HD uint64_t find_bucket(Ctx& ctx, Shared& sh, int nb, const Need& need_of) {
   const int t = ctx.tid(), n = ctx.threads();
@@ -169,7 +169,7 @@ KLLM_HD uint64_t find_bucket(Ctx& ctx, Shared& sh, int nb, const Need& need_of) 
     }
   }
   ctx.sync();
-  return total;
+  return need;
 }
 
 struct Fixed {
@@ -180,9 +180,11 @@ struct Fixed {
 struct Selected {
   uint32_t key;    // the key where the running sum (in key order) reaches the need
   uint64_t below;  // the sum of the values of the keys before it
-  uint64_t need;   // need_of(total)
-  uint64_t total;  // the sum over every eligible item
+  uint64_t need;   // need_of(the sum over every eligible item), held to [1, that sum]
 };
+
+// How many of the tokens holding s.key, each of value v, the running sum takes to reach s.need.
+KLLM_HD uint64_t ties_taken(const Selected& s, uint64_t v) { return (s.need - s.below + v - 1) / v; }
 
 // Items i in [0, n) with item.key(i, key) true (eligible) and weight item.value(key), in
 // ascending key order (key_bits bits): the key where the running sum of the values first
@@ -190,7 +192,7 @@ struct Selected {
 template <class Ctx, class Item, class Need>
 KLLM_HD Selected radix_select(Ctx& ctx, Shared& sh, int64_t n, int key_bits, const Item& item, const Need& need_of) {
   uint32_t prefix = 0;
-  uint64_t below = 0, need = 0, total = 0;
+  uint64_t below = 0, need = 0;
   for (int hi = key_bits; hi > 0;) {
     const int lo = hi > kDigitBits ? hi - kDigitBits : 0;
     const int nb = 1 << (hi - lo);
@@ -205,10 +207,7 @@ KLLM_HD Selected radix_select(Ctx& ctx, Shared& sh, int64_t n, int key_bits, con
     }
     ctx.sync();
     if (hi == key_bits) {
-      total = find_bucket(ctx, sh, nb, need_of);
-      need = need_of(total);
-      if (need > total) need = total;
-      if (need < 1) need = 1;
+      need = find_bucket(ctx, sh, nb, need_of);
     } else {
       find_bucket(ctx, sh, nb, Fixed{need - below});
     }
@@ -217,7 +216,7 @@ KLLM_HD Selected radix_select(Ctx& ctx, Shared& sh, int64_t n, int key_bits, con
     hi = lo;
     ctx.sync();  // sh.pick is read before the next pass's find_bucket writes it
   }
-  return Selected{prefix, below, need, total};
+  return Selected{prefix, below, need};
 }
 
 // Every token counts 1: for the k-th largest.
@@ -317,13 +316,12 @@ KLLM_HD int32_t draw_token(Ctx& ctx, Shared& sh, const float* row, int64_t n, co
   if (d.top_p < 1.0f) {
     const Selected cut = radix_select(ctx, sh, n, 32, weights, TopPNeed{d.top_p});
     const uint64_t v = weights.value(cut.key);
-    mass = cut.below + (cut.need - cut.below + v - 1) / v * v;  // through the last kept token
+    mass = cut.below + ties_taken(cut, v) * v;  // through the last kept token
   }
   const Selected drawn = radix_select(ctx, sh, n, 32, weights, DrawNeed{philox_u24(d.seed, d.index, d.step), mass});
   // Among tokens of equal logit (equal weight v), the j-th by id.
-  const uint64_t v = weights.value(drawn.key);
-  const uint64_t j = (drawn.need - drawn.below + v - 1) / v;
-  const int id_bits = bit_width(static_cast<uint64_t>(n - 1)) > 0 ? bit_width(static_cast<uint64_t>(n - 1)) : 1;
+  const uint64_t j = ties_taken(drawn, weights.value(drawn.key));
+  const int id_bits = n > 1 ? bit_width(static_cast<uint64_t>(n - 1)) : 1;
   return static_cast<int32_t>(radix_select(ctx, sh, n, id_bits, TieItem{row, drawn.key}, Fixed{j}).key);
 }
 

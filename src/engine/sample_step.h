@@ -1,8 +1,8 @@
-// One decode step of the samples, shared by generate() and the Scheduler so that a request's
-// tokens are the same whichever runs it. Two phases: draw_tokens draws token `step` of sample
-// `index` for every live sample at once (pure, so in parallel); apply_token then appends each
-// token in sample order: stop on a stop id, stream its text, stop at max_new_tokens or the
-// position limit.
+// One decode step of the samples, in two phases, so that a request's tokens are the same
+// whether generate() or the Scheduler runs it: draw_tokens draws token `step` of sample `index`
+// for every draw at once (pure, so in parallel; Backend::forward_sample's host default), then
+// apply_token appends each token in sample order: stop on a stop id, stream its text, stop at
+// max_new_tokens or the position limit.
 #pragma once
 
 #include <cstdint>

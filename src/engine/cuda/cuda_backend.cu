@@ -28,11 +28,12 @@ constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
 constexpr int64_t kSkinnyServedTokens = 8;
 
-// Whether the environment variable `name` is set to "0" (the switches that turn a path off).
-bool env_off(const char* name) {
+// Whether the environment variable `name` is set to `value` ("0" turns a path off, "1" on).
+bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "0";
+  return v != nullptr && std::string(v) == value;
 }
+bool env_off(const char* name) { return env_is(name, "0"); }
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
@@ -46,8 +47,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
-  const char* device_sampling = std::getenv("KERNELLLM_CUDA_DEVICE_SAMPLING");
-  if (device_sampling != nullptr && std::string(device_sampling) == "1") opts_.device_sampling = true;
+  if (env_is("KERNELLLM_CUDA_DEVICE_SAMPLING", "1")) opts_.device_sampling = true;
 }
 
 CudaBackend::~CudaBackend() {

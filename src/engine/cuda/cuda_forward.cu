@@ -241,7 +241,7 @@ Status CudaBackend::forward_sample(std::span<const ForwardRequest> batch, std::s
       std::all_of(draws.begin(), draws.end(), [](const RowDraw& d) { return d.params.temperature == 0.0f; });
   if (greedy) {
     std::vector<int32_t> ids;
-    KLLM_RETURN_IF_ERROR(forward_rows(batch, nullptr, &ids));
+    KLLM_RETURN_IF_ERROR(forward_argmax(batch, ids));
     tokens.resize(draws.size());
     for (size_t i = 0; i < draws.size(); ++i) tokens[i] = ids[static_cast<size_t>(draws[i].row)];
     return Status::ok_status();
