@@ -4,7 +4,7 @@ weights made directly on the device in the bench dtype. Writes one JSON file (--
 kernelllm merges into its own report under "peer". Not a test; numbers are timings.
 
 Decode per n: one generate() of a batch of n copies of the prompt with exactly --new-tokens
-new tokens (greedy, eos ignored); decode ms/step = (generate time - prefill time of that
+new tokens (greedy, or sampled as --temperature / --top-p / --top-k say; eos ignored); decode ms/step = (generate time - prefill time of that
 batch) / (new tokens - 1), where the prefill of the same batch is timed separately.
 """
 from __future__ import annotations
@@ -62,6 +62,9 @@ def main() -> int:
     ap.add_argument("--device", default="cuda:0", help="cuda:N or cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0, help="0 keeps all")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -77,13 +80,21 @@ def main() -> int:
     model = build_model(args.config, dtype, device, args.seed)
     new = args.new_tokens
 
+    # HF's sampler: temperature, top-k and top-p logits processors, softmax, torch.multinomial.
+    sampling = (
+        {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k or None}
+        if args.temperature > 0
+        else {}
+    )
+
     def generate(batch: torch.Tensor, tokens: int):
         return model.generate(
             batch,
             attention_mask=torch.ones_like(batch),
             max_new_tokens=tokens,
             min_new_tokens=tokens,
-            do_sample=False,
+            do_sample=args.temperature > 0,
+            **sampling,
             num_beams=1,
             pad_token_id=0,
         )
@@ -114,7 +125,9 @@ def main() -> int:
 
     result = {
         "peer": "hf-transformers",
-        "method": "model.generate on a batch of n copies of the prompt, greedy, eos ignored; "
+        "method": "model.generate on a batch of n copies of the prompt, "
+        + (f"sampled (temperature {args.temperature}, top_p {args.top_p}, top_k {args.top_k})" if args.temperature > 0 else "greedy")
+        + ", eos ignored; "
         "ms_per_step = (generate - prefill of that batch) / (new_tokens - 1)",
         "attn_implementation": "eager",
         "dtype": args.dtype,

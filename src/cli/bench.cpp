@@ -112,6 +112,15 @@ void add_bench_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--warmup", o.warmup, "Untimed rounds per n before measuring")
       ->check(CLI::Range(int64_t{0}, int64_t{100}))
       ->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "Draw each step's tokens at this temperature; 0 is greedy")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "Nucleus cut of sampled draws, in (0, 1]")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "Keep the k most likely tokens of sampled draws; 0 keeps all")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-cuda-graphs", args->no_cuda_graphs, "Do not capture decode steps in CUDA graphs");
   cmd->add_option("--peer", o.peer, "Also time a peer on the same shape and prompt")->check(CLI::IsMember({"hf"}));

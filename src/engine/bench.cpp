@@ -1,10 +1,10 @@
 // `kernelllm bench` measurement (see bench.h): builds the backend (real or seeded random
 // weights), checks memory first, times one prefill and then n forks decoded together per n,
 // and turns step times into tok/s and achieved GB/s. Method: every decode step is timed on
-// the host around Backend::forward_sample with greedy draws, as greedy generation calls it
-// (generator.cpp: the CUDA backend takes the argmax on the device, the CPU backend on the
-// host), i.e. what one greedy engine step costs end to end; we report the median and the spread, and tok/s from
-// the mean.
+// the host around Backend::forward_sample, as generation calls it (generator.cpp), with greedy
+// draws by default or sampled ones (--temperature, --top-p, --top-k), i.e. what one engine step
+// costs end to end, the tokens' draw included; we report the median and the spread, and tok/s
+// from the mean.
 #include "kernelllm/engine/bench.h"
 
 #include <algorithm>
@@ -49,8 +49,10 @@ struct DecodeRun {
   std::vector<double> step_ms;
 };
 
-// One prefill of `prompt`, n forks, `steps` batched single-token forwards with greedy picks.
-Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, int64_t n, int64_t steps) {
+// One prefill of `prompt`, n forks, `steps` batched single-token forwards, each drawing the
+// forks' next tokens with `params`.
+Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, int64_t n, int64_t steps,
+                             const SamplingParams& params) {
   DecodeRun run;
   std::vector<SeqId> seqs;
   struct Release {
@@ -60,12 +62,10 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
       for (SeqId id : s) b.release_sequence(id);
     }
   } release{backend, seqs};
-  // Greedy tokens as greedy generation takes them (generator.cpp): forward_sample, the prefill
-  // drawing every fork's first token, each step one token per row.
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
+  // Tokens as generation takes them (generator.cpp): forward_sample, the prefill drawing every
+  // fork's first token (sample index = fork), each step one token per row.
   std::vector<RowDraw> draws;
-  for (int64_t i = 0; i < n; ++i) draws.push_back(RowDraw{0, greedy, static_cast<uint64_t>(i), 0});
+  for (int64_t i = 0; i < n; ++i) draws.push_back(RowDraw{0, params, static_cast<uint64_t>(i), 0});
   std::vector<int32_t> next, ids;  // the batch reads next; the pass writes ids
   const auto t0 = Clock::now();
   KLLM_ASSIGN_OR_RETURN(SeqId p, backend.create_sequence());
@@ -172,6 +172,12 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
     return error(ErrorCode::invalid_argument, "bench: expected --peer hf, found \"" + o.peer + "\"");
   }
   const int64_t max_n = *std::max_element(o.n.begin(), o.n.end());
+  SamplingParams params;
+  params.temperature = o.temperature;
+  params.top_p = o.top_p;
+  params.top_k = o.top_k;
+  params.seed = o.seed;
+  if (Status st = validate(params); !st.ok()) return error(ErrorCode::invalid_argument, "bench: " + st.message());
 
   KLLM_ASSIGN_OR_RETURN(BenchModel m, load_bench_model(o));
   const ModelConfig& c = m.config;
@@ -225,10 +231,10 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
   std::vector<double> prefills;
   for (int64_t n : o.n) {
     for (int64_t w = 0; w < o.warmup; ++w) {
-      KLLM_RETURN_IF_ERROR(decode_run(*m.backend, prompt, n, std::min<int64_t>(o.new_tokens - 1, 4)).status());
+      KLLM_RETURN_IF_ERROR(decode_run(*m.backend, prompt, n, std::min<int64_t>(o.new_tokens - 1, 4), params).status());
     }
     if (log) log("decoding n = " + std::to_string(n));
-    KLLM_ASSIGN_OR_RETURN(DecodeRun run, decode_run(*m.backend, prompt, n, o.new_tokens - 1));
+    KLLM_ASSIGN_OR_RETURN(DecodeRun run, decode_run(*m.backend, prompt, n, o.new_tokens - 1, params));
     prefills.push_back(run.prefill_ms);
     decode.push_back(decode_entry(n, run, o.prompt_tokens, weight_read, kv_token_bytes, copy_gbps));
   }
@@ -258,8 +264,13 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
         {"n", o.n},
         {"warmup", o.warmup},
         {"seed", o.seed},
-        {"sampling", "greedy as generation takes it (Backend::forward_sample; the CUDA backend picks on the device), "
-                     "eos ignored"},
+        {"sampling", o.temperature == 0.0f
+                         ? "greedy as generation takes it (Backend::forward_sample; the CUDA backend picks on the device), "
+                           "eos ignored"
+                         : "sampled as generation takes it (Backend::forward_sample, sample index = fork), eos ignored"},
+        {"temperature", o.temperature},
+        {"top_p", o.top_p},
+        {"top_k", o.top_k},
         {"cuda_graphs", o.cuda_graphs}}},
       {"memory", memory},
       {"copy_bandwidth",

@@ -36,6 +36,10 @@ std::string format_bench_table(const Json& r) {
   out += fmt::format("kernelllm bench: {} on {}, {}, prompt {} tokens, {} new tokens\n",
                      r["model"].value("source", std::string("?")), device, opt.value("dtype", std::string("?")),
                      opt.value("prompt_tokens", int64_t{0}), opt.value("new_tokens", int64_t{0}));
+  const double temperature = opt.value("temperature", 0.0);
+  out += temperature > 0 ? fmt::format("draws: sampled, temperature {:g}, top_p {:g}, top_k {}\n", temperature,
+                                       opt.value("top_p", 1.0), opt.value("top_k", int64_t{0}))
+                         : std::string("draws: greedy\n");
   const Json& pf = r["prefill"];
   out += fmt::format("prefill: {} ms median ({} tok/s)\n", cell(num(pf, "ms_median"), "{:.2f}"), cell(num(pf, "tok_s"), "{:.0f}"));
   const Json& bw = r["copy_bandwidth"];

@@ -180,6 +180,35 @@ TEST(Bench, BadOptionsAreErrors) {
   o = base;
   o.peer = "vllm";
   fails_with(o, "--peer hf");
+  o = base;
+  o.temperature = -0.5f;
+  fails_with(o, "temperature >= 0");
+  o = base;
+  o.temperature = 0.6f;
+  o.top_p = 0.0f;
+  fails_with(o, "top_p in (0, 1]");
+}
+
+TEST(Bench, SampledRunRecordsHowTokensWereDrawn) {
+  BenchOptions o;
+  o.config = "tiny";
+  o.device = "cpu";
+  o.prompt_tokens = 8;
+  o.new_tokens = 4;
+  o.n = {2};
+  o.warmup = 0;
+  o.temperature = 0.6f;
+  o.top_p = 0.95f;
+  o.top_k = 40;
+  auto r = run_bench(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const Json& opts = (*r)["options"];
+  EXPECT_NE(opts["sampling"].get<std::string>().find("sampled"), std::string::npos);
+  EXPECT_FLOAT_EQ(opts["temperature"].get<float>(), 0.6f);
+  EXPECT_FLOAT_EQ(opts["top_p"].get<float>(), 0.95f);
+  EXPECT_EQ(opts["top_k"], 40);
+  ASSERT_EQ((*r)["decode"].size(), 1u);
+  EXPECT_EQ((*r)["decode"][0]["steps"], 3);
 }
 
 }  // namespace

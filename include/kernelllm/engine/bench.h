@@ -28,6 +28,11 @@ struct BenchOptions {
   int64_t new_tokens = 512;     // decode steps per n; eos does not stop them
   std::vector<int64_t> n = {1, 10, 20};
   int64_t warmup = 1;           // untimed rounds (prefill + a few decode steps) per n first
+  // How each step's tokens are drawn: temperature 0 is greedy; above 0 every fork samples with
+  // top_p / top_k as generation does (sample index = fork, seed = `seed`).
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
   int threads = 0;              // cpu: 0 → hardware concurrency
   bool cuda_graphs = true;
   std::string peer;             // "" or "hf"
