@@ -13,6 +13,11 @@
 #else
 #define KLLM_HD inline
 #endif
+#if defined(__CUDA_ARCH__)
+#define KLLM_UNROLL _Pragma("unroll")  // a loop of constant trip count, unrolled on the device
+#else
+#define KLLM_UNROLL
+#endif
 
 namespace kernelllm::hd {
 

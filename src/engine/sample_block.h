@@ -1,6 +1,7 @@
-// A token drawn from one row of logits by a block of threads working together: written once
-// for the CUDA backend's sampling kernel (engine/cuda/sample.cu, one thread block per draw) and
-// for the host, where tests run this same code on a block of std::threads.
+// A token drawn from one row of logits by a group of thread blocks working together (a block,
+// or a cluster of blocks that each take a share of the row and add up their histograms):
+// written once for the CUDA backend's sampling kernel (engine/cuda/sample.cu, one block or one
+// cluster per draw) and for the host, where tests run this same code on std::threads.
 //
 // What is drawn is sampler.h's sample_token: HF's warpers in HF's order (temperature; top-k
 // keeps every token scoring >= the k-th largest; top-p keeps the shortest prefix of the
@@ -15,7 +16,7 @@
 //  - the order is the logits' (descending, lower id first among equal logits); sampler.h
 //    orders by logit / T, which can make two close logits equal.
 //  - the k-th largest, the top-p cut and the drawn token are found by radix selection on a
-//    32-bit order key, 11 bits a pass over the row, with a histogram of counts or weights,
+//    32-bit order key, 8 bits a pass over the row, with a histogram of counts or weights,
 //    rather than by sorting.
 // So a draw equals sample_token's except where u, or top_p, falls within a few 1e-6 of a step
 // of the cumulative distribution. Rows with non-finite logits: NaN logits are never drawn
@@ -28,13 +29,20 @@
 
 namespace kernelllm::sample_block {
 
-constexpr int kMaxThreads = 1024;
-constexpr int kDigitBits = 11;
+constexpr int kMaxThreads = 512;
+constexpr int kDigitBits = 8;
 constexpr int kBuckets = 1 << kDigitBits;
+// Copies of the histogram a pass fills (a warp adds to copy warp % kCopies, so warps do not
+// wait on each other's atomics), folded into copy 0 before the buckets are read.
+constexpr int kCopies = 16;
 constexpr int kWeightBits = 40;  // a weight of 1 (the largest logit's) is 2^40
 // Weights are < 2^41, so the sum over a row stays below 2^62.
 constexpr int64_t kMaxVocab = int64_t{1} << 21;
 constexpr uint32_t kNanKey = 0xFFFFFFFFu;
+// A thread's items in a pass over the row: chunks of kChunk consecutive logits (one 16-byte
+// load where the row allows), kUnroll chunks loaded before any is used.
+constexpr int kChunk = 4;
+constexpr int kUnroll = 4;
 
 // One token to draw; the kernel's argument, one per thread block.
 struct Draw {
@@ -49,7 +57,7 @@ struct Draw {
 
 // The block's shared memory.
 struct Shared {
-  uint64_t hist[kBuckets];
+  uint64_t hist[kCopies][kBuckets];
   uint64_t scan[2][kMaxThreads];
   uint64_t pick_below;  // find_bucket's result: the sum of the buckets before pick
   uint32_t pick;
@@ -151,7 +159,7 @@ KLLM_HD uint64_t find_bucket(Ctx& ctx, Shared& sh, int nb, const Need& need_of) 
   const int b0 = t * per < nb ? t * per : nb;
   const int b1 = b0 + per < nb ? b0 + per : nb;
   uint64_t local = 0;
-  for (int b = b0; b < b1; ++b) local += sh.hist[b];
+  for (int b = b0; b < b1; ++b) local += sh.hist[0][b];
   uint64_t total = 0;
   const uint64_t inclusive = block_inclusive_scan(ctx, sh, local, total);
   uint64_t need = need_of(total);
@@ -160,12 +168,12 @@ KLLM_HD uint64_t find_bucket(Ctx& ctx, Shared& sh, int nb, const Need& need_of) 
   uint64_t run = inclusive - local;
   if (run < need && need <= inclusive) {
     for (int b = b0; b < b1; ++b) {
-      if (run + sh.hist[b] >= need) {
+      if (run + sh.hist[0][b] >= need) {
         sh.pick = static_cast<uint32_t>(b);
         sh.pick_below = run;
         break;
       }
-      run += sh.hist[b];
+      run += sh.hist[0][b];
     }
   }
   ctx.sync();
@@ -186,26 +194,70 @@ struct Selected {
 // How many of the tokens holding s.key, each of value v, the running sum takes to reach s.need.
 KLLM_HD uint64_t ties_taken(const Selected& s, uint64_t v) { return (s.need - s.below + v - 1) / v; }
 
+// Calls f(i, logit) for every item of this thread, kUnroll chunks a trip; items past n come as
+// i >= n (logit 0), so that every thread of a warp makes the same calls. `aligned`: row is
+// 16-byte aligned (the device then loads a chunk at once).
+template <class Ctx, class F>
+KLLM_HD void for_items(Ctx& ctx, const float* row, int64_t n, bool aligned, const F& f) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk, stride = ctx.stride(), trips = ctx.trips(chunks);
+  int64_t c = ctx.first();
+  for (int64_t trip = 0; trip < trips; trip += kUnroll, c += kUnroll * stride) {
+    float x[kUnroll][kChunk];
+    KLLM_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i0 = (c + u * stride) * kChunk;
+#if defined(__CUDA_ARCH__)
+      if (aligned && i0 + kChunk <= n) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(row + i0));
+        x[u][0] = v.x;
+        x[u][1] = v.y;
+        x[u][2] = v.z;
+        x[u][3] = v.w;
+        continue;
+      }
+#else
+      (void)aligned;
+#endif
+      KLLM_UNROLL
+      for (int e = 0; e < kChunk; ++e) x[u][e] = i0 + e < n ? row[i0 + e] : 0.0f;
+    }
+    KLLM_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      KLLM_UNROLL
+      for (int e = 0; e < kChunk; ++e) f((c + u * stride) * kChunk + e, x[u][e]);
+    }
+  }
+}
+
 // Items i in [0, n) with item.key(i, key) true (eligible) and weight item.value(key), in
 // ascending key order (key_bits bits): the key where the running sum of the values first
-// reaches need_of(total). A pass over the items per kDigitBits of key.
+// reaches need_of(total). A pass over the items per kDigitBits of key; every block of the group
+// counts its share of the items and ctx.combine_hist gives each block the group's histogram,
+// so every block picks the same buckets.
 template <class Ctx, class Item, class Need>
-KLLM_HD Selected radix_select(Ctx& ctx, Shared& sh, int64_t n, int key_bits, const Item& item, const Need& need_of) {
+KLLM_HD Selected radix_select(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, int key_bits,
+                              const Item& item, const Need& need_of) {
   uint32_t prefix = 0;
   uint64_t below = 0, need = 0;
   for (int hi = key_bits; hi > 0;) {
     const int lo = hi > kDigitBits ? hi - kDigitBits : 0;
     const int nb = 1 << (hi - lo);
-    for (int b = ctx.tid(); b < nb; b += ctx.threads()) sh.hist[b] = 0;
+    for (int b = ctx.tid(); b < kCopies * nb; b += ctx.threads()) sh.hist[b / nb][b % nb] = 0;
     ctx.sync();
-    for (int64_t i = ctx.tid(); i < n; i += ctx.threads()) {
+    for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
       uint32_t key = 0;
-      if (!item.key(i, key)) continue;
-      if (hi < 32 && (key >> hi) != prefix) continue;
-      const uint64_t v = item.value(key);
-      if (v != 0) ctx.add(&sh.hist[(key >> lo) & static_cast<uint32_t>(nb - 1)], v);
+      uint64_t v = 0;
+      if (i < n && item.key(i, logit, key) && (hi == 32 || (key >> hi) == prefix)) v = item.value(key);
+      ctx.hist_add(sh.hist, (key >> lo) & static_cast<uint32_t>(nb - 1), v);
+    });
+    ctx.sync();
+    for (int b = ctx.tid(); b < nb; b += ctx.threads()) {
+      uint64_t sum = 0;
+      for (int c = 0; c < kCopies; ++c) sum += sh.hist[c][b];
+      sh.hist[0][b] = sum;
     }
     ctx.sync();
+    ctx.combine_hist(sh, nb);
     if (hi == key_bits) {
       need = find_bucket(ctx, sh, nb, need_of);
     } else {
@@ -221,9 +273,8 @@ KLLM_HD Selected radix_select(Ctx& ctx, Shared& sh, int64_t n, int key_bits, con
 
 // Every token counts 1: for the k-th largest.
 struct CountItem {
-  const float* row;
-  KLLM_HD bool key(int64_t i, uint32_t& key) const {
-    key = key_of(row[i]);
+  KLLM_HD bool key(int64_t, float logit, uint32_t& key) const {
+    key = key_of(logit);
     return true;
   }
   KLLM_HD uint64_t value(uint32_t) const { return 1; }
@@ -231,11 +282,10 @@ struct CountItem {
 
 // Tokens with key <= limit (top-k's kept set), by weight.
 struct WeightItem {
-  const float* row;
   uint32_t limit;
   float max_logit, temperature;
-  KLLM_HD bool key(int64_t i, uint32_t& key) const {
-    key = key_of(row[i]);
+  KLLM_HD bool key(int64_t, float logit, uint32_t& key) const {
+    key = key_of(logit);
     return key <= limit;
   }
   KLLM_HD uint64_t value(uint32_t key) const {
@@ -245,11 +295,10 @@ struct WeightItem {
 
 // The tokens holding one key, by id: for the j-th of equal logits.
 struct TieItem {
-  const float* row;
   uint32_t tied;
-  KLLM_HD bool key(int64_t i, uint32_t& key) const {
+  KLLM_HD bool key(int64_t i, float logit, uint32_t& key) const {
     key = static_cast<uint32_t>(i);
-    return key_of(row[i]) == tied;
+    return key_of(logit) == tied;
   }
   KLLM_HD uint64_t value(uint32_t) const { return 1; }
 };
@@ -274,9 +323,17 @@ KLLM_HD int bit_width(uint64_t x) {
   return w;
 }
 
-// The token of draw `d` from row[0, n), 1 <= n <= kMaxVocab; every thread of the block calls
-// it and gets the token. Ctx: tid(), threads() (1..kMaxThreads), sync() (a block barrier),
-// add(uint64_t*, v) and min(uint32_t*, v) (atomic, on `sh`).
+// The token of draw `d` from row[0, n), 1 <= n <= kMaxVocab; every thread of the group calls
+// it and gets the token. Ctx, for a group of blocks that each have their own `sh`:
+//  - tid(), threads(): the thread in its block, and the block's size (1..kMaxThreads);
+//  - first(), stride(), trips(chunks): the chunks of kChunk items a thread visits, first() +
+//    j * stride() for j < trips(chunks) (for_items skips those past the row; on the device the
+//    count is the same for a whole warp);
+//  - sync(): the block's barrier; min(uint32_t*, v): an atomic min on the block's `sh`;
+//  - hist_add(hist, bucket, v): hist[c][bucket] += v for one of the kCopies copies c, unless v
+//    is 0 (every thread calls it as often, so a warp can add up its equal buckets first);
+//  - combine_hist(sh, nb), combine_min(uint32_t* p) (called after a sync, return after one):
+//    sh.hist[0][0, nb) and *p become the sum and the min over the group's blocks.
 template <class Ctx>
 KLLM_HD int32_t draw_token(Ctx& ctx, Shared& sh, const float* row, int64_t n, const Draw& d) {
   ctx.sync();  // `sh` may still be read by a previous call
@@ -285,44 +342,47 @@ KLLM_HD int32_t draw_token(Ctx& ctx, Shared& sh, const float* row, int64_t n, co
     sh.min_id = 0xFFFFFFFFu;
   }
   ctx.sync();
+  const bool aligned = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
   uint32_t local = kNanKey;
-  for (int64_t i = ctx.tid(); i < n; i += ctx.threads()) {
-    const uint32_t k = key_of(row[i]);
+  for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
+    const uint32_t k = i < n ? key_of(logit) : kNanKey;
     local = k < local ? k : local;
-  }
+  });
   ctx.min(&sh.min_key, local);
   ctx.sync();
+  ctx.combine_min(&sh.min_key);
   const uint32_t top = sh.min_key;
   if (top == kNanKey) return 0;  // only NaNs
 
   if (d.temperature == 0.0f) {  // argmax: a NaN at index 0 wins, else the first of the largest
     if (key_of(row[0]) == kNanKey) return 0;
-    for (int64_t i = ctx.tid(); i < n; i += ctx.threads()) {
-      if (key_of(row[i]) == top) {
-        ctx.min(&sh.min_id, static_cast<uint32_t>(i));
-        break;
-      }
-    }
+    uint32_t found = 0xFFFFFFFFu;  // a thread's items come in increasing order
+    for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
+      if (i < n && found == 0xFFFFFFFFu && key_of(logit) == top) found = static_cast<uint32_t>(i);
+    });
+    ctx.min(&sh.min_id, found);
     ctx.sync();
+    ctx.combine_min(&sh.min_id);
     return static_cast<int32_t>(sh.min_id);
   }
 
   uint32_t limit = kNanKey;
   if (d.top_k > 0 && d.top_k < n) {
-    limit = radix_select(ctx, sh, n, 32, CountItem{row}, Fixed{static_cast<uint64_t>(d.top_k)}).key;
+    limit = radix_select(ctx, sh, row, n, aligned, 32, CountItem{}, Fixed{static_cast<uint64_t>(d.top_k)}).key;
   }
-  const WeightItem weights{row, limit, logit_of(top), d.temperature};
+  const WeightItem weights{limit, logit_of(top), d.temperature};
   uint64_t mass = 0;
   if (d.top_p < 1.0f) {
-    const Selected cut = radix_select(ctx, sh, n, 32, weights, TopPNeed{d.top_p});
+    const Selected cut = radix_select(ctx, sh, row, n, aligned, 32, weights, TopPNeed{d.top_p});
     const uint64_t v = weights.value(cut.key);
     mass = cut.below + ties_taken(cut, v) * v;  // through the last kept token
   }
-  const Selected drawn = radix_select(ctx, sh, n, 32, weights, DrawNeed{philox_u24(d.seed, d.index, d.step), mass});
+  const Selected drawn =
+      radix_select(ctx, sh, row, n, aligned, 32, weights, DrawNeed{philox_u24(d.seed, d.index, d.step), mass});
   // Among tokens of equal logit (equal weight v), the j-th by id.
   const uint64_t j = ties_taken(drawn, weights.value(drawn.key));
   const int id_bits = n > 1 ? bit_width(static_cast<uint64_t>(n - 1)) : 1;
-  return static_cast<int32_t>(radix_select(ctx, sh, n, id_bits, TieItem{row, drawn.key}, Fixed{j}).key);
+  return static_cast<int32_t>(radix_select(ctx, sh, row, n, aligned, id_bits, TieItem{drawn.key}, Fixed{j}).key);
 }
 
 }  // namespace kernelllm::sample_block

@@ -1,6 +1,6 @@
 // The device sampler (engine/cuda/sample.cuh) against the same code run on the host
 // (unit/sample_block_host.h): identical tokens for every draw, greedy and sampled, on Llama-3
-// sized rows and small ones; and the CUDA backend's forward_sample with device_sampling against
+// sized rows and small ones, with one block per draw and with clusters of 2 to 16; and the CUDA backend's forward_sample with device_sampling against
 // its host draws on a tiny checkpoint ($KERNELLLM_TESTDATA).
 #include <gtest/gtest.h>
 
@@ -18,12 +18,13 @@ namespace {
 
 using sample_block::Draw;
 
-std::vector<int32_t> device_draws(const std::vector<float>& logits, int64_t vocab, const std::vector<Draw>& draws) {
+std::vector<int32_t> device_draws(const std::vector<float>& logits, int64_t vocab, const std::vector<Draw>& draws,
+                                  int blocks_per_draw) {
   const cuda::DeviceBuffer d_logits = cuda_test::upload(logits);
   const cuda::DeviceBuffer d_draws = cuda_test::upload(draws);
   const cuda::DeviceBuffer d_ids = cuda_test::poisoned(draws.size() * 4);
   cuda::sample_rows(d_logits.as<float>(), vocab, d_draws.as<Draw>(), static_cast<int64_t>(draws.size()),
-                    d_ids.as<int32_t>(), nullptr);
+                    d_ids.as<int32_t>(), blocks_per_draw, nullptr);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<int32_t> ids(draws.size(), -1);
@@ -63,7 +64,12 @@ TEST(DeviceSampler, SameTokensAsTheHostRunningTheSameCode) {
     make_case(vocab, 4, static_cast<uint64_t>(vocab), logits, draws);
     const std::vector<int32_t> host = testing::host_draw_tokens(logits, vocab, draws, 16);
     ASSERT_EQ(host.size(), draws.size());
-    EXPECT_EQ(device_draws(logits, vocab, draws), host) << "vocab " << vocab;
+    int major = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    for (const int blocks : {1, 2, 4, 8, 16}) {
+      if (blocks > 1 && major < 9) continue;  // clusters
+      EXPECT_EQ(device_draws(logits, vocab, draws, blocks), host) << "vocab " << vocab << ", " << blocks << " blocks";
+    }
   }
 }
 

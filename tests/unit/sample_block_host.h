@@ -1,8 +1,11 @@
-// sample_block.h's draw_token run on the host by a block of std::threads: the same code the CUDA
-// kernel runs per thread block, with a std::barrier for __syncthreads and std::atomic_ref for the
-// shared-memory atomics. For tests (unit/sample_block_test.cpp, cuda/sample_test.cpp).
+// sample_block.h's draw_token run on the host by std::threads: a group of `blocks` blocks of
+// `threads` threads each, the same code the CUDA kernel runs per block or per cluster. Every
+// block has its own Shared; a std::barrier per block stands for __syncthreads and one for the
+// group for the cluster's barrier; std::atomic_ref gives the shared-memory atomics. For tests
+// (unit/sample_block_test.cpp, cuda/sample_test.cpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <memory>
@@ -14,41 +17,84 @@
 
 namespace kernelllm::testing {
 
-class HostBlock {
+class HostGroupThread {
  public:
-  HostBlock(int tid, int threads, std::barrier<>& barrier) : tid_(tid), threads_(threads), barrier_(barrier) {}
+  HostGroupThread(int tid, int threads, int rank, std::span<sample_block::Shared> shared, std::barrier<>& block,
+                  std::barrier<>& group)
+      : tid_(tid), threads_(threads), rank_(rank), shared_(shared), block_(block), group_(group) {}
   int tid() const { return tid_; }
   int threads() const { return threads_; }
-  void sync() { barrier_.arrive_and_wait(); }
-  void add(uint64_t* p, uint64_t v) { std::atomic_ref<uint64_t>(*p).fetch_add(v, std::memory_order_relaxed); }
+  int64_t first() const { return static_cast<int64_t>(rank_) * threads_ + tid_; }
+  int64_t stride() const { return static_cast<int64_t>(threads_) * static_cast<int64_t>(shared_.size()); }
+  int64_t trips(int64_t n) const { return n > first() ? (n - first() + stride() - 1) / stride() : 0; }
+  void sync() { block_.arrive_and_wait(); }
+  void hist_add(uint64_t (*hist)[sample_block::kBuckets], uint32_t bucket, uint64_t v) {
+    if (v != 0) {
+      std::atomic_ref<uint64_t>(hist[(tid_ / 32) % sample_block::kCopies][bucket]).fetch_add(v, std::memory_order_relaxed);
+    }
+  }
   void min(uint32_t* p, uint32_t v) {
     std::atomic_ref<uint32_t> a(*p);
     uint32_t cur = a.load(std::memory_order_relaxed);
     while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
     }
   }
+  // Reads every block's copy between two group barriers, then writes its own.
+  void combine_hist(sample_block::Shared& sh, int nb) {
+    if (shared_.size() == 1) return;
+    group_.arrive_and_wait();
+    std::vector<uint64_t> sums;
+    for (int b = tid_; b < nb; b += threads_) {
+      uint64_t s = 0;
+      for (const sample_block::Shared& other : shared_) s += other.hist[0][b];
+      sums.push_back(s);
+    }
+    group_.arrive_and_wait();
+    size_t j = 0;
+    for (int b = tid_; b < nb; b += threads_) sh.hist[0][b] = sums[j++];
+    sync();
+  }
+  void combine_min(uint32_t* p) {
+    if (shared_.size() == 1) return;
+    const auto offset = reinterpret_cast<const char*>(p) - reinterpret_cast<const char*>(&shared_[static_cast<size_t>(rank_)]);
+    group_.arrive_and_wait();
+    uint32_t m = *p;
+    for (const sample_block::Shared& other : shared_) {
+      m = std::min(m, *reinterpret_cast<const uint32_t*>(reinterpret_cast<const char*>(&other) + offset));
+    }
+    group_.arrive_and_wait();
+    if (tid_ == 0) *p = m;
+    sync();
+  }
 
  private:
-  int tid_, threads_;
-  std::barrier<>& barrier_;
+  int tid_, threads_, rank_;
+  std::span<sample_block::Shared> shared_;
+  std::barrier<>& block_;
+  std::barrier<>& group_;
 };
 
-// The token of each draw (rows of `vocab` logits), every thread's answer checked to agree.
+// The token of each draw (rows of `vocab` logits) by a group of `blocks` blocks of `threads`
+// threads, every thread's answer checked to agree.
 inline std::vector<int32_t> host_draw_tokens(std::span<const float> logits, int64_t vocab,
-                                             std::span<const sample_block::Draw> draws, int threads) {
-  auto sh = std::make_unique<sample_block::Shared>();
-  std::barrier<> barrier(threads);
-  std::vector<std::vector<int32_t>> got(static_cast<size_t>(threads));
+                                             std::span<const sample_block::Draw> draws, int threads, int blocks = 1) {
+  std::vector<sample_block::Shared> shared(static_cast<size_t>(blocks));
+  std::vector<std::unique_ptr<std::barrier<>>> block_barriers;
+  for (int b = 0; b < blocks; ++b) block_barriers.push_back(std::make_unique<std::barrier<>>(threads));
+  std::barrier<> group(static_cast<std::ptrdiff_t>(threads) * blocks);
+  std::vector<std::vector<int32_t>> got(static_cast<size_t>(threads * blocks));
   {
     std::vector<std::jthread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        HostBlock ctx(t, threads, barrier);
-        for (const sample_block::Draw& d : draws) {
-          got[static_cast<size_t>(t)].push_back(
-              sample_block::draw_token(ctx, *sh, logits.data() + d.row * vocab, vocab, d));
-        }
-      });
+    for (int b = 0; b < blocks; ++b) {
+      for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, b, t] {
+          HostGroupThread ctx(t, threads, b, shared, *block_barriers[static_cast<size_t>(b)], group);
+          for (const sample_block::Draw& d : draws) {
+            got[static_cast<size_t>(b * threads + t)].push_back(sample_block::draw_token(
+                ctx, shared[static_cast<size_t>(b)], logits.data() + d.row * vocab, vocab, d));
+          }
+        });
+      }
     }
   }
   for (const auto& g : got) {

@@ -228,6 +228,22 @@ TEST(SampleBlock, TokensDoNotDependOnTheThreadCount) {
   for (int threads : {3, 32, 100}) EXPECT_EQ(testing::host_draw_tokens(logits, kVocab, draws, threads), one);
 }
 
+TEST(SampleBlock, TokensDoNotDependOnHowManyBlocksShareTheRow) {
+  // A cluster of blocks, each counting its share of the row (the device's layout at vocab
+  // sizes like Llama-3's): the same tokens as one block, greedy and sampled.
+  constexpr int64_t kVocab = 1001;
+  const std::vector<float> logits = make_rows(kVocab, 0.0f, 4);
+  const int64_t rows = static_cast<int64_t>(logits.size()) / kVocab;
+  std::vector<Draw> draws = make_draws(rows, {0.0f, 0.7f});
+  draws.resize(draws.size() / 3);
+  const std::vector<int32_t> one = testing::host_draw_tokens(logits, kVocab, draws, 8);
+  ASSERT_EQ(one.size(), draws.size());
+  for (const auto& [threads, blocks] : {std::pair{8, 2}, {5, 3}, {4, 8}, {32, 16}}) {
+    EXPECT_EQ(testing::host_draw_tokens(logits, kVocab, draws, threads, blocks), one)
+        << threads << " threads x " << blocks << " blocks";
+  }
+}
+
 int32_t draw_one(const std::vector<float>& row, const Draw& d, int threads = 4) {
   const std::vector<int32_t> got =
       testing::host_draw_tokens(row, static_cast<int64_t>(row.size()), std::span<const Draw>(&d, 1), threads);

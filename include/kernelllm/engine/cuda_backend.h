@@ -34,11 +34,10 @@ struct CudaBackendOptions {
   // The tensor-core skinny GEMM for 2..8 tokens with f16/bf16 weights (else cuBLASLt); the
   // environment variable KERNELLLM_CUDA_SKINNY=0 turns it off too.
   bool skinny_gemm = true;
-  // Sampled draws (temperature > 0) on the device (src/engine/sample_block.h: one thread block
-  // per draw, ids copied back) instead of the logits copied to the host for sample_token. Off by
-  // default until its device tests (tests/cuda/sample_test.cpp) have run on a GPU; the
-  // environment variable KERNELLLM_CUDA_DEVICE_SAMPLING=1 turns it on too.
-  bool device_sampling = false;
+  // Sampled draws (temperature > 0) on the device (src/engine/sample_block.h: a cluster of
+  // thread blocks per draw, ids copied back) instead of the logits copied to the host for
+  // sample_token; the environment variable KERNELLLM_CUDA_DEVICE_SAMPLING=0 turns it off too.
+  bool device_sampling = true;
 };
 
 // Uploads `weights` (f32/f16/bf16, converted to options.dtype on the device). `weights` may be

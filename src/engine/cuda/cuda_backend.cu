@@ -19,6 +19,7 @@
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/rmsnorm.cuh"
 #include "engine/cuda/rope.cuh"
+#include "engine/cuda/sample.cuh"
 #include "engine/cuda/skinny_gemm.cuh"
 #include "engine/cuda/swiglu.cuh"
 
@@ -47,7 +48,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
-  if (env_is("KERNELLLM_CUDA_DEVICE_SAMPLING", "1")) opts_.device_sampling = true;
+  if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
 }
 
 CudaBackend::~CudaBackend() {
@@ -67,6 +68,9 @@ Status CudaBackend::init() {
   KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts_.device),
                    "querying the compute capability");
   set_programmatic_launch(major >= 9 && !env_off("KERNELLLM_CUDA_PDL"));
+  compute_major_ = major;
+  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, opts_.device),
+                   "querying the SM count");
   size_t total_b = 0;
   KLLM_CUDA_RETURN(cudaMemGetInfo(&free_at_start_, &total_b), "querying free memory");
   KLLM_RETURN_IF_ERROR(gemm_.init(dtype_));

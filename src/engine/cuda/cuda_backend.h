@@ -114,6 +114,7 @@ class CudaBackend final : public Backend {
   const RowDraw* draws_ = nullptr;
   std::vector<size_t> draw_order_;
   int64_t draw_row0_ = 0;
+  int compute_major_ = 0, sm_count_ = 0;  // for the device draws' blocks (sample_blocks_per_draw)
   size_t draw_capacity_ = 0;
   sample_block::Draw* draws_host_ = nullptr;
   int32_t* draw_ids_host_ = nullptr;

@@ -226,8 +226,9 @@ Status CudaBackend::draw_on_device(int64_t row0, int64_t rn) {
   KLLM_CUDA_RETURN(cudaMemcpyAsync(dev + b, draws_host_ + b, (e - b) * sizeof(sample_block::Draw),
                                    cudaMemcpyHostToDevice, stream_),
                    "draws upload");
-  sample_rows(logits_dev_.as<float>(), config_.vocab_size, dev + b, static_cast<int64_t>(e - b),
-              draw_ids_dev_.as<int32_t>() + b, stream_);
+  const auto n_draws = static_cast<int64_t>(e - b);
+  sample_rows(logits_dev_.as<float>(), config_.vocab_size, dev + b, n_draws, draw_ids_dev_.as<int32_t>() + b,
+              sample_blocks_per_draw(compute_major_, sm_count_, n_draws), stream_);
   KLLM_CUDA_RETURN(cudaMemcpyAsync(draw_ids_host_ + b, draw_ids_dev_.as<int32_t>() + b, (e - b) * 4,
                                    cudaMemcpyDeviceToHost, stream_),
                    "drawn ids download");

@@ -1,5 +1,9 @@
-// The device sampler (sample.cuh): sample_block.h's draw_token with one block of 512 threads per
-// draw, the block's barrier and shared-memory atomics behind the Ctx it expects.
+// The device sampler (sample.cuh): sample_block.h's draw_token with one cluster of `blocks`
+// 512-thread blocks per draw (one block on devices without clusters), the block's barrier and
+// shared-memory atomics, and the cluster's barrier and distributed shared memory behind the Ctx
+// it expects.
+#include <cooperative_groups.h>
+
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/sample.cuh"
 
@@ -7,11 +11,12 @@ namespace kernelllm::cuda {
 namespace {
 
 constexpr int kThreads = 512;
-static_assert(kThreads <= sample_block::kMaxThreads);
+static_assert(kThreads <= sample_block::kMaxThreads && kThreads % 32 == 0);
 
-// The Ctx of draw_token. Host-device members so that nvcc accepts the template's host side;
-// only the kernel calls them.
-struct DeviceBlock {
+// The Ctx of draw_token for a group of kBlocks blocks (a cluster when kBlocks > 1). Host-device
+// members so that nvcc accepts the template's host side; only the kernel calls them.
+template <int kBlocks>
+struct DeviceGroup {
   __host__ __device__ int tid() const {
 #if defined(__CUDA_ARCH__)
     return static_cast<int>(threadIdx.x);
@@ -20,16 +25,43 @@ struct DeviceBlock {
 #endif
   }
   __host__ __device__ int threads() const { return kThreads; }
+  __host__ __device__ int64_t first() const {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int64_t>(blockIdx.x % kBlocks) * kThreads + threadIdx.x;
+#else
+    return 0;
+#endif
+  }
+  __host__ __device__ int64_t stride() const { return int64_t{kThreads} * kBlocks; }
+  // The same for every lane of a warp: the trips of its first lane.
+  __host__ __device__ int64_t trips(int64_t n) const {
+    const int64_t warp_first = first() - (tid() & 31);
+    return n > warp_first ? (n - warp_first + stride() - 1) / stride() : 0;
+  }
   __host__ __device__ void sync() const {
 #if defined(__CUDA_ARCH__)
     __syncthreads();
 #endif
   }
-  __host__ __device__ void add(uint64_t* p, uint64_t v) const {
+  // The warp's lanes with the same bucket add their values first (exactly: two 32-bit sums of
+  // < 2^21 and < 2^20 parts, values < 2^41) and one of them adds the sum to the warp's copy:
+  // shared 64-bit adds are compare-and-swap loops, and a flat row puts most items in a few
+  // buckets, so one copy for all warps had them spinning on each other.
+  __host__ __device__ void hist_add(uint64_t (*hist)[sample_block::kBuckets], uint32_t bucket, uint64_t v) const {
 #if defined(__CUDA_ARCH__)
-    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+    if (__all_sync(0xFFFFFFFFu, v == 0)) return;  // most of a row's items in a pass past its first
+    const uint32_t key = v != 0 ? bucket : 0xFFFFFFFFu;
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, key);
+    if (key == 0xFFFFFFFFu) return;
+    const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(v & 0x1FFFFFu));
+    const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(v >> 21));
+    if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(&hist[(threadIdx.x / 32) % sample_block::kCopies][bucket]),
+                (static_cast<unsigned long long>(hi) << 21) + lo);
+    }
 #else
-    (void)p;
+    (void)hist;
+    (void)bucket;
     (void)v;
 #endif
   }
@@ -41,25 +73,106 @@ struct DeviceBlock {
     (void)v;
 #endif
   }
+  // Every block reads the cluster's copies between two cluster barriers, then writes its own.
+  __host__ __device__ void combine_hist(sample_block::Shared& sh, int nb) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kBlocks > 1) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      constexpr int kPer = (sample_block::kBuckets + kThreads - 1) / kThreads;
+      uint64_t sums[kPer];
+      cluster.sync();
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int b = static_cast<int>(threadIdx.x) + j * kThreads;
+        sums[j] = 0;
+        if (b < nb) {
+#pragma unroll 4
+          for (int r = 0; r < kBlocks; ++r) sums[j] += *cluster.map_shared_rank(&sh.hist[0][b], r);
+        }
+      }
+      cluster.sync();
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int b = static_cast<int>(threadIdx.x) + j * kThreads;
+        if (b < nb) sh.hist[0][b] = sums[j];
+      }
+      __syncthreads();
+    }
+#elif defined(__CUDA_ARCH__)
+    if constexpr (kBlocks > 1) __trap();  // clusters need compute capability 9.0
+#endif
+    (void)sh;
+    (void)nb;
+  }
+  __host__ __device__ void combine_min(uint32_t* p) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kBlocks > 1) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      uint32_t m = *p;
+      if (threadIdx.x == 0) {
+#pragma unroll
+        for (int r = 0; r < kBlocks; ++r) m = ::min(m, *cluster.map_shared_rank(p, r));
+      }
+      cluster.sync();
+      if (threadIdx.x == 0) *p = m;
+      __syncthreads();
+    }
+#elif defined(__CUDA_ARCH__)
+    if constexpr (kBlocks > 1) __trap();
+#endif
+    (void)p;
+  }
 };
 
-__global__ void __launch_bounds__(kThreads)
+template <int kBlocks>
+__global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(const float* logits, int64_t vocab, const sample_block::Draw* draws, int32_t* ids) {
   grid_dependency_wait();
   allow_dependent_launch();
   __shared__ sample_block::Shared sh;
-  DeviceBlock ctx;
-  const sample_block::Draw d = draws[blockIdx.x];
+  DeviceGroup<kBlocks> ctx;
+  const unsigned draw = blockIdx.x / kBlocks;
+  const sample_block::Draw d = draws[draw];
   const int32_t token = sample_block::draw_token(ctx, sh, logits + d.row * vocab, vocab, d);
-  if (threadIdx.x == 0) ids[blockIdx.x] = token;
+  if (threadIdx.x == 0 && blockIdx.x % kBlocks == 0) ids[draw] = token;
+}
+
+template <int kBlocks>
+void launch(const float* logits, int64_t vocab, const sample_block::Draw* draws, int64_t n_draws, int32_t* ids,
+            cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n_draws * kBlocks));
+  if constexpr (kBlocks == 1) {
+    launch_kernel(sample_kernel<1>, grid, kThreads, 0, stream, logits, vocab, draws, ids);
+  } else {
+    if constexpr (kBlocks > 8) {
+      (void)cudaFuncSetAttribute(sample_kernel<kBlocks>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    launch_cluster_kernel(sample_kernel<kBlocks>, grid, kThreads, kBlocks, stream, logits, vocab, draws, ids);
+  }
 }
 
 }  // namespace
 
+int sample_blocks_per_draw(int compute_major, int sm_count, int64_t n_draws) {
+  if (compute_major < 9) return 1;
+  int b = 16;
+  while (b > 1 && static_cast<int64_t>(b) * n_draws > sm_count) b /= 2;
+  return b;
+}
+
 void sample_rows(const float* logits, int64_t vocab, const sample_block::Draw* draws, int64_t n_draws, int32_t* ids,
-                 cudaStream_t stream) {
+                 int blocks_per_draw, cudaStream_t stream) {
   if (n_draws == 0) return;
-  launch_kernel(sample_kernel, static_cast<unsigned>(n_draws), kThreads, 0, stream, logits, vocab, draws, ids);
+  switch (blocks_per_draw) {
+    case 16: return launch<16>(logits, vocab, draws, n_draws, ids, stream);
+    case 8: return launch<8>(logits, vocab, draws, n_draws, ids, stream);
+    case 4: return launch<4>(logits, vocab, draws, n_draws, ids, stream);
+    case 2: return launch<2>(logits, vocab, draws, n_draws, ids, stream);
+    default: return launch<1>(logits, vocab, draws, n_draws, ids, stream);
+  }
 }
 
 }  // namespace kernelllm::cuda
