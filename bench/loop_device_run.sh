@@ -10,6 +10,8 @@
 #             eval-resume-h100.json (verifications per sample, verdicts vs EVAL_REF = an uninterrupted report.json)
 #   bench     `kernelllm bench` 8B random weights, 1,500-token prompt, 512 new tokens, n = 1,10,20,
 #             HF transformers beside it (--peer hf) → bench-h100.json
+#   bench-sampled  the same with sampled draws (--temperature 0.6 --top-p 0.95, kernelllm.py's
+#             settings; the HF peer samples alike) → bench-h100-sampled.json
 # Usage on the GPU machine, from the repo root: bash bench/loop_device_run.sh OUT_DIR MODE...
 # KB: the KernelBench tree (default .kb0, June 2025 problem sizes as in KernelLLM's evaluation).
 set -uo pipefail
@@ -95,6 +97,11 @@ for mode in "$@"; do
       "$cli" bench --config llama-3.1-8b --random-weights --seed 0 --device cuda:0 --dtype bf16 --prompt-tokens 1500 \
         --new-tokens 512 -n 1,10,20 --warmup 2 --peer hf --json "$out/bench-h100.json" > "$out/bench.stdout" 2> "$out/bench.stderr"
       echo "bench exit $?"; tail -20 "$out/bench.stdout"; tail -5 "$out/bench.stderr" ;;
+    bench-sampled)
+      "$cli" bench --config llama-3.1-8b --random-weights --seed 0 --device cuda:0 --dtype bf16 --prompt-tokens 1500 \
+        --new-tokens 512 -n 1,10,20 --warmup 2 --temperature 0.6 --top-p 0.95 --peer hf \
+        --json "$out/bench-h100-sampled.json" > "$out/bench-sampled.stdout" 2> "$out/bench-sampled.stderr"
+      echo "bench-sampled exit $?"; tail -20 "$out/bench-sampled.stdout"; tail -5 "$out/bench-sampled.stderr" ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
 done
