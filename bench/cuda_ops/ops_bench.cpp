@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "event_timer.h"
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/common.cuh"
@@ -25,26 +26,7 @@ using namespace kernelllm;
 using namespace kernelllm::cuda;
 
 namespace {
-float median_ms(const std::function<void(int)>& fn) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) fn(i);
-  std::vector<float> ts;
-  for (int i = 0; i < 50; ++i) {
-    cudaEventRecord(a);
-    fn(i);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    ts.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
+float median_ms(const std::function<void(int)>& fn) { return kernelllm::bench::median_event_ms(fn); }
 }  // namespace
 
 int main() {

@@ -5,12 +5,12 @@
 // Usage: kernelllm_cuda_sample_bench
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <random>
 #include <vector>
 
+#include "event_timer.h"
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/sample.cuh"
@@ -21,24 +21,7 @@ using namespace kernelllm::cuda;
 namespace {
 
 float median_us(const std::function<void()>& fn) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) fn();
-  std::vector<float> ts;
-  for (int i = 0; i < 50; ++i) {
-    cudaEventRecord(a);
-    fn();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    ts.push_back(ms * 1e3f);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  return 1e3f * kernelllm::bench::median_event_ms([&](int) { fn(); });
 }
 
 }  // namespace
