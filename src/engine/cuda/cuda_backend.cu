@@ -29,12 +29,11 @@ constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
 constexpr int64_t kSkinnyServedTokens = 8;
 
-// Whether the environment variable `name` is set to `value` ("0" turns a path off, "1" on).
-bool env_is(const char* name, const char* value) {
+// Whether the environment variable `name` is set to "0" (the switches that turn a path off).
+bool env_off(const char* name) {
   const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == value;
+  return v != nullptr && std::string(v) == "0";
 }
-bool env_off(const char* name) { return env_is(name, "0"); }
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)

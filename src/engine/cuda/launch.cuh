@@ -33,43 +33,36 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with PDL when programmatic_launch(). Launch
-// errors are reported as for <<<>>>: by the next cudaGetLastError().
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL when programmatic_launch(), and the
+// grid's blocks in clusters of `cluster` when it is above 1 (compute capability 9.0+; grid.x a
+// multiple of it). Launch errors are reported as for <<<>>>: by the next cudaGetLastError().
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                   Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster,
+                           cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attrs[2] = {};
+  unsigned n = 0;
+  if (programmatic_launch()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = n;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// The same with the grid's blocks in clusters of `cluster` (compute capability 9.0+; grid.x a
-// multiple of it).
 template <class... Params, class... Args>
-void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster, cudaStream_t stream,
-                           Args&&... args) {
-  cudaLaunchAttribute attrs[2] = {};
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = cluster;
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  config.attrs = attrs;
-  config.numAttrs = programmatic_launch() ? 2 : 1;
-  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args&&... args) {
+  launch_cluster_kernel(kernel, grid, block, smem, 1, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace kernelllm::cuda

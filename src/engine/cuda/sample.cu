@@ -143,15 +143,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int kBlocks>
 void launch(const float* logits, int64_t vocab, const sample_block::Draw* draws, int64_t n_draws, int32_t* ids,
             cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(n_draws * kBlocks));
-  if constexpr (kBlocks == 1) {
-    launch_kernel(sample_kernel<1>, grid, kThreads, 0, stream, logits, vocab, draws, ids);
-  } else {
-    if constexpr (kBlocks > 8) {
-      (void)cudaFuncSetAttribute(sample_kernel<kBlocks>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    }
-    launch_cluster_kernel(sample_kernel<kBlocks>, grid, kThreads, kBlocks, stream, logits, vocab, draws, ids);
+  if constexpr (kBlocks > 8) {  // clusters past 8 blocks are opted into once
+    static const bool allowed =
+        cudaFuncSetAttribute(sample_kernel<kBlocks>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    (void)allowed;
   }
+  launch_cluster_kernel(sample_kernel<kBlocks>, dim3(static_cast<unsigned>(n_draws * kBlocks)), kThreads, 0, kBlocks,
+                        stream, logits, vocab, draws, ids);
 }
 
 }  // namespace
