@@ -2,14 +2,16 @@
 // inputs rotated so the weights are not cache-resident): GEMV at n = 1, 2, 8 (the split-row kernel
 // gemv() runs, next to the old warp-per-row kernel on the same line; then every layout at n = 1),
 // the skinny tensor-core GEMM next to cuBLASLt at n = 2..32 (then every layout at n = 10, 20),
+// the staged GEMM (one block per SM, both stage widths) next to cuBLASLt at n = 8..32,
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
 // (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
 // shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
-// bytes read).
+// bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines only.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/skinny_gemm.cuh"
+#include "engine/cuda/staged_gemm.cuh"
 #include "engine/cuda/init.cuh"
 
 using namespace kernelllm;
@@ -29,7 +32,8 @@ namespace {
 float median_ms(const std::function<void(int)>& fn) { return kernelllm::bench::median_event_ms(fn); }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool staged_only = argc > 1 && std::strcmp(argv[1], "staged") == 0;
   const DType t = DType::bf16;
   const int64_t h = 4096;
   Gemm gemm;
@@ -41,6 +45,14 @@ int main() {
   (void)x.allocate(size_t{1500} * 14336 * 2, "x");
   (void)y.allocate(size_t{1500} * 128256 * 4, "y");
   fill_random(t, x.get(), 1500 * 14336, 7, 1.0f, nullptr);
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  DeviceBuffer partials, counters;
+  (void)partials.allocate(static_cast<size_t>(staged_partial_floats(sms)) * 4, "partials");
+  (void)counters.allocate(static_cast<size_t>(staged_counter_count(128256)) * 4, "counters");
+  cudaMemset(counters.get(), 0, static_cast<size_t>(staged_counter_count(128256)) * 4);
+  const StagedScratch scratch{partials.as<float>(), counters.as<int32_t>(), sms};
   for (const Shape& s : shapes) {
     std::vector<DeviceBuffer> w(kCopies);
     for (auto& b : w) {
@@ -48,6 +60,28 @@ int main() {
       fill_random(t, b.get(), s.rows * s.cols, 3, 0.02f, nullptr);
     }
     const double gb = static_cast<double>(s.rows * s.cols) * 2 / 1e9;
+    // The staged GEMM (both stage widths) beside cuBLASLt and the skinny GEMM.
+    for (int64_t n : {8, 10, 16, 20, 32}) {
+      float staged_ms[2];
+      for (int k = 0; k < 2; ++k) {
+        const StagedConfig c{k == 0 ? 128 : 256};
+        staged_ms[k] = median_ms([&](int i) {
+          (void)staged_gemm_with_config(c, t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), DType::f32,
+                                        false, scratch, nullptr);
+        });
+      }
+      const float lt_ms = median_ms([&](int i) {
+        (void)gemm.run(w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
+      });
+      const float sk_ms = median_ms([&](int i) {
+        skinny_gemm(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), DType::f32, false, nullptr);
+      });
+      std::printf("staged  %-8s n=%-4lld 128 cols %8.1f us  %5.2f TB/s  | 256 cols %8.1f us  %5.2f TB/s"
+                  "  | cublasLt %8.1f us  %5.2f TB/s  | skinny %8.1f us  %5.2f TB/s\n",
+                  s.name, static_cast<long long>(n), staged_ms[0] * 1e3, gb / staged_ms[0], staged_ms[1] * 1e3,
+                  gb / staged_ms[1], lt_ms * 1e3, gb / lt_ms, sk_ms * 1e3, gb / sk_ms);
+    }
+    if (staged_only) continue;
     const GemvConfig layout = gemv_config(t, s.rows, s.cols);
     for (int64_t n : {1, 2, 8}) {
       const float old_ms = median_ms([&](int i) {
@@ -107,6 +141,7 @@ int main() {
                   ms * 1e3, gb / ms * 1e3, 2.0 * static_cast<double>(s.rows * s.cols * n) / ms / 1e9);
     }
   }
+  if (staged_only) return 0;
   // Attention: 8 KV heads x 128, 32 query heads, one layer of a 2-layer pool, page 16.
   const int64_t pt = 16, ctx = 1500, kv_dim = 1024, layers = 2;
   for (int64_t n : {1, 20, 1500}) {

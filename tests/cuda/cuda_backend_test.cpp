@@ -101,9 +101,9 @@ TEST_P(TinyModels, PromptLogitsAndGreedyMatchCpu) {
   }
 }
 
-// A prompt of 21 tokens (a partial second page), three forks decoding different tokens in one
-// batch with the parent; every sequence's logits match the CPU doing the same; chunked
-// (max_batch_tokens 8) and graph-free runs agree too.
+// A prompt of 21 tokens (a partial second page), three forks (eleven in one variant) decoding
+// different tokens in one batch with the parent; every sequence's logits match the CPU doing the
+// same; chunked (max_batch_tokens 8) and graph-free runs agree too.
 TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
   TinyLlama m;
   ASSERT_TRUE(testing::load_tiny_llama(GetParam(), m));
@@ -112,14 +112,18 @@ TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
   for (int i = 0; i < 21; ++i) prompt.push_back((i * 977 + 5) % 128000);
   // Variants: f32; f32 in chunks of 8 tokens; f32 without graphs; bf16 (tensor-core prefill
   // attention for the prompt and the mixed batch, the skinny GEMM for the 4-token decode
-  // batches); bf16 in chunks of 8 tokens; bf16 with cuBLASLt for the decode batches.
-  for (int variant = 0; variant < 6; ++variant) {
+  // batches, the staged GEMM for the 13-token mixed one); bf16 in chunks of 8 tokens; bf16 with
+  // cuBLASLt for all batches; bf16 with 12 sequences (the staged GEMM for the decode batches of
+  // 12 and the mixed one of 21, graphs captured).
+  for (int variant = 0; variant < 7; ++variant) {
+    const int seqs = variant == 6 ? 12 : 4;
     CudaBackendOptions o;
     o.dtype = variant >= 3 ? DType::bf16 : DType::f32;
     o.kv_capacity_tokens = 1024;
     o.max_batch_tokens = variant == 1 || variant == 4 ? 8 : 4096;
     o.cuda_graphs = variant != 2;
     o.skinny_gemm = variant != 5;
+    o.staged_gemm = variant != 5;
     const double tol = variant >= 3 ? 3e-2 : 1e-5;
     auto gpu = gpu_backend(m, o);
     ASSERT_TRUE(cpu && gpu);
@@ -127,17 +131,17 @@ TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
     const double e0 = rel_error(run(*gpu, gp, prompt, true), run(*cpu, cp, prompt, true));
     EXPECT_LT(e0, tol);
     std::vector<SeqId> cs = {cp}, gs = {gp};
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 1; k < seqs; ++k) {
       cs.push_back(*cpu->fork_sequence(cp));
       gs.push_back(*gpu->fork_sequence(gp));
       EXPECT_EQ(gpu->sequence_length(gs.back()), 21);
     }
     double worst = 0;
     for (int step = 0; step < 14; ++step) {  // crosses the page boundary at 32
-      std::vector<int32_t> toks(4);
+      std::vector<int32_t> toks(static_cast<size_t>(seqs));
       std::vector<ForwardRequest> creq, greq;
-      for (int k = 0; k < 4; ++k) toks[static_cast<size_t>(k)] = (step * 131 + k * 7001) % 128000;
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < seqs; ++k) toks[static_cast<size_t>(k)] = (step * 131 + k * 7001) % 128000;
+      for (int k = 0; k < seqs; ++k) {
         creq.push_back({cs[static_cast<size_t>(k)], {&toks[static_cast<size_t>(k)], 1}, false});
         greq.push_back({gs[static_cast<size_t>(k)], {&toks[static_cast<size_t>(k)], 1}, false});
       }

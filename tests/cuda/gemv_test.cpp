@@ -4,7 +4,9 @@
 // tokens, odd row counts and column counts that do not divide into a block's split; then the
 // Llama-3.1-8B shapes. The skinny tensor-core GEMM (engine/cuda/skinny_gemm.cuh): every layout,
 // f16/bf16, 1..32 tokens (every count of 8-token tiles, full and partial), the three outputs
-// (fp32, fp32 accumulated, the weights' dtype) and the 8B shapes. Tolerance 3e-5 normalized for
+// (fp32, fp32 accumulated, the weights' dtype) and the 8B shapes. The staged GEMM
+// (engine/cuda/staged_gemm.cuh) alike, at both stage widths and at grids from one block to more
+// blocks than units, so bands are shared by up to dozens of blocks. Tolerance 3e-5 normalized for
 // fp32 outputs: fp32 accumulation over up to 14,336 columns (as in cuda_ops_test Projections).
 
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/init.cuh"
 #include "engine/cuda/skinny_gemm.cuh"
+#include "engine/cuda/staged_gemm.cuh"
 
 namespace kernelllm {
 namespace {
@@ -371,6 +374,158 @@ TEST(SkinnyLayout, ChosenLayoutsAreValid) {
                                                    DType::f32, false, nullptr);
     ASSERT_TRUE(s.ok()) << s.to_string() << " cols " << cols;
   }
+}
+
+// --- the staged tensor-core GEMM ------------------------------------------------------------------
+
+// Scratch for grids of up to kStagedMaxBlocks blocks and matrices of up to 128,256 rows.
+constexpr int64_t kStagedMaxBlocks = 1024;
+struct StagedScratchBuffers {
+  cuda::DeviceBuffer partials, counters;
+  StagedScratchBuffers() {
+    const auto floats = static_cast<size_t>(cuda::staged_partial_floats(kStagedMaxBlocks));
+    const auto counts = static_cast<size_t>(cuda::staged_counter_count(128256));
+    EXPECT_TRUE(partials.allocate(floats * 4, "partials").ok());
+    EXPECT_TRUE(counters.allocate(counts * 4, "counters").ok());
+    EXPECT_EQ(cudaMemset(counters.get(), 0, counts * 4), cudaSuccess);
+  }
+  cuda::StagedScratch with(int64_t blocks) const {
+    return {partials.as<float>(), counters.as<int32_t>(), blocks};
+  }
+};
+
+int sm_count() {
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n;
+}
+
+// The output in y_type (fresh), or fp32 accumulated onto seeded values; the normalized error.
+// config null: staged_gemm() (its default layout).
+double run_staged(const Problem& p, const StagedScratchBuffers& sb, const cuda::StagedConfig* c, int64_t blocks,
+                  int64_t n, DType y_type, bool accumulate) {
+  const size_t count = static_cast<size_t>(n * p.rows);
+  const std::vector<float> base =
+      accumulate ? random_vector(count, static_cast<uint32_t>(n + p.rows), 0.5f) : std::vector<float>{};
+  cuda::DeviceBuffer d_y = accumulate ? upload(base) : poisoned(count * dtype_size(y_type));
+  if (c != nullptr) {
+    const Status s = cuda::staged_gemm_with_config(*c, p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.get(),
+                                                   y_type, accumulate, sb.with(blocks), nullptr);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  } else {
+    cuda::staged_gemm(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.get(), y_type, accumulate,
+                      sb.with(blocks), nullptr);
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return error_of(p, d_y, n, y_type, accumulate ? &base : nullptr);
+}
+
+class StagedTest : public ::testing::TestWithParam<DType> {};
+
+// Small shapes at both stage widths, every count of 8-token tiles and grids of 1 block (every band
+// whole in one block), a few blocks (blocks spanning several bands, bands split in two or three)
+// and many (a band split over dozens of blocks, or more blocks asked for than there are units):
+// one chunk of columns (8), a stage's columns not filled (40, 1000, 2056), one row, 131 rows (the
+// last band partial), 300 rows by 4,104 columns.
+TEST_P(StagedTest, EveryLayoutSmallShapes) {
+  const DType t = GetParam();
+  const StagedScratchBuffers sb;
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {200, 40}, {131, 1000}, {7, 4104}, {300, 2056}, {256, 4104}};
+  uint32_t seed = 900;
+  for (auto [rows, cols] : shapes) {
+    ASSERT_TRUE(cuda::staged_supported(t, cols, kSkinnyTokens));
+    const Problem p = small_problem(t, rows, cols, seed += 2, kSkinnyTokens);
+    for (int stage_cols : {128, 256}) {
+      const cuda::StagedConfig c{stage_cols};
+      for (int64_t blocks : {1, 2, 3, 7, 40, 1024}) {
+        for (int64_t n : {1, 8, 9, 17, 20, 32}) {
+          const double e = run_staged(p, sb, &c, blocks, n, DType::f32, false);
+          EXPECT_LT(e, kTolerance) << shape_name(p) << " stage cols " << stage_cols << " blocks " << blocks << " n " << n;
+        }
+      }
+    }
+  }
+}
+
+// The outputs the backend asks for (fp32 accumulated in place, the weights' dtype), every token
+// tile count, both stage widths, bands split between blocks.
+TEST_P(StagedTest, AccumulatedAndNarrowOutputs) {
+  const DType t = GetParam();
+  const StagedScratchBuffers sb;
+  uint32_t seed = 1100;
+  for (int64_t rows : {48, 300, 9000}) {
+    const Problem p = small_problem(t, rows, 520, seed += 2, kSkinnyTokens);
+    for (int stage_cols : {128, 256}) {
+      const cuda::StagedConfig c{stage_cols};
+      for (int64_t blocks : {5, 132}) {
+        for (int64_t n : kSkinnyCounts) {
+          const double acc = run_staged(p, sb, &c, blocks, n, DType::f32, true);
+          EXPECT_LT(acc, kTolerance) << shape_name(p) << " accumulated, stage cols " << stage_cols << " blocks "
+                                     << blocks << " n " << n;
+          const double narrow = run_staged(p, sb, &c, blocks, n, t, false);
+          EXPECT_LT(narrow, output_tolerance(t)) << shape_name(p) << " in " << dtype_name(t) << ", stage cols "
+                                                 << stage_cols << " blocks " << blocks << " n " << n;
+        }
+      }
+    }
+  }
+}
+
+// The 8B shapes at the batch sizes of k-sample decoding, one block per SM, as the backend runs it;
+// each twice, so a band counter left nonzero by the first call would leave bands of the second
+// unwritten (poisoned, so infinite error).
+TEST_P(StagedTest, Llama8BShapes) {
+  const DType t = GetParam();
+  const StagedScratchBuffers sb;
+  const int sms = sm_count();
+  uint32_t seed = 170;
+  for (const Shape& s : kLlama8BShapes) {
+    const Problem p = large_problem(t, s.rows, s.cols, seed += 2, kSkinnyTokens);
+    for (int64_t n : {9, 10, 16, 20, 32}) {
+      for (int rep = 0; rep < 2; ++rep) {
+        const double e = run_staged(p, sb, nullptr, sms, n, DType::f32, false);
+        if (rep == 0) {
+          std::printf("[staged %s %s n=%lld] %d blocks: rel err %.3g\n", s.name, shape_name(p).c_str(),
+                      static_cast<long long>(n), sms, e);
+        }
+        EXPECT_LT(e, kTolerance) << s.name << " " << shape_name(p) << " n " << n << " call " << rep;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, StagedTest, ::testing::Values(DType::bf16, DType::f16),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+TEST(StagedLayout, InvalidLayoutsShapesOutputsAndScratchRefused) {
+  // rows = 0: an accepted call would launch nothing (the arguments are null).
+  const float dummy_partials = 0.0f;
+  int32_t dummy_counter = 0;
+  const cuda::StagedScratch none{};
+  const cuda::StagedScratch some{const_cast<float*>(&dummy_partials), &dummy_counter, 1};
+  const auto code = [&](cuda::StagedConfig c, DType t, int64_t rows, int64_t cols, int64_t n, DType y_type, bool acc,
+                        const cuda::StagedScratch& s) {
+    return cuda::staged_gemm_with_config(c, t, nullptr, rows, cols, nullptr, n, nullptr, y_type, acc, s, nullptr)
+        .code();
+  };
+  const auto bad = ErrorCode::invalid_argument;
+  const cuda::StagedConfig ok{128};
+  EXPECT_EQ(code({64}, DType::bf16, 0, 64, 20, DType::f32, false, some), bad);
+  EXPECT_EQ(code({512}, DType::bf16, 0, 64, 20, DType::f32, false, some), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 0, 12, 20, DType::f32, false, some), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 0, 64, 0, DType::f32, false, some), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 0, 64, 33, DType::f32, false, some), bad);
+  EXPECT_EQ(code(ok, DType::f32, 0, 64, 20, DType::f32, false, some), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 0, 64, 20, DType::f16, false, some), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 0, 64, 20, DType::bf16, true, some), bad);
+  EXPECT_EQ(code(ok, DType::bf16, -1, 64, 20, DType::f32, false, some), bad);
+  // Rows to compute and no scratch (checked before anything is launched).
+  EXPECT_EQ(code(ok, DType::bf16, 16, 64, 20, DType::f32, false, none), bad);
+  EXPECT_EQ(code(ok, DType::bf16, 0, 64, 20, DType::f32, true, none), ErrorCode::ok);
+  EXPECT_EQ(code({256}, DType::f16, 0, 64, 32, DType::f16, false, none), ErrorCode::ok);
+  EXPECT_FALSE(cuda::staged_supported(DType::f32, 64, 20));
+  EXPECT_FALSE(cuda::staged_supported(DType::bf16, 0, 20));
 }
 
 }  // namespace

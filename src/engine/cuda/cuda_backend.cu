@@ -47,6 +47,10 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
+  if (env_off("KERNELLLM_CUDA_STAGED")) opts_.staged_gemm = false;
+  if (const char* v = std::getenv("KERNELLLM_CUDA_STAGED_COLS"); v != nullptr && std::string(v) == "256") {
+    staged_config_.stage_cols = 256;
+  }
   if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
 }
 
@@ -110,6 +114,14 @@ Status CudaBackend::init() {
   KLLM_RETURN_IF_ERROR(ids_dev_.allocate(R * 4, "greedy ids"));
   KLLM_RETURN_IF_ERROR(meta_.allocate(T * kMetaFields * 4, "batch metadata"));
   KLLM_CUDA_RETURN(cudaMallocHost(&meta_host_, T * kMetaFields * 4), "pinned metadata");
+  if (opts_.staged_gemm) {
+    const int64_t widest = std::max({c.vocab_size, 2 * c.intermediate_size, q_dim_ + 2 * kv_dim_, c.hidden_size});
+    const auto counters = static_cast<size_t>(staged_counter_count(widest)) * 4;
+    KLLM_RETURN_IF_ERROR(staged_partials_.allocate(static_cast<size_t>(staged_partial_floats(sm_count_)) * 4,
+                                                   "staged gemm partial sums"));
+    KLLM_RETURN_IF_ERROR(staged_counters_.allocate(counters, "staged gemm counters"));
+    KLLM_CUDA_RETURN(cudaMemset(staged_counters_.get(), 0, counters), "clearing the staged gemm counters");
+  }
   return Status::ok_status();
 }
 
@@ -282,8 +294,18 @@ bool CudaBackend::skinny_serves(int64_t cols, int64_t n) const {
   return opts_.skinny_gemm && n >= 2 && n <= kSkinnyServedTokens && skinny_supported(dtype_, cols, n);
 }
 
+bool CudaBackend::staged_serves(int64_t cols, int64_t n) const {
+  // Past the skinny GEMM's 8 tokens, up to its 32 (bench/cuda_ops/NOTES.md item 24).
+  return opts_.staged_gemm && n > kSkinnyServedTokens && staged_supported(dtype_, cols, n);
+}
+
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
                          DType y_type, bool accumulate) {
+  if (staged_serves(cols, n)) {
+    const StagedScratch scratch{staged_partials_.as<float>(), staged_counters_.as<int32_t>(), sm_count_};
+    return staged_gemm_with_config(staged_config_, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, scratch,
+                                   stream_);
+  }
   if (skinny_serves(cols, n)) {
     skinny_gemm(dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, stream_);
     return Status::ok_status();
