@@ -414,8 +414,8 @@ double run_staged(const Problem& p, const StagedScratchBuffers& sb, const cuda::
                                                    y_type, accumulate, sb.with(blocks), nullptr);
     EXPECT_TRUE(s.ok()) << s.to_string();
   } else {
-    cuda::staged_gemm(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.get(), y_type, accumulate,
-                      sb.with(blocks), nullptr);
+    EXPECT_TRUE(cuda::staged_gemm(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.get(), y_type, accumulate,
+                                  sb.with(blocks), nullptr));
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return error_of(p, d_y, n, y_type, accumulate ? &base : nullptr);

@@ -34,8 +34,9 @@ struct CudaBackendOptions {
   // The tensor-core skinny GEMM for 2..8 tokens with f16/bf16 weights (else cuBLASLt); the
   // environment variable KERNELLLM_CUDA_SKINNY=0 turns it off too.
   bool skinny_gemm = true;
-  // The staged tensor-core GEMM (weights through shared memory) for 9..32 tokens with f16/bf16
-  // weights (else cuBLASLt); the environment variable KERNELLLM_CUDA_STAGED=0 turns it off too.
+  // The staged tensor-core GEMM (weights through shared memory by TMA, compute capability 9.0+)
+  // for 9..32 tokens with f16/bf16 weights, on the matrices where it beats cuBLASLt (the
+  // vocabulary projection); the environment variable KERNELLLM_CUDA_STAGED=0 turns it off too.
   bool staged_gemm = true;
   // Sampled draws (temperature > 0) on the device (src/engine/sample_block.h: a cluster of
   // thread blocks per draw, ids copied back) instead of the logits copied to the host for

@@ -28,6 +28,7 @@ namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
 constexpr int64_t kSkinnyServedTokens = 8;
+constexpr int64_t kStagedMinUnitsPerBlock = 128;
 
 // Whether the environment variable `name` is set to "0" (the switches that turn a path off).
 bool env_off(const char* name) {
@@ -48,9 +49,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
   if (env_off("KERNELLLM_CUDA_STAGED")) opts_.staged_gemm = false;
-  if (const char* v = std::getenv("KERNELLLM_CUDA_STAGED_COLS"); v != nullptr && std::string(v) == "256") {
-    staged_config_.stage_cols = 256;
-  }
+  if (const char* v = std::getenv("KERNELLLM_CUDA_STAGED"); v != nullptr && std::string(v) == "all") staged_all_ = true;
   if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
 }
 
@@ -294,16 +293,18 @@ bool CudaBackend::skinny_serves(int64_t cols, int64_t n) const {
   return opts_.skinny_gemm && n >= 2 && n <= kSkinnyServedTokens && skinny_supported(dtype_, cols, n);
 }
 
-bool CudaBackend::staged_serves(int64_t cols, int64_t n) const {
-  // Past the skinny GEMM's 8 tokens, up to its 32 (bench/cuda_ops/NOTES.md item 24).
-  return opts_.staged_gemm && n > kSkinnyServedTokens && staged_supported(dtype_, cols, n);
+bool CudaBackend::staged_serves(int64_t rows, int64_t cols, int64_t n) const {
+  // Past the skinny GEMM's 8 tokens, up to its 32, and only where each block has a long run of
+  // units (bench/cuda_ops/NOTES.md item 24): of Llama-3.1-8B's projections, the vocabulary's.
+  return opts_.staged_gemm && compute_major_ >= 9 && n > kSkinnyServedTokens && staged_supported(dtype_, cols, n) &&
+         (staged_all_ || staged_units_per_block(rows, cols, sm_count_) >= kStagedMinUnitsPerBlock);
 }
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
                          DType y_type, bool accumulate) {
-  if (staged_serves(cols, n)) {
+  if (staged_serves(rows, cols, n)) {
     const StagedScratch scratch{staged_partials_.as<float>(), staged_counters_.as<int32_t>(), sm_count_};
-    return staged_gemm_with_config(staged_config_, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, scratch,
+    return staged_gemm_with_config(StagedConfig{}, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, scratch,
                                    stream_);
   }
   if (skinny_serves(cols, n)) {

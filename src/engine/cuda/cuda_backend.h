@@ -60,10 +60,11 @@ class CudaBackend final : public Backend {
   Status validate(std::span<const ForwardRequest> batch) const;
   Status upload_table(SeqId seq, int64_t first_page);
   // Whether proj() of n tokens over `cols` inputs goes through the GEMV (one token), the skinny
-  // tensor-core GEMM (2..8 tokens, f16/bf16), the staged one (9..32) or else cuBLASLt.
+  // tensor-core GEMM (2..8 tokens, f16/bf16), the staged one (9..32 tokens, large matrices: the
+  // vocabulary projection) or else cuBLASLt.
   bool gemv_serves(int64_t cols, int64_t n) const;
   bool skinny_serves(int64_t cols, int64_t n) const;
-  bool staged_serves(int64_t cols, int64_t n) const;
+  bool staged_serves(int64_t rows, int64_t cols, int64_t n) const;
   // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`. Where the GEMV serves only
   // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
@@ -95,10 +96,10 @@ class CudaBackend final : public Backend {
   DType dtype_;
   cudaStream_t stream_ = nullptr;
   Gemm gemm_;
-  // The staged GEMM's partial sums and band counters (one block per SM) and its layout
-  // (KERNELLLM_CUDA_STAGED_COLS=256: 256 columns per stage).
+  // The staged GEMM's partial sums and band counters (one block per SM); KERNELLLM_CUDA_STAGED=all
+  // has it serve every projection of 9..32 tokens, not only the large ones (measurements, tests).
   DeviceBuffer staged_partials_, staged_counters_;
-  StagedConfig staged_config_;
+  bool staged_all_ = false;
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
   size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations
 

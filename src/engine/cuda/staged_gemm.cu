@@ -3,22 +3,29 @@
 // Why: a kernel that loads mma fragments straight from global memory reads 8 rows x 64 bytes per
 // warp instruction, and that pattern streams weights at ~2.2-2.7 TB/s on the H100 where 512-byte
 // row runs reach ~2.9-3.0 (bench/cuda_ops/NOTES.md item 21). Here the weights go through shared
-// memory: a warp instruction of cp.async copies 16 threads x 16 bytes of one row (a 256- or
-// 512-byte run), and ldmatrix reads the fragments back out.
+// memory by the tensor memory accelerator (TMA): one thread asks for boxes of 128 rows x 64
+// columns (the hardware writes them 128-byte swizzled and zero-fills what lies outside the
+// matrix) and the stage's mbarrier says when they have landed; ldmatrix reads the fragments
+// back out. (cp.async copies of 16 bytes per thread streamed at most ~2.35 TB/s even with no
+// arithmetic at all: item 24.) The few token rows come by cp.async.
 //
 // Work: the matrix is cut into bands of 128 rows and each band into stages of BK columns; the
 // units (band, stage) are numbered band by band and block b of G takes units [bU/G, (b+1)U/G).
 // A block runs its units through an S-stage cp.async ring (S x BK = 512 columns of 128 weight rows
 // and of the NT x 8 token rows: 160 KB at NT = 4). Warp w multiplies rows 16w .. 16w + 15 of
 // the band by all tokens (mma.sync m16n8k16, A = weights, B = tokens, fp32 accumulators).
-// Shared memory holds each row's 16-byte chunks at chunk ^ (row % 8), so the 8 rows an ldmatrix
-// phase reads fall in different banks.
+// Shared memory holds each row's 16-byte chunks at chunk ^ (row % 8) (within each 64-column box
+// for the weights: TMA's 128-byte swizzle), so the 8 rows an ldmatrix phase reads fall in
+// different banks.
 //
 // A band that lies inside one block's units is written by that block. A band shared by blocks
 // b0 .. b1 (a block shares at most its first and its last band): each writes its partial sums to
 // its slot (0: its first band, 1: its last), fences, and counts itself in on the band's counter;
 // the one that arrives last adds the slots in block order b0 .. b1 and writes the band, so the
 // sum is the same whoever arrives last. It sets the counter back to zero for the next call.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -37,6 +44,34 @@ constexpr int kBM = static_cast<int>(kStagedBandRows);
 constexpr int kRingCols = 512;  // S x BK
 constexpr int kMaxNT = static_cast<int>(kStagedMaxTokens / 8);
 constexpr int64_t kSlotFloats = int64_t{kWarps} * kMaxNT * 4 * 32;  // one block's partial sums of a band
+constexpr int kBoxCols = 64;  // TMA box: 64 columns (128 bytes, the swizzle span) x kBM rows
+constexpr int kBoxBytes = kBM * kBoxCols * 2;
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Box (col, row) of the weights' tensor map into shared memory, counted on `bar`.
+__device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar))
+      : "memory");
+}
 
 // Chunk (row r, chunk c) of a stage tile with CPR 16-byte chunks per row, in 16-byte units.
 template <int CPR>
@@ -46,16 +81,18 @@ __device__ __forceinline__ int swizzled(int r, int c) {
 
 template <class T, class Y, int NT, int BK>
 __global__ void __launch_bounds__(kThreads, 1)
-    staged_kernel(const T* __restrict__ w, int64_t rows, int64_t cols, const T* __restrict__ x, int n_tokens, Y* y,
-                  bool accumulate, float* partials, int32_t* counters) {
+    staged_kernel(const __grid_constant__ CUtensorMap wmap, int64_t rows, int64_t cols, const T* __restrict__ x,
+                  int n_tokens, Y* y, bool accumulate, float* partials, int32_t* counters) {
   constexpr int S = kRingCols / BK;  // stages in the ring
   constexpr int CPR = BK / 8;        // 16-byte chunks per stage row
   constexpr int XR = NT * 8;         // token rows
   constexpr int kStageElems = (kBM + XR) * BK;
-  static_assert(S >= 2 && CPR >= 8, "two stages or more, 8 chunks per row or more (swizzle)");
+  static_assert(S >= 2 && CPR >= 8 && BK % kBoxCols == 0, "two stages or more, whole boxes per stage");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* const ring = reinterpret_cast<T*>(smem_raw);
+  // The 128-byte swizzle repeats every 1,024 bytes: the ring starts on such a boundary.
+  T* const ring = reinterpret_cast<T*>(smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024));
   __shared__ int s_last;
+  __shared__ __align__(8) uint64_t full[S];  // stage s's weight boxes have landed (phase per fill)
 
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t ks = (cols + BK - 1) / BK;  // stages per band
@@ -63,17 +100,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t G = gridDim.x, b = blockIdx.x;
   const int64_t u_begin = b * units / G, u_end = (b + 1) * units / G;
 
+  // Weights: thread 0 asks for the stage's boxes; tokens: every thread copies its chunks.
   const auto load_unit = [&](int64_t u, int slot, bool weights, bool tokens) {
     const int64_t row0 = u / ks * kBM, k0 = u % ks * BK;
     T* sw = ring + slot * kStageElems;
     T* sx = sw + kBM * BK;
-    if (weights) {
+    if (weights && tid == 0) {
+      mbar_expect_tx(&full[slot], BK / kBoxCols * kBoxBytes);
 #pragma unroll
-      for (int j = 0; j < kBM * CPR / kThreads; ++j) {
-        const int i = j * kThreads + tid, r = i / CPR, c = i % CPR;
-        const int64_t row = row0 + r, col = k0 + c * 8;
-        const bool ok = row < rows && col < cols;
-        cp_async16(sw + swizzled<CPR>(r, c) * 8, ok ? w + row * cols + col : w, ok);
+      for (int j = 0; j < BK / kBoxCols; ++j) {
+        tma_box(sw + j * kBM * kBoxCols, &wmap, static_cast<int>(k0 + j * kBoxCols), static_cast<int>(row0), &full[slot]);
       }
     }
     if (tokens) {
@@ -116,6 +152,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     return partials + (blk * 2 + (band == blk * units / G / ks ? 0 : 1)) * kSlotFloats;
   };
 
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) mbar_init(&full[i], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
   // Weights are constant: the first stages' weight copies are issued before waiting for the
   // previous kernel (launch.cuh); the tokens it wrote only after.
   for (int i = 0; i < S - 1; ++i) {
@@ -130,9 +171,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int64_t u = u_begin; u < u_end; ++u) {
     const int i = static_cast<int>(u - u_begin);
-    cp_async_wait<S - 2>();  // unit u's copies (this thread's) have landed ...
-    __syncthreads();         // ... and everyone's; the slot refilled below was read last iteration
-    if (u + S - 1 < u_end) load_unit(u + S - 1, (i + S - 1) % S, true, true);
+    cp_async_wait<S - 2>();  // unit u's token copies (this thread's) have landed ...
+    mbar_wait(&full[i % S], static_cast<unsigned>(i / S) & 1u);  // ... and its weight boxes
+    __syncthreads();  // everyone's tokens; the slot refilled below was read last iteration
+    if (u + S - 1 < u_end) {
+      // The slot's last reads were ldmatrix (generic proxy); TMA writes through the async proxy.
+      if (tid == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      load_unit(u + S - 1, (i + S - 1) % S, true, true);
+    }
     cp_async_commit();
 
     const T* sw = ring + (i % S) * kStageElems;
@@ -142,9 +188,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t a[2][4];
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
-        // Lane l addresses row l % 8 of matrix l / 8: rows +8 for matrices 1 and 3, chunk +1 for 2 and 3.
+        // Lane l addresses row l % 8 of matrix l / 8: rows +8 for matrices 1 and 3, chunk +1 for 2
+        // and 3; chunk c of the stage is chunk c % 8 of box c / 8.
         const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(a[s], sw + swizzled<CPR>(r, 4 * kk + 2 * s + (lane >> 4)) * 8);
+        const int c = 4 * kk + 2 * s + (lane >> 4);
+        ldmatrix_x4(a[s], sw + (c / 8) * kBM * kBoxCols + swizzled<8>(r, c % 8) * 8);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -197,11 +245,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_async_wait<0>();
 }
 
-size_t smem_bytes(int nt) { return static_cast<size_t>(kBM + nt * 8) * kRingCols * 2; }
+// The ring, and 1 KB to align it.
+size_t smem_bytes(int nt) { return static_cast<size_t>(kBM + nt * 8) * kRingCols * 2 + 1024; }
+
+// cuTensorMapEncodeTiled from the driver (through the runtime: no libcuda link), found once.
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// The weights as a 2-D tensor (cols innermost) read in boxes of 64 columns x kBM rows, 128-byte
+// swizzled; outside the matrix TMA writes zeros.
+bool weight_map(CUtensorMap& map, DType type, const void* w, int64_t rows, int64_t cols) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint32_t box[2] = {kBoxCols, kBM};
+  const cuuint32_t estrides[2] = {1, 1};
+  const CUresult r = encode(&map, type == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            2, const_cast<void*>(w), dims, strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
 
 template <class T, class Y, int NT, int BK>
-void launch(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y, bool accumulate,
-            const StagedScratch& s, cudaStream_t stream) {
+void launch(const CUtensorMap& map, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
+            bool accumulate, const StagedScratch& s, cudaStream_t stream) {
   const auto kernel = staged_kernel<T, Y, NT, BK>;
   static const bool sized = [&] {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes(NT)));
@@ -211,20 +290,19 @@ void launch(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_
   const int64_t units = (rows + kBM - 1) / kBM * ((cols + BK - 1) / BK);
   // Every block must own a unit (an empty block between a band's pieces would never count in).
   const auto grid = static_cast<unsigned>(std::min(s.blocks, units));
-  launch_kernel(kernel, grid, kThreads, smem_bytes(NT), stream, static_cast<const T*>(w), rows, cols,
-                static_cast<const T*>(x), static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, s.partials,
-                s.counters);
+  launch_kernel(kernel, grid, kThreads, smem_bytes(NT), stream, map, rows, cols, static_cast<const T*>(x),
+                static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, s.partials, s.counters);
 }
 
 template <class T, class Y>
-void dispatch(int bk, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
+void dispatch(int bk, const CUtensorMap& map, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
               bool accumulate, const StagedScratch& s, cudaStream_t stream) {
   const auto go = [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
     if (bk == 256) {
-      launch<T, Y, NT, 256>(w, rows, cols, x, n_tokens, y, accumulate, s, stream);
+      launch<T, Y, NT, 256>(map, rows, cols, x, n_tokens, y, accumulate, s, stream);
     } else {
-      launch<T, Y, NT, 128>(w, rows, cols, x, n_tokens, y, accumulate, s, stream);
+      launch<T, Y, NT, 128>(map, rows, cols, x, n_tokens, y, accumulate, s, stream);
     }
   };
   switch ((n_tokens + 7) / 8) {
@@ -235,15 +313,19 @@ void dispatch(int bk, const void* w, int64_t rows, int64_t cols, const void* x, 
   }
 }
 
-void run(const StagedConfig& c, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
+// false when the weights' tensor map cannot be made (no driver entry point, or a matrix TMA
+// cannot describe).
+bool run(const StagedConfig& c, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
          int64_t n_tokens, void* y, DType y_type, bool accumulate, const StagedScratch& s, cudaStream_t stream) {
-  if (rows <= 0) return;
+  if (rows <= 0) return true;
+  CUtensorMap map;
+  if (!weight_map(map, type, w, rows, cols)) return false;
   const auto with_t = [&](auto t) {
     using T = decltype(t);
     if (y_type == DType::f32) {
-      dispatch<T, float>(c.stage_cols, w, rows, cols, x, n_tokens, y, accumulate, s, stream);
+      dispatch<T, float>(c.stage_cols, map, rows, cols, x, n_tokens, y, accumulate, s, stream);
     } else {
-      dispatch<T, T>(c.stage_cols, w, rows, cols, x, n_tokens, y, false, s, stream);
+      dispatch<T, T>(c.stage_cols, map, rows, cols, x, n_tokens, y, false, s, stream);
     }
   };
   if (type == DType::bf16) {
@@ -251,6 +333,7 @@ void run(const StagedConfig& c, DType type, const void* w, int64_t rows, int64_t
   } else {
     with_t(__half{});
   }
+  return true;
 }
 
 }  // namespace
@@ -258,14 +341,19 @@ void run(const StagedConfig& c, DType type, const void* w, int64_t rows, int64_t
 int64_t staged_partial_floats(int64_t blocks) { return blocks * 2 * kSlotFloats; }
 int64_t staged_counter_count(int64_t rows) { return (rows + kBM - 1) / kBM; }
 
+int64_t staged_units_per_block(int64_t rows, int64_t cols, int64_t blocks) {
+  const int64_t bk = StagedConfig{}.stage_cols;
+  return (rows + kBM - 1) / kBM * ((cols + bk - 1) / bk) / std::max<int64_t>(1, blocks);
+}
+
 bool staged_supported(DType type, int64_t cols, int64_t n_tokens) {
   return (type == DType::bf16 || type == DType::f16) && cols > 0 && cols % 8 == 0 && n_tokens >= 1 &&
          n_tokens <= kStagedMaxTokens;
 }
 
-void staged_gemm(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
+bool staged_gemm(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
                  DType y_type, bool accumulate, const StagedScratch& scratch, cudaStream_t stream) {
-  run(StagedConfig{}, type, w, rows, cols, x, n_tokens, y, y_type, accumulate, scratch, stream);
+  return run(StagedConfig{}, type, w, rows, cols, x, n_tokens, y, y_type, accumulate, scratch, stream);
 }
 
 Status staged_gemm_with_config(const StagedConfig& config, DType type, const void* w, int64_t rows, int64_t cols,
@@ -289,7 +377,10 @@ Status staged_gemm_with_config(const StagedConfig& config, DType type, const voi
   if (rows > 0 && (scratch.blocks < 1 || scratch.partials == nullptr || scratch.counters == nullptr)) {
     return error(ErrorCode::invalid_argument, "staged gemm scratch: expected partials, counters and 1 or more blocks");
   }
-  run(config, type, w, rows, cols, x, n_tokens, y, y_type, accumulate, scratch, stream);
+  if (!run(config, type, w, rows, cols, x, n_tokens, y, y_type, accumulate, scratch, stream)) {
+    return error(ErrorCode::internal, "staged gemm: the driver could not describe the weights as a TMA tensor (" +
+                                          std::to_string(rows) + " x " + std::to_string(cols) + ")");
+  }
   return Status::ok_status();
 }
 

@@ -1,8 +1,7 @@
 // Projections for 9..32 tokens (decode of k forks) at the weights' streaming rate: y[n, rows] =
 // x[n, cols] . W[rows, cols]^T, W and x in f16 or bf16, y fresh in fp32 or in the weights' dtype,
-// or accumulated into fp32 (y += x . W^T). Weight tiles are copied into shared memory in long
-// row runs (cp.async, several stages in flight) and the tensor cores take them from there with
-// ldmatrix; a persistent grid (one block per SM) splits the matrix's (row band, column stage)
+// or accumulated into fp32 (y += x . W^T). Weight tiles are copied into shared memory by TMA
+// (several stages in flight) and the tensor cores take them from there with ldmatrix; a persistent grid (one block per SM) splits the matrix's (row band, column stage)
 // units evenly between its blocks, and a band that two or more blocks share is added up by the
 // last of them in block order (see staged_gemm.cu). Results do not depend on timing.
 #pragma once
@@ -31,18 +30,26 @@ struct StagedScratch {
 int64_t staged_partial_floats(int64_t blocks);
 int64_t staged_counter_count(int64_t rows);
 
+// The (band, stage) units each of `blocks` blocks takes for a rows x cols matrix with the default
+// layout. The kernel beats cuBLASLt only where this is large (bench/cuda_ops/NOTES.md item 24:
+// the vocabulary projection, ~240 units per block on the H100, streams at 2.83 TB/s at 20 tokens
+// against cuBLASLt's 2.69; gate_up, ~54 units per block, 2.47 against 2.49; down, ~27, 2.03
+// against 2.17): a block's start-up and its shared bands' hand-over are paid per kernel.
+int64_t staged_units_per_block(int64_t rows, int64_t cols, int64_t blocks);
+
 // Columns per stage: 128 (four stages in flight) or 256 (two).
 struct StagedConfig {
   int stage_cols = 128;
 };
 
 // f16/bf16 weights, cols a multiple of 8 (16-byte rows), 1..kStagedMaxTokens tokens; W and x
-// 16-byte aligned.
+// 16-byte aligned. Compute capability 9.0+ (TMA).
 bool staged_supported(DType type, int64_t cols, int64_t n_tokens);
 
 // y_type: f32 or `type`; accumulate (y += ...) with f32 only. Checks nothing: callers ask
-// staged_supported (staged_gemm_with_config checks everything and says what is wrong).
-void staged_gemm(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
+// staged_supported (staged_gemm_with_config checks everything and says what is wrong). False
+// (nothing launched) when the driver cannot make the weights' TMA descriptor.
+bool staged_gemm(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
                  DType y_type, bool accumulate, const StagedScratch& scratch, cudaStream_t stream);
 
 Status staged_gemm_with_config(const StagedConfig& config, DType type, const void* w, int64_t rows, int64_t cols,
