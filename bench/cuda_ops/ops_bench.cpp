@@ -2,7 +2,8 @@
 // inputs rotated so the weights are not cache-resident): GEMV at n = 1, 2, 8 (the split-row kernel
 // gemv() runs, next to the old warp-per-row kernel on the same line; then every layout at n = 1),
 // the skinny tensor-core GEMM next to cuBLASLt at n = 2..32 (then every layout at n = 10, 20),
-// the staged GEMM (one block per SM, both stage widths) next to cuBLASLt at n = 8..32,
+// the staged GEMM (one block per SM, both stage widths) next to cuBLASLt and the skinny GEMM at
+// n = 8..32,
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
 // (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
 // shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV

@@ -113,7 +113,7 @@ TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
   for (int i = 0; i < 21; ++i) prompt.push_back((i * 977 + 5) % 128000);
   // Variants: f32; f32 in chunks of 8 tokens; f32 without graphs; bf16 (tensor-core prefill
   // attention for the prompt and the mixed batch, the skinny GEMM for the 4-token decode
-  // batches, the staged GEMM for the 13-token mixed one); bf16 in chunks of 8 tokens; bf16 with
+  // batches, cuBLASLt for the 13-token mixed one); bf16 in chunks of 8 tokens; bf16 with
   // cuBLASLt for all batches; bf16 with 12 sequences (the staged GEMM, told to serve every
   // projection, for the decode batches of 12 and the mixed one of 21, graphs captured).
   for (int variant = 0; variant < 7; ++variant) {

@@ -11,8 +11,8 @@
 //
 // Work: the matrix is cut into bands of 128 rows and each band into stages of BK columns; the
 // units (band, stage) are numbered band by band and block b of G takes units [bU/G, (b+1)U/G).
-// A block runs its units through an S-stage cp.async ring (S x BK = 512 columns of 128 weight rows
-// and of the NT x 8 token rows: 160 KB at NT = 4). Warp w multiplies rows 16w .. 16w + 15 of
+// A block runs its units through an S-stage ring (S x BK = 512 columns of 128 weight rows and of
+// the NT x 8 token rows: 160 KB at NT = 4), the next S - 1 units in flight. Warp w multiplies rows 16w .. 16w + 15 of
 // the band by all tokens (mma.sync m16n8k16, A = weights, B = tokens, fp32 accumulators).
 // Shared memory holds each row's 16-byte chunks at chunk ^ (row % 8) (within each 64-column box
 // for the weights: TMA's 128-byte swizzle), so the 8 rows an ldmatrix phase reads fall in

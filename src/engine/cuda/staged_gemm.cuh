@@ -1,9 +1,11 @@
-// Projections for 9..32 tokens (decode of k forks) at the weights' streaming rate: y[n, rows] =
-// x[n, cols] . W[rows, cols]^T, W and x in f16 or bf16, y fresh in fp32 or in the weights' dtype,
-// or accumulated into fp32 (y += x . W^T). Weight tiles are copied into shared memory by TMA
-// (several stages in flight) and the tensor cores take them from there with ldmatrix; a persistent grid (one block per SM) splits the matrix's (row band, column stage)
+// Projections for 9..32 tokens (decode of k forks), made to stream the weights at the copy rate:
+// y[n, rows] = x[n, cols] . W[rows, cols]^T, W and x in f16 or bf16, y fresh in fp32 or in the
+// weights' dtype, or accumulated into fp32 (y += x . W^T). Weight tiles are copied into shared
+// memory by TMA (several stages in flight) and the tensor cores take them from there with
+// ldmatrix; a persistent grid (one block per SM) splits the matrix's (row band, column stage)
 // units evenly between its blocks, and a band that two or more blocks share is added up by the
-// last of them in block order (see staged_gemm.cu). Results do not depend on timing.
+// last of them in block order (see staged_gemm.cu). Results do not depend on timing. It reaches
+// the copy rate only on large matrices (staged_units_per_block below).
 #pragma once
 
 #include <cuda_runtime_api.h>
