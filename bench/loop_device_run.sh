@@ -19,6 +19,9 @@ out=${1:?OUT_DIR}; shift
 mkdir -p "$out"
 # The build is kept on a warm machine: the tree is unpacked and rebuilt only when head.tar changed.
 sum=$(sha256sum .vdev/head.tar | cut -d' ' -f1)
+# The archive's commit, for the results' machine.git_commit (the unpacked tree is not a checkout).
+KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar 2>/dev/null || true)
+export KERNELLLM_GIT_COMMIT
 if [[ ! -x /tmp/kllm-l/build/ldev/kernelllm || "$(cat /tmp/kllm-l/.head-sha 2>/dev/null)" != "$sum" ]]; then
   rm -rf /tmp/kllm-l && mkdir -p /tmp/kllm-l && tar -xf .vdev/head.tar -C /tmp/kllm-l
   fresh=1

@@ -52,6 +52,11 @@ Result<Json> check_memory(const Device& device, uint64_t weights_bytes, uint64_t
 // the working directory; empty when not found.
 std::filesystem::path find_source_dir();
 
+// The commit the results come from: `git rev-parse HEAD` in source_dir when it is a checkout;
+// else the environment's KERNELLLM_GIT_COMMIT when it holds 7 to 40 hex digits (a build from
+// `git archive`, whose commit `git get-tar-commit-id` reads); else empty.
+std::string git_commit_of(const std::filesystem::path& source_dir);
+
 // Runs bench/peer_hf.py on the same shape and prompt; its JSON, or {"error": ...}.
 Json run_hf_peer(const BenchOptions& options, const std::string& config_json, const std::vector<int32_t>& prompt);
 

@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -132,6 +134,18 @@ std::filesystem::path find_source_dir() {
   return {};
 }
 
+std::string git_commit_of(const std::filesystem::path& source_dir) {
+  if (!source_dir.empty()) {
+    const std::string commit = capture("git -C " + shell_quote(source_dir.string()) + " rev-parse HEAD 2>/dev/null");
+    if (!commit.empty()) return commit;
+  }
+  const char* env = std::getenv("KERNELLLM_GIT_COMMIT");
+  if (env == nullptr) return {};
+  const std::string v = env;
+  const bool hex = std::all_of(v.begin(), v.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  return hex && v.size() >= 7 && v.size() <= 40 ? v : std::string{};
+}
+
 Json machine_facts(const Device& device) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -143,11 +157,7 @@ Json machine_facts(const Device& device) {
       {"git_commit", nullptr},
       {"gpu", nullptr},
   };
-  const auto src = find_source_dir();
-  if (!src.empty()) {
-    const std::string commit = capture("git -C " + shell_quote(src.string()) + " rev-parse HEAD 2>/dev/null");
-    if (!commit.empty()) m["git_commit"] = commit;
-  }
+  if (const std::string commit = git_commit_of(find_source_dir()); !commit.empty()) m["git_commit"] = commit;
   if (device.cuda) {
     Json g = {{"device", device.index}};
     if (auto facts = query_gpu(device.index); facts.ok()) {

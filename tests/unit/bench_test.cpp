@@ -1,12 +1,15 @@
 // The bench library on the CPU: named shapes (the 8B one has KernelLLM's exact parameter
 // count), seeded random checkpoints that the CPU backend loads, the byte counts behind GB/s,
 // a full run_bench on a tiny random model (fields present, numbers positive; no timing
-// assertions), and the clear errors: memory that does not fit, bad options.
+// assertions), the clear errors: memory that does not fit, bad options; and the commit recorded
+// for a build without a checkout.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
+#include "engine/bench_internal.h"
 #include "engine/cpu/ops.h"
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/bench.h"
@@ -209,6 +212,30 @@ TEST(Bench, SampledRunRecordsHowTokensWereDrawn) {
   EXPECT_EQ(opts["top_k"], 40);
   ASSERT_EQ((*r)["decode"].size(), 1u);
   EXPECT_EQ((*r)["decode"][0]["steps"], 3);
+}
+
+// Outside a checkout (a build from `git archive`) the commit comes from KERNELLLM_GIT_COMMIT,
+// only when it looks like one; inside a checkout git's answer wins.
+TEST(BenchMachine, CommitOutsideACheckoutComesFromTheEnvironment) {
+  const std::filesystem::path no_checkout;
+  const std::string sha = "0123456789abcdef0123456789abcdef01234567";
+  setenv("KERNELLLM_GIT_COMMIT", sha.c_str(), 1);
+  EXPECT_EQ(bench::git_commit_of(no_checkout), sha);
+  setenv("KERNELLLM_GIT_COMMIT", "d3b8d73", 1);
+  EXPECT_EQ(bench::git_commit_of(no_checkout), "d3b8d73");
+  for (const char* bad : {"", "abc", "not-a-commit", "0123456789abcdef0123456789abcdef012345678"}) {
+    setenv("KERNELLLM_GIT_COMMIT", bad, 1);
+    EXPECT_EQ(bench::git_commit_of(no_checkout), "") << bad;
+  }
+  unsetenv("KERNELLLM_GIT_COMMIT");
+  EXPECT_EQ(bench::git_commit_of(no_checkout), "");
+  // A directory that is not a checkout falls back the same way.
+  const auto dir = fresh_dir("no-git");
+  std::filesystem::create_directories(dir);
+  setenv("KERNELLLM_GIT_COMMIT", sha.c_str(), 1);
+  EXPECT_EQ(bench::git_commit_of(dir), sha);
+  unsetenv("KERNELLLM_GIT_COMMIT");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
