@@ -215,7 +215,7 @@ TEST(Bench, SampledRunRecordsHowTokensWereDrawn) {
 }
 
 // Outside a checkout (a build from `git archive`) the commit comes from KERNELLLM_GIT_COMMIT,
-// only when it looks like one; inside a checkout git's answer wins.
+// only when it looks like one (7 to 40 hex digits).
 TEST(BenchMachine, CommitOutsideACheckoutComesFromTheEnvironment) {
   const std::filesystem::path no_checkout;
   const std::string sha = "0123456789abcdef0123456789abcdef01234567";
