@@ -4,8 +4,9 @@ weights made directly on the device in the bench dtype. Writes one JSON file (--
 kernelllm merges into its own report under "peer". Not a test; numbers are timings.
 
 Decode per n: one generate() of a batch of n copies of the prompt with exactly --new-tokens
-new tokens (greedy, or sampled as --temperature / --top-p / --top-k say; eos ignored); decode ms/step = (generate time - prefill time of that
-batch) / (new tokens - 1), where the prefill of the same batch is timed separately.
+new tokens (greedy, or sampled as --temperature / --top-p / --top-k say; eos ignored); decode
+ms/step = (generate time - prefill time of that batch) / (new tokens - 1), where the prefill of
+the same batch is timed separately.
 """
 from __future__ import annotations
 
@@ -123,11 +124,14 @@ def main() -> int:
                 "end_to_end_tok_s_aggregate": n * generated * 1e3 / total_ms,
             })
 
+    draws = (
+        f"sampled (temperature {args.temperature}, top_p {args.top_p}, top_k {args.top_k})"
+        if args.temperature > 0
+        else "greedy"
+    )
     result = {
         "peer": "hf-transformers",
-        "method": "model.generate on a batch of n copies of the prompt, "
-        + (f"sampled (temperature {args.temperature}, top_p {args.top_p}, top_k {args.top_k})" if args.temperature > 0 else "greedy")
-        + ", eos ignored; "
+        "method": f"model.generate on a batch of n copies of the prompt, {draws}, eos ignored; "
         "ms_per_step = (generate - prefill of that batch) / (new_tokens - 1)",
         "attn_implementation": "eager",
         "dtype": args.dtype,

@@ -1,7 +1,8 @@
 // Device sampler timings (engine/cuda/sample.cuh) at Llama-3's vocabulary (128,256): one draw
 // and 20 draws (a row each), on flat rows (a random-weight model's logits, std 0.3) and on
 // peaked ones (std 2.5 with a few tokens far above), for several sampling settings and blocks per
-// draw (the backend's choice named), next to the greedy argmax kernel. CUDA events, median of 50 after 5 warm-up launches.
+// draw (the backend's choice named), next to the greedy argmax kernel. CUDA events, median of
+// 50 after 5 warm-up launches.
 // Usage: kernelllm_cuda_sample_bench
 #include <cuda_runtime_api.h>
 
@@ -57,7 +58,9 @@ int main() {
     for (float& x : host) x = normal(rng);
     if (kind.stddev > 1.0f) {
       for (int64_t r = 0; r < kRows; ++r) {
-        for (int j = 0; j < 5; ++j) host[static_cast<size_t>(r * kVocab) + rng() % kVocab] = 12.0f + static_cast<float>(j);
+        for (int j = 0; j < 5; ++j) {
+          host[static_cast<size_t>(r * kVocab) + rng() % kVocab] = 12.0f + static_cast<float>(j);
+        }
       }
     }
     cudaMemcpy(logits.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice);

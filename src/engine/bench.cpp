@@ -264,10 +264,10 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
         {"n", o.n},
         {"warmup", o.warmup},
         {"seed", o.seed},
-        {"sampling", o.temperature == 0.0f
-                         ? "greedy as generation takes it (Backend::forward_sample; the CUDA backend picks on the device), "
-                           "eos ignored"
-                         : "sampled as generation takes it (Backend::forward_sample, sample index = fork), eos ignored"},
+        {"sampling", o.temperature == 0.0f ? "greedy as generation takes it (Backend::forward_sample; the CUDA "
+                                             "backend picks on the device), eos ignored"
+                                           : "sampled as generation takes it (Backend::forward_sample, sample "
+                                             "index = fork), eos ignored"},
         {"temperature", o.temperature},
         {"top_p", o.top_p},
         {"top_k", o.top_k},

@@ -235,7 +235,8 @@ Json run_hf_peer(const BenchOptions& o, const std::string& config_json, const st
                           " --n " + n_list + " --dtype " + (o.dtype == DType::f16 ? "f16" : "bf16") + " --device " +
                           shell_quote(o.device) + " --seed " + std::to_string(o.seed) + " --warmup " +
                           std::to_string(o.warmup) + " --temperature " + std::to_string(o.temperature) + " --top-p " +
-                          std::to_string(o.top_p) + " --top-k " + std::to_string(o.top_k) + " --out " + shell_quote((dir / "peer.json").string()) + " > " +
+                          std::to_string(o.top_p) + " --top-k " + std::to_string(o.top_k) + " --out " +
+                          shell_quote((dir / "peer.json").string()) + " > " +
                           shell_quote((dir / "peer.log").string()) + " 2>&1";
   const int rc = std::system(cmd.c_str());
   auto out = read_text_file(dir / "peer.json");

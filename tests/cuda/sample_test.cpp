@@ -1,7 +1,8 @@
 // The device sampler (engine/cuda/sample.cuh) against the same code run on the host
 // (unit/sample_block_host.h): identical tokens for every draw, greedy and sampled, on Llama-3
-// sized rows and small ones, with one block per draw and with clusters of 2 to 16; and the CUDA backend's forward_sample with device_sampling against
-// its host draws on a tiny checkpoint ($KERNELLLM_TESTDATA).
+// sized rows and small ones, with one block per draw and with clusters of 2 to 16; and the CUDA
+// backend's forward_sample with device_sampling against its host draws on a tiny checkpoint
+// ($KERNELLLM_TESTDATA).
 #include <gtest/gtest.h>
 
 #include <random>

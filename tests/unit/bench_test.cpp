@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "engine/bench_internal.h"
 #include "engine/cpu/ops.h"
@@ -94,14 +96,20 @@ TEST(BenchRandomCheckpoint, LoadsIntoTheCpuBackendAndIsSeeded) {
   for (const auto& d : {a, b, c}) std::filesystem::remove_all(d);
 }
 
-TEST(Bench, TinyCpuRunReportsEveryField) {
+// A run of the tiny shape on the CPU.
+BenchOptions tiny_cpu(int64_t prompt_tokens, int64_t new_tokens, std::vector<int64_t> n, int64_t warmup) {
   BenchOptions o;
   o.config = "tiny";
   o.device = "cpu";
-  o.prompt_tokens = 12;
-  o.new_tokens = 5;
-  o.n = {1, 3};
-  o.warmup = 1;
+  o.prompt_tokens = prompt_tokens;
+  o.new_tokens = new_tokens;
+  o.n = std::move(n);
+  o.warmup = warmup;
+  return o;
+}
+
+TEST(Bench, TinyCpuRunReportsEveryField) {
+  BenchOptions o = tiny_cpu(12, 5, {1, 3}, 1);
   o.command_line = "bench_test";
   auto r = run_bench(o);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -193,13 +201,7 @@ TEST(Bench, BadOptionsAreErrors) {
 }
 
 TEST(Bench, SampledRunRecordsHowTokensWereDrawn) {
-  BenchOptions o;
-  o.config = "tiny";
-  o.device = "cpu";
-  o.prompt_tokens = 8;
-  o.new_tokens = 4;
-  o.n = {2};
-  o.warmup = 0;
+  BenchOptions o = tiny_cpu(8, 4, {2}, 0);
   o.temperature = 0.6f;
   o.top_p = 0.95f;
   o.top_k = 40;

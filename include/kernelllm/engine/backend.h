@@ -62,8 +62,9 @@ class Backend {
 
   // forward(), returning instead of each logits row its greedy token: argmax (sampler.h: the
   // first index of the largest logit). The default is forward_sample with one greedy draw per
-  // row (forward() and argmax on the host); the CUDA backend finds it on the device and copies back the ids only (4 bytes a row instead
-  // of 4 x vocab_size). Same errors and effects as forward().
+  // row (forward() and argmax on the host); the CUDA backend finds it on the device and copies
+  // back the ids only (4 bytes a row instead of 4 x vocab_size). Same errors and effects as
+  // forward().
   virtual Status forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens);
 
   // forward(), returning instead of logits one token per draw (tokens[i] for draws[i]; several

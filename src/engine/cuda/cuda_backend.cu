@@ -49,7 +49,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
   if (env_off("KERNELLLM_CUDA_STAGED")) opts_.staged_gemm = false;
-  if (const char* v = std::getenv("KERNELLLM_CUDA_STAGED"); v != nullptr && std::string(v) == "all") staged_all_ = true;
+  const char* staged = std::getenv("KERNELLLM_CUDA_STAGED");
+  staged_all_ = staged != nullptr && std::string(staged) == "all";
   if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
 }
 
@@ -113,7 +114,7 @@ Status CudaBackend::init() {
   KLLM_RETURN_IF_ERROR(ids_dev_.allocate(R * 4, "greedy ids"));
   KLLM_RETURN_IF_ERROR(meta_.allocate(T * kMetaFields * 4, "batch metadata"));
   KLLM_CUDA_RETURN(cudaMallocHost(&meta_host_, T * kMetaFields * 4), "pinned metadata");
-  if (opts_.staged_gemm) {
+  if (opts_.staged_gemm && compute_major_ >= 9) {  // staged_serves: TMA needs 9.0
     const int64_t widest = std::max({c.vocab_size, 2 * c.intermediate_size, q_dim_ + 2 * kv_dim_, c.hidden_size});
     const auto counters = static_cast<size_t>(staged_counter_count(widest)) * 4;
     KLLM_RETURN_IF_ERROR(staged_partials_.allocate(static_cast<size_t>(staged_partial_floats(sm_count_)) * 4,

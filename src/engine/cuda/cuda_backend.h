@@ -121,7 +121,8 @@ class CudaBackend final : public Backend {
   const RowDraw* draws_ = nullptr;
   std::vector<size_t> draw_order_;
   int64_t draw_row0_ = 0;
-  int compute_major_ = 0, sm_count_ = 0;  // for the device draws' blocks (sample_blocks_per_draw)
+  // For the device draws' blocks (sample_blocks_per_draw) and the staged GEMM (TMA, one block per SM).
+  int compute_major_ = 0, sm_count_ = 0;
   size_t draw_capacity_ = 0;
   sample_block::Draw* draws_host_ = nullptr;
   int32_t* draw_ids_host_ = nullptr;

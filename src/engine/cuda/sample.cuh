@@ -1,6 +1,7 @@
 // Tokens drawn on the device: one thread block, or one cluster of blocks each taking a share of
-// the row, per draw runs sample_block.h's draw_token over its logits row, so the ids are those the host gets running the same code (tests/unit/
-// sample_block_host.h), and sample_token's except within ~1e-6 of a step of the distribution.
+// the row, per draw runs sample_block.h's draw_token over its logits row, so the ids are those
+// the host gets running the same code (tests/unit/sample_block_host.h), and sample_token's
+// except within ~1e-6 of a step of the distribution.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -47,6 +47,12 @@ constexpr int64_t kSlotFloats = int64_t{kWarps} * kMaxNT * 4 * 32;  // one block
 constexpr int kBoxCols = 64;  // TMA box: 64 columns (128 bytes, the swizzle span) x kBM rows
 constexpr int kBoxBytes = kBM * kBoxCols * 2;
 
+// The (band, stage) units of a rows x cols matrix at bk columns per stage (the kernel numbers
+// them the same way).
+__host__ __device__ inline int64_t units_of(int64_t rows, int64_t cols, int64_t bk) {
+  return (rows + kBM - 1) / kBM * ((cols + bk - 1) / bk);
+}
+
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
@@ -96,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t ks = (cols + BK - 1) / BK;  // stages per band
-  const int64_t units = (rows + kBM - 1) / kBM * ks;
+  const int64_t units = units_of(rows, cols, BK);
   const int64_t G = gridDim.x, b = blockIdx.x;
   const int64_t u_begin = b * units / G, u_end = (b + 1) * units / G;
 
@@ -109,7 +115,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_expect_tx(&full[slot], BK / kBoxCols * kBoxBytes);
 #pragma unroll
       for (int j = 0; j < BK / kBoxCols; ++j) {
-        tma_box(sw + j * kBM * kBoxCols, &wmap, static_cast<int>(k0 + j * kBoxCols), static_cast<int>(row0), &full[slot]);
+        tma_box(sw + j * kBM * kBoxCols, &wmap, static_cast<int>(k0 + j * kBoxCols), static_cast<int>(row0),
+                &full[slot]);
       }
     }
     if (tokens) {
@@ -271,9 +278,9 @@ bool weight_map(CUtensorMap& map, DType type, const void* w, int64_t rows, int64
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
   const cuuint32_t box[2] = {kBoxCols, kBM};
   const cuuint32_t estrides[2] = {1, 1};
-  const CUresult r = encode(&map, type == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            2, const_cast<void*>(w), dims, strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  const auto element = type == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = encode(&map, element, 2, const_cast<void*>(w), dims, strides, box, estrides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
@@ -287,7 +294,7 @@ void launch(const CUtensorMap& map, int64_t rows, int64_t cols, const void* x, i
     return true;
   }();
   (void)sized;
-  const int64_t units = (rows + kBM - 1) / kBM * ((cols + BK - 1) / BK);
+  const int64_t units = units_of(rows, cols, BK);
   // Every block must own a unit (an empty block between a band's pieces would never count in).
   const auto grid = static_cast<unsigned>(std::min(s.blocks, units));
   launch_kernel(kernel, grid, kThreads, smem_bytes(NT), stream, map, rows, cols, static_cast<const T*>(x),
@@ -342,8 +349,7 @@ int64_t staged_partial_floats(int64_t blocks) { return blocks * 2 * kSlotFloats;
 int64_t staged_counter_count(int64_t rows) { return (rows + kBM - 1) / kBM; }
 
 int64_t staged_units_per_block(int64_t rows, int64_t cols, int64_t blocks) {
-  const int64_t bk = StagedConfig{}.stage_cols;
-  return (rows + kBM - 1) / kBM * ((cols + bk - 1) / bk) / std::max<int64_t>(1, blocks);
+  return units_of(rows, cols, StagedConfig{}.stage_cols) / std::max<int64_t>(1, blocks);
 }
 
 bool staged_supported(DType type, int64_t cols, int64_t n_tokens) {
@@ -361,7 +367,8 @@ Status staged_gemm_with_config(const StagedConfig& config, DType type, const voi
                                const StagedScratch& scratch, cudaStream_t stream) {
   if (config.stage_cols != 128 && config.stage_cols != 256) {
     return error(ErrorCode::invalid_argument,
-                 "staged gemm layout: expected 128 or 256 columns per stage, found " + std::to_string(config.stage_cols));
+                 "staged gemm layout: expected 128 or 256 columns per stage, found " +
+                     std::to_string(config.stage_cols));
   }
   if (!staged_supported(type, cols, n_tokens) || rows < 0) {
     return error(ErrorCode::invalid_argument,
