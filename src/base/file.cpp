@@ -8,8 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <utility>
 
 namespace kernelllm {
 
@@ -70,22 +69,50 @@ Result<MappedFile> MappedFile::open(const std::filesystem::path& path) {
 }
 
 Result<std::string> read_text_file(const std::filesystem::path& path, size_t max_bytes) {
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  if (ec) {
-    return error(std::filesystem::exists(path) ? ErrorCode::io_error : ErrorCode::not_found,
-                 path.string() + ": " + ec.message());
+  // POSIX reads rather than a stream: a failed read (EIO, or ESRCH from /proc/<pid>/ files of a
+  // process that exits meanwhile) must come back as an error, never as an exception thrown from
+  // the stream buffer or as a silently short string. Files that report size 0 (/proc, /sys) are
+  // read until end of file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return error(e == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
+                 path.string() + ": cannot open for reading: " + std::strerror(e));
   }
-  if (size > max_bytes) {
-    return error(ErrorCode::out_of_range, path.string() + ": expected at most " + std::to_string(max_bytes) +
-                                              " bytes, found " + std::to_string(size));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    ::close(fd);
+    return error(ErrorCode::io_error, path.string() + ": cannot read: " + std::strerror(e));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return error(ErrorCode::io_error, path.string() + ": cannot open for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return error(ErrorCode::io_error, path.string() + ": read failed");
-  return ss.str();
+  const auto too_big = [&](const std::string& found) {
+    return error(ErrorCode::out_of_range,
+                 path.string() + ": expected at most " + std::to_string(max_bytes) + " bytes, found " + found);
+  };
+  if (static_cast<size_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return too_big(std::to_string(st.st_size));
+  }
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return error(ErrorCode::io_error, path.string() + ": read failed: " + std::strerror(e));
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      return too_big("more");
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace kernelllm

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "kernelllm/base/file.h"
+
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
 
@@ -242,8 +244,8 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
   }
   // cgroups: v2 when the root has controllers we may use, else v1 hierarchies.
   if (::access("/sys/fs/cgroup/cgroup.controllers", R_OK) == 0) {
-    std::ifstream f("/sys/fs/cgroup/cgroup.subtree_control");
-    std::string ctl((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto subtree = read_text_file("/sys/fs/cgroup/cgroup.subtree_control", size_t{1} << 16);
+    const std::string ctl = subtree.ok() ? *subtree : std::string();
     std::string d = "/sys/fs/cgroup/" + unique_name();
     if (::mkdir(d.c_str(), 0755) == 0) {
       p.cgroup_kind = "v2";

@@ -14,11 +14,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "kernelllm/base/file.h"
 
 namespace kernelllm::harness {
 
@@ -321,23 +322,34 @@ std::optional<ExitInfo> Process::wait(Deadline deadline) {
   }
 }
 
+namespace {
+
+// The parent of `pid` from /proc/<pid>/stat (field 4, after the parenthesised comm); nullopt when
+// the process is gone or the file cannot be parsed.
+std::optional<pid_t> parent_pid_of(pid_t pid) {
+  auto stat = read_text_file(fmt::format("/proc/{}/stat", pid), size_t{1} << 16);
+  if (!stat.ok()) return std::nullopt;
+  size_t rp = stat->rfind(')');
+  if (rp == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat->substr(rp + 1));
+  char state = 0;
+  long ppid = 0;
+  if (!(rest >> state >> ppid)) return std::nullopt;
+  return static_cast<pid_t>(ppid);
+}
+
+}  // namespace
+
 std::vector<pid_t> list_descendants(pid_t root) {
-  // ppid of every process, from /proc/<pid>/stat (field 4, after the parenthesised comm).
+  // The parent of every process.
   std::vector<std::pair<pid_t, pid_t>> parent_of;
   if (DIR* d = ::opendir("/proc")) {
     while (dirent* e = ::readdir(d)) {
       char* end = nullptr;
       long pid = std::strtol(e->d_name, &end, 10);
       if (!end || *end != '\0' || pid <= 0) continue;
-      std::ifstream f(fmt::format("/proc/{}/stat", pid));
-      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      size_t rp = stat.rfind(')');
-      if (rp == std::string::npos) continue;
-      std::istringstream rest(stat.substr(rp + 1));
-      char state = 0;
-      long ppid = 0;
-      rest >> state >> ppid;
-      parent_of.emplace_back(static_cast<pid_t>(pid), static_cast<pid_t>(ppid));
+      // A process may exit between readdir and the read (ESRCH): it is then simply not listed.
+      if (auto ppid = parent_pid_of(static_cast<pid_t>(pid))) parent_of.emplace_back(static_cast<pid_t>(pid), *ppid);
     }
     ::closedir(d);
   }
@@ -359,8 +371,9 @@ void Process::kill_tree() {
     // After the leader was reaped its pid may be reused: then only the group and cgroups count.
     std::vector<pid_t> victims = exit_ ? std::vector<pid_t>{} : list_descendants(pid_);
     for (const std::string& procs : cgroup_procs_files_) {
-      std::ifstream f(procs);
-      for (long p; f >> p;) victims.push_back(static_cast<pid_t>(p));
+      auto text = read_text_file(procs, size_t{1} << 20);  // gone with its cgroup: nothing to add
+      std::istringstream pids(text.ok() ? *text : std::string());
+      for (long p; pids >> p;) victims.push_back(static_cast<pid_t>(p));
     }
     ::kill(-pid_, SIGKILL);
     if (!exit_) ::kill(pid_, SIGKILL);
@@ -388,17 +401,9 @@ int reap_orphans(const std::vector<pid_t>& known) {
   int n = 0;
   for (pid_t child : list_descendants(::getpid())) {
     if (std::find(known.begin(), known.end(), child) != known.end()) continue;
-    std::ifstream st(fmt::format("/proc/{}/stat", child));
-    std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
-    size_t rp = stat.rfind(')');
-    std::istringstream rest(rp == std::string::npos ? std::string() : stat.substr(rp + 1));
-    char state = 0;
-    long ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != ::getpid()) continue;  // only direct children: orphans adopted by the subreaper
-    std::ifstream f(fmt::format("/proc/{}/environ", child));
-    std::string env((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (env.find("KERNELLLM_WORKER=1") == std::string::npos) continue;
+    if (parent_pid_of(child) != ::getpid()) continue;  // only direct children: orphans adopted by the subreaper
+    auto env = read_text_file(fmt::format("/proc/{}/environ", child), size_t{1} << 20);
+    if (!env.ok() || env->find("KERNELLLM_WORKER=1") == std::string::npos) continue;
     ::kill(-child, SIGKILL);
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);

@@ -1,15 +1,17 @@
 // Subprocess layer: framing, ring buffers, deadlines, exit evidence and whole-tree kill
 // (process groups, setsid grandchildren, orphans adopted by the subreaper).
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "kernelllm/base/file.h"
 #include "kernelllm/harness/subprocess.h"
 
 namespace kernelllm::harness {
@@ -17,10 +19,10 @@ namespace {
 
 bool alive(pid_t pid) {
   if (::kill(pid, 0) != 0) return false;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  size_t rp = stat.rfind(')');
-  return rp != std::string::npos && stat.size() > rp + 2 && stat[rp + 2] != 'Z';
+  auto stat = read_text_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat.ok()) return false;
+  size_t rp = stat->rfind(')');
+  return rp != std::string::npos && stat->size() > rp + 2 && (*stat)[rp + 2] != 'Z';
 }
 
 SpawnOptions sh(const std::string& script) {
@@ -138,6 +140,30 @@ TEST(Process, KillTreeTakesBackgroundChildrenAndSetsidGrandchildren) {
   p->kill_tree();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   for (pid_t pid : tree) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived";
+}
+
+TEST(Process, ListingDescendantsSurvivesProcessesExitingMidScan) {
+  // Processes that are reaped between the listing's open and read of /proc/<pid>/stat (ESRCH)
+  // once escaped as an exception from the stream buffer and aborted `kernelllm verify`. A
+  // thread forks and reaps short-lived children while the main thread lists, many times over.
+  std::atomic<bool> stop{false};
+  std::atomic<int> forks{0};
+  const auto churn = [&] {
+    while (!stop.load()) {
+      pid_t c = ::fork();
+      if (c == 0) ::_exit(0);
+      if (c > 0) {
+        ::waitpid(c, nullptr, 0);
+        forks.fetch_add(1);
+      }
+    }
+  };
+  std::thread a(churn), b(churn);
+  for (int i = 0; i < 2000 || forks.load() < 200; ++i) EXPECT_NO_THROW(list_descendants(::getpid()));
+  stop.store(true);
+  a.join();
+  b.join();
+  EXPECT_GE(forks.load(), 200);
 }
 
 TEST(Process, SubreaperCatchesOrphanedSetsidGrandchildren) {

@@ -33,7 +33,9 @@ class MappedFile {
   std::filesystem::path path_;
 };
 
-// Reads a whole (text) file. `max_bytes` guards against pointing us at a huge file by mistake.
+// Reads a whole (text) file; pseudo-files that report size 0 (/proc, /sys) are read to their end.
+// Every failure (missing, unreadable, a read error midway) is an error value, never an exception.
+// `max_bytes` guards against pointing us at a huge file by mistake.
 Result<std::string> read_text_file(const std::filesystem::path& path, size_t max_bytes = size_t{1} << 30);
 
 }  // namespace kernelllm
