@@ -80,7 +80,7 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
   if (reply.status != ReceiveStatus::ok) {
     // A worker that closed its pipe is usually dying: give it a moment so that its own exit
     // status (signal) is the evidence rather than our SIGKILL.
-    if (reply.status != ReceiveStatus::timeout) w.proc.wait(deadline_in(2));
+    if (reply.status == ReceiveStatus::closed) w.proc.wait(deadline_in(2));
     w.proc.kill_tree();
     r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
     r.evidence["exit"] = w.describe_exit();
@@ -88,6 +88,12 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
     if (reply.status == ReceiveStatus::timeout) {
       r.verdict = Verdict::timeout;
       r.message = fmt::format("no reply to {} within {:.0f} s; process tree killed", phase, timeout_s);
+    } else if (reply.status == ReceiveStatus::protocol_error) {
+      // A frame we cannot trust (garbled, or written by the candidate's own code): the worker is
+      // alive but its replies mean nothing any more.
+      r.verdict = Verdict::crash;
+      r.rule = "protocol";
+      r.message = fmt::format("broke the reply protocol during {}: {}; process tree killed", phase, reply.error);
     } else if (cgroup_saw_oom(w)) {
       r.verdict = Verdict::crash;
       r.rule = "out_of_memory";

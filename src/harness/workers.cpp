@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <span>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -121,6 +123,92 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   return env;
 }
 
+namespace {
+
+enum JsonTypes : unsigned { kBool = 1, kInteger = 2, kNumber = 4, kString = 8, kObject = 16, kArray = 32, kNull = 64 };
+
+bool has_type(const Json& j, unsigned types) {
+  return ((types & kBool) && j.is_boolean()) || ((types & kInteger) && j.is_number_integer()) ||
+         ((types & kNumber) && j.is_number()) || ((types & kString) && j.is_string()) ||
+         ((types & kObject) && j.is_object()) || ((types & kArray) && j.is_array()) || ((types & kNull) && j.is_null());
+}
+
+std::string type_names(unsigned types) {
+  std::string out;
+  const std::pair<unsigned, const char*> names[] = {{kBool, "a boolean"}, {kInteger, "an integer"}, {kNumber, "a number"},
+                                                    {kString, "a string"}, {kObject, "an object"},  {kArray, "an array"},
+                                                    {kNull, "null"}};
+  for (auto [bit, name] : names) {
+    if (!(types & bit)) continue;
+    if (!out.empty()) out += " or ";
+    out += name;
+  }
+  return out;
+}
+
+struct Member {
+  const char* key;
+  unsigned types;
+  unsigned element_types = 0;  // arrays: each element's types (0: any)
+};
+
+// Every member of a reply (judge and candidate ops) that the orchestrator reads. Members not
+// listed are passed through as evidence and never read as a type.
+constexpr Member kReplyMembers[] = {
+    {"v", kInteger},
+    {"ok", kBool},
+    {"op", kString},
+    {"error", kObject},
+    {"pid", kInteger},  // hello
+    {"run_ms", kNumber},
+    {"triton_launches", kInteger | kNull},
+    {"times_ms", kArray, kNumber},
+    {"event_total_ms", kNumber},
+    {"wall_total_ms", kNumber},
+    {"match", kBool},  // compare
+    {"verdict_hint", kString},
+    {"rule", kString | kNull},
+    {"message", kString},
+    {"n_trials", kInteger},  // load (judge)
+    {"trial_distributions", kArray, kString},
+    {"n_inputs", kInteger},  // make_inputs
+    {"scalars", kObject},
+    {"input_bytes", kInteger},
+    {"output_bytes", kInteger},
+    {"output_sizes", kArray},
+};
+constexpr Member kErrorMembers[] = {
+    {"kind", kString}, {"message", kString}, {"traceback", kString}, {"rule", kString}};
+
+std::string members_error(const Json& obj, std::span<const Member> members, const std::string& where) {
+  for (const Member& m : members) {
+    auto it = obj.find(m.key);
+    if (it == obj.end()) continue;
+    if (!has_type(*it, m.types)) {
+      return fmt::format("{}member '{}': expected {}, found {}", where, m.key, type_names(m.types), json_type_name(*it));
+    }
+    if (m.element_types == 0 || !it->is_array()) continue;
+    for (size_t i = 0; i < it->size(); ++i) {
+      if (!has_type((*it)[i], m.element_types)) {
+        return fmt::format("{}member '{}'[{}]: expected {}, found {}", where, m.key, i, type_names(m.element_types),
+                           json_type_name((*it)[i]));
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string reply_shape_error(const Json& m) {
+  if (!m.is_object()) return fmt::format("expected a JSON object, found {}", json_type_name(m));
+  if (!m.contains("ok")) return "member 'ok' is missing";
+  std::string e = members_error(m, kReplyMembers, "");
+  if (e.empty() && m.contains("error")) e = members_error(m["error"], kErrorMembers, "error ");
+  if (e.empty() && (!m["ok"].get<bool>() && !m.contains("error"))) e = "a failed reply without member 'error'";
+  return e;
+}
+
 std::string Reply::error_kind() const {
   switch (status) {
     case ReceiveStatus::timeout: return "timeout";
@@ -154,6 +242,12 @@ Reply Worker::request(const Json& message, double timeout_s) {
     r.status = got.status;
     r.message = std::move(got.message);
     r.error = std::move(got.error);
+    if (r.status == ReceiveStatus::ok) {
+      if (std::string bad = reply_shape_error(r.message); !bad.empty()) {
+        r.status = ReceiveStatus::protocol_error;
+        r.error = "malformed reply: " + bad;
+      }
+    }
   }
   r.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   return r;
@@ -193,11 +287,12 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
 Status await_hello(Worker& w, double start_timeout_s) {
   if (!w.hello.is_null()) return {};
   Received hello = w.proc.receive(deadline_in(start_timeout_s));
-  if (hello.status != ReceiveStatus::ok || !hello.message.value("ok", false)) {
+  std::string bad = hello.status == ReceiveStatus::ok ? reply_shape_error(hello.message) : hello.error;
+  if (bad.empty() && !hello.message["ok"].get<bool>()) bad = hello.message.dump();
+  if (!bad.empty()) {
     w.proc.kill_tree();
-    return error(ErrorCode::io_error, fmt::format("{} worker did not greet ({}; {}): {}", w.kind,
-                                                  hello.status == ReceiveStatus::ok ? hello.message.dump() : hello.error,
-                                                  w.describe_exit(), w.proc.stderr_tail()));
+    return error(ErrorCode::io_error,
+                 fmt::format("{} worker did not greet ({}; {}): {}", w.kind, bad, w.describe_exit(), w.proc.stderr_tail()));
   }
   w.hello = std::move(hello.message);
   return {};

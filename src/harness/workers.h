@@ -32,6 +32,12 @@ Result<std::filesystem::path> find_package_dir(const std::string& option);
 // The allow-listed environment of a worker whose private dir is `work_dir`.
 std::vector<std::string> worker_env(const std::filesystem::path& work_dir, const std::string& device, int threads);
 
+// Replies are read from processes that run code we do not trust (a candidate can write frames
+// of its own to the reply pipe; a problem module runs in the judge): every member the
+// orchestrator reads is type-checked here, once per frame. Empty when `m` is well formed, else
+// what is wrong ("member 'run_ms': expected a number, found string").
+std::string reply_shape_error(const Json& m);
+
 struct Reply {
   ReceiveStatus status = ReceiveStatus::closed;
   Json message;        // when ok (may have ok:false)
