@@ -172,10 +172,27 @@ def test_history_names_a_cache_only_for_trials_the_candidate_has_run():
     assert not checker.passes(const)
     found = j._history_cheat(0, 0, const, checker, const.clone())
     assert found is not None and found["rule"] == "closed_form", found
-    # The same output after the candidate ran trial 6 (and passed it) is a cached result.
+    # After the candidate ran trial 6 and passed it, the same constant (3.7e-6 relative from
+    # trial 6's reference: within the strict tolerance, not as close as a computation on trial
+    # 6's inputs) is still the closed form: a chance match names no cache.
     j = _history_judge(refs, {6: [const.clone()]}, probe_ref=[torch.tensor(2.8000)])
     found = j._history_cheat(0, 0, const, checker, const.clone())
+    assert found is not None and found["rule"] == "closed_form", found
+    # Trial 6's answer replayed (its reference to the last bit) is a cached result.
+    j = _history_judge(refs, {6: [refs[6].clone()]}, probe_ref=[torch.tensor(2.8000)])
+    found = j._history_cheat(0, 0, refs[6].clone(), checker, refs[6].clone())
     assert found is not None and found["rule"] == "cached_result", found
+
+
+def test_close_agreement_is_far_tighter_than_the_tolerance():
+    ref = torch.tensor([1.0, -2.0, 3.0])
+    assert compare.agrees_closely(ref.clone(), ref, ref.double())
+    assert compare.agrees_closely(ref * (1 + 5e-7), ref, ref.double())
+    assert not compare.agrees_closely(ref * (1 + 5e-6), ref, ref.double())
+    assert compare.Checker("strict", ref, ref.double(), "v0").passes(ref * (1 + 5e-6))
+    assert not compare.agrees_closely(ref.half(), ref, ref.double())  # other dtype
+    ints = torch.tensor([1, 2, 3])
+    assert compare.agrees_closely(ints.clone(), ints, None) and not compare.agrees_closely(ints + 1, ints, None)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA cannot start")
