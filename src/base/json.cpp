@@ -1,6 +1,9 @@
 // Typed JSON access; the only place that catches nlohmann's exceptions.
 #include "kernelllm/base/json.h"
 
+#include <string>
+#include <utility>
+
 namespace kernelllm {
 namespace {
 
@@ -97,6 +100,51 @@ Result<std::string> json_string(const Json& obj, std::string_view key, std::stri
 }
 Result<bool> json_bool(const Json& obj, std::string_view key, std::string_view what) {
   return require(json_opt_bool(obj, key, what), what, key);
+}
+
+namespace {
+
+bool has_type(const Json& j, unsigned types) {
+  return ((types & kJsonBool) && j.is_boolean()) || ((types & kJsonInteger) && j.is_number_integer()) ||
+         ((types & kJsonNumber) && j.is_number()) || ((types & kJsonString) && j.is_string()) ||
+         ((types & kJsonObject) && j.is_object()) || ((types & kJsonArray) && j.is_array()) ||
+         ((types & kJsonNull) && j.is_null());
+}
+
+std::string type_names(unsigned types) {
+  std::string out;
+  const std::pair<unsigned, const char*> names[] = {{kJsonBool, "a boolean"}, {kJsonInteger, "an integer"},
+                                                    {kJsonNumber, "a number"},  {kJsonString, "a string"},
+                                                    {kJsonObject, "an object"}, {kJsonArray, "an array"},
+                                                    {kJsonNull, "null"}};
+  for (auto [bit, name] : names) {
+    if (!(types & bit)) continue;
+    if (!out.empty()) out += " or ";
+    out += name;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string json_members_error(const Json& obj, std::span<const JsonMember> members, std::string_view where) {
+  if (!obj.is_object()) return std::string(where) + "expected an object, found " + std::string(json_type_name(obj));
+  for (const JsonMember& m : members) {
+    auto it = obj.find(m.key);
+    if (it == obj.end()) continue;
+    if (!has_type(*it, m.types)) {
+      return std::string(where) + "member '" + m.key + "': expected " + type_names(m.types) + ", found " +
+             std::string(json_type_name(*it));
+    }
+    if (m.element_types == 0 || !it->is_array()) continue;
+    for (size_t i = 0; i < it->size(); ++i) {
+      if (!has_type((*it)[i], m.element_types)) {
+        return std::string(where) + "member '" + m.key + "'[" + std::to_string(i) + "]: expected " +
+               type_names(m.element_types) + ", found " + std::string(json_type_name((*it)[i]));
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace kernelllm

@@ -76,6 +76,13 @@ struct DeviceState {
 // A cached result's "multishape" object back (nullopt when null or malformed).
 std::optional<MultishapeResult> multishape_from_json(const Json& j);
 
+// Verify-cache entries are our own, but may be stale or damaged: empty when every member
+// result_from_cache reads has its type, else what is wrong (the entry then counts as a miss and
+// is rewritten).
+std::string cache_entry_error(const Json& j);
+// A candidate's result from a cache entry that cache_entry_error accepted.
+void result_from_cache(const Json& j, CandidateResult& r);
+
 class Verifier {
  public:
   Verifier(std::string problem, std::vector<std::string> candidates, VerifyOptions opts)
@@ -92,7 +99,6 @@ class Verifier {
   Result<std::unique_ptr<Worker>> start_candidate_worker(DeviceState& dev, size_t thread);
   DeviceState* pick_device(size_t hint);
   std::string cache_key_for(size_t i, const DeviceState& dev) const;
-  static void from_cache(const Json& j, CandidateResult& r);
   Reply judge_call(DeviceState& dev, const Json& request, double timeout_s);
   void log(const std::string& line) const;
   void notify(size_t index, const CandidateResult& r);

@@ -299,8 +299,10 @@ void Verifier::worker_thread(size_t thread) {
     std::string key = cache_key_for(i, *dev);
     if (cache_) {
       auto hit = cache_->get(key);
-      if (hit.ok() && hit->has_value()) {
-        from_cache(**hit, r);
+      std::string stale = hit.ok() && hit->has_value() ? cache_entry_error(**hit) : "";
+      if (!stale.empty()) warn(fmt::format("verify cache entry for {} ignored and rewritten: {}", r.path, stale));
+      if (hit.ok() && hit->has_value() && stale.empty()) {
+        result_from_cache(**hit, r);
         log(fmt::format("[{}] {}: {} (cached)", i, r.path, verdict_name(r.verdict)));
         notify(i, r);
         continue;
@@ -354,7 +356,44 @@ void Verifier::worker_thread(size_t thread) {
   }
 }
 
-void Verifier::from_cache(const Json& j, CandidateResult& r) {
+namespace {
+
+constexpr JsonMember kCacheMembers[] = {{"verdict", kJsonString},
+                                        {"rule", kJsonString},
+                                        {"message", kJsonString},
+                                        {"stderr_tail", kJsonString},
+                                        {"multishape_note", kJsonString},
+                                        {"timing", kJsonObject | kJsonNull},
+                                        {"speedup", kJsonNumber | kJsonNull},
+                                        {"multishape", kJsonObject | kJsonNull}};
+constexpr JsonMember kCacheTimingMembers[] = {{"meaningful", kJsonBool},
+                                              {"times_ms", kJsonArray, kJsonNumber},
+                                              {"event_total_ms", kJsonNumber},
+                                              {"wall_total_ms", kJsonNumber},
+                                              {"orchestrator_wall_ms", kJsonNumber}};
+constexpr JsonMember kCacheMultishapeMembers[] = {{"verdict", kJsonString}, {"variants", kJsonArray, kJsonObject}};
+constexpr JsonMember kCacheVariantMembers[] = {
+    {"name", kJsonString}, {"verdict", kJsonString}, {"message", kJsonString}, {"sizes", kJsonObject}};
+
+}  // namespace
+
+std::string cache_entry_error(const Json& j) {
+  std::string e = json_members_error(j, kCacheMembers);
+  if (e.empty() && !verdict_from_name(j.value("verdict", ""))) e = "no known verdict";
+  if (e.empty() && j.contains("timing") && j["timing"].is_object()) {
+    e = json_members_error(j["timing"], kCacheTimingMembers, "timing ");
+  }
+  if (e.empty() && j.contains("multishape") && j["multishape"].is_object()) {
+    const Json& m = j["multishape"];
+    e = json_members_error(m, kCacheMultishapeMembers, "multishape ");
+    for (size_t v = 0; e.empty() && m.contains("variants") && v < m["variants"].size(); ++v) {
+      e = json_members_error(m["variants"][v], kCacheVariantMembers, fmt::format("multishape variant {} ", v));
+    }
+  }
+  return e;
+}
+
+void result_from_cache(const Json& j, CandidateResult& r) {
   r.verdict = verdict_from_name(j.value("verdict", "")).value_or(Verdict::not_verified);
   r.rule = j.value("rule", "");
   r.message = j.value("message", "");

@@ -5,8 +5,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <span>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -125,87 +123,40 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
 
 namespace {
 
-enum JsonTypes : unsigned { kBool = 1, kInteger = 2, kNumber = 4, kString = 8, kObject = 16, kArray = 32, kNull = 64 };
-
-bool has_type(const Json& j, unsigned types) {
-  return ((types & kBool) && j.is_boolean()) || ((types & kInteger) && j.is_number_integer()) ||
-         ((types & kNumber) && j.is_number()) || ((types & kString) && j.is_string()) ||
-         ((types & kObject) && j.is_object()) || ((types & kArray) && j.is_array()) || ((types & kNull) && j.is_null());
-}
-
-std::string type_names(unsigned types) {
-  std::string out;
-  const std::pair<unsigned, const char*> names[] = {{kBool, "a boolean"}, {kInteger, "an integer"}, {kNumber, "a number"},
-                                                    {kString, "a string"}, {kObject, "an object"},  {kArray, "an array"},
-                                                    {kNull, "null"}};
-  for (auto [bit, name] : names) {
-    if (!(types & bit)) continue;
-    if (!out.empty()) out += " or ";
-    out += name;
-  }
-  return out;
-}
-
-struct Member {
-  const char* key;
-  unsigned types;
-  unsigned element_types = 0;  // arrays: each element's types (0: any)
+constexpr JsonMember kReplyMembers[] = {
+    {"v", kJsonInteger},
+    {"ok", kJsonBool},
+    {"op", kJsonString},
+    {"error", kJsonObject},
+    {"pid", kJsonInteger},  // hello
+    {"run_ms", kJsonNumber},
+    {"triton_launches", kJsonInteger | kJsonNull},
+    {"times_ms", kJsonArray, kJsonNumber},
+    {"event_total_ms", kJsonNumber},
+    {"wall_total_ms", kJsonNumber},
+    {"match", kJsonBool},  // compare
+    {"verdict_hint", kJsonString},
+    {"rule", kJsonString | kJsonNull},
+    {"message", kJsonString},
+    {"n_trials", kJsonInteger},  // load (judge)
+    {"trial_distributions", kJsonArray, kJsonString},
+    {"n_inputs", kJsonInteger},  // make_inputs
+    {"scalars", kJsonObject},
+    {"input_bytes", kJsonInteger},
+    {"output_bytes", kJsonInteger},
+    {"output_sizes", kJsonArray},
 };
-
-// Every member of a reply (judge and candidate ops) that the orchestrator reads. Members not
-// listed are passed through as evidence and never read as a type.
-constexpr Member kReplyMembers[] = {
-    {"v", kInteger},
-    {"ok", kBool},
-    {"op", kString},
-    {"error", kObject},
-    {"pid", kInteger},  // hello
-    {"run_ms", kNumber},
-    {"triton_launches", kInteger | kNull},
-    {"times_ms", kArray, kNumber},
-    {"event_total_ms", kNumber},
-    {"wall_total_ms", kNumber},
-    {"match", kBool},  // compare
-    {"verdict_hint", kString},
-    {"rule", kString | kNull},
-    {"message", kString},
-    {"n_trials", kInteger},  // load (judge)
-    {"trial_distributions", kArray, kString},
-    {"n_inputs", kInteger},  // make_inputs
-    {"scalars", kObject},
-    {"input_bytes", kInteger},
-    {"output_bytes", kInteger},
-    {"output_sizes", kArray},
-};
-constexpr Member kErrorMembers[] = {
-    {"kind", kString}, {"message", kString}, {"traceback", kString}, {"rule", kString}};
-
-std::string members_error(const Json& obj, std::span<const Member> members, const std::string& where) {
-  for (const Member& m : members) {
-    auto it = obj.find(m.key);
-    if (it == obj.end()) continue;
-    if (!has_type(*it, m.types)) {
-      return fmt::format("{}member '{}': expected {}, found {}", where, m.key, type_names(m.types), json_type_name(*it));
-    }
-    if (m.element_types == 0 || !it->is_array()) continue;
-    for (size_t i = 0; i < it->size(); ++i) {
-      if (!has_type((*it)[i], m.element_types)) {
-        return fmt::format("{}member '{}'[{}]: expected {}, found {}", where, m.key, i, type_names(m.element_types),
-                           json_type_name((*it)[i]));
-      }
-    }
-  }
-  return "";
-}
+constexpr JsonMember kErrorMembers[] = {
+    {"kind", kJsonString}, {"message", kJsonString}, {"traceback", kJsonString}, {"rule", kJsonString}};
 
 }  // namespace
 
 std::string reply_shape_error(const Json& m) {
   if (!m.is_object()) return fmt::format("expected a JSON object, found {}", json_type_name(m));
   if (!m.contains("ok")) return "member 'ok' is missing";
-  std::string e = members_error(m, kReplyMembers, "");
-  if (e.empty() && m.contains("error")) e = members_error(m["error"], kErrorMembers, "error ");
-  if (e.empty() && (!m["ok"].get<bool>() && !m.contains("error"))) e = "a failed reply without member 'error'";
+  std::string e = json_members_error(m, kReplyMembers);
+  if (e.empty() && m.contains("error")) e = json_members_error(m["error"], kErrorMembers, "error ");
+  if (e.empty() && !m["ok"].get<bool>() && !m.contains("error")) e = "a failed reply without member 'error'";
   return e;
 }
 

@@ -1,9 +1,11 @@
-// Worker replies are type-checked once per frame: a candidate can write frames of its own to the
-// reply pipe, and a member of the wrong type must become a protocol error, never an exception.
+// JSON the harness reads but does not fully control is type-checked before use: worker replies
+// once per frame (a candidate can write frames of its own to the reply pipe) and verify-cache
+// entries (stale or damaged). A member of the wrong type is a named error, never an exception.
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "harness/verifier.h"
 #include "harness/workers.h"
 
 namespace kernelllm::harness {
@@ -48,6 +50,49 @@ TEST(ReplyShape, MissingOkOrErrorIsMalformed) {
   EXPECT_EQ(reply_shape_error(parse(R"({"v":1,"run_ms":1})")), "member 'ok' is missing");
   EXPECT_EQ(reply_shape_error(parse(R"({"v":1,"ok":false})")), "a failed reply without member 'error'");
   EXPECT_EQ(reply_shape_error(parse("[1,2]")), "expected a JSON object, found array");
+}
+
+TEST(JsonMembers, NamesTheFirstMisfitAndIgnoresMissingMembers) {
+  constexpr JsonMember members[] = {{"a", kJsonInteger}, {"b", kJsonNumber | kJsonNull}, {"c", kJsonArray, kJsonString}};
+  EXPECT_EQ(json_members_error(parse(R"({})"), members), "");
+  EXPECT_EQ(json_members_error(parse(R"({"a":1,"b":null,"c":["x"],"d":{}})"), members), "");
+  EXPECT_EQ(json_members_error(parse(R"({"a":1,"b":2.5,"c":[]})"), members), "");
+  EXPECT_EQ(json_members_error(parse(R"({"a":1.5})"), members, "in x: "),
+            "in x: member 'a': expected an integer, found number");
+  EXPECT_EQ(json_members_error(parse(R"({"b":true})"), members), "member 'b': expected a number or null, found boolean");
+  EXPECT_EQ(json_members_error(parse(R"({"c":["x",{}]})"), members), "member 'c'[1]: expected a string, found object");
+  EXPECT_EQ(json_members_error(parse("3"), members), "expected an object, found integer");
+}
+
+TEST(CacheEntry, WellFormedEntriesAreRead) {
+  Json entry = parse(R"({"path":"c.py","verdict":"correct","rule":"","message":"5 trial(s) match","stderr_tail":"",
+                         "stats":{},"evidence":{},"cached":false,"speedup":1.5,"multishape_note":"",
+                         "timing":{"meaningful":true,"times_ms":[1.0,1.5],"event_total_ms":2.5,"wall_total_ms":3,
+                                   "orchestrator_wall_ms":4},
+                         "multishape":{"verdict":"pass","variants":[{"name":"half","verdict":"correct","message":"",
+                                                                     "sizes":{"n":[8,4]}}]}})");
+  ASSERT_EQ(cache_entry_error(entry), "");
+  CandidateResult r;
+  result_from_cache(entry, r);
+  EXPECT_EQ(r.verdict, Verdict::correct);
+  ASSERT_TRUE(r.timing.has_value());
+  EXPECT_EQ(r.timing->times_ms.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.speedup, 1.5);
+  ASSERT_TRUE(r.multishape.has_value());
+  EXPECT_EQ(r.multishape->variants.size(), 1u);
+  // A result without timing (a failing candidate) is an entry too.
+  EXPECT_EQ(cache_entry_error(parse(R"({"verdict":"wrong_output","timing":null,"multishape":null})")), "");
+}
+
+TEST(CacheEntry, DamagedEntriesAreNamedNotRead) {
+  EXPECT_EQ(cache_entry_error(parse(R"({"verdict":7})")), "member 'verdict': expected a string, found integer");
+  EXPECT_EQ(cache_entry_error(parse(R"({"verdict":"splendid"})")), "no known verdict");
+  EXPECT_EQ(cache_entry_error(parse(R"({"verdict":"correct","timing":{"times_ms":["1"]}})")),
+            "timing member 'times_ms'[0]: expected a number, found string");
+  EXPECT_EQ(cache_entry_error(parse(R"({"verdict":"correct","multishape":{"verdict":"pass",
+                                                  "variants":[{"name":1}]}})")),
+            "multishape variant 0 member 'name': expected a string, found integer");
+  EXPECT_EQ(cache_entry_error(parse(R"([])")), "expected an object, found array");
 }
 
 }  // namespace

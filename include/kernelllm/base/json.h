@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -32,5 +33,26 @@ Result<std::optional<int64_t>> json_opt_int(const Json& obj, std::string_view ke
 Result<std::optional<double>> json_opt_number(const Json& obj, std::string_view key, std::string_view what);
 Result<std::optional<std::string>> json_opt_string(const Json& obj, std::string_view key, std::string_view what);
 Result<std::optional<bool>> json_opt_bool(const Json& obj, std::string_view key, std::string_view what);
+
+// Type sets for json_members_error (bitwise or).
+enum JsonTypes : unsigned {
+  kJsonBool = 1,
+  kJsonInteger = 2,
+  kJsonNumber = 4,  // integers included
+  kJsonString = 8,
+  kJsonObject = 16,
+  kJsonArray = 32,
+  kJsonNull = 64,
+};
+struct JsonMember {
+  const char* key;
+  unsigned types;
+  unsigned element_types = 0;  // arrays: each element's types (0: any)
+};
+// Checks many optional members at once, for messages from untrusted processes and entries of our
+// own stores that may be stale: the first member present with a type outside its set (or an array
+// element outside `element_types`), as "<where>member 'k': expected a number, found string";
+// empty when everything present fits. Missing members are not errors.
+std::string json_members_error(const Json& obj, std::span<const JsonMember> members, std::string_view where = "");
 
 }  // namespace kernelllm
