@@ -170,7 +170,8 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py (no model needed)");
   cmd->add_option("--out", args->out, "run directory (created; an existing one is resumed)");
   cmd->add_option("-k", args->k, "samples per problem (with --model)")->check(CLI::Range(1, 10000));
-  cmd->add_option("--device", args->device, "verification devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1");
+  cmd->add_option("--device,--verify-device", args->device,
+                  "verification devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1");
   cmd->add_option("--gen-device", args->gen_device, "generation device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--profiles", args->profiles, "verifier profiles, comma-separated (default strict,kernelbench)");
   cmd->add_option("--shard", args->shard, "i/N: only problems j with j % N == i (merge shards with `eval merge`)");

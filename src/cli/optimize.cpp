@@ -287,7 +287,7 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--json", args->json_file, "Report JSON (default <work dir>/report.json)");
   cmd->add_option("--work-dir", args->work_dir, "Directory for the problem copy, prompts, completions and candidates "
                                                 "(default ./<module stem>_optimize; reused files are overwritten)");
-  cmd->add_option("--device", args->device, "Engine device: cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--device,--gen-device", args->device, "Engine device: cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "CUDA weights: bf16 or fp16")->check(CLI::IsMember({"bf16", "fp16"}))->capture_default_str();
   cmd->add_option("--verify-device", args->verify_device,
                   "Verifier devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1 "

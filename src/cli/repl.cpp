@@ -95,7 +95,7 @@ void add_repl_command(CLI::App& app, CommandRun& run) {
   CLI::App* cmd = app.add_subcommand("repl", "Interactive: paste a PyTorch module, get verified Triton candidates");
   cmd->add_option("--model", args->model, "Model directory, or an HF id found in the local HF cache")
       ->capture_default_str();
-  cmd->add_option("--device", args->device, "Generation device: cpu or cuda")
+  cmd->add_option("--device,--gen-device", args->device, "Generation device: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);

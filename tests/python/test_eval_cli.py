@@ -156,7 +156,10 @@ def test_pass_at_k_equals_the_hand_computed_values(full_run, problem_set):
 def test_restart_redoes_nothing(cli, full_run, problem_set):
     before = verifications(full_run["out"])
     assert len(before) == TOTAL_VERIFICATIONS
-    r = run(eval_args(cli, problem_set, full_run["out"]))
+    # --verify-device is --device's other name (the name optimize and repl use): the same options.
+    args = eval_args(cli, problem_set, full_run["out"])
+    args[args.index("--device")] = "--verify-device"
+    r = run(args)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "verifying" not in r.stderr
     assert verifications(full_run["out"]) == before

@@ -111,7 +111,8 @@ def test_cli_repl_save_without_a_best_and_quit(cli, tiny_model, tmp_path):
 
 
 def test_cli_repl_rejects_a_module_without_model(cli, tiny_model, tmp_path):
-    run = subprocess.run(repl_cmd(cli, tiny_model, tmp_path), input="def f(x):\n    return x\n",
+    # --gen-device is --device's other name (the name eval uses for generation).
+    run = subprocess.run(repl_cmd(cli, tiny_model, tmp_path, "--gen-device", "cpu"), input="def f(x):\n    return x\n",
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "missing: `class Model`, `def get_inputs()`, `def get_init_inputs()`" in run.stdout
