@@ -14,6 +14,7 @@
 
 #include "engine/bench_internal.h"
 #include "kernelllm/base/file.h"
+#include "kernelllm/base/system.h"
 
 namespace kernelllm::bench {
 
@@ -55,17 +56,6 @@ std::string cpu_model() {
     }
   }
   return "unknown";
-}
-
-uint64_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
 }
 
 std::string gib(uint64_t bytes) {

@@ -6,30 +6,14 @@
 
 #include <sys/statvfs.h>
 
-#include <fstream>
-#include <sstream>
-
 #include <fmt/format.h>
+
+#include "kernelllm/base/system.h"
 
 namespace kernelllm::harness {
 namespace {
 
 double gb(uint64_t bytes) { return static_cast<double>(bytes) / 1e9; }
-
-// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
-uint64_t mem_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("MemAvailable:", 0) == 0) {
-      std::istringstream in(line.substr(13));
-      uint64_t kb = 0;
-      in >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -49,7 +33,7 @@ Status check_problem_memory(const MemoryNeed& need) {
                                need.n_trials, gb(need.output_bytes), gb(free_bytes)));
     }
   }
-  const uint64_t avail = mem_available();
+  const uint64_t avail = mem_available_bytes();
   if (avail > 0 && static_cast<double>(shm + judge) > 0.9 * static_cast<double>(avail)) {
     return error(ErrorCode::resource_exhausted,
                  fmt::format("the problem needs about {:.1f} GB of host memory ({:.1f} GB of input and output files, {:.1f} GB "

@@ -1,5 +1,6 @@
 // Whole-file reads: regular files, pseudo-files that report size 0, size limits, and read
-// failures that must come back as error values (never as exceptions or short strings).
+// failures that must come back as error values (never as exceptions or short strings); and the
+// host facts read through them.
 #include <unistd.h>
 
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "kernelllm/base/file.h"
+#include "kernelllm/base/system.h"
 
 namespace kernelllm {
 namespace {
@@ -69,6 +71,17 @@ TEST(ReadTextFile, ReadFailureIsAnErrorValue) {
     text = r.status().message();
   });
   EXPECT_NE(text.find("read failed"), std::string::npos) << text;
+}
+
+TEST(HostFacts, MemAvailableIsReadAndBelowTheTotal) {
+  auto meminfo = read_text_file("/proc/meminfo");
+  ASSERT_TRUE(meminfo.ok()) << meminfo.status().message();
+  const size_t at = meminfo->find("MemTotal:");
+  ASSERT_NE(at, std::string::npos);
+  const uint64_t total = std::stoull(meminfo->substr(at + 9)) * 1024;
+  const uint64_t available = mem_available_bytes();
+  EXPECT_GT(available, 0u);
+  EXPECT_LE(available, total);
 }
 
 }  // namespace
