@@ -46,9 +46,7 @@ int main(int argc, char** argv) {
   (void)x.allocate(size_t{1500} * 14336 * 2, "x");
   (void)y.allocate(size_t{1500} * 128256 * 4, "y");
   fill_random(t, x.get(), 1500 * 14336, 7, 1.0f, nullptr);
-  int dev = 0, sms = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = current_sm_count();
   DeviceBuffer partials, counters;
   (void)partials.allocate(static_cast<size_t>(staged_partial_floats(sms)) * 4, "partials");
   (void)counters.allocate(static_cast<size_t>(staged_counter_count(128256)) * 4, "counters");

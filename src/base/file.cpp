@@ -35,37 +35,55 @@ void MappedFile::reset() {
   size_ = 0;
 }
 
+namespace {
+
+// A file descriptor open for reading, closed when it goes out of scope.
+struct ReadFd {
+  int fd = -1;
+  ReadFd() = default;
+  ReadFd(const ReadFd&) = delete;
+  ReadFd& operator=(const ReadFd&) = delete;
+  ~ReadFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Opens `path` read-only into `f`, and stats it: not_found when it is missing, else io_error with
+// the reason.
+Status open_for_reading(const std::filesystem::path& path, ReadFd& f, struct stat& st) {
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    const int e = errno;
+    return error(e == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
+                 path.string() + ": cannot open for reading: " + std::strerror(e));
+  }
+  if (fstat(f.fd, &st) != 0) {
+    return error(ErrorCode::io_error, path.string() + ": cannot stat: " + std::strerror(errno));
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
 Result<MappedFile> MappedFile::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return error(errno == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
-                 path.string() + ": cannot open: " + std::strerror(errno));
-  }
+  ReadFd f;
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return error(ErrorCode::io_error, path.string() + ": cannot stat: " + std::strerror(e));
-  }
+  KLLM_RETURN_IF_ERROR(open_for_reading(path, f, st));
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
     return error(ErrorCode::invalid_argument, path.string() + ": expected a regular file");
   }
   MappedFile file;
   file.path_ = path;
   file.size_ = static_cast<size_t>(st.st_size);
   if (file.size_ > 0) {
-    void* p = mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, f.fd, 0);
     if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
       file.size_ = 0;
-      return error(ErrorCode::io_error, path.string() + ": mmap failed: " + std::strerror(e));
+      return error(ErrorCode::io_error, path.string() + ": mmap failed: " + std::strerror(errno));
     }
     file.data_ = p;
   }
-  ::close(fd);  // the mapping stays valid after close
-  return file;
+  return file;  // the mapping stays valid after the fd is closed
 }
 
 Result<std::string> read_text_file(const std::filesystem::path& path, size_t max_bytes) {
@@ -73,46 +91,28 @@ Result<std::string> read_text_file(const std::filesystem::path& path, size_t max
   // process that exits meanwhile) must come back as an error, never as an exception thrown from
   // the stream buffer or as a silently short string. Files that report size 0 (/proc, /sys) are
   // read until end of file.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    return error(e == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
-                 path.string() + ": cannot open for reading: " + std::strerror(e));
-  }
+  ReadFd f;
   struct stat st {};
-  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-    int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
-    ::close(fd);
-    return error(ErrorCode::io_error, path.string() + ": cannot read: " + std::strerror(e));
+  KLLM_RETURN_IF_ERROR(open_for_reading(path, f, st));
+  if (S_ISDIR(st.st_mode)) {
+    return error(ErrorCode::io_error, path.string() + ": cannot read: " + std::strerror(EISDIR));
   }
   const auto too_big = [&](const std::string& found) {
     return error(ErrorCode::out_of_range,
                  path.string() + ": expected at most " + std::to_string(max_bytes) + " bytes, found " + found);
   };
-  if (static_cast<size_t>(st.st_size) > max_bytes) {
-    ::close(fd);
-    return too_big(std::to_string(st.st_size));
-  }
+  if (static_cast<size_t>(st.st_size) > max_bytes) return too_big(std::to_string(st.st_size));
   std::string out;
   out.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    const ssize_t n = ::read(f.fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      return error(ErrorCode::io_error, path.string() + ": read failed: " + std::strerror(e));
-    }
-    if (n == 0) break;
-    if (out.size() + static_cast<size_t>(n) > max_bytes) {
-      ::close(fd);
-      return too_big("more");
-    }
+    if (n < 0) return error(ErrorCode::io_error, path.string() + ": read failed: " + std::strerror(errno));
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) return too_big("more");
     out.append(buf, static_cast<size_t>(n));
   }
-  ::close(fd);
-  return out;
 }
 
 }  // namespace kernelllm

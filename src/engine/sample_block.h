@@ -231,9 +231,9 @@ KLLM_HD void for_items(Ctx& ctx, const float* row, int64_t n, bool aligned, cons
 
 // Items i in [0, n) of row with item.key(i, row[i], key) true (eligible) and weight
 // item.value(key), in ascending key order (key_bits bits): the key where the running sum of the
-// values first reaches need_of(total). A pass over the items per kDigitBits of key; every block of the group
-// counts its share of the items and ctx.combine_hist gives each block the group's histogram,
-// so every block picks the same buckets.
+// values first reaches need_of(total). A pass over the items per kDigitBits of key; every block
+// of the group counts its share of the items and ctx.combine_hist gives each block the group's
+// histogram, so every block picks the same buckets.
 template <class Ctx, class Item, class Need>
 KLLM_HD Selected radix_select(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, int key_bits,
                               const Item& item, const Need& need_of) {

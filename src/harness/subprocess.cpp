@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -371,9 +372,8 @@ void Process::kill_tree() {
     // After the leader was reaped its pid may be reused: then only the group and cgroups count.
     std::vector<pid_t> victims = exit_ ? std::vector<pid_t>{} : list_descendants(pid_);
     for (const std::string& procs : cgroup_procs_files_) {
-      auto text = read_text_file(procs, size_t{1} << 20);  // gone with its cgroup: nothing to add
-      std::istringstream pids(text.ok() ? *text : std::string());
-      for (long p; pids >> p;) victims.push_back(static_cast<pid_t>(p));
+      std::ifstream f(procs);  // operator>> turns a failed read into a stopped loop, never a throw
+      for (long p; f >> p;) victims.push_back(static_cast<pid_t>(p));
     }
     ::kill(-pid_, SIGKILL);
     if (!exit_) ::kill(pid_, SIGKILL);

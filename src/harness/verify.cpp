@@ -299,13 +299,15 @@ void Verifier::worker_thread(size_t thread) {
     std::string key = cache_key_for(i, *dev);
     if (cache_) {
       auto hit = cache_->get(key);
-      std::string stale = hit.ok() && hit->has_value() ? cache_entry_error(**hit) : "";
-      if (!stale.empty()) warn(fmt::format("verify cache entry for {} ignored and rewritten: {}", r.path, stale));
-      if (hit.ok() && hit->has_value() && stale.empty()) {
-        result_from_cache(**hit, r);
-        log(fmt::format("[{}] {}: {} (cached)", i, r.path, verdict_name(r.verdict)));
-        notify(i, r);
-        continue;
+      if (hit.ok() && hit->has_value()) {
+        if (std::string stale = cache_entry_error(**hit); !stale.empty()) {
+          warn(fmt::format("verify cache entry for {} ignored and rewritten: {}", r.path, stale));
+        } else {
+          result_from_cache(**hit, r);
+          log(fmt::format("[{}] {}: {} (cached)", i, r.path, verdict_name(r.verdict)));
+          notify(i, r);
+          continue;
+        }
       }
     }
     std::unique_ptr<Worker> w;

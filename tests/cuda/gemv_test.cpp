@@ -394,13 +394,6 @@ struct StagedScratchBuffers {
   }
 };
 
-int sm_count() {
-  int dev = 0, n = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-  return n;
-}
-
 // The output in y_type (fresh), or fp32 accumulated onto seeded values; the normalized error.
 // config null: staged_gemm() (its default layout).
 double run_staged(const Problem& p, const StagedScratchBuffers& sb, const cuda::StagedConfig* c, int64_t blocks,
@@ -478,7 +471,7 @@ TEST_P(StagedTest, AccumulatedAndNarrowOutputs) {
 TEST_P(StagedTest, Llama8BShapes) {
   const DType t = GetParam();
   const StagedScratchBuffers sb;
-  const int sms = sm_count();
+  const int sms = cuda::current_sm_count();
   uint32_t seed = 170;
   for (const Shape& s : kLlama8BShapes) {
     const Problem p = large_problem(t, s.rows, s.cols, seed += 2, kSkinnyTokens);

@@ -6,6 +6,7 @@
 #include <cfloat>
 
 #include "engine/cuda/attention.cuh"
+#include "engine/cuda/common.cuh"
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 
@@ -200,21 +201,10 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
   }
 }
 
-// The current device's multiprocessor count, asked once.
-int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
-  return sms;
-}
-
 template <class T, int G, int D>
 void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
   constexpr int kMax = kMaxPartialWarps<G, D>;
-  if (warps == 0) warps = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sm_count() ? 16 : 8;
+  if (warps == 0) warps = static_cast<int64_t>(grid.x) * grid.y * grid.z <= current_sm_count() ? 16 : 8;
   if constexpr (kMax >= 16) {
     if (warps >= 16) {
       launch_kernel(attention_partial_kernel<T, G, D, 16>, grid, 16 * 32, 0, stream, args);

@@ -16,6 +16,18 @@ Status cuda_status(cudaError_t err, const std::string& what) {
 
 bool is_compute_dtype(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
+int current_sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      return 0;
+    }
+    return n;
+  }();
+  return sms;
+}
+
 namespace {
 std::atomic<bool> g_programmatic_launch{false};
 }  // namespace

@@ -20,6 +20,9 @@ Status cuda_status(cudaError_t err, const std::string& what);
 // True for the dtypes the backend computes in (f32, f16, bf16).
 bool is_compute_dtype(DType t);
 
+// The current device's multiprocessor count, asked once per process (0 when it cannot be asked).
+int current_sm_count();
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

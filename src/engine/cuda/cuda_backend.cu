@@ -48,9 +48,10 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
-  if (env_off("KERNELLLM_CUDA_STAGED")) opts_.staged_gemm = false;
-  const char* staged = std::getenv("KERNELLLM_CUDA_STAGED");
-  staged_all_ = staged != nullptr && std::string(staged) == "all";
+  if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
+    if (std::string(staged) == "0") opts_.staged_gemm = false;
+    staged_all_ = std::string(staged) == "all";
+  }
   if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
 }
 
