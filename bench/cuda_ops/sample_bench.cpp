@@ -65,8 +65,13 @@ int main() {
     }
     cudaMemcpy(logits.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice);
     for (const int64_t n : {int64_t{1}, kRows}) {
-      std::printf("%s n=%-2lld argmax kernel %8.1f us\n", kind.name, static_cast<long long>(n),
-                  median_us([&] { argmax_rows(logits.as<float>(), n, kVocab, ids.as<int32_t>(), nullptr); }));
+      std::printf("%s n=%-2lld argmax kernel", kind.name, static_cast<long long>(n));
+      for (const int blocks : {1, 4, 8, 16}) {
+        if (blocks > 1 && major < 9) continue;
+        std::printf("  %2d blocks %8.1f us", blocks,
+                    median_us([&] { argmax_rows(logits.as<float>(), n, kVocab, ids.as<int32_t>(), blocks, nullptr); }));
+      }
+      std::printf("   (the backend takes %d)\n", cluster_blocks_per_row(major, sms, n));
       for (const Setting& s : settings) {
         std::vector<sample_block::Draw> d;
         for (int64_t r = 0; r < n; ++r) {
@@ -81,7 +86,7 @@ int main() {
                                     ids.as<int32_t>(), blocks, nullptr);
                       }));
         }
-        std::printf("   (the backend takes %d)\n", sample_blocks_per_draw(major, sms, n));
+        std::printf("   (the backend takes %d)\n", cluster_blocks_per_row(major, sms, n));
       }
     }
   }

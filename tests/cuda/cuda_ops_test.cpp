@@ -357,7 +357,8 @@ TEST_P(OpTest, RopeFromComputeDtypeEqualsFromF32) {
 
 // The device argmax against sampler.h's host argmax: random rows, ties (lowest index wins),
 // NaNs (never larger; a NaN at index 0 wins), all -inf, -0 against +0, a maximum in the last
-// element, and a vocabulary that is not a multiple of 4 (the scalar loop).
+// element, and a vocabulary that is not a multiple of 4 (the scalar loop); one block per row and
+// clusters of 2 to 16 blocks.
 TEST(Argmax, MatchesHostArgmax) {
   for (const int64_t vocab : {int64_t{128256}, int64_t{1001}}) {
     const int64_t rows = 9;
@@ -379,17 +380,23 @@ TEST(Argmax, MatchesHostArgmax) {
     row(7)[0] = 1.0f;  // NaNs everywhere else: index 0
     for (int64_t i = 0; i < vocab; i += 3) row(8)[i] = 7.0f;  // many ties
     auto d_x = upload(x);
-    auto d_ids = poisoned(static_cast<size_t>(rows) * 4);
-    cuda::argmax_rows(d_x.as<float>(), rows, vocab, d_ids.as<int32_t>(), nullptr);
-    std::vector<int32_t> got(static_cast<size_t>(rows));
-    ASSERT_EQ(cudaMemcpy(got.data(), d_ids.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (int64_t r = 0; r < rows; ++r) {
-      EXPECT_EQ(got[static_cast<size_t>(r)], argmax({row(r), static_cast<size_t>(vocab)}))
-          << "row " << r << " vocab " << vocab;
+    int major = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    for (const int blocks : {1, 2, 4, 8, 16}) {
+      if (blocks > 1 && major < 9) continue;  // clusters
+      auto d_ids = poisoned(static_cast<size_t>(rows) * 4);
+      cuda::argmax_rows(d_x.as<float>(), rows, vocab, d_ids.as<int32_t>(), blocks, nullptr);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      std::vector<int32_t> got(static_cast<size_t>(rows));
+      ASSERT_EQ(cudaMemcpy(got.data(), d_ids.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(got[static_cast<size_t>(r)], argmax({row(r), static_cast<size_t>(vocab)}))
+            << "row " << r << " vocab " << vocab << " blocks " << blocks;
+      }
+      EXPECT_EQ(got[1], 5);
+      EXPECT_EQ(got[2], 0);
+      EXPECT_EQ(got[8], 0);
     }
-    EXPECT_EQ(got[1], 5);
-    EXPECT_EQ(got[2], 0);
-    EXPECT_EQ(got[8], 0);
   }
 }
 

@@ -1,6 +1,10 @@
-// Row argmax; see argmax.cuh. One block of 1,024 threads per row: each thread scans a strided
-// share with 16-byte loads keeping (largest value, its first index), then a warp and a block
-// reduction that prefers the larger value and, on equal values, the lower index.
+// Row argmax; see argmax.cuh. One block, or one cluster of blocks, per row: each thread scans a
+// strided share of its block's slice with 16-byte loads keeping (largest value, its first index),
+// then a warp and a block reduction that prefers the larger value and, on equal values, the lower
+// index; block 0 of the cluster takes the blocks' results by distributed shared memory in rank
+// order (the order does not change the result: the preference is a total order).
+#include <cooperative_groups.h>
+
 #include <climits>
 
 #include "engine/cuda/argmax.cuh"
@@ -9,7 +13,7 @@
 namespace kernelllm::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 512;
 
 struct Best {
   float v;
@@ -26,15 +30,20 @@ __device__ __forceinline__ void see(Best& b, float v, int32_t i) {
   if (v > b.v || (v == b.v && i < b.i)) b = Best{v, i};
 }
 
+template <int kBlocks>
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* ids) {
-  grid_dependency_wait();
-  allow_dependent_launch();
-  const float* row = logits + blockIdx.x * vocab;
+  wait_for_predecessor();
+  const int64_t row_index = blockIdx.x / kBlocks;
+  const int rank = static_cast<int>(blockIdx.x % kBlocks);
+  const float* row = logits + row_index * vocab;
   Best b{-INFINITY, INT32_MAX};  // a row of -inf takes its first index (equal, lower index)
   const auto n = static_cast<int32_t>(vocab);
   if (vocab % 4 == 0) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    for (int32_t c = threadIdx.x; c < n / 4; c += kThreads) {
+    const int32_t begin = static_cast<int32_t>(int64_t{n / 4} * rank / kBlocks);
+    const int32_t end = static_cast<int32_t>(int64_t{n / 4} * (rank + 1) / kBlocks);
+#pragma unroll 4
+    for (int32_t c = begin + static_cast<int32_t>(threadIdx.x); c < end; c += kThreads) {
       const float4 v = row4[c];
       see(b, v.x, 4 * c);
       see(b, v.y, 4 * c + 1);
@@ -42,7 +51,9 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
       see(b, v.w, 4 * c + 3);
     }
   } else {
-    for (int32_t c = threadIdx.x; c < n; c += kThreads) see(b, row[c], c);
+    const int32_t begin = static_cast<int32_t>(int64_t{n} * rank / kBlocks);
+    const int32_t end = static_cast<int32_t>(int64_t{n} * (rank + 1) / kBlocks);
+    for (int32_t c = begin + static_cast<int32_t>(threadIdx.x); c < end; c += kThreads) see(b, row[c], c);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -50,21 +61,60 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
     b = better(b, other);
   }
   __shared__ Best warp_best[kThreads / 32];
+  __shared__ Best block_best;
   if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = b;
   __syncthreads();
   if (threadIdx.x == 0) {
     Best r = warp_best[0];
     for (int w = 1; w < kThreads / 32; ++w) r = better(r, warp_best[w]);
-    // A NaN at index 0 wins (the host's one-pass loop never replaces it); only NaNs: 0.
-    ids[blockIdx.x] = (isnan(row[0]) || r.i == INT32_MAX) ? 0 : r.i;
+    block_best = r;
   }
+  if constexpr (kBlocks > 1) {
+#if __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's result is in its shared memory
+    if (rank == 0 && threadIdx.x == 0) {
+      Best r = block_best;
+      for (int k = 1; k < kBlocks; ++k) r = better(r, *cluster.map_shared_rank(&block_best, k));
+      block_best = r;
+    }
+    cluster.sync();  // block 0 has read the others' shared memory: they may exit
+#else
+    __trap();  // clusters need compute capability 9.0 (argmax_rows' callers pass 1 below it)
+#endif
+  } else {
+    __syncthreads();
+  }
+  if (rank == 0 && threadIdx.x == 0) {
+    // A NaN at index 0 wins (the host's one-pass loop never replaces it); only NaNs: 0.
+    ids[row_index] = (isnan(row[0]) || block_best.i == INT32_MAX) ? 0 : block_best.i;
+  }
+}
+
+template <int kBlocks>
+void launch(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, cudaStream_t stream) {
+  if constexpr (kBlocks > 8) {  // clusters past 8 blocks are opted into once
+    static const bool allowed =
+        cudaFuncSetAttribute(argmax_kernel<kBlocks>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    (void)allowed;
+  }
+  launch_cluster_kernel(argmax_kernel<kBlocks>, dim3(static_cast<unsigned>(rows * kBlocks)), kThreads, 0, kBlocks,
+                        stream, logits, vocab, ids);
 }
 
 }  // namespace
 
-void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, cudaStream_t stream) {
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, int blocks_per_row,
+                 cudaStream_t stream) {
   if (rows == 0) return;
-  launch_kernel(argmax_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, logits, vocab, ids);
+  switch (blocks_per_row) {
+    case 16: return launch<16>(logits, rows, vocab, ids, stream);
+    case 8: return launch<8>(logits, rows, vocab, ids, stream);
+    case 4: return launch<4>(logits, rows, vocab, ids, stream);
+    case 2: return launch<2>(logits, rows, vocab, ids, stream);
+    default: return launch<1>(logits, rows, vocab, ids, stream);
+  }
 }
 
 }  // namespace kernelllm::cuda

@@ -76,8 +76,7 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
   const int pt = static_cast<int>(a.kv.page_tokens);
   prefetch_kv_rows(pool, table, begin, end, pt, a.kv.layers, a.layer, kv_dim, static_cast<int64_t>(g) * hd, hd,
                    static_cast<int>(threadIdx.x), kThreads);
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const float scale = rsqrtf(static_cast<float>(hd));
 
   __shared__ __align__(16) float s_q[G][32 * D];
@@ -236,8 +235,7 @@ void launch_partial(const AttentionArgs& args, dim3 grid, int warps, cudaStream_
 template <class T>
 __global__ void attention_merge_kernel(AttentionArgs a) {
   static_assert(kMaxAttentionSplits <= 64, "two slots per lane");
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const int64_t th = blockIdx.x;  // token * heads + head
   const int hd = static_cast<int>(a.head_dim), splits = static_cast<int>(a.splits);
   __shared__ float s_w[kMaxAttentionSplits];

@@ -37,8 +37,7 @@ __global__ void prefill_kernel(AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   Row* sK = reinterpret_cast<Row*>(smem);  // [2 * kTile]: buffer b is rows [b * kTile, (b + 1) * kTile)
   Row* sV = sK + 2 * kTile;
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int group = static_cast<int>(a.heads / a.kv_heads);

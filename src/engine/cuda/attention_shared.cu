@@ -109,8 +109,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     prefetch_kv_rows(static_cast<const T*>(a.kv.pool), table, begin, end, static_cast<int>(a.kv.page_tokens),
                      a.kv.layers, a.layer, a.kv.kv_dim, g * HD, HD, static_cast<int>(threadIdx.x), kThreads);
   }
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
 
   for (int64_t item = blockIdx.z; item < a.n_tokens; item += gridDim.z) {

@@ -35,6 +35,13 @@ std::atomic<bool> g_programmatic_launch{false};
 void set_programmatic_launch(bool on) { g_programmatic_launch.store(on, std::memory_order_relaxed); }
 bool programmatic_launch() { return g_programmatic_launch.load(std::memory_order_relaxed); }
 
+int cluster_blocks_per_row(int compute_major, int sm_count, int64_t rows) {
+  if (compute_major < 9) return 1;
+  int b = 16;
+  while (b > 1 && static_cast<int64_t>(b) * rows > sm_count) b /= 2;
+  return b;
+}
+
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     if (ptr_ != nullptr) cudaFree(ptr_);

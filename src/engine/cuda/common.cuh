@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kernelllm/base/status.h"
@@ -22,6 +23,11 @@ bool is_compute_dtype(DType t);
 
 // The current device's multiprocessor count, asked once per process (0 when it cannot be asked).
 int current_sm_count();
+
+// Blocks per row for kernels that give each row of a batch one cluster of blocks (the device
+// draws, the greedy argmax): 1 below compute capability 9.0 (no clusters), else the largest of
+// 16, 8, 4, 2 with one block per SM for every row's blocks, or 1.
+int cluster_blocks_per_row(int compute_major, int sm_count, int64_t rows);
 
 class DeviceBuffer {
  public:

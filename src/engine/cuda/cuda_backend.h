@@ -69,7 +69,8 @@ class CudaBackend final : public Backend {
   // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
               DType y_type = DType::f32, bool accumulate = false);
-  // The device work of one pass over n tokens whose metadata is in meta_; logits for r rows.
+  // The device work of one pass over n tokens whose metadata is in meta_; with logits_in_pass
+  // (single-token passes, where every token's row produces logits: r == n) also their logits.
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
   // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.
   Status run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared);
@@ -115,13 +116,17 @@ class CudaBackend final : public Backend {
   DeviceBuffer meta_;
   int32_t* meta_host_ = nullptr;    // pinned mirror
   bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off
+  // Where the GEMV serves (one token), gate_up writes the SwiGLU activation itself (gemv_swiglu)
+  // and qkv rotates and writes q, K and V (gemv_rope_write_kv); env KERNELLLM_CUDA_FUSED_SWIGLU=0
+  // and KERNELLLM_CUDA_FUSED_ROPE=0 keep the two kernels of each (measurements).
+  bool fused_swiglu_ = true, fused_rope_ = true;
   // forward_sample on the device: the pass's draws (null: none), draw_order_ their indices by row,
   // draw_row0_ the pass row of the current chunk's first logits row; pinned mirrors and device
   // copies of the draws and their ids, for draw_capacity_ draws.
   const RowDraw* draws_ = nullptr;
   std::vector<size_t> draw_order_;
   int64_t draw_row0_ = 0;
-  // For the device draws' blocks (sample_blocks_per_draw) and the staged GEMM (TMA, one block per SM).
+  // For the device draws' blocks (cluster_blocks_per_row) and the staged GEMM (TMA, one block per SM).
   int compute_major_ = 0, sm_count_ = 0;
   size_t draw_capacity_ = 0;
   sample_block::Draw* draws_host_ = nullptr;

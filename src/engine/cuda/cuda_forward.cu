@@ -9,6 +9,7 @@
 #include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/embedding.cuh"
+#include "engine/cuda/gemv.cuh"
 #include "engine/cuda/rmsnorm.cuh"
 #include "engine/cuda/rope.cuh"
 #include "engine/cuda/sample.cuh"
@@ -63,11 +64,18 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
     norm(l.in_norm);
-    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it).
-    const DType qkv_type = gemv_serves(h, n) ? DType::f32 : dtype_;
-    KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
-    rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page,
-                  inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
+    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it). Where
+    // the GEMV serves (one token), it rotates and writes q, K and V itself.
+    if (fused_rope_ && gemv_serves(h, n)) {
+      const RopeKvTarget target{pos, page, inv_freq_.as<float>(), kv, li, q_.as<float>(), c.num_attention_heads,
+                                c.num_key_value_heads, c.head_dim};
+      gemv_rope_write_kv(dtype_, l.qkv.get(), h, xn_.get(), n, target, stream_);
+    } else {
+      const DType qkv_type = gemv_serves(h, n) ? DType::f32 : dtype_;
+      KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
+      rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos,
+                    page, inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
+    }
     AttentionArgs a;
     a.q = q_.as<float>();
     a.n_tokens = n;
@@ -101,18 +109,30 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     KLLM_RETURN_IF_ERROR(proj(l.o, h, q_dim_, att_.get(), n, y_pending ? y : x, DType::f32, !y_pending));
     norm(l.post_norm);
     // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
-    // linear layers give it): half the bytes written and read back by swiglu.
-    const DType gate_up_type = gemv_serves(h, n) ? DType::f32 : dtype_;
-    KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));
-    swiglu(dtype_, gate_up_type, gate_up_.get(), n, inter, act_.get(), stream_);
+    // linear layers give it): half the bytes written and read back by swiglu. Where the GEMV
+    // serves (one token), it writes the activation itself.
+    if (fused_swiglu_ && gemv_serves(h, n)) {
+      gemv_swiglu(dtype_, l.gate_up.get(), inter, h, xn_.get(), n, act_.get(), stream_);
+    } else {
+      const DType gate_up_type = gemv_serves(h, n) ? DType::f32 : dtype_;
+      KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));
+      swiglu(dtype_, gate_up_type, gate_up_.get(), n, inter, act_.get(), stream_);
+    }
     y_pending = gemv_serves(inter, n);
     KLLM_RETURN_IF_ERROR(proj(l.down, h, inter, act_.get(), n, y_pending ? y : x, DType::f32, !y_pending));
   }
-  // The last residual add if one is pending (into x; the normed output is not used), then the
-  // final norm of the rows that produce logits.
-  if (y_pending) add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, xn_.get(), stream_);
-  if (logits_in_pass) {
+  // The final norm of the rows that produce logits, after the last residual add if one is
+  // pending. In a pass with its logits (single tokens: every row produces logits, in order) that
+  // is one kernel; otherwise the add goes into x (its normed output unused) and run_chunk norms
+  // the rows.
+  if (logits_in_pass && y_pending) {
+    add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, fin_.get(), stream_);
+  } else if (logits_in_pass) {
     rmsnorm(dtype_, x, final_norm_.as<float>(), r, h, eps, out_rows, fin_.get(), stream_);
+  } else if (y_pending) {
+    add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, xn_.get(), stream_);
+  }
+  if (logits_in_pass) {
     const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
     KLLM_RETURN_IF_ERROR(proj(head, c.vocab_size, h, fin_.get(), r, logits_dev_.as<float>()));
   }
@@ -123,7 +143,8 @@ Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int
   const int64_t vocab = config_.vocab_size;
   if (logits_out == nullptr && ids_out == nullptr) return draw_on_device(draw_row0_ + r0, rn);
   if (ids_out != nullptr) {
-    argmax_rows(logits_dev_.as<float>(), rn, vocab, ids_dev_.as<int32_t>(), stream_);
+    argmax_rows(logits_dev_.as<float>(), rn, vocab, ids_dev_.as<int32_t>(),
+                cluster_blocks_per_row(compute_major_, sm_count_, rn), stream_);
     KLLM_CUDA_RETURN(cudaMemcpyAsync(ids_out + r0, ids_dev_.get(), static_cast<size_t>(rn) * 4,
                                      cudaMemcpyDeviceToHost, stream_),
                      "greedy ids download");
@@ -228,7 +249,7 @@ Status CudaBackend::draw_on_device(int64_t row0, int64_t rn) {
                    "draws upload");
   const auto n_draws = static_cast<int64_t>(e - b);
   sample_rows(logits_dev_.as<float>(), config_.vocab_size, dev + b, n_draws, draw_ids_dev_.as<int32_t>() + b,
-              sample_blocks_per_draw(compute_major_, sm_count_, n_draws), stream_);
+              cluster_blocks_per_row(compute_major_, sm_count_, n_draws), stream_);
   KLLM_CUDA_RETURN(cudaMemcpyAsync(draw_ids_host_ + b, draw_ids_dev_.as<int32_t>() + b, (e - b) * 4,
                                    cudaMemcpyDeviceToHost, stream_),
                    "drawn ids download");

@@ -22,6 +22,10 @@ __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2hal
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// The Llama MLP activation of one (gate, up) pair: silu(g) * u, in fp32 (swiglu.cuh and the
+// GEMV's fused form compute it alike).
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // VEC elements of T in 16 bytes.
 template <class T>
 struct Vec16 {

@@ -12,8 +12,7 @@ template <class T>
 __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids, int64_t hidden,
                                  float* __restrict__ out) {
   constexpr int kInFlight = 8;
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const int64_t t = blockIdx.x;
   const T* row = table + static_cast<int64_t>(ids[t]) * hidden;
   float* dst = out + t * hidden;

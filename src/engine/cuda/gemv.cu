@@ -4,12 +4,14 @@
 // L1 bypassed), then the x chunk (once for the R rows, L1-cached: every block of the SM reads it),
 // then sums per warp by shuffles and across the group's warps through shared memory. The first
 // batch of weight loads is issued before the kernel waits for its predecessor (launch.cuh).
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/launch.cuh"
+#include "engine/cuda/rope_pair.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -77,12 +79,79 @@ __device__ __forceinline__ void unpack16(const uint4& raw, float* out) {
   for (int i = 0; i < Vec16<T>::kN; ++i) out[i] = to_f32(e[i]);
 }
 
-// R rows per group, N tokens; warps_per_row (W) in {1, 2, 4, 8}. No thread returns early: all
-// reach the __syncthreads before the cross-warp sum.
-template <class T, int N, int R>
-__global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restrict__ w, int64_t rows, int64_t cols,
-                                                              const T* __restrict__ x, float* __restrict__ y,
-                                                              int warps_per_row) {
+// Where a group's rows come from and where their sums go. A group's R row slots start at slot
+// `first` = group index * R; row(first, r) is the matrix row of slot r, valid(first, r) whether
+// it exists. store() is called once per (row, token) with the row's sum, or with kPaired (R even)
+// once per pair of slots (r, r + 1) with both sums.
+struct PlainOut {  // y[n, rows], fp32
+  float* y;
+  int64_t rows;
+  static constexpr bool kPaired = false;
+  __device__ int64_t row(int64_t first, int r) const { return first + r; }
+  __device__ bool valid(int64_t first, int r) const { return first + r < rows; }
+  __device__ void store(int64_t first, int r, int n, float s, float) const { y[n * rows + first + r] = s; }
+};
+
+// Pair i of a gate_up matrix: gate row i and up row inter + i; act[n, inter] = silu(gate) * up.
+template <class T>
+struct SwigluOut {
+  T* act;
+  int64_t inter;
+  static constexpr bool kPaired = true;
+  __device__ int64_t row(int64_t first, int r) const { return first / 2 + r / 2 + (r % 2) * inter; }
+  __device__ bool valid(int64_t first, int r) const { return first / 2 + r / 2 < inter; }
+  __device__ void store(int64_t first, int r, int n, float g, float u) const {
+    act[n * inter + first / 2 + r / 2] = from_f32<T>(silu_mul(g, u));
+  }
+};
+
+// Pair p of a fused q|k|v matrix: dims j and j + head_dim / 2 of head p / (head_dim / 2) of the
+// fused row (q heads, then k heads, then v heads); q and k pairs rotated (rope.cuh), q into q_out,
+// k and v into the cache slot of the token's position.
+template <class T>
+struct RopeKvOut {
+  RopeKvTarget g;
+  static constexpr bool kPaired = true;
+  __device__ int64_t half() const { return g.head_dim / 2; }
+  __device__ int64_t row(int64_t first, int r) const {
+    const int64_t p = first / 2 + r / 2;
+    return p / half() * g.head_dim + p % half() + (r % 2) * half();
+  }
+  __device__ bool valid(int64_t first, int r) const {
+    return first / 2 + r / 2 < (g.heads + 2 * g.kv_heads) * half();
+  }
+  __device__ void store(int64_t first, int r, int n, float a, float b) const {
+    const int64_t p = first / 2 + r / 2, h = p / half(), j = p % half();
+    const int32_t pos = g.pos[n];
+    const int64_t kv_dim = g.kv_heads * g.head_dim;
+    if (h >= g.heads + g.kv_heads) {
+      T* v = kv_slot(static_cast<T*>(g.kv.pool), g.page_of[n], g.kv.layers, g.layer, 1, g.kv.page_tokens, pos, kv_dim) +
+             (h - g.heads - g.kv_heads) * g.head_dim;
+      v[j] = from_f32<T>(a);
+      v[j + half()] = from_f32<T>(b);
+      return;
+    }
+    float ra, rb;
+    rope_rotate(a, b, pos, g.inv_freq[j], ra, rb);
+    if (h < g.heads) {
+      float* q = g.q_out + n * g.heads * g.head_dim + h * g.head_dim;
+      q[j] = ra;
+      q[j + half()] = rb;
+    } else {
+      T* k = kv_slot(static_cast<T*>(g.kv.pool), g.page_of[n], g.kv.layers, g.layer, 0, g.kv.page_tokens, pos, kv_dim) +
+             (h - g.heads) * g.head_dim;
+      k[j] = from_f32<T>(ra);
+      k[j + half()] = from_f32<T>(rb);
+    }
+  }
+};
+
+// R rows per group, N tokens; warps_per_row (W) in {1, 2, 4, 8}; Out as above. No thread returns
+// early: all reach the __syncthreads before the cross-warp sum.
+template <class T, int N, int R, class Out>
+__global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restrict__ w, int64_t cols,
+                                                              const T* __restrict__ x, Out out, int warps_per_row) {
+  static_assert(!Out::kPaired || R % 2 == 0, "a paired output takes whole pairs");
   constexpr int V = Vec16<T>::kN;
   constexpr int U = kUnroll / R;  // chunk positions per batch; U * R loads in flight
   static_assert(U >= 1 && U * R == kUnroll, "R must divide kUnroll");
@@ -99,8 +168,8 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
   bool valid[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    valid[r] = row0 + r < rows;
-    wr[r] = w + (valid[r] ? row0 + r : 0) * cols;
+    valid[r] = out.valid(row0, r);
+    wr[r] = w + (valid[r] ? out.row(row0, r) : 0) * cols;
   }
   float acc[R][N];
 #pragma unroll
@@ -124,8 +193,7 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
   // The first batch of weights is constant data: loaded before waiting for the previous kernel
   // (launch.cuh), so under PDL it streams in while that kernel finishes.
   load_batch(t);
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   for (int64_t base = t; base < chunks; base += stride) {
     if (base != t) load_batch(base);
 #pragma unroll
@@ -159,16 +227,24 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
     }
   }
   __syncthreads();
-  // One thread per (group, row, token): groups * R * N <= 8 * 4 * 8 = kThreads.
-  const int out = static_cast<int>(threadIdx.x);
-  if (out < groups * R * N) {
-    const int g = out / (R * N);
-    const int r = (out / N) % R;
-    const int n = out % N;
-    float s = 0.0f;
-    for (int j = 0; j < warps_per_row; ++j) s += partial[g * warps_per_row + j][r][n];
-    const int64_t row = (static_cast<int64_t>(blockIdx.x) * groups + g) * R + r;
-    if (row < rows) y[static_cast<int64_t>(n) * rows + row] = s;
+  // One thread per (group, row, token): groups * R * N <= 8 * 4 * 8 = kThreads; for a paired
+  // output the thread of a pair's first slot stores the pair.
+  const int o = static_cast<int>(threadIdx.x);
+  if (o < groups * R * N) {
+    const int g = o / (R * N);
+    const int r = (o / N) % R;
+    const int n = o % N;
+    const auto sum = [&](int rr) {
+      float s = 0.0f;
+      for (int j = 0; j < warps_per_row; ++j) s += partial[g * warps_per_row + j][rr][n];
+      return s;
+    };
+    const int64_t first = (static_cast<int64_t>(blockIdx.x) * groups + g) * R;
+    if constexpr (Out::kPaired) {
+      if (r % 2 == 0 && out.valid(first, r)) out.store(first, r, n, sum(r), sum(r + 1));
+    } else {
+      if (out.valid(first, r)) out.store(first, r, n, sum(r), 0.0f);
+    }
   }
 }
 
@@ -187,29 +263,47 @@ void dispatch_tokens(int64_t n_tokens, F&& f) {
   }
 }
 
-template <class T, int N, int R>
-void launch_split(const GemvConfig& c, const void* w, int64_t rows, int64_t cols, const void* x, float* y,
+template <class T, int N, int R, class Out>
+void launch_split(const GemvConfig& c, const void* w, int64_t rows, int64_t cols, const void* x, const Out& out,
                   cudaStream_t stream) {
   const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock / c.warps_per_row) * R;
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-  launch_kernel(gemv_split_kernel<T, N, R>, blocks, kThreads, 0, stream, static_cast<const T*>(w), rows, cols,
-                static_cast<const T*>(x), y, c.warps_per_row);
+  launch_kernel(gemv_split_kernel<T, N, R, Out>, blocks, kThreads, 0, stream, static_cast<const T*>(w), cols,
+                static_cast<const T*>(x), out, c.warps_per_row);
 }
 
+// make_out(T{}) gives the kernel's Out for element type T.
+template <class MakeOut>
 void run_split(const GemvConfig& c, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
-               int64_t n_tokens, float* y, cudaStream_t stream) {
+               int64_t n_tokens, MakeOut&& make_out, cudaStream_t stream) {
   if (rows <= 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
+    const auto out = make_out(d);
+    using Out = std::remove_cv_t<decltype(out)>;
     dispatch_tokens(n_tokens, [&](auto nc) {
       constexpr int N = decltype(nc)::value;
-      switch (c.rows_per_group) {
-        case 1: launch_split<T, N, 1>(c, w, rows, cols, x, y, stream); break;
-        case 2: launch_split<T, N, 2>(c, w, rows, cols, x, y, stream); break;
-        default: launch_split<T, N, 4>(c, w, rows, cols, x, y, stream); break;
+      if constexpr (Out::kPaired) {  // rows_per_group 2 or 4 (paired_config)
+        if (c.rows_per_group == 2) {
+          launch_split<T, N, 2>(c, w, rows, cols, x, out, stream);
+        } else {
+          launch_split<T, N, 4>(c, w, rows, cols, x, out, stream);
+        }
+      } else {
+        switch (c.rows_per_group) {
+          case 1: launch_split<T, N, 1>(c, w, rows, cols, x, out, stream); break;
+          case 2: launch_split<T, N, 2>(c, w, rows, cols, x, out, stream); break;
+          default: launch_split<T, N, 4>(c, w, rows, cols, x, out, stream); break;
+        }
       }
     });
   });
+}
+
+// A paired output needs whole pairs per group: at least 2 rows per group.
+GemvConfig paired_config(GemvConfig c) {
+  c.rows_per_group = std::max(c.rows_per_group, 2);
+  return c;
 }
 
 bool config_valid(const GemvConfig& c) {
@@ -244,7 +338,21 @@ GemvConfig gemv_config(DType type, int64_t rows, int64_t cols) {
 
 void gemv(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, float* y,
           cudaStream_t stream) {
-  run_split(gemv_config(type, rows, cols), type, w, rows, cols, x, n_tokens, y, stream);
+  run_split(gemv_config(type, rows, cols), type, w, rows, cols, x, n_tokens, [&](auto) { return PlainOut{y, rows}; },
+            stream);
+}
+
+void gemv_swiglu(DType type, const void* w, int64_t inter, int64_t cols, const void* x, int64_t n_tokens, void* act,
+                 cudaStream_t stream) {
+  run_split(paired_config(gemv_config(type, 2 * inter, cols)), type, w, 2 * inter, cols, x, n_tokens,
+            [&](auto t) { return SwigluOut<decltype(t)>{static_cast<decltype(t)*>(act), inter}; }, stream);
+}
+
+void gemv_rope_write_kv(DType type, const void* w, int64_t cols, const void* x, int64_t n_tokens,
+                        const RopeKvTarget& target, cudaStream_t stream) {
+  const int64_t rows = (target.heads + 2 * target.kv_heads) * target.head_dim;
+  run_split(paired_config(gemv_config(type, rows, cols)), type, w, rows, cols, x, n_tokens,
+            [&](auto t) { return RopeKvOut<decltype(t)>{target}; }, stream);
 }
 
 Status gemv_with_config(const GemvConfig& config, DType type, const void* w, int64_t rows, int64_t cols,
@@ -259,7 +367,7 @@ Status gemv_with_config(const GemvConfig& config, DType type, const void* w, int
                  "gemv shape: expected rows >= 0, cols a multiple of 8 and 1..8 tokens, found rows " +
                      std::to_string(rows) + ", cols " + std::to_string(cols) + ", tokens " + std::to_string(n_tokens));
   }
-  run_split(config, type, w, rows, cols, x, n_tokens, y, stream);
+  run_split(config, type, w, rows, cols, x, n_tokens, [&](auto) { return PlainOut{y, rows}; }, stream);
   return Status::ok_status();
 }
 

@@ -1,13 +1,19 @@
 // Kernel launches with programmatic dependent launch (PDL, compute capability 9.0+; nvcc only).
-// With PDL a kernel may be started while the one before it in the stream is still finishing:
-// its blocks run up to grid_dependency_wait(), which returns once the previous kernel has
-// completed and its writes are visible. Every kernel started through launch_kernel therefore
-// calls grid_dependency_wait() before it reads or writes anything an earlier kernel touches
-// (only data no kernel of the pass writes may be read before it: weights, and the pass's
-// metadata and page tables, which host copies upload before the pass; an L2 prefetch of
-// anything is safe), then allow_dependent_launch()
-// so the next kernel can start in turn: at most one kernel runs ahead of the one computing.
-// Without PDL (older devices, or switched off) both calls are no-ops and launches are plain.
+// With PDL a kernel may be started while the one before it in the stream is still running: the
+// launch happens once every block of the one before has started and let it (or exited), and
+// griddepcontrol.wait returns once the one before has completed and its writes are visible.
+// Every kernel started through launch_kernel calls wait_for_predecessor() before it reads or
+// writes anything an earlier kernel touches (only data no kernel of the pass writes may be read
+// before it: weights, and the pass's metadata and page tables, which host copies upload before
+// the pass; an L2 prefetch of anything is safe). That call first lets the next kernel launch,
+// then waits: so several kernels may be resident ahead of the one computing, each issuing its
+// constant loads (the GEMVs' first weights) into the gaps, and each still starts its real work
+// only after its predecessor completed, which completed only after its own wait returned, so
+// after every earlier kernel. A kernel is launched only once all blocks of the one before are
+// resident, so waiting blocks never hold back blocks of an earlier kernel. (Waiting first, as
+// before stop 20, let at most one kernel run ahead: batch-1 decode 5.62-5.65 against 5.52-5.54
+// ms per step, bench/cuda_ops/NOTES.md item 26.)
+// Without PDL (older devices, or switched off) both steps are no-ops and launches are plain.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +37,13 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// Where a kernel starts depending on its predecessor: lets the next kernel launch, then waits
+// for the predecessor (see the top of this file).
+__device__ __forceinline__ void wait_for_predecessor() {
+  allow_dependent_launch();
+  grid_dependency_wait();
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with PDL when programmatic_launch(), and the

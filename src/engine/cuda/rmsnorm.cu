@@ -37,8 +37,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
     const int i = threadIdx.x + c * kThreads;
     w[c] = i < n4 ? __ldg(reinterpret_cast<const float4*>(weight) + i) : float4{0.0f, 0.0f, 0.0f, 0.0f};
   }
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const int64_t r = blockIdx.x;
   const int64_t src = rows_index != nullptr ? rows_index[r] : r;
   float4* xr = reinterpret_cast<float4*>(x + src * n);
@@ -79,8 +78,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
 template <class T, bool kAdd>
 __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight, int64_t n, float eps,
                                const int32_t* rows_index, T* out) {
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const int64_t r = blockIdx.x;
   const int64_t src = rows_index != nullptr ? rows_index[r] : r;
   float* xr = x + src * n;

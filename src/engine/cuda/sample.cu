@@ -130,8 +130,7 @@ struct DeviceGroup {
 template <int kBlocks>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(const float* logits, int64_t vocab, const sample_block::Draw* draws, int32_t* ids) {
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   __shared__ sample_block::Shared sh;
   DeviceGroup<kBlocks> ctx;
   const unsigned draw = blockIdx.x / kBlocks;
@@ -153,13 +152,6 @@ void launch(const float* logits, int64_t vocab, const sample_block::Draw* draws,
 }
 
 }  // namespace
-
-int sample_blocks_per_draw(int compute_major, int sm_count, int64_t n_draws) {
-  if (compute_major < 9) return 1;
-  int b = 16;
-  while (b > 1 && static_cast<int64_t>(b) * n_draws > sm_count) b /= 2;
-  return b;
-}
 
 void sample_rows(const float* logits, int64_t vocab, const sample_block::Draw* draws, int64_t n_draws, int32_t* ids,
                  int blocks_per_draw, cudaStream_t stream) {

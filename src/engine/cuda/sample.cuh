@@ -12,13 +12,10 @@
 
 namespace kernelllm::cuda {
 
-// Blocks per draw for n_draws draws at once: 1 below compute capability 9.0 (no clusters), else
-// the largest of 16, 8, 4, 2 with one block per SM for every draw's blocks, or 1.
-int sample_blocks_per_draw(int compute_major, int sm_count, int64_t n_draws);
-
 // ids[i] = the token of draws[i] (device memory, n_draws of them) from its row of `logits`
 // ([rows, vocab], vocab <= sample_block::kMaxVocab), with `blocks_per_draw` blocks per draw
-// (1, or 2, 4, 8, 16 from compute capability 9.0). The tokens do not depend on it.
+// (1, or 2, 4, 8, 16 from compute capability 9.0; common.cuh's cluster_blocks_per_row is the
+// backend's choice). The tokens do not depend on it.
 void sample_rows(const float* logits, int64_t vocab, const sample_block::Draw* draws, int64_t n_draws, int32_t* ids,
                  int blocks_per_draw, cudaStream_t stream);
 

@@ -116,8 +116,7 @@ __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __rest
   // Weights are constant: the first batch is loaded before waiting for the previous kernel.
   Batch a0;
   load_weights(a0, c_begin);
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   for (int64_t c = c_begin; c < c_end; c += U) {
     if (c != c_begin) load_weights(a0, c);
     multiply(a0, c);

@@ -169,8 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < S - 1; ++i) {
     if (u_begin + i < u_end) load_unit(u_begin + i, i, true, false);
   }
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   for (int i = 0; i < S - 1; ++i) {
     if (u_begin + i < u_end) load_unit(u_begin + i, i, false, true);
     cp_async_commit();

@@ -5,12 +5,9 @@
 
 namespace kernelllm::cuda {
 namespace {
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 template <class T, class In>
 __global__ void swiglu_kernel(const In* gate_up, int64_t n_tokens, int64_t inter, T* out) {
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const int64_t total = n_tokens * inter;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / inter, j = i % inter;
@@ -28,8 +25,7 @@ __global__ void swiglu8_kernel(const In* gate_up, int64_t n_tokens, int64_t inte
   struct alignas(8 * sizeof(T)) Out8 {
     T e[8];
   };
-  grid_dependency_wait();
-  allow_dependent_launch();
+  wait_for_predecessor();
   const int64_t per_token = inter / 8, total = n_tokens * per_token;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < total; c += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = c / per_token, j = (c - t * per_token) * 8;
