@@ -2,10 +2,10 @@
 // The GEMV (engine/cuda/gemv.cuh): every layout the split-row kernel accepts (warps per row x rows
 // per group), the layout gemv() picks and the old warp-per-row kernel, for f32/f16/bf16, 1..8
 // tokens, odd row counts and column counts that do not divide into a block's split; then the
-// Llama-3.1-8B shapes; its fused forms (gemv_swiglu, gemv_rope_write_kv) against the two kernels
-// each replaces. The skinny tensor-core GEMM (engine/cuda/skinny_gemm.cuh): every layout,
-// f16/bf16, 1..32 tokens (every count of 8-token tiles, full and partial), the three outputs
-// (fp32, fp32 accumulated, the weights' dtype) and the 8B shapes. The staged GEMM
+// Llama-3.1-8B shapes; its fused SwiGLU form (gemv_swiglu) against the two kernels it replaces.
+// The skinny tensor-core GEMM (engine/cuda/skinny_gemm.cuh): every layout, f16/bf16, 1..32
+// tokens (every count of 8-token tiles, full and partial), the three outputs (fp32, fp32
+// accumulated, the weights' dtype) and the 8B shapes. The staged GEMM
 // (engine/cuda/staged_gemm.cuh) alike, at both stage widths and at grids from one block to more
 // blocks than units, so bands are shared by up to dozens of blocks. Tolerance 3e-5 normalized for
 // fp32 outputs: fp32 accumulation over up to 14,336 columns (as in cuda_ops_test Projections).
@@ -22,7 +22,6 @@
 #include "cuda/cuda_test_util.h"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/init.cuh"
-#include "engine/cuda/rope.cuh"
 #include "engine/cuda/skinny_gemm.cuh"
 #include "engine/cuda/staged_gemm.cuh"
 #include "engine/cuda/swiglu.cuh"
@@ -256,67 +255,6 @@ TEST_P(GemvTest, FusedSwigluMatchesTwoKernels) {
       }
       EXPECT_LT(std::sqrt(num / den), tolerance)
           << dtype_name(t) << " inter " << inter << " cols " << cols << " n " << n;
-    }
-  }
-}
-
-// gemv_rope_write_kv: q and the cache bytes the two-kernel path (gemv, then rope_write_kv on its
-// fp32 sums) writes, byte for byte, over 1..8 tokens at their own positions and pages; a small
-// model shape at head_dim 16 and 128, and the 8B qkv.
-TEST_P(GemvTest, FusedRopeMatchesTwoKernels) {
-  const DType t = GetParam();
-  struct RopeShape {
-    int64_t heads, kv_heads, head_dim, cols;
-  };
-  const RopeShape shapes[] = {{4, 2, 16, 72}, {4, 1, 128, 1000}, {32, 8, 128, 4096}};
-  uint32_t seed = 500;
-  for (const RopeShape& sh : shapes) {
-    const int64_t rows = (sh.heads + 2 * sh.kv_heads) * sh.head_dim, kv_dim = sh.kv_heads * sh.head_dim;
-    const Problem p = rows * sh.cols > 1'000'000 ? large_problem(t, rows, sh.cols, seed += 2)
-                                                 : small_problem(t, rows, sh.cols, seed += 2);
-    std::vector<float> inv_freq(static_cast<size_t>(sh.head_dim / 2));
-    for (size_t j = 0; j < inv_freq.size(); ++j) {
-      const double exponent = -2.0 * static_cast<double>(j) / static_cast<double>(sh.head_dim);
-      inv_freq[j] = static_cast<float>(std::pow(500000.0, exponent));
-    }
-    const int64_t layers = 2, page_tokens = 16, pages = 12, layer = 1;
-    std::vector<int32_t> pos(static_cast<size_t>(p.tokens)), page(pos.size());
-    for (size_t i = 0; i < pos.size(); ++i) {
-      pos[i] = static_cast<int32_t>(1500 + 37 * i);
-      page[i] = static_cast<int32_t>((5 * i + 3) % pages);
-    }
-    auto d_inv = upload(inv_freq);
-    auto d_pos = upload(pos);
-    auto d_page = upload(page);
-    const size_t pool_bytes = static_cast<size_t>(pages * layers * 2 * page_tokens * kv_dim) * dtype_size(t);
-    for (int64_t n = 1; n <= p.tokens; ++n) {
-      std::vector<std::vector<std::byte>> pools(2, std::vector<std::byte>(pool_bytes));
-      std::vector<std::vector<float>> qs(2);
-      for (int fused = 0; fused < 2; ++fused) {
-        cuda::DeviceBuffer pool = poisoned(pool_bytes);
-        auto d_q = poisoned(static_cast<size_t>(n * sh.heads * sh.head_dim) * 4);
-        const cuda::KvLayout kv{pool.get(), layers, page_tokens, kv_dim};
-        if (fused == 1) {
-          const cuda::RopeKvTarget target{d_pos.as<int32_t>(), d_page.as<int32_t>(), d_inv.as<float>(), kv, layer,
-                                          d_q.as<float>(), sh.heads, sh.kv_heads, sh.head_dim};
-          cuda::gemv_rope_write_kv(t, p.d_w.get(), sh.cols, p.d_x.get(), n, target, nullptr);
-        } else {
-          auto d_sums = poisoned(static_cast<size_t>(n * rows) * 4);
-          cuda::gemv(t, p.d_w.get(), rows, sh.cols, p.d_x.get(), n, d_sums.as<float>(), nullptr);
-          cuda::rope_write_kv(t, DType::f32, d_sums.get(), n, sh.heads, sh.kv_heads, sh.head_dim, d_pos.as<int32_t>(),
-                              d_page.as<int32_t>(), d_inv.as<float>(), kv, layer, d_q.as<float>(), nullptr);
-        }
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        qs[static_cast<size_t>(fused)] = download(d_q, static_cast<size_t>(n * sh.heads * sh.head_dim));
-        ASSERT_EQ(cudaMemcpy(pools[static_cast<size_t>(fused)].data(), pool.get(), pool_bytes, cudaMemcpyDeviceToHost),
-                  cudaSuccess);
-      }
-      const std::string what = std::string(dtype_name(t)) + " heads " + std::to_string(sh.heads) + "/" +
-                               std::to_string(sh.kv_heads) + " x " + std::to_string(sh.head_dim) + " n " +
-                               std::to_string(n);
-      EXPECT_EQ(qs[1], qs[0]) << what;
-      EXPECT_EQ(pools[1], pools[0]) << what;  // the unwritten slots hold the same poison
-      for (float v : qs[1]) ASSERT_TRUE(std::isfinite(v)) << what;
     }
   }
 }

@@ -48,7 +48,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   fused_swiglu_ = !env_off("KERNELLLM_CUDA_FUSED_SWIGLU");
-  fused_rope_ = !env_off("KERNELLLM_CUDA_FUSED_ROPE");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;

@@ -116,10 +116,9 @@ class CudaBackend final : public Backend {
   DeviceBuffer meta_;
   int32_t* meta_host_ = nullptr;    // pinned mirror
   bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off
-  // Where the GEMV serves (one token), gate_up writes the SwiGLU activation itself (gemv_swiglu)
-  // and qkv rotates and writes q, K and V (gemv_rope_write_kv); env KERNELLLM_CUDA_FUSED_SWIGLU=0
-  // and KERNELLLM_CUDA_FUSED_ROPE=0 keep the two kernels of each (measurements).
-  bool fused_swiglu_ = true, fused_rope_ = true;
+  // Where the GEMV serves gate_up (one token), it writes the SwiGLU activation itself
+  // (gemv_swiglu); env KERNELLLM_CUDA_FUSED_SWIGLU=0 keeps the two kernels (measurements).
+  bool fused_swiglu_ = true;
   // forward_sample on the device: the pass's draws (null: none), draw_order_ their indices by row,
   // draw_row0_ the pass row of the current chunk's first logits row; pinned mirrors and device
   // copies of the draws and their ids, for draw_capacity_ draws.

@@ -64,18 +64,11 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
     norm(l.in_norm);
-    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it). Where
-    // the GEMV serves (one token), it rotates and writes q, K and V itself.
-    if (fused_rope_ && gemv_serves(h, n)) {
-      const RopeKvTarget target{pos, page, inv_freq_.as<float>(), kv, li, q_.as<float>(), c.num_attention_heads,
-                                c.num_key_value_heads, c.head_dim};
-      gemv_rope_write_kv(dtype_, l.qkv.get(), h, xn_.get(), n, target, stream_);
-    } else {
-      const DType qkv_type = gemv_serves(h, n) ? DType::f32 : dtype_;
-      KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
-      rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos,
-                    page, inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
-    }
+    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it).
+    const DType qkv_type = gemv_serves(h, n) ? DType::f32 : dtype_;
+    KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
+    rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page,
+                  inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
     AttentionArgs a;
     a.q = q_.as<float>();
     a.n_tokens = n;

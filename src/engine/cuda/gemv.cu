@@ -11,7 +11,6 @@
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/launch.cuh"
-#include "engine/cuda/rope_pair.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -102,47 +101,6 @@ struct SwigluOut {
   __device__ bool valid(int64_t first, int r) const { return first / 2 + r / 2 < inter; }
   __device__ void store(int64_t first, int r, int n, float g, float u) const {
     act[n * inter + first / 2 + r / 2] = from_f32<T>(silu_mul(g, u));
-  }
-};
-
-// Pair p of a fused q|k|v matrix: dims j and j + head_dim / 2 of head p / (head_dim / 2) of the
-// fused row (q heads, then k heads, then v heads); q and k pairs rotated (rope.cuh), q into q_out,
-// k and v into the cache slot of the token's position.
-template <class T>
-struct RopeKvOut {
-  RopeKvTarget g;
-  static constexpr bool kPaired = true;
-  __device__ int64_t half() const { return g.head_dim / 2; }
-  __device__ int64_t row(int64_t first, int r) const {
-    const int64_t p = first / 2 + r / 2;
-    return p / half() * g.head_dim + p % half() + (r % 2) * half();
-  }
-  __device__ bool valid(int64_t first, int r) const {
-    return first / 2 + r / 2 < (g.heads + 2 * g.kv_heads) * half();
-  }
-  __device__ void store(int64_t first, int r, int n, float a, float b) const {
-    const int64_t p = first / 2 + r / 2, h = p / half(), j = p % half();
-    const int32_t pos = g.pos[n];
-    const int64_t kv_dim = g.kv_heads * g.head_dim;
-    if (h >= g.heads + g.kv_heads) {
-      T* v = kv_slot(static_cast<T*>(g.kv.pool), g.page_of[n], g.kv.layers, g.layer, 1, g.kv.page_tokens, pos, kv_dim) +
-             (h - g.heads - g.kv_heads) * g.head_dim;
-      v[j] = from_f32<T>(a);
-      v[j + half()] = from_f32<T>(b);
-      return;
-    }
-    float ra, rb;
-    rope_rotate(a, b, pos, g.inv_freq[j], ra, rb);
-    if (h < g.heads) {
-      float* q = g.q_out + n * g.heads * g.head_dim + h * g.head_dim;
-      q[j] = ra;
-      q[j + half()] = rb;
-    } else {
-      T* k = kv_slot(static_cast<T*>(g.kv.pool), g.page_of[n], g.kv.layers, g.layer, 0, g.kv.page_tokens, pos, kv_dim) +
-             (h - g.heads) * g.head_dim;
-      k[j] = from_f32<T>(ra);
-      k[j + half()] = from_f32<T>(rb);
-    }
   }
 };
 
@@ -346,13 +304,6 @@ void gemv_swiglu(DType type, const void* w, int64_t inter, int64_t cols, const v
                  cudaStream_t stream) {
   run_split(paired_config(gemv_config(type, 2 * inter, cols)), type, w, 2 * inter, cols, x, n_tokens,
             [&](auto t) { return SwigluOut<decltype(t)>{static_cast<decltype(t)*>(act), inter}; }, stream);
-}
-
-void gemv_rope_write_kv(DType type, const void* w, int64_t cols, const void* x, int64_t n_tokens,
-                        const RopeKvTarget& target, cudaStream_t stream) {
-  const int64_t rows = (target.heads + 2 * target.kv_heads) * target.head_dim;
-  run_split(paired_config(gemv_config(type, rows, cols)), type, w, rows, cols, x, n_tokens,
-            [&](auto t) { return RopeKvOut<decltype(t)>{target}; }, stream);
 }
 
 Status gemv_with_config(const GemvConfig& config, DType type, const void* w, int64_t rows, int64_t cols,

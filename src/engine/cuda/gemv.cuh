@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "engine/cuda/rope.cuh"
 #include "kernelllm/base/status.h"
 #include "kernelllm/engine/safetensors.h"
 
@@ -26,25 +25,6 @@ void gemv(DType type, const void* w, int64_t rows, int64_t cols, const void* x, 
 // rest). The sums are gemv()'s; the activation is computed as swiglu.cuh computes it.
 void gemv_swiglu(DType type, const void* w, int64_t inter, int64_t cols, const void* x, int64_t n_tokens, void* act,
                  cudaStream_t stream);
-
-// Where gemv_rope_write_kv puts a token's results: as rope.cuh's rope_write_kv (q rotated into
-// q_out [n, heads * head_dim] fp32; K rotated and V into page page_of[t], slot pos[t] % page_tokens
-// of `layer`).
-struct RopeKvTarget {
-  const int32_t* pos = nullptr;
-  const int32_t* page_of = nullptr;
-  const float* inv_freq = nullptr;  // [head_dim / 2]
-  KvLayout kv;
-  int64_t layer = 0;
-  float* q_out = nullptr;
-  int64_t heads = 0, kv_heads = 0, head_dim = 0;  // head_dim even
-};
-
-// The fused q|k|v projection and rope_write_kv in one pass: w is [(heads + 2 kv_heads) head_dim,
-// cols]. The sums are gemv()'s, rotated and stored as rope_write_kv rotates and stores its fp32
-// input.
-void gemv_rope_write_kv(DType type, const void* w, int64_t cols, const void* x, int64_t n_tokens,
-                        const RopeKvTarget& target, cudaStream_t stream);
 
 // How gemv() lays a block of 256 threads over the matrix: `warps_per_row` warps (1, 2, 4 or 8)
 // share each row's columns, so a block holds 8 / warps_per_row groups, and each group computes

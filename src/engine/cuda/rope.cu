@@ -2,7 +2,6 @@
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/rope.cuh"
-#include "engine/cuda/rope_pair.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -25,20 +24,22 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
   const In* row = qkv + t * (q_dim + 2 * kv_dim);
   const int32_t p = pos[t];
   const int64_t page = page_of[t];
+  T* k_dst = pool + (((page * layers + layer) * 2 + 0) * page_tokens + p % page_tokens) * kv_dim;
+  T* v_dst = pool + (((page * layers + layer) * 2 + 1) * page_tokens + p % page_tokens) * kv_dim;
   if (i >= pairs) {
-    kv_slot(pool, page, layers, layer, 1, page_tokens, p, kv_dim)[i - pairs] =
-        from_f32<T>(to_f32(row[q_dim + kv_dim + (i - pairs)]));
+    v_dst[i - pairs] = from_f32<T>(to_f32(row[q_dim + kv_dim + (i - pairs)]));
     return;
   }
   const In* src = row + h * hd;  // k heads follow the q heads in the fused row
-  float ra, rb;
-  rope_rotate(to_f32(src[j]), to_f32(src[j + half]), p, freq, ra, rb);
+  const float a = to_f32(src[j]), b = to_f32(src[j + half]);
+  const float angle = static_cast<float>(p) * freq;
+  const float c = cosf(angle), s = sinf(angle);
+  const float ra = a * c - b * s, rb = b * c + a * s;
   if (h < heads) {
     q_out[t * q_dim + h * hd + j] = ra;
     q_out[t * q_dim + h * hd + j + half] = rb;
   } else {
     const int64_t kh = h - heads;
-    T* k_dst = kv_slot(pool, page, layers, layer, 0, page_tokens, p, kv_dim);
     k_dst[kh * hd + j] = from_f32<T>(ra);
     k_dst[kh * hd + j + half] = from_f32<T>(rb);
   }
