@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
     block_best = r;
   }
   if constexpr (kBlocks > 1) {
-#if __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every block's result is in its shared memory
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
       block_best = r;
     }
     cluster.sync();  // block 0 has read the others' shared memory: they may exit
-#else
+#elif defined(__CUDA_ARCH__)
     __trap();  // clusters need compute capability 9.0 (argmax_rows' callers pass 1 below it)
 #endif
   } else {
