@@ -37,11 +37,13 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
   const int rank = static_cast<int>(blockIdx.x % kBlocks);
   const float* row = logits + row_index * vocab;
   Best b{-INFINITY, INT32_MAX};  // a row of -inf takes its first index (equal, lower index)
-  const auto n = static_cast<int32_t>(vocab);
-  if (vocab % 4 == 0) {
+  // This block's slice of the row's items: 16-byte chunks of 4 logits, or single logits.
+  const bool by4 = vocab % 4 == 0;
+  const int64_t items = by4 ? vocab / 4 : vocab;
+  const auto begin = static_cast<int32_t>(items * rank / kBlocks);
+  const auto end = static_cast<int32_t>(items * (rank + 1) / kBlocks);
+  if (by4) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    const int32_t begin = static_cast<int32_t>(int64_t{n / 4} * rank / kBlocks);
-    const int32_t end = static_cast<int32_t>(int64_t{n / 4} * (rank + 1) / kBlocks);
 #pragma unroll 4
     for (int32_t c = begin + static_cast<int32_t>(threadIdx.x); c < end; c += kThreads) {
       const float4 v = row4[c];
@@ -51,8 +53,6 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
       see(b, v.w, 4 * c + 3);
     }
   } else {
-    const int32_t begin = static_cast<int32_t>(int64_t{n} * rank / kBlocks);
-    const int32_t end = static_cast<int32_t>(int64_t{n} * (rank + 1) / kBlocks);
     for (int32_t c = begin + static_cast<int32_t>(threadIdx.x); c < end; c += kThreads) see(b, row[c], c);
   }
 #pragma unroll
@@ -92,29 +92,15 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
   }
 }
 
-template <int kBlocks>
-void launch(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, cudaStream_t stream) {
-  if constexpr (kBlocks > 8) {  // clusters past 8 blocks are opted into once
-    static const bool allowed =
-        cudaFuncSetAttribute(argmax_kernel<kBlocks>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    (void)allowed;
-  }
-  launch_cluster_kernel(argmax_kernel<kBlocks>, dim3(static_cast<unsigned>(rows * kBlocks)), kThreads, 0, kBlocks,
-                        stream, logits, vocab, ids);
-}
-
 }  // namespace
 
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, int blocks_per_row,
                  cudaStream_t stream) {
   if (rows == 0) return;
-  switch (blocks_per_row) {
-    case 16: return launch<16>(logits, rows, vocab, ids, stream);
-    case 8: return launch<8>(logits, rows, vocab, ids, stream);
-    case 4: return launch<4>(logits, rows, vocab, ids, stream);
-    case 2: return launch<2>(logits, rows, vocab, ids, stream);
-    default: return launch<1>(logits, rows, vocab, ids, stream);
-  }
+  dispatch_row_cluster(blocks_per_row, [&](auto b) {
+    constexpr int B = decltype(b)::value;
+    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, logits, vocab, ids);
+  });
 }
 
 }  // namespace kernelllm::cuda

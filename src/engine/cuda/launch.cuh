@@ -18,6 +18,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace kernelllm::cuda {
@@ -70,6 +72,33 @@ void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, siz
   config.attrs = attrs;
   config.numAttrs = n;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Kernels that give each row of a batch one cluster of blocks (the greedy argmax, the device
+// draws; common.cuh's cluster_blocks_per_row sizes them): calls launch(std::integral_constant<int,
+// B>) for blocks_per_row = B in {1, 2, 4, 8, 16} (any other value: 1).
+template <class F>
+void dispatch_row_cluster(int blocks_per_row, F&& launch) {
+  switch (blocks_per_row) {
+    case 16: launch(std::integral_constant<int, 16>{}); break;
+    case 8: launch(std::integral_constant<int, 8>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    default: launch(std::integral_constant<int, 1>{}); break;
+  }
+}
+
+// Kernel over `rows` rows, a cluster of `cluster` blocks of `threads` each per row; clusters past
+// 8 blocks (the portable size) are opted into once per kernel.
+template <auto Kernel, class... Args>
+void launch_row_clusters(int64_t rows, int cluster, int threads, cudaStream_t stream, Args&&... args) {
+  if (cluster > 8) {
+    static const bool allowed =
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    (void)allowed;
+  }
+  launch_cluster_kernel(Kernel, dim3(static_cast<unsigned>(rows * cluster)), dim3(static_cast<unsigned>(threads)), 0,
+                        static_cast<unsigned>(cluster), stream, std::forward<Args>(args)...);
 }
 
 template <class... Params, class... Args>

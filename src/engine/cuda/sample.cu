@@ -139,30 +139,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0 && blockIdx.x % kBlocks == 0) ids[draw] = token;
 }
 
-template <int kBlocks>
-void launch(const float* logits, int64_t vocab, const sample_block::Draw* draws, int64_t n_draws, int32_t* ids,
-            cudaStream_t stream) {
-  if constexpr (kBlocks > 8) {  // clusters past 8 blocks are opted into once
-    static const bool allowed =
-        cudaFuncSetAttribute(sample_kernel<kBlocks>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    (void)allowed;
-  }
-  launch_cluster_kernel(sample_kernel<kBlocks>, dim3(static_cast<unsigned>(n_draws * kBlocks)), kThreads, 0, kBlocks,
-                        stream, logits, vocab, draws, ids);
-}
-
 }  // namespace
 
 void sample_rows(const float* logits, int64_t vocab, const sample_block::Draw* draws, int64_t n_draws, int32_t* ids,
                  int blocks_per_draw, cudaStream_t stream) {
   if (n_draws == 0) return;
-  switch (blocks_per_draw) {
-    case 16: return launch<16>(logits, vocab, draws, n_draws, ids, stream);
-    case 8: return launch<8>(logits, vocab, draws, n_draws, ids, stream);
-    case 4: return launch<4>(logits, vocab, draws, n_draws, ids, stream);
-    case 2: return launch<2>(logits, vocab, draws, n_draws, ids, stream);
-    default: return launch<1>(logits, vocab, draws, n_draws, ids, stream);
-  }
+  dispatch_row_cluster(blocks_per_draw, [&](auto b) {
+    constexpr int B = decltype(b)::value;
+    launch_row_clusters<sample_kernel<B>>(n_draws, B, kThreads, stream, logits, vocab, draws, ids);
+  });
 }
 
 }  // namespace kernelllm::cuda
