@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     // The skinny tensor-core GEMM beside cuBLASLt at the batch sizes of k-sample decoding, then
     // every layout at 10 and 20 tokens, for tuning skinny_config.
     const SkinnyConfig chosen = skinny_config(s.cols);
-    for (int64_t n : {2, 4, 8, 10, 16, 20, 32}) {
+    for (int64_t n : {2, 4, 8, 10, 16, 20, 24, 32}) {
       const float ms = median_ms([&](int i) {
         skinny_gemm(t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), DType::f32, false, nullptr);
       });
@@ -116,19 +116,22 @@ int main(int argc, char** argv) {
         (void)gemm.run(w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
       });
       std::printf("skinny  %-8s n=%-4lld %8.1f us  %5.2f TB/s  | cublasLt %8.1f us  %5.2f TB/s"
-                  "  | layout %d tiles/warp x %d k-warps\n",
+                  "  | layout %d tiles/warp x %d k-warps %s\n",
                   s.name, static_cast<long long>(n), ms * 1e3, gb / ms, lt_ms * 1e3, gb / lt_ms, chosen.tiles_per_warp,
-                  chosen.k_warps);
+                  chosen.k_warps, chosen.dealt ? "dealt" : "spans");
     }
     for (int64_t n : {10, 20}) {
-      for (int tiles : {1, 2}) {
+      for (int tiles : {1, 2, 4}) {
         for (int kw : {2, 4, 8}) {
-          const float ms = median_ms([&](int i) {
-            (void)skinny_gemm_with_config(SkinnyConfig{tiles, kw}, t, w[i % kCopies].get(), s.rows, s.cols, x.get(),
-                                          n, y.get(), DType::f32, false, nullptr);
-          });
-          std::printf("skinny-layout %-8s n=%-4lld %d tiles/warp x %d k-warps %8.1f us  %5.2f TB/s\n", s.name,
-                      static_cast<long long>(n), tiles, kw, ms * 1e3, gb / ms);
+          for (bool dealt : {true, false}) {
+            if (tiles * kw > 16) continue;
+            const float ms = median_ms([&](int i) {
+              (void)skinny_gemm_with_config(SkinnyConfig{tiles, kw, dealt}, t, w[i % kCopies].get(), s.rows, s.cols,
+                                            x.get(), n, y.get(), DType::f32, false, nullptr);
+            });
+            std::printf("skinny-layout %-8s n=%-4lld %d tiles/warp x %d k-warps %s %8.1f us  %5.2f TB/s\n", s.name,
+                        static_cast<long long>(n), tiles, kw, dealt ? "dealt" : "spans", ms * 1e3, gb / ms);
+          }
         }
       }
     }

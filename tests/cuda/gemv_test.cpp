@@ -323,14 +323,17 @@ std::vector<cuda::SkinnyConfig> every_skinny_layout() {
   std::vector<cuda::SkinnyConfig> all;
   for (int tiles : {1, 2, 4}) {
     for (int kw : {1, 2, 4, 8}) {
-      if (tiles * kw <= 16) all.push_back({tiles, kw});
+      for (bool dealt : {true, false}) {
+        if (tiles * kw <= 16) all.push_back({tiles, kw, dealt});
+      }
     }
   }
   return all;
 }
 
 std::string layout_name(const cuda::SkinnyConfig& c) {
-  return std::to_string(c.tiles_per_warp) + " tiles/warp x " + std::to_string(c.k_warps) + " k-warps";
+  return std::to_string(c.tiles_per_warp) + " tiles/warp x " + std::to_string(c.k_warps) + " k-warps" +
+         (c.dealt ? " (dealt)" : " (spans)");
 }
 
 class SkinnyTest : public ::testing::TestWithParam<DType> {};
@@ -363,7 +366,8 @@ TEST_P(SkinnyTest, AccumulatedAndNarrowOutputs) {
   uint32_t seed = 500;
   for (int64_t rows : {48, 300, 9000}) {
     const Problem p = small_problem(t, rows, 520, seed += 2, kSkinnyTokens);
-    for (const cuda::SkinnyConfig& c : {cuda::SkinnyConfig{1, 8}, cuda::SkinnyConfig{2, 2}, cuda::SkinnyConfig{4, 4}}) {
+    for (const cuda::SkinnyConfig& c :
+         {cuda::SkinnyConfig{1, 8, true}, cuda::SkinnyConfig{2, 2, false}, cuda::SkinnyConfig{4, 4, true}}) {
       for (int64_t n : kSkinnyCounts) {
         const double acc = run_skinny(p, &c, n, DType::f32, true);
         EXPECT_LT(acc, kTolerance) << shape_name(p) << " accumulated, layout " << layout_name(c) << " n " << n;
@@ -382,7 +386,7 @@ TEST_P(SkinnyTest, Llama8BShapes) {
   for (const Shape& s : kLlama8BShapes) {
     const Problem p = large_problem(t, s.rows, s.cols, seed += 2, kSkinnyTokens);
     const cuda::SkinnyConfig c = cuda::skinny_config(s.cols);
-    for (int64_t n : {2, 8, 10, 20, 32}) {
+    for (int64_t n : {2, 8, 10, 16, 20, 32}) {
       const double e = run_skinny(p, nullptr, n, DType::f32, false);
       std::printf("[skinny %s %s n=%lld] layout %s: rel err %.3g\n", s.name, shape_name(p).c_str(),
                   static_cast<long long>(n), layout_name(c).c_str(), e);

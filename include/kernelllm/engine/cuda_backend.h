@@ -31,11 +31,12 @@ struct CudaBackendOptions {
   int64_t max_batch_tokens = 4096;   // tokens per device pass; larger forwards run in chunks
   bool cuda_graphs = true;           // capture single-token (decode) forwards per batch size
   bool custom_gemv = true;           // the custom GEMV for one token (else cuBLASLt)
-  // The tensor-core skinny GEMM for 2..8 tokens with f16/bf16 weights (else cuBLASLt); the
-  // environment variable KERNELLLM_CUDA_SKINNY=0 turns it off too.
+  // The tensor-core skinny GEMM for 2..16 tokens with f16/bf16 weights (else cuBLASLt); the
+  // environment variable KERNELLLM_CUDA_SKINNY=0 turns it off too, and
+  // KERNELLLM_CUDA_SKINNY_TOKENS=N (1..32) moves its upper bound (measurements).
   bool skinny_gemm = true;
   // The staged tensor-core GEMM (weights through shared memory by TMA, compute capability 9.0+)
-  // for 9..32 tokens with f16/bf16 weights, on the matrices where it beats cuBLASLt (the
+  // for 17..32 tokens with f16/bf16 weights, on the matrices where it beats cuBLASLt (the
   // vocabulary projection); the environment variable KERNELLLM_CUDA_STAGED=0 turns it off too.
   bool staged_gemm = true;
   // Sampled draws (temperature > 0) on the device (src/engine/sample_block.h: a cluster of

@@ -27,7 +27,6 @@ namespace kernelllm::cuda {
 namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
-constexpr int64_t kSkinnyServedTokens = 8;
 constexpr int64_t kStagedMinUnitsPerBlock = 128;
 
 // Whether the environment variable `name` is set to "0" (the switches that turn a path off).
@@ -49,6 +48,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   fused_swiglu_ = !env_off("KERNELLLM_CUDA_FUSED_SWIGLU");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
+  if (const char* t = std::getenv("KERNELLLM_CUDA_SKINNY_TOKENS")) {
+    skinny_max_tokens_ = std::clamp<int64_t>(std::atoll(t), 1, kSkinnyMaxTokens);
+  }
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;
     staged_all_ = std::string(staged) == "all";
@@ -291,15 +293,15 @@ bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {
 }
 
 bool CudaBackend::skinny_serves(int64_t cols, int64_t n) const {
-  // One token is the GEMV's. The skinny GEMM beats cuBLASLt from 2 to 8 tokens (one 8-token
-  // tile); with more it is slower end to end on the H100 (bench/cuda_ops/NOTES.md item 19).
-  return opts_.skinny_gemm && n >= 2 && n <= kSkinnyServedTokens && skinny_supported(dtype_, cols, n);
+  // One token is the GEMV's. The skinny GEMM beats cuBLASLt from 2 to 16 tokens (two 8-token
+  // tiles); at 20 it is slower end to end on the H100 (bench/cuda_ops/NOTES.md item 27).
+  return opts_.skinny_gemm && n >= 2 && n <= skinny_max_tokens_ && skinny_supported(dtype_, cols, n);
 }
 
 bool CudaBackend::staged_serves(int64_t rows, int64_t cols, int64_t n) const {
-  // Past the skinny GEMM's 8 tokens, up to its 32, and only where each block has a long run of
+  // Past the skinny GEMM's tokens, up to its 32, and only where each block has a long run of
   // units (bench/cuda_ops/NOTES.md item 24): of Llama-3.1-8B's projections, the vocabulary's.
-  return opts_.staged_gemm && compute_major_ >= 9 && n > kSkinnyServedTokens && staged_supported(dtype_, cols, n) &&
+  return opts_.staged_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && staged_supported(dtype_, cols, n) &&
          (staged_all_ || staged_units_per_block(rows, cols, sm_count_) >= kStagedMinUnitsPerBlock);
 }
 

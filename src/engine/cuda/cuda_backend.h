@@ -23,6 +23,8 @@ struct Draw;
 namespace kernelllm::cuda {
 
 inline constexpr int64_t kMetaFields = 13;
+// The most tokens the skinny GEMM serves by default (KERNELLLM_CUDA_SKINNY_TOKENS sets 1..32).
+inline constexpr int64_t kSkinnyServedTokens = 16;
 
 class CudaBackend final : public Backend {
  public:
@@ -60,8 +62,8 @@ class CudaBackend final : public Backend {
   Status validate(std::span<const ForwardRequest> batch) const;
   Status upload_table(SeqId seq, int64_t first_page);
   // Whether proj() of n tokens over `cols` inputs goes through the GEMV (one token), the skinny
-  // tensor-core GEMM (2..8 tokens, f16/bf16), the staged one (9..32 tokens, large matrices: the
-  // vocabulary projection) or else cuBLASLt.
+  // tensor-core GEMM (2..16 tokens, f16/bf16), the staged one (17..32 tokens, large matrices:
+  // the vocabulary projection) or else cuBLASLt.
   bool gemv_serves(int64_t cols, int64_t n) const;
   bool skinny_serves(int64_t cols, int64_t n) const;
   bool staged_serves(int64_t rows, int64_t cols, int64_t n) const;
@@ -98,9 +100,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   Gemm gemm_;
   // The staged GEMM's partial sums and band counters (one block per SM); KERNELLLM_CUDA_STAGED=all
-  // has it serve every projection of 9..32 tokens, not only the large ones (measurements, tests).
+  // has it serve every projection past the skinny GEMM's tokens, not only the large ones
+  // (measurements, tests).
   DeviceBuffer staged_partials_, staged_counters_;
   bool staged_all_ = false;
+  int64_t skinny_max_tokens_ = kSkinnyServedTokens;
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
   size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations
 

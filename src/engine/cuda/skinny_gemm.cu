@@ -1,14 +1,18 @@
 // The skinny GEMM; see skinny_gemm.cuh. One mma.sync m16n8k16 multiplies a tile of 16 weight
 // rows by 8 tokens over 16 columns. The products are summed over all columns, so the order in
 // which a thread's fragment registers visit them is free as long as A (weights) and B (tokens)
-// agree: here thread (g = lane / 4, q = lane % 4) holds, for each 32-column chunk c, the 8
-// contiguous columns 32c + 8q .. 32c + 8q + 7 of its weight rows g and g + 8 and of its token
-// row g, one 16-byte load each, and feeds columns 8q + 4s .. 8q + 4s + 3 to mma step s (0, 1).
-// No shared memory or shuffles between the loads and the tensor cores: weights stream from HBM
-// (L1 bypassed, several chunks in flight per thread) and token rows come through L1, which the
-// SM's other blocks then hit. A warp computes tiles_per_warp row tiles, so each token load
-// serves that many weight tiles; the block's warps split the columns and add up in shared memory
-// in a fixed order (results do not depend on timing).
+// agree: here thread (g = lane / 4, q = lane % 4) holds, for each 64-column chunk c, the 8
+// contiguous columns 64c + 32h + 8q .. + 7 (h = 0, 1) of its weight rows g and g + 8 and of its
+// token row g, and feeds columns 32h + 8q + 4s .. + 3 to mma step (h, s).
+// Weights stream from HBM with L1 bypassed, several loads in flight per thread, and each load
+// instruction takes whole 128-byte lines of 4 rows (NOTES item 27: instructions taking 64 bytes of
+// 8 rows, the fragment order itself, streamed ~15% slower). So per chunk and 8 rows, lanes g < 4
+// load the first half of row g and the second half of row g + 4, lanes g >= 4 the second half of
+// row g - 4 and the first half of row g, and lanes l and l ^ 16 swap the half each holds for the
+// other (one shuffle per register). Token rows come through L1, which the SM's other blocks then
+// hit. A warp computes tiles_per_warp row tiles, so each token load serves that many weight
+// tiles; the block's warps split the columns and add up in shared memory in a fixed order
+// (results do not depend on timing).
 #include <string>
 #include <type_traits>
 
@@ -22,35 +26,53 @@ namespace {
 
 constexpr int kMaxKWarps = 8;
 constexpr int kMaxWarpTiles = 16;  // tiles_per_warp * k_warps: 32 KB of shared sums at most
-constexpr int kLoadsPerThread = 8;  // 16-byte weight loads in flight per thread
-constexpr int64_t kMinChunksPerWarp = 8;
+constexpr int kLoadsPerThread = 8;  // 16-byte weight loads in flight per thread (more at 4 tiles)
+constexpr int kChunkCols = 64;
+constexpr int64_t kMinChunksPerWarp = 4;
 
 __device__ __forceinline__ uint4 load_cached(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
+__device__ __forceinline__ uint4 swap_halves(uint4 v) {
+  v.x = __shfl_xor_sync(0xffffffffu, v.x, 16);
+  v.y = __shfl_xor_sync(0xffffffffu, v.y, 16);
+  v.z = __shfl_xor_sync(0xffffffffu, v.z, 16);
+  v.w = __shfl_xor_sync(0xffffffffu, v.w, 16);
+  return v;
+}
+
 // MT row tiles per warp, NT tiles of 8 tokens. Every thread reaches the __syncthreads.
 template <class T, class Y, int MT, int NT>
-__global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __restrict__ w, int64_t rows, int64_t cols,
+__global__ void __launch_bounds__(kMaxKWarps * 32, MT <= 2 ? 2 : 1) skinny_kernel(const T* __restrict__ w, int64_t rows, int64_t cols,
                                                                  const T* __restrict__ x, int n_tokens, Y* y,
-                                                                 bool accumulate, int64_t chunks_per_warp) {
-  constexpr int U = kLoadsPerThread / (2 * MT);  // chunks per batch
-  extern __shared__ float red[];                  // [k_warps][MT][NT][4][32]
+                                                                 bool accumulate, int64_t steps, bool dealt) {
+  constexpr int U = MT == 1 ? kLoadsPerThread / 4 : 1;  // chunks per batch
+  extern __shared__ float red[];                          // [k_warps][MT][NT][4][32]
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
+  const bool low = g < 4;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * MT * 16;
-  const int64_t chunks = (cols + 31) / 32;
-  const int64_t c_begin = warp * chunks_per_warp;
-  const int64_t c_end = c_begin + chunks_per_warp < chunks ? c_begin + chunks_per_warp : chunks;
+  const int64_t chunks = (cols + kChunkCols - 1) / kChunkCols;
+  const int k_warps = static_cast<int>(blockDim.x) / 32;
+  // The chunk of this warp's step t: dealt out in turn (the block reads 64 * k_warps contiguous
+  // columns of its rows at each step) or a contiguous span per warp.
+  const auto chunk_of = [&](int64_t t) { return dealt ? t * k_warps + warp : warp * steps + t; };
+  const auto chunk_in = [&](int64_t t) { return t < steps && chunk_of(t) < chunks; };
 
-  const T* wr[MT][2];
-  bool w_ok[MT][2];
+  // Load i of a tile (i = 2 * (8-row half) + j): row 8 * (i / 2) + (low ? g + 4j : g - 4 + 4j),
+  // column half (low ? j : 1 - j) of the chunk.
+  const T* wr[MT][4];
+  bool w_ok[MT][4];
+  int w_half[4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+  for (int i = 0; i < 4; ++i) {
+    const int j = i % 2;
+    w_half[i] = low ? j : 1 - j;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = m0 + mt * 16 + g + 8 * h;
-      w_ok[mt][h] = r < rows;
-      wr[mt][h] = w + (w_ok[mt][h] ? r : 0) * cols + 8 * q;
+    for (int mt = 0; mt < MT; ++mt) {
+      const int64_t r = m0 + mt * 16 + 8 * (i / 2) + (low ? g : g - 4) + 4 * j;
+      w_ok[mt][i] = r < rows;
+      wr[mt][i] = w + (w_ok[mt][i] ? r : 0) * cols + 32 * w_half[i] + 8 * q;
     }
   }
   const T* xr[NT];
@@ -72,41 +94,59 @@ __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __rest
     }
   }
 
-  using Batch = uint4[U][MT][2];
+  using Batch = uint4[U][MT][4];
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const auto load_weights = [&](Batch& a, int64_t c) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool in = c + u < c_end && (c + u) * 32 + 8 * q < cols;
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
+      for (int i = 0; i < 4; ++i) {
+        const int64_t chunk = chunk_of(c + u);
+        const bool in = chunk_in(c + u) && chunk * kChunkCols + 32 * w_half[i] + 8 * q < cols;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) a[u][mt][h] = in && w_ok[mt][h] ? load_stream(wr[mt][h] + (c + u) * 32) : zero;
+        for (int mt = 0; mt < MT; ++mt) {
+          a[u][mt][i] = in && w_ok[mt][i] ? load_stream(wr[mt][i] + chunk * kChunkCols) : zero;
+        }
       }
     }
   };
-  // The token chunks of batch c, then the products with the weights in `a`.
+  // Per chunk of batch c: its token loads, then the products with the weights in `a`.
   const auto multiply = [&](const Batch& a, int64_t c) {
-    uint4 b[U][NT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool in = c + u < c_end && (c + u) * 32 + 8 * q < cols;
+      uint4 b[NT][2];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) b[u][nt] = in && x_ok[nt] ? load_cached(xr[nt] + (c + u) * 32) : zero;
-    }
+      for (int h = 0; h < 2; ++h) {
+        const int64_t chunk = chunk_of(c + u);
+        const bool in = chunk_in(c + u) && chunk * kChunkCols + 32 * h + 8 * q < cols;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+        for (int nt = 0; nt < NT; ++nt) {
+          b[nt][h] = in && x_ok[nt] ? load_cached(xr[nt] + chunk * kChunkCols + 32 * h) : zero;
+        }
+      }
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
+      for (int mt = 0; mt < MT; ++mt) {
+        // [8-row half][column half] of rows g and g + 8 after the swap.
+        uint4 frag_src[2][2];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const uint32_t* lo = reinterpret_cast<const uint32_t*>(&a[u][mt][0]);
-          const uint32_t* hi = reinterpret_cast<const uint32_t*>(&a[u][mt][1]);
-          const uint32_t frag[4] = {lo[2 * s], hi[2 * s], lo[2 * s + 1], hi[2 * s + 1]};
+        for (int r8 = 0; r8 < 2; ++r8) {
+          const uint4& first = a[u][mt][2 * r8];
+          const uint4& second = a[u][mt][2 * r8 + 1];
+          frag_src[r8][0] = low ? first : second;
+          frag_src[r8][1] = swap_halves(low ? second : first);
+        }
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint32_t* bv = reinterpret_cast<const uint32_t*>(&b[u][nt]);
-            mma<T>(acc[mt][nt], frag, bv[2 * s], bv[2 * s + 1]);
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t* lo = reinterpret_cast<const uint32_t*>(&frag_src[0][h]);
+          const uint32_t* hi = reinterpret_cast<const uint32_t*>(&frag_src[1][h]);
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            const uint32_t frag[4] = {lo[2 * s], hi[2 * s], lo[2 * s + 1], hi[2 * s + 1]};
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint32_t* bv = reinterpret_cast<const uint32_t*>(&b[nt][h]);
+              mma<T>(acc[mt][nt], frag, bv[2 * s], bv[2 * s + 1]);
+            }
           }
         }
       }
@@ -115,10 +155,10 @@ __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __rest
 
   // Weights are constant: the first batch is loaded before waiting for the previous kernel.
   Batch a0;
-  load_weights(a0, c_begin);
+  load_weights(a0, 0);
   wait_for_predecessor();
-  for (int64_t c = c_begin; c < c_end; c += U) {
-    if (c != c_begin) load_weights(a0, c);
+  for (int64_t c = 0; c < steps; c += U) {
+    if (c != 0) load_weights(a0, c);
     multiply(a0, c);
   }
 
@@ -134,7 +174,6 @@ __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __rest
     }
   }
   __syncthreads();
-  const int k_warps = static_cast<int>(blockDim.x) / 32;
   for (int e = static_cast<int>(threadIdx.x); e < kPerWarp; e += static_cast<int>(blockDim.x)) {
     float sum = 0.0f;
     for (int j = 0; j < k_warps; ++j) sum += red[j * kPerWarp + e];
@@ -155,12 +194,13 @@ __global__ void __launch_bounds__(kMaxKWarps * 32) skinny_kernel(const T* __rest
 template <class T, class Y, int MT, int NT>
 void launch(const SkinnyConfig& c, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens,
             void* y, bool accumulate, cudaStream_t stream) {
-  const int64_t chunks = (cols + 31) / 32;
+  const int64_t chunks = (cols + kChunkCols - 1) / kChunkCols;
   const int64_t per_warp = (chunks + c.k_warps - 1) / c.k_warps;
   const auto blocks = static_cast<unsigned>((rows + MT * 16 - 1) / (MT * 16));
   const size_t smem = static_cast<size_t>(c.k_warps) * MT * NT * 4 * 32 * sizeof(float);
   launch_kernel(skinny_kernel<T, Y, MT, NT>, blocks, c.k_warps * 32, smem, stream, static_cast<const T*>(w), rows,
-                cols, static_cast<const T*>(x), static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, per_warp);
+                cols, static_cast<const T*>(x), static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, per_warp,
+                c.dealt);
 }
 
 template <class T, class Y>
@@ -215,10 +255,12 @@ bool skinny_supported(DType type, int64_t cols, int64_t n_tokens) {
 
 SkinnyConfig skinny_config(int64_t cols) {
   SkinnyConfig c;
-  // One row tile per warp (more tiles per warp cut token loads but leave too few warps, NOTES),
-  // the columns split over up to 8 warps while each keeps a few batches of loads.
+  // One row tile per warp (more tiles per warp cut token loads but leave too few warps, NOTES
+  // items 19 and 27), the columns split over up to 8 warps while each keeps a few batches of
+  // loads, dealt out in turn (item 27: 0.1 ms a step faster than spans at 10 tokens).
   c.tiles_per_warp = 1;
-  const int64_t chunks = (cols + 31) / 32;
+  c.dealt = true;
+  const int64_t chunks = (cols + kChunkCols - 1) / kChunkCols;
   c.k_warps = 1;
   while (c.k_warps < kMaxKWarps && chunks / (c.k_warps * 2) >= kMinChunksPerWarp) c.k_warps *= 2;
   return c;

@@ -25,6 +25,9 @@ bool skinny_supported(DType type, int64_t cols, int64_t n_tokens);
 struct SkinnyConfig {
   int tiles_per_warp = 1;
   int k_warps = 8;
+  // Whether the warps take the 64-column chunks in turn (warp w: chunks w, w + k_warps, ...) or
+  // each a contiguous span.
+  bool dealt = true;
 };
 
 // The layout skinny_gemm() uses for `cols` columns (any row count).

@@ -1,4 +1,4 @@
-// Projections for 9..32 tokens (decode of k forks), made to stream the weights at the copy rate:
+// Projections for 17..32 tokens (decode of k forks), made to stream the weights at the copy rate:
 // y[n, rows] = x[n, cols] . W[rows, cols]^T, W and x in f16 or bf16, y fresh in fp32 or in the
 // weights' dtype, or accumulated into fp32 (y += x . W^T). Weight tiles are copied into shared
 // memory by TMA (several stages in flight) and the tensor cores take them from there with
