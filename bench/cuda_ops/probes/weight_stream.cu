@@ -202,7 +202,8 @@ int main() {
     const auto dealt_blocks = static_cast<unsigned>(kRows / 16);
     const float d64 = time_us(dealt_kernel<64>, dealt_blocks, smem_for[o], w, 1, out);
     const float d32 = time_us(dealt_kernel<32>, dealt_blocks, smem_for[o], w, 1, out);
-    std::printf("dealt %d blocks/SM (%5u blocks): 64-column chunks %6.1f us %4.2f TB/s | 32-column chunks %6.1f %4.2f\n",
+    std::printf("dealt %d blocks/SM (%5u blocks): 64-column chunks %6.1f us %4.2f TB/s | 32-column chunks %6.1f "
+                "%4.2f\n",
                 blocks_per_sm[o], dealt_blocks, d64, gb / d64 * 1e3, d32, gb / d32 * 1e3);
     for (int splits : {1, 2, 4, 8}) {
       const auto tile_blocks = static_cast<unsigned>(kRows / (16 * kWarps) * splits);

@@ -4,15 +4,17 @@
 // agree: here thread (g = lane / 4, q = lane % 4) holds, for each 64-column chunk c, the 8
 // contiguous columns 64c + 32h + 8q .. + 7 (h = 0, 1) of its weight rows g and g + 8 and of its
 // token row g, and feeds columns 32h + 8q + 4s .. + 3 to mma step (h, s).
-// Weights stream from HBM with L1 bypassed, several loads in flight per thread, and each load
-// instruction takes whole 128-byte lines of 4 rows (NOTES item 27: instructions taking 64 bytes of
-// 8 rows, the fragment order itself, streamed ~15% slower). So per chunk and 8 rows, lanes g < 4
-// load the first half of row g and the second half of row g + 4, lanes g >= 4 the second half of
-// row g - 4 and the first half of row g, and lanes l and l ^ 16 swap the half each holds for the
-// other (one shuffle per register). Token rows come through L1, which the SM's other blocks then
-// hit. A warp computes tiles_per_warp row tiles, so each token load serves that many weight
-// tiles; the block's warps split the columns and add up in shared memory in a fixed order
-// (results do not depend on timing).
+// Weights stream from HBM with L1 bypassed, several loads in flight per thread. Each load
+// instruction takes whole 128-byte lines of 4 rows: per chunk and 8 rows, lanes g < 4 load the
+// first half of row g and the second half of row g + 4, lanes g >= 4 the second half of row
+// g - 4 and the first half of row g, and lanes l and l ^ 16 swap the half each holds for the
+// other (one shuffle per register). The block's warps split the columns, by default dealt out in
+// turn, so at each step the block reads 64 * k_warps contiguous columns of each of its rows:
+// runs along a row are what HBM streams fastest (NOTES item 27: 2.80 TB/s in the probe against
+// 2.2-2.7 with the warps on separate rows). Token rows come through L1, which the SM's other
+// blocks then hit. A warp computes tiles_per_warp row tiles, so each token load serves that many
+// weight tiles; the warps' sums add up in shared memory in a fixed order (results do not depend
+// on timing).
 #include <string>
 #include <type_traits>
 
@@ -40,11 +42,12 @@ __device__ __forceinline__ uint4 swap_halves(uint4 v) {
   return v;
 }
 
-// MT row tiles per warp, NT tiles of 8 tokens. Every thread reaches the __syncthreads.
+// MT row tiles per warp, NT tiles of 8 tokens; two blocks per SM up to 2 tiles per warp (128
+// registers), one at 4. Every thread reaches the __syncthreads.
 template <class T, class Y, int MT, int NT>
-__global__ void __launch_bounds__(kMaxKWarps * 32, MT <= 2 ? 2 : 1) skinny_kernel(const T* __restrict__ w, int64_t rows, int64_t cols,
-                                                                 const T* __restrict__ x, int n_tokens, Y* y,
-                                                                 bool accumulate, int64_t steps, bool dealt) {
+__global__ void __launch_bounds__(kMaxKWarps * 32, MT <= 2 ? 2 : 1)
+    skinny_kernel(const T* __restrict__ w, int64_t rows, int64_t cols, const T* __restrict__ x, int n_tokens, Y* y,
+                  bool accumulate, int64_t steps, bool dealt) {
   constexpr int U = MT == 1 ? kLoadsPerThread / 4 : 1;  // chunks per batch
   extern __shared__ float red[];                          // [k_warps][MT][NT][4][32]
   const int warp = static_cast<int>(threadIdx.x) / 32;
