@@ -158,7 +158,8 @@ __global__ void __launch_bounds__(kWarps * 32) dealt_kernel(const uint16_t* w, i
       for (int i = 0; i < L; ++i) acc ^= fold(a[u][i]) * (2u * i + 1u);
     }
   }
-  if (acc == 0x9e3779b9u + static_cast<uint32_t>(splits)) out[0] = acc;
+  (void)splits;  // one span: the block covers whole rows
+  if (acc == 0x9e3779b9u) out[0] = acc;
 }
 
 template <class K>

@@ -104,10 +104,11 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
     // linear layers give it): half the bytes written and read back by swiglu. Where the GEMV
     // serves (one token), it writes the activation itself.
-    if (fused_swiglu_ && gemv_serves(h, n)) {
+    const bool gemv_gate_up = gemv_serves(h, n);
+    if (fused_swiglu_ && gemv_gate_up) {
       gemv_swiglu(dtype_, l.gate_up.get(), inter, h, xn_.get(), n, act_.get(), stream_);
     } else {
-      const DType gate_up_type = gemv_serves(h, n) ? DType::f32 : dtype_;
+      const DType gate_up_type = gemv_gate_up ? DType::f32 : dtype_;
       KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));
       swiglu(dtype_, gate_up_type, gate_up_.get(), n, inter, act_.get(), stream_);
     }
@@ -115,15 +116,13 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     KLLM_RETURN_IF_ERROR(proj(l.down, h, inter, act_.get(), n, y_pending ? y : x, DType::f32, !y_pending));
   }
   // The final norm of the rows that produce logits, after the last residual add if one is
-  // pending. In a pass with its logits (single tokens: every row produces logits, in order) that
-  // is one kernel; otherwise the add goes into x (its normed output unused) and run_chunk norms
-  // the rows.
-  if (logits_in_pass && y_pending) {
-    add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, fin_.get(), stream_);
+  // pending. A pending add is one kernel with the norm: in a pass with its logits (single tokens:
+  // every row produces logits, in order) its output is the logits' input; otherwise it goes to
+  // xn_ unused (the add into x is what counts) and run_chunk norms the rows.
+  if (y_pending) {
+    add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, logits_in_pass ? fin_.get() : xn_.get(), stream_);
   } else if (logits_in_pass) {
     rmsnorm(dtype_, x, final_norm_.as<float>(), r, h, eps, out_rows, fin_.get(), stream_);
-  } else if (y_pending) {
-    add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, xn_.get(), stream_);
   }
   if (logits_in_pass) {
     const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
