@@ -168,7 +168,7 @@ double out_tolerance(DType t) { return t == DType::bf16 ? 8e-3 : 1e-3; }
 class SharedPrefix : public ::testing::TestWithParam<DType> {};
 
 void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, std::vector<int64_t>>>& prompts,
-                int64_t suffix_splits, int64_t prefix_splits, bool expect_shared) {
+                int64_t suffix_splits, int64_t prefix_splits, bool expect_shared, int64_t min_positions = 0) {
   const Scene sc = make_scene(t, s, prompts, 17);
   const auto n = static_cast<int64_t>(sc.pos.size());
   EXPECT_EQ(sc.plan.shared, expect_shared);
@@ -187,8 +187,20 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   const auto plain = download(d.out, sc.ref.size(), t);
   cuda::AttentionArgs a = d.args(s, n, suffix_splits + prefix_splits);
   a.ctx_begin = d.plan.as<int32_t>();
+  a.min_split_positions = min_positions;
   cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr);
   const auto got = download(d.out, sc.ref.size(), t);
+  if (min_positions > 0) {
+    // The plain split kernel with the same floor: splits past the positions stay empty.
+    cuda::AttentionArgs p = d.args(s, n, suffix_splits + prefix_splits);
+    p.min_split_positions = min_positions;
+    cuda::attention(t, p, nullptr);
+    const double e = rel_error(download(d.out, sc.ref.size(), t), sc.ref);
+    std::printf("[split kernel %s, %lld splits of >= %lld positions] rel err vs f64 %.3g\n",
+                std::string(dtype_name(t)).c_str(), static_cast<long long>(suffix_splits + prefix_splits),
+                static_cast<long long>(min_positions), e);
+    EXPECT_LT(e, out_tolerance(t));
+  }
   const double e_ref = rel_error(got, sc.ref), e_plain = rel_error(got, plain), e_old = rel_error(plain, sc.ref);
   std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (split kernel %.3g), "
               "vs split kernel %.3g\n",
@@ -212,6 +224,12 @@ TEST_P(SharedPrefix, MatchesReferenceAndSplitKernel) {
   check_case(t, {8, 8, 64}, {{123, forty}}, 2, 7, true);   // group 1: 40 rows in one block
   check_case(t, {8, 1, 64}, {{77, twenty}}, 1, 6, true);   // group 8: 20 forks -> 2 blocks of 16
   check_case(t, {4, 2, 16}, {{50, forty}, {33, {1, 2, 3}}}, 2, 2, true);
+  // A split takes at least P positions: 8 suffix splits where the forks have 0..22 positions of
+  // their own (4 + 3 of the prompt's partial page), so most splits are empty, and some
+  // (P = 4) or all but the first (P = 64) of the later ones.
+  check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 4);
+  check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 64);
+  check_case(t, {8, 1, 64}, {{77, twenty}}, 4, 6, true, 5);
 }
 
 // The pass is captured once; the replay after new lengths, pages and plan are written into the

@@ -4,6 +4,7 @@
 // memory to write the split's (max, sum, unnormalized output); a second kernel merges the splits
 // by their softmax statistics.
 #include <cfloat>
+#include <type_traits>
 
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/common.cuh"
@@ -50,8 +51,9 @@ __device__ __forceinline__ float merge_dim(const float* acc, const float* w, int
 // add their sums by two shuffles; the softmax statistics of the 8 positions are three shuffles
 // per head; in the P.V phase lanes own dims, each position's weight broadcast by a shuffle. The V
 // rows are loaded together with the K rows (they do not depend on the scores): one round trip.
-template <class T, int G, int D, int W>
-__global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs a) {
+// B: blocks per SM the registers are held to (launch bound).
+template <class T, int G, int D, int W, int B>
+__global__ void __launch_bounds__(W * 32, B) attention_partial_kernel(AttentionArgs a) {
   constexpr int kWarps = W;
   constexpr int kThreads = kWarps * 32;
   constexpr int V = Vec16<T>::kN;
@@ -68,7 +70,8 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
   // into L2 while the previous kernel (RoPE, which writes this token's row) still runs.
   const int n_ctx = a.pos[t] + 1;
   const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
-  const int chunk = (n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int even = (n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int chunk = even > static_cast<int>(a.min_split_positions) ? even : static_cast<int>(a.min_split_positions);
   const int begin = first + split * chunk;
   const int end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
   const T* pool = static_cast<const T*>(a.kv.pool);
@@ -77,6 +80,14 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
   prefetch_kv_rows(pool, table, begin, end, pt, a.kv.layers, a.layer, kv_dim, static_cast<int64_t>(g) * hd, hd,
                    static_cast<int>(threadIdx.x), kThreads);
   wait_for_predecessor();
+  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
+  if (begin >= end) {  // no positions here: empty statistics, which the merge skips
+    if (static_cast<int>(threadIdx.x) < group) {
+      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
+      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
+    }
+    return;
+  }
   const float scale = rsqrtf(static_cast<float>(hd));
 
   __shared__ __align__(16) float s_q[G][32 * D];
@@ -180,7 +191,6 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
     for (int i = 0; i < D; ++i) s_acc[warp][h][lane * D + i] = acc[h][i];
   }
   __syncthreads();
-  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
   for (int idx = static_cast<int>(threadIdx.x); idx < group * hd; idx += kThreads) {
     const int h = idx / hd, d = idx % hd;
     float mx = -FLT_MAX;
@@ -203,15 +213,26 @@ __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs
 template <class T, int G, int D>
 void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
   constexpr int kMax = kMaxPartialWarps<G, D>;
-  if (warps == 0) warps = static_cast<int64_t>(grid.x) * grid.y * grid.z <= current_sm_count() ? 16 : 8;
+  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  if (warps == 0) warps = blocks <= current_sm_count() ? 16 : 8;
   if constexpr (kMax >= 16) {
     if (warps >= 16) {
-      launch_kernel(attention_partial_kernel<T, G, D, 16>, grid, 16 * 32, 0, stream, args);
+      launch_kernel(attention_partial_kernel<T, G, D, 16, 1>, grid, 16 * 32, 0, stream, args);
       return;
     }
   }
   constexpr int kW = kMax < 8 ? kMax : 8;
-  launch_kernel(attention_partial_kernel<T, G, D, kW>, grid, kW * 32, 0, stream, args);
+  // Where the 8-warp blocks (~105 registers, two per SM) would not fit in one wave, blocks held
+  // to 80 registers, three per SM: the k = 20 decode pass's 320 blocks (bench/cuda_ops/NOTES.md
+  // item 28). Measured with bf16 caches (76 bytes of spills at G = D = 4; f16 spills 160, f32
+  // 464); where the grid fits in one wave the spills cost more than they give.
+  if constexpr (kW == 8 && std::is_same_v<T, __nv_bfloat16> && G <= 4 && D <= 4) {
+    if (blocks > 2 * static_cast<int64_t>(current_sm_count())) {
+      launch_kernel(attention_partial_kernel<T, G, D, 8, 3>, grid, 8 * 32, 0, stream, args);
+      return;
+    }
+  }
+  launch_kernel(attention_partial_kernel<T, G, D, kW, 1>, grid, kW * 32, 0, stream, args);
 }
 
 template <class T, int G>

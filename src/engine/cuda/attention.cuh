@@ -39,6 +39,10 @@ struct AttentionArgs {
   // Decode passes whose leading positions another kernel covers (attention_shared.cuh): the
   // split kernel then takes positions ctx_begin[t]..pos[t] only; null means from 0.
   const int32_t* ctx_begin = nullptr;
+  // Decode: each split of the partial kernel takes at least this many positions (0: none), so a
+  // grid sized for long contexts has its short ones done by fewer splits; the splits left
+  // without positions write empty statistics, which the merge skips.
+  int64_t min_split_positions = 0;
 };
 
 // Scratch floats needed: acc T*heads*splits*head_dim, ml T*heads*splits*2. `warps`: the partial

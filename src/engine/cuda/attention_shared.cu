@@ -98,50 +98,74 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
   __shared__ __align__(16) T sK[kTile][HD + kPad];
   __shared__ __align__(16) T sV[kTile][HD + kPad];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
-  const int64_t group = a.heads / a.kv_heads, split = blockIdx.x, g = blockIdx.y;
-  // The plan is uploaded before the pass and shared pages are never written after the fork:
-  // the first item's K and V rows are fetched into L2 while the previous kernel still runs.
-  if (blockIdx.z < a.n_tokens && s.item_count[blockIdx.z] > 0) {
-    const int64_t prefix = s.item_prefix[blockIdx.z];
-    const int64_t chunk = (prefix + gridDim.x - 1) / gridDim.x;
-    const int64_t begin = min(prefix, split * chunk), end = min(prefix, begin + chunk);
-    const int32_t* table = a.block_table + static_cast<int64_t>(s.item_seq[blockIdx.z]) * a.table_width;
-    prefetch_kv_rows(static_cast<const T*>(a.kv.pool), table, begin, end, static_cast<int>(a.kv.page_tokens),
-                     a.kv.layers, a.layer, a.kv.kv_dim, g * HD, HD, static_cast<int>(threadIdx.x), kThreads);
+  const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
+  const int64_t split = blockIdx.x, g = blockIdx.y;
+  // An item's range in this split, its page-table row, and this thread's two query rows: gq
+  // (r = 0) and gq + 8 (r = 1) of the warp's 16 (row = member * group + head).
+  struct Item {
+    int begin, end;
+    const int32_t* table;
+    int rows;
+    bool row_ok[2];
+    int head[2];  // token * heads + head
+  };
+  const auto plan_item = [&](int64_t item) {
+    Item it;
+    const int prefix = s.item_prefix[item];
+    const int chunk = (prefix + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+    it.begin = min(prefix, static_cast<int>(split) * chunk);
+    it.end = min(prefix, it.begin + chunk);
+    it.table = a.block_table + static_cast<int64_t>(s.item_seq[item]) * a.table_width;
+    it.rows = s.item_count[item] * group;
+    const int32_t* members = s.members + s.item_first[item];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + gq + r * 8;
+      it.row_ok[r] = row < it.rows;
+      it.head[r] = (it.row_ok[r] ? members[row / group] : 0) * heads + static_cast<int>(g) * group + row % group;
+    }
+    return it;
+  };
+  // The plan is uploaded before the pass and shared pages are never written after the fork: the
+  // first item's plan and its first K and V tile are loaded (the rest of its rows fetched into
+  // L2) while the previous kernel still runs. Only the queries wait.
+  TileLoader<T, HD> next;
+  Item it{};
+  const bool first = blockIdx.z < a.n_tokens && s.item_count[blockIdx.z] > 0;
+  if (first) {
+    it = plan_item(blockIdx.z);
+    prefetch_kv_rows(static_cast<const T*>(a.kv.pool), it.table, it.begin, it.end,
+                     static_cast<int>(a.kv.page_tokens), a.kv.layers, a.layer, a.kv.kv_dim, g * HD, HD,
+                     static_cast<int>(threadIdx.x), kThreads);
+    next.load(a, it.table, g, it.begin, it.end);
   }
   wait_for_predecessor();
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
 
-  for (int64_t item = blockIdx.z; item < a.n_tokens; item += gridDim.z) {
-    const int64_t count = s.item_count[item];
-    if (count == 0) break;  // items are packed: the rest are unused
-    const int64_t rows = count * group;
-    const int64_t prefix = s.item_prefix[item];
-    const int64_t chunk = (prefix + gridDim.x - 1) / gridDim.x;
-    const int64_t begin = min(prefix, split * chunk);
-    const int64_t end = min(prefix, begin + chunk);
-    const int32_t* members = s.members + s.item_first[item];
+  for (int64_t item = blockIdx.z; item < a.n_tokens && first; item += gridDim.z) {
+    if (item != blockIdx.z) {
+      if (s.item_count[item] == 0) break;  // items are packed: the rest are unused
+      it = plan_item(item);
+      next.load(a, it.table, g, it.begin, it.end);
+    }
+    const int64_t begin = it.begin, end = it.end;
     if (begin >= end) {  // nothing here: empty statistics, which the merge skips
-      for (int64_t row = threadIdx.x; row < rows; row += kThreads) {
-        const int64_t head = members[row / group] * a.heads + g * group + row % group;
-        const int64_t slot = head * a.splits + suffix_splits + split;
+      for (int row = static_cast<int>(threadIdx.x); row < it.rows; row += kThreads) {
+        const int64_t member = s.members[s.item_first[item] + row / group];
+        const int64_t slot = (member * heads + g * group + row % group) * a.splits + suffix_splits + split;
         a.partial_ml[slot * 2] = -FLT_MAX;
         a.partial_ml[slot * 2 + 1] = 0.0f;
       }
       continue;
     }
-    const int32_t* table = a.block_table + static_cast<int64_t>(s.item_seq[item]) * a.table_width;
-    const bool active = warp * 16 < rows;
-
-    // This thread's rows: gq (r = 0) and gq + 8 (r = 1) of the warp's 16.
+    const int32_t* table = it.table;
+    const bool active = warp * 16 < it.rows;
     int64_t q_off[2];
     bool row_ok[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int64_t row = warp * 16 + gq + r * 8;
-      row_ok[r] = row < rows;
-      const int64_t t = row_ok[r] ? members[row / group] : 0;
-      q_off[r] = (t * a.heads + g * group + row % group) * HD;
+      row_ok[r] = it.row_ok[r];
+      q_off[r] = static_cast<int64_t>(it.head[r]) * HD;
     }
     uint32_t qh[KS][4], ql[KS][4];
 #pragma unroll
@@ -164,8 +188,6 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     for (int nd = 0; nd < ND; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    TileLoader<T, HD> next;
-    next.load(a, table, g, begin, end);
     for (int64_t tile = begin; tile < end; tile += kTile) {
       __syncthreads();  // the previous tile (or item) is done with sK / sV
       next.store(sK, sV);
@@ -243,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!row_ok[r]) continue;
-      const int64_t slot = q_off[r] / HD * a.splits + suffix_splits + split;  // (token * heads + head) * splits + ...
+      const int64_t slot = static_cast<int64_t>(it.head[r]) * a.splits + suffix_splits + split;
       float* acc = a.partial_acc + slot * HD;
 #pragma unroll
       for (int nd = 0; nd < ND; ++nd) {

@@ -51,6 +51,10 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   if (const char* t = std::getenv("KERNELLLM_CUDA_SKINNY_TOKENS")) {
     skinny_max_tokens_ = std::clamp<int64_t>(std::atoll(t), 1, kSkinnyMaxTokens);
   }
+  if (const char* v = std::getenv("KERNELLLM_CUDA_SUFFIX_SPLITS")) {
+    suffix_splits_env_ = std::clamp<int64_t>(std::atoll(v), 0, kMaxSplits);
+  }
+  if (const char* v = std::getenv("KERNELLLM_CUDA_SUFFIX_MIN")) suffix_min_env_ = std::max<int64_t>(0, std::atoll(v));
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;
     staged_all_ = std::string(staged) == "all";

@@ -120,6 +120,10 @@ class CudaBackend final : public Backend {
   DeviceBuffer meta_;
   int32_t* meta_host_ = nullptr;    // pinned mirror
   bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off
+  // The cascade pass's split kernel over the forks' own positions: env KERNELLLM_CUDA_SUFFIX_SPLITS=N
+  // (1..16) sets its splits and KERNELLLM_CUDA_SUFFIX_MIN=P the fewest positions a split takes
+  // (measurements; 0: half the splits of a plain pass, and no floor).
+  int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
   // Where the GEMV serves gate_up (one token), it writes the SwiGLU activation itself
   // (gemv_swiglu); env KERNELLLM_CUDA_FUSED_SWIGLU=0 keeps the two kernels (measurements).
   bool fused_swiglu_ = true;

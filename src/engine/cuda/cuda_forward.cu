@@ -41,8 +41,11 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   sp.members = sp.item_count + max_tokens_;
   // The forks' own positions (suffix) are few next to the prompt's: half the splits of a plain
   // pass (2 at n = 20; bench/cuda_ops/NOTES.md item 18).
-  const int64_t suffix_splits = std::max<int64_t>(1, splits_for(n) / 2);
   const int64_t prefix_splits = shared ? prefix_splits_for(n) : 0;
+  // (Both within the scratch's max_tokens_ / n slots per token; prefix_splits_for leaves splits_for(n).)
+  const int64_t suffix_splits = suffix_splits_env_ > 0
+                                    ? std::min<int64_t>(suffix_splits_env_, max_tokens_ / n - prefix_splits)
+                                    : std::max<int64_t>(1, splits_for(n) / 2);
   const bool tensor_core_attention =
       q_blocks > 0 && prefill_attention_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
   float* x = x_.as<float>();
@@ -92,6 +95,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       prefill_attention(dtype_, a, stream_);
     } else if (shared) {
       a.ctx_begin = ctx_begin;
+      a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
       shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_);
     } else {
