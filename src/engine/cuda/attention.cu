@@ -51,9 +51,9 @@ __device__ __forceinline__ float merge_dim(const float* acc, const float* w, int
 // add their sums by two shuffles; the softmax statistics of the 8 positions are three shuffles
 // per head; in the P.V phase lanes own dims, each position's weight broadcast by a shuffle. The V
 // rows are loaded together with the K rows (they do not depend on the scores): one round trip.
-// B: blocks per SM the registers are held to (launch bound).
-template <class T, int G, int D, int W, int B>
-__global__ void __launch_bounds__(W * 32, B) attention_partial_kernel(AttentionArgs a) {
+// The body of the partial kernels below (W warps per block).
+template <class T, int G, int D, int W>
+__device__ __forceinline__ void partial_body(const AttentionArgs& a) {
   constexpr int kWarps = W;
   constexpr int kThreads = kWarps * 32;
   constexpr int V = Vec16<T>::kN;
@@ -210,6 +210,18 @@ __global__ void __launch_bounds__(W * 32, B) attention_partial_kernel(AttentionA
   }
 }
 
+template <class T, int G, int D, int W>
+__global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs a) {
+  partial_body<T, G, D, W>(a);
+}
+
+// 8 warps with the registers held to 80 (three blocks per SM; an explicit bound of one block
+// per SM gives the kernel above 140 instead of ~105, one block per SM).
+template <class T, int G, int D>
+__global__ void __launch_bounds__(8 * 32, 3) attention_partial_packed_kernel(AttentionArgs a) {
+  partial_body<T, G, D, 8>(a);
+}
+
 template <class T, int G, int D>
 void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
   constexpr int kMax = kMaxPartialWarps<G, D>;
@@ -217,7 +229,7 @@ void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStrea
   if (warps == 0) warps = blocks <= current_sm_count() ? 16 : 8;
   if constexpr (kMax >= 16) {
     if (warps >= 16) {
-      launch_kernel(attention_partial_kernel<T, G, D, 16, 1>, grid, 16 * 32, 0, stream, args);
+      launch_kernel(attention_partial_kernel<T, G, D, 16>, grid, 16 * 32, 0, stream, args);
       return;
     }
   }
@@ -228,11 +240,11 @@ void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStrea
   // 464); where the grid fits in one wave the spills cost more than they give.
   if constexpr (kW == 8 && std::is_same_v<T, __nv_bfloat16> && G <= 4 && D <= 4) {
     if (blocks > 2 * static_cast<int64_t>(current_sm_count())) {
-      launch_kernel(attention_partial_kernel<T, G, D, 8, 3>, grid, 8 * 32, 0, stream, args);
+      launch_kernel(attention_partial_packed_kernel<T, G, D>, grid, 8 * 32, 0, stream, args);
       return;
     }
   }
-  launch_kernel(attention_partial_kernel<T, G, D, kW, 1>, grid, kW * 32, 0, stream, args);
+  launch_kernel(attention_partial_kernel<T, G, D, kW>, grid, kW * 32, 0, stream, args);
 }
 
 template <class T, int G>
