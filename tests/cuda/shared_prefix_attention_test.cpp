@@ -224,9 +224,9 @@ TEST_P(SharedPrefix, MatchesReferenceAndSplitKernel) {
   check_case(t, {8, 8, 64}, {{123, forty}}, 2, 7, true);   // group 1: 40 rows in one block
   check_case(t, {8, 1, 64}, {{77, twenty}}, 1, 6, true);   // group 8: 20 forks -> 2 blocks of 16
   check_case(t, {4, 2, 16}, {{50, forty}, {33, {1, 2, 3}}}, 2, 2, true);
-  // A split takes at least P positions: 8 suffix splits where the forks have 0..22 positions of
-  // their own (4 + 3 of the prompt's partial page), so most splits are empty, and some
-  // (P = 4) or all but the first (P = 64) of the later ones.
+  // A split takes at least P positions. The forks of the 300-token prompt own 12..34 positions
+  // (the 12 of its partial page, then 0..22 of their own): with 8 splits of >= 4, 3 to 8 take
+  // positions; of >= 64, only the first. The 77-token prompt's own 13..35: 4 splits of >= 5.
   check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 4);
   check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 64);
   check_case(t, {8, 1, 64}, {{77, twenty}}, 4, 6, true, 5);
