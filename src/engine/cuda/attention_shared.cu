@@ -160,13 +160,6 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     }
     const int32_t* table = it.table;
     const bool active = warp * 16 < it.rows;
-    int64_t q_off[2];
-    bool row_ok[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_ok[r] = it.row_ok[r];
-      q_off[r] = static_cast<int64_t>(it.head[r]) * HD;
-    }
     uint32_t qh[KS][4], ql[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
@@ -175,8 +168,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
         const int r = j & 1;
         const int col = ks * 16 + 2 * tq + (j >> 1) * 8;
         float x0 = 0.0f, x1 = 0.0f;
-        if (row_ok[r]) {
-          const float2 q = *reinterpret_cast<const float2*>(a.q + q_off[r] + col);
+        if (it.row_ok[r]) {
+          const float2 q = *reinterpret_cast<const float2*>(a.q + static_cast<int64_t>(it.head[r]) * HD + col);
           x0 = q.x;
           x1 = q.y;
         }
@@ -264,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if (!row_ok[r]) continue;
+      if (!it.row_ok[r]) continue;
       const int64_t slot = static_cast<int64_t>(it.head[r]) * a.splits + suffix_splits + split;
       float* acc = a.partial_acc + slot * HD;
 #pragma unroll

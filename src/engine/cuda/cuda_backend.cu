@@ -28,11 +28,23 @@ namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
 constexpr int64_t kStagedMinUnitsPerBlock = 128;
+constexpr int64_t kMaxSuffixMin = int64_t{1} << 30;  // the split kernel takes the floor as an int
 
 // Whether the environment variable `name` is set to "0" (the switches that turn a path off).
 bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::string(v) == "0";
+}
+
+// The integer in the environment variable `name`, clamped to [lo, hi]; `fallback` where it is
+// unset or not a whole number (the measurement knobs).
+int64_t env_int(const char* name, int64_t lo, int64_t hi, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  if (*end != '\0') return fallback;
+  return std::clamp<int64_t>(x, lo, hi);
 }
 }  // namespace
 
@@ -48,13 +60,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   fused_swiglu_ = !env_off("KERNELLLM_CUDA_FUSED_SWIGLU");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
-  if (const char* t = std::getenv("KERNELLLM_CUDA_SKINNY_TOKENS")) {
-    skinny_max_tokens_ = std::clamp<int64_t>(std::atoll(t), 1, kSkinnyMaxTokens);
-  }
-  if (const char* v = std::getenv("KERNELLLM_CUDA_SUFFIX_SPLITS")) {
-    suffix_splits_env_ = std::clamp<int64_t>(std::atoll(v), 0, kMaxSplits);
-  }
-  if (const char* v = std::getenv("KERNELLLM_CUDA_SUFFIX_MIN")) suffix_min_env_ = std::max<int64_t>(0, std::atoll(v));
+  skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
+  suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
+  suffix_min_env_ = env_int("KERNELLLM_CUDA_SUFFIX_MIN", 0, kMaxSuffixMin, 0);
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;
     staged_all_ = std::string(staged) == "all";

@@ -104,7 +104,7 @@ class CudaBackend final : public Backend {
   // (measurements, tests).
   DeviceBuffer staged_partials_, staged_counters_;
   bool staged_all_ = false;
-  int64_t skinny_max_tokens_ = kSkinnyServedTokens;
+  int64_t skinny_max_tokens_ = kSkinnyServedTokens;  // env KERNELLLM_CUDA_SKINNY_TOKENS
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
   size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations
 
