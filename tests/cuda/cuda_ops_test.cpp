@@ -169,6 +169,82 @@ TEST_P(OpTest, Projections) {
   }
 }
 
+// The decode form of attention_case's pass with RoPE and the KV write folded into the split
+// kernel (AttentionArgs::rope_qkv): the last token of each sequence, whose own K and V rows are
+// poisoned first. The kernel must write those rows as rope_write_kv wrote them, give the
+// rotated queries to rope_q_out (q stays null) and attend as the unfolded kernel did.
+void fused_rope_decode_case(DType t, const cuda::AttentionArgs& a, const cuda::DeviceBuffer& pool, int64_t pool_elems,
+                            const std::vector<float>& qkv,
+                            const std::vector<float>& q_ref, const std::vector<float>& ref,
+                            const std::vector<int64_t>& lens, const std::vector<int32_t>& pos,
+                            const std::vector<int32_t>& page, const std::vector<float>& inv, int64_t splits) {
+  const int64_t q_dim = a.heads * a.head_dim, kv_dim = a.kv.kv_dim, row = q_dim + 2 * kv_dim;
+  const int64_t pt = a.kv.page_tokens, es = static_cast<int64_t>(dtype_size(t));
+  std::vector<int32_t> dpos, dseq;
+  std::vector<float> dqkv, dref, dq_ref;
+  std::vector<int64_t> k_at;  // element offset of each decode token's K row in the pool
+  int64_t first = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    const int64_t last = first + lens[s] - 1;
+    dpos.push_back(pos[static_cast<size_t>(last)]);
+    dseq.push_back(static_cast<int32_t>(s));
+    dqkv.insert(dqkv.end(), qkv.begin() + last * row, qkv.begin() + (last + 1) * row);
+    dref.insert(dref.end(), ref.begin() + last * q_dim, ref.begin() + (last + 1) * q_dim);
+    dq_ref.insert(dq_ref.end(), q_ref.begin() + last * q_dim, q_ref.begin() + (last + 1) * q_dim);
+    const int64_t pg = page[static_cast<size_t>(last)];
+    k_at.push_back((((pg * a.kv.layers + a.layer) * 2) * pt + pos[static_cast<size_t>(last)] % pt) * kv_dim);
+    first += lens[s];
+  }
+  const auto n = static_cast<int64_t>(dpos.size());
+  // The rows as rope_write_kv wrote them.
+  const std::vector<float> pool_before = download(pool, static_cast<size_t>(pool_elems), t);
+  auto own_rows = [&](const std::vector<float>& cache) {
+    std::vector<float> r;
+    for (int64_t at : k_at) {
+      r.insert(r.end(), cache.begin() + at, cache.begin() + at + kv_dim);
+      r.insert(r.end(), cache.begin() + at + pt * kv_dim, cache.begin() + at + (pt + 1) * kv_dim);
+    }
+    return r;
+  };
+  auto d_qkv = upload(dqkv);
+  auto d_pos = upload(dpos);
+  auto d_seq = upload(dseq);
+  auto d_inv = upload(inv);
+  auto d_q = poisoned(static_cast<size_t>(n * q_dim) * 4);
+  auto d_out = poisoned(static_cast<size_t>(n * q_dim) * dtype_size(t));
+  cuda::AttentionArgs b = a;
+  b.q = nullptr;
+  b.n_tokens = n;
+  b.pos = d_pos.as<int32_t>();
+  b.seq = d_seq.as<int32_t>();
+  b.out = d_out.get();
+  b.rope_qkv = d_qkv.get();
+  b.rope_qkv_f32 = true;
+  b.rope_inv_freq = d_inv.as<float>();
+  b.rope_q_out = d_q.as<float>();
+  ASSERT_TRUE(cuda::attention_partial_folds_rope(t, b, splits));
+  for (int warps : {8, 16}) {
+    for (int64_t at : k_at) {
+      char* k = static_cast<char*>(a.kv.pool) + at * es;
+      ASSERT_EQ(cudaMemset(k, 0xff, static_cast<size_t>(kv_dim * es)), cudaSuccess);
+      ASSERT_EQ(cudaMemset(k + pt * kv_dim * es, 0xff, static_cast<size_t>(kv_dim * es)), cudaSuccess);
+    }
+    cuda::attention(t, b, nullptr, warps);
+    const double e = rel_error(download(d_out, dref.size(), t), dref);
+    const double eq = rel_error(download(d_q, dq_ref.size()), dq_ref);
+    const double ekv = rel_error(own_rows(download(pool, static_cast<size_t>(pool_elems), t)), own_rows(pool_before));
+    std::printf("[fused rope decode %s heads %lld/%lld hd %lld splits %lld warps %d] rel err %.3g, q %.3g, kv rows %.3g\n",
+                std::string(dtype_name(t)).c_str(), static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads),
+                static_cast<long long>(a.head_dim), static_cast<long long>(splits), warps, e, eq, ekv);
+    EXPECT_LT(e, out_tolerance(t) + 1e-5);
+    EXPECT_LT(eq, 1e-6);
+    // The same formula rounded the same way (a contraction into an FMA may move one element by
+    // one unit of the cache dtype).
+    EXPECT_LT(ekv, t == DType::f32 ? 1e-6 : 1e-3);
+    ASSERT_EQ(cudaMemset(d_out.get(), 0xff, static_cast<size_t>(n * q_dim) * dtype_size(t)), cudaSuccess);
+  }
+}
+
 // RoPE + KV write then paged attention, against a float64 reference that applies the CPU
 // backend's RoPE (cpu::rope_cos_sin / rope_apply) and a plain causal softmax per head.
 void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_t splits) {
@@ -279,6 +355,8 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
     // Poison again so the second block size cannot pass on the first one's output.
     ASSERT_EQ(cudaMemset(d_out.get(), 0xff, static_cast<size_t>(T * q_dim) * dtype_size(t)), cudaSuccess);
   }
+  fused_rope_decode_case(t, a, pool, num_pages * layers * 2 * pt * kv_dim, qkv, q_ref, ref, lens, pos, page, inv,
+                         splits);
 
   // The tensor-core prefill kernel over query blocks of <= kPrefillQueryBlock tokens of one
   // sequence, with one and two 16-row tiles per thread block; its probabilities are rounded to

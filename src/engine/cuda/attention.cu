@@ -44,6 +44,24 @@ __device__ __forceinline__ float merge_dim(const float* acc, const float* w, int
   return o;
 }
 
+// Element i of the fused projection rows of a rope-folded pass (AttentionArgs::rope_qkv).
+template <class T>
+__device__ __forceinline__ float rope_in(const AttentionArgs& a, int64_t i) {
+  return a.rope_qkv_f32 ? static_cast<const float*>(a.rope_qkv)[i] : to_f32(static_cast<const T*>(a.rope_qkv)[i]);
+}
+
+// Dim d of head `hh` of token t's fused row (q heads first, then k heads) rotated to position p,
+// computed as rope_write_kv computes it (rope.cu).
+template <class T>
+__device__ __forceinline__ float rope_rotated(const AttentionArgs& a, int64_t t, int64_t hh, int d, int hd, int p) {
+  const int half = hd / 2, j = d < half ? d : d - half;
+  const int64_t head = t * (a.heads + 2 * a.kv_heads) * hd + hh * hd;
+  const float x0 = rope_in<T>(a, head + j), x1 = rope_in<T>(a, head + j + half);
+  const float angle = static_cast<float>(p) * a.rope_inv_freq[j];
+  const float c = cosf(angle), s = sinf(angle);
+  return d < half ? x0 * c - x1 * s : x1 * c + x0 * s;
+}
+
 // G: query heads per KV head (rounded up to a power of two; extra heads are skipped),
 // D: head dims per lane in the P.V phase (head_dim <= 32 * D; lane i owns dims [i*D, i*D+D)).
 // A warp takes positions base .. base + 7: in the Q.K phase lanes 4j .. 4j + 3 score position
@@ -52,7 +70,10 @@ __device__ __forceinline__ float merge_dim(const float* acc, const float* w, int
 // per head; in the P.V phase lanes own dims, each position's weight broadcast by a shuffle. The V
 // rows are loaded together with the K rows (they do not depend on the scores): one round trip.
 // The body of the partial kernels below (W warps per block).
-template <class T, int G, int D, int W>
+// Rope: whether the instance folds RoPE and the KV write in (AttentionArgs::rope_qkv); the packed
+// kernel below does not (with it, its spills at 80 registers went from 76 to 168 bytes and k = 20
+// decode from 7.10 to 7.24 ms per step).
+template <class T, int G, int D, int W, bool Rope>
 __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
   constexpr int kWarps = W;
   constexpr int kThreads = kWarps * 32;
@@ -89,13 +110,43 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
     return;
   }
   const float scale = rsqrtf(static_cast<float>(hd));
+  const bool fused = Rope && a.rope_qkv != nullptr;
 
   __shared__ __align__(16) float s_q[G][32 * D];
   for (int i = static_cast<int>(threadIdx.x); i < G * 32 * D; i += kThreads) {
     const int h = i / (32 * D), d = i % (32 * D);
     const int64_t head = static_cast<int64_t>(t) * a.heads + g * group + h;
-    s_q[h][d] = (h < group && d < hd) ? a.q[head * hd + d] * scale : 0.0f;
+    float x = 0.0f;
+    if (h < group && d < hd) {
+      x = fused ? rope_rotated<T>(a, t, g * group + h, d, hd, n_ctx - 1) : a.q[head * hd + d];
+      if (fused && a.rope_q_out != nullptr && split == 0) a.rope_q_out[head * hd + d] = x;
+    }
+    s_q[h][d] = x * scale;
   }
+  // A rope-folded pass: the block holding the token's own position writes its K and V rows and
+  // keeps them (as the cache holds them) for the score after the loop, which stops short of it.
+  __shared__ __align__(16) float s_own[2][32 * D];
+  const bool own = fused && end == n_ctx;
+  if (own) {
+    T* krow = const_cast<T*>(paged_k_row(pool, table, n_ctx - 1, pt, a.kv.layers, a.layer, kv_dim)) +
+              static_cast<int64_t>(g) * hd;
+    const int64_t v_in = static_cast<int64_t>(t) * (a.heads + 2 * a.kv_heads) * hd + (a.heads + a.kv_heads) * hd +
+                         static_cast<int64_t>(g) * hd;
+    for (int d = static_cast<int>(threadIdx.x); d < 32 * D; d += kThreads) {
+      float k = 0.0f, v = 0.0f;
+      if (d < hd) {
+        const T kr = from_f32<T>(rope_rotated<T>(a, t, a.heads + g, d, hd, n_ctx - 1));
+        const T vr = from_f32<T>(rope_in<T>(a, v_in + d));
+        krow[d] = kr;
+        krow[static_cast<int64_t>(pt) * kv_dim + d] = vr;
+        k = to_f32(kr);
+        v = to_f32(vr);
+      }
+      s_own[0][d] = k;
+      s_own[1][d] = v;
+    }
+  }
+  const int loop_end = own ? end - 1 : end;
   __syncthreads();
 
   float acc[G][D], m[G], l[G];
@@ -109,9 +160,9 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
   struct alignas(D * sizeof(T)) Dims {
     T e[D];
   };
-  for (int base = begin + warp * kPosPerWarp; base < end; base += kWarps * kPosPerWarp) {
+  for (int base = begin + warp * kPosPerWarp; base < loop_end; base += kWarps * kPosPerWarp) {
     const int p = base + row;
-    const bool valid = p < end;
+    const bool valid = p < loop_end;
     const T* kp = paged_k_row(pool, table, valid ? p : begin, pt, a.kv.layers, a.layer, kv_dim) +
                   static_cast<int64_t>(g) * hd;
     uint4 kraw[kMine];
@@ -123,7 +174,7 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
     // The V rows of the warp's positions, a lane's D dims of each, from the row pointers of
     // lanes 0, 4, ..., 28.
     const auto my_v = reinterpret_cast<unsigned long long>(kp + static_cast<int64_t>(pt) * kv_dim);
-    const int n_here = end - base < kPosPerWarp ? end - base : kPosPerWarp;
+    const int n_here = loop_end - base < kPosPerWarp ? loop_end - base : kPosPerWarp;
     Dims v[kPosPerWarp];
 #pragma unroll
     for (int j = 0; j < kPosPerWarp; ++j) {
@@ -178,6 +229,23 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
     }
   }
 
+  // The own position of a rope-folded pass, in the last warp's softmax.
+  if (own && warp == kWarps - 1) {
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      float sc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < D; ++i) sc += s_q[h][lane * D + i] * s_own[0][lane * D + i];
+      sc = warp_sum(sc);
+      const float m_new = fmaxf(m[h], sc);
+      const float corr = __expf(m[h] - m_new), e = __expf(sc - m_new);
+      l[h] = l[h] * corr + e;
+#pragma unroll
+      for (int i = 0; i < D; ++i) acc[h][i] = acc[h][i] * corr + e * s_own[1][lane * D + i];
+      m[h] = m_new;
+    }
+  }
+
   // The warps' (max, sum, output) into one split slot per head.
   __shared__ float s_ml[kWarps][G][2];
   __shared__ __align__(16) float s_acc[kWarps][G][32 * D];
@@ -212,53 +280,83 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
 
 template <class T, int G, int D, int W>
 __global__ void __launch_bounds__(W * 32) attention_partial_kernel(AttentionArgs a) {
-  partial_body<T, G, D, W>(a);
+  partial_body<T, G, D, W, true>(a);
 }
 
 // 8 warps with the registers held to 80 (three blocks per SM; an explicit bound of one block
 // per SM gives the kernel above 140 instead of ~105, one block per SM).
 template <class T, int G, int D>
 __global__ void __launch_bounds__(8 * 32, 3) attention_partial_packed_kernel(AttentionArgs a) {
-  partial_body<T, G, D, 8>(a);
+  partial_body<T, G, D, 8, false>(a);
+}
+
+// The warps per block of the partial kernel for a grid of `blocks` (warps as attention() takes it).
+template <int G, int D>
+int partial_warps(int64_t blocks, int warps) {
+  constexpr int kMax = kMaxPartialWarps<G, D>;
+  if (warps == 0) warps = blocks <= current_sm_count() ? 16 : 8;
+  return kMax >= 16 && warps >= 16 ? 16 : (kMax < 8 ? kMax : 8);
+}
+
+// Whether the packed instance serves: where the 8-warp blocks (~105 registers, two per SM) would
+// not fit in one wave, blocks held to 80 registers, three per SM: the k = 20 decode pass's 320
+// blocks (bench/cuda_ops/NOTES.md item 28). Measured with bf16 caches (76 bytes of spills at G =
+// D = 4; f16 spills 160, f32 464); where the grid fits in one wave the spills cost more than they
+// give.
+template <class T, int G, int D>
+bool packed_serves(int64_t blocks, int warps) {
+  return std::is_same_v<T, __nv_bfloat16> && G <= 4 && D <= 4 && partial_warps<G, D>(blocks, warps) == 8 &&
+         blocks > 2 * static_cast<int64_t>(current_sm_count());
 }
 
 template <class T, int G, int D>
 void launch_partial_d(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
-  constexpr int kMax = kMaxPartialWarps<G, D>;
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  if (warps == 0) warps = blocks <= current_sm_count() ? 16 : 8;
-  if constexpr (kMax >= 16) {
-    if (warps >= 16) {
-      launch_kernel(attention_partial_kernel<T, G, D, 16>, grid, 16 * 32, 0, stream, args);
-      return;
-    }
-  }
-  constexpr int kW = kMax < 8 ? kMax : 8;
-  // Where the 8-warp blocks (~105 registers, two per SM) would not fit in one wave, blocks held
-  // to 80 registers, three per SM: the k = 20 decode pass's 320 blocks (bench/cuda_ops/NOTES.md
-  // item 28). Measured with bf16 caches (76 bytes of spills at G = D = 4; f16 spills 160, f32
-  // 464); where the grid fits in one wave the spills cost more than they give.
-  if constexpr (kW == 8 && std::is_same_v<T, __nv_bfloat16> && G <= 4 && D <= 4) {
-    if (blocks > 2 * static_cast<int64_t>(current_sm_count())) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && G <= 4 && D <= 4) {
+    if (packed_serves<T, G, D>(blocks, warps)) {
       launch_kernel(attention_partial_packed_kernel<T, G, D>, grid, 8 * 32, 0, stream, args);
       return;
     }
   }
+  const int w = partial_warps<G, D>(blocks, warps);
+  if constexpr (kMaxPartialWarps<G, D> >= 16) {
+    if (w == 16) {
+      launch_kernel(attention_partial_kernel<T, G, D, 16>, grid, 16 * 32, 0, stream, args);
+      return;
+    }
+  }
+  constexpr int kW = kMaxPartialWarps<G, D> < 8 ? kMaxPartialWarps<G, D> : 8;
   launch_kernel(attention_partial_kernel<T, G, D, kW>, grid, kW * 32, 0, stream, args);
 }
 
-template <class T, int G>
-void launch_partial(const AttentionArgs& args, dim3 grid, int warps, cudaStream_t stream) {
-  const int64_t d = (args.head_dim + 31) / 32;
-  if (d <= 1) {
-    launch_partial_d<T, G, 1>(args, grid, warps, stream);
-  } else if (d <= 2) {
-    launch_partial_d<T, G, 2>(args, grid, warps, stream);
-  } else if (d <= 4) {
-    launch_partial_d<T, G, 4>(args, grid, warps, stream);
-  } else {
-    launch_partial_d<T, G, 8>(args, grid, warps, stream);
-  }
+// f.template operator()<T, G, D>() with the partial kernel's parameters for `args`: the cache
+// dtype, the group rounded up to a power of two, head dims per lane.
+template <class F>
+void visit_partial(DType type, const AttentionArgs& args, F&& f) {
+  dispatch_dtype(type, [&](auto x) {
+    using T = decltype(x);
+    const int64_t group = args.heads / args.kv_heads, d = (args.head_dim + 31) / 32;
+    const auto with_g = [&]<int G>() {
+      if (d <= 1) {
+        f.template operator()<T, G, 1>();
+      } else if (d <= 2) {
+        f.template operator()<T, G, 2>();
+      } else if (d <= 4) {
+        f.template operator()<T, G, 4>();
+      } else {
+        f.template operator()<T, G, 8>();
+      }
+    };
+    if (group <= 1) {
+      with_g.template operator()<1>();
+    } else if (group <= 2) {
+      with_g.template operator()<2>();
+    } else if (group <= 4) {
+      with_g.template operator()<4>();
+    } else {
+      with_g.template operator()<8>();
+    }
+  });
 }
 
 // One block per (token, head). The first warp forms the slots' weights exp(m_s - max) (0 for an
@@ -309,21 +407,16 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
 
 void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream, int warps) {
   if (args.n_tokens == 0) return;
-  dispatch_dtype(type, [&](auto d) {
-    using T = decltype(d);
-    const dim3 grid(static_cast<unsigned>(args.n_tokens), static_cast<unsigned>(args.kv_heads),
-                    static_cast<unsigned>(grid_splits));
-    const int64_t group = args.heads / args.kv_heads;
-    if (group <= 1) {
-      launch_partial<T, 1>(args, grid, warps, stream);
-    } else if (group <= 2) {
-      launch_partial<T, 2>(args, grid, warps, stream);
-    } else if (group <= 4) {
-      launch_partial<T, 4>(args, grid, warps, stream);
-    } else {
-      launch_partial<T, 8>(args, grid, warps, stream);
-    }
-  });
+  const dim3 grid(static_cast<unsigned>(args.n_tokens), static_cast<unsigned>(args.kv_heads),
+                  static_cast<unsigned>(grid_splits));
+  visit_partial(type, args, [&]<class T, int G, int D>() { launch_partial_d<T, G, D>(args, grid, warps, stream); });
+}
+
+bool attention_partial_folds_rope(DType type, const AttentionArgs& args, int64_t grid_splits, int warps) {
+  const int64_t blocks = args.n_tokens * args.kv_heads * grid_splits;
+  bool folds = true;
+  visit_partial(type, args, [&]<class T, int G, int D>() { folds = !packed_serves<T, G, D>(blocks, warps); });
+  return folds;
 }
 
 void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream) {

@@ -43,6 +43,17 @@ struct AttentionArgs {
   // grid sized for long contexts has its short ones done by fewer splits; the splits left
   // without positions write empty statistics, which the merge skips.
   int64_t min_split_positions = 0;
+  // Decode passes of one new token per sequence: RoPE and the KV write folded into the split
+  // kernel (attention_partial; null: q is rotated and the cache written already). rope_qkv holds
+  // the fused projection rows [T, (heads + 2 * kv_heads) * head_dim], unrotated, in fp32 where
+  // rope_qkv_f32 else in the cache dtype. The kernel rotates its query heads (q unused; they go to
+  // rope_q_out too where that is not null, for a later kernel), and the block whose positions
+  // end at the token's own writes that position's K and V rows (KV head blockIdx.y) and scores it
+  // from shared memory. Only where no other token of the pass attends to a token's own position.
+  const void* rope_qkv = nullptr;
+  bool rope_qkv_f32 = false;
+  const float* rope_inv_freq = nullptr;  // [head_dim / 2]
+  float* rope_q_out = nullptr;           // [T, heads * head_dim] or null
 };
 
 // Scratch floats needed: acc T*heads*splits*head_dim, ml T*heads*splits*2. `warps`: the partial
@@ -56,6 +67,9 @@ void attention(DType type, const AttentionArgs& args, cudaStream_t stream, int w
 void attention_partial(DType type, const AttentionArgs& args, int64_t grid_splits, cudaStream_t stream,
                        int warps = 0);
 void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream);
+// Whether attention_partial with these arguments can fold RoPE and the KV write in (rope_qkv):
+// every instance but the one held to three blocks per SM (a k = 20 decode pass's grid).
+bool attention_partial_folds_rope(DType type, const AttentionArgs& args, int64_t grid_splits, int warps = 0);
 
 // The tensor-core path for passes with many tokens per sequence (no splits, no scratch):
 // bf16/f16 caches, head_dim 16/32/64/128, at most 8 query heads per KV head. `row_tiles`

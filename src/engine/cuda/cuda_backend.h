@@ -75,7 +75,8 @@ class CudaBackend final : public Backend {
   // (single-token passes, where every token's row produces logits: r == n) also their logits.
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
   // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.
-  Status run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared);
+  // single_token: one new token per sequence (RoPE and the KV write then go with the attention).
+  Status run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared, bool single_token);
   // The logits of the chunk's r rows go to logits_out ([r, vocab]) or, with ids_out, only
   // their argmax ([r]).
   Status run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool single_token, bool shared, float* logits_out,
@@ -124,6 +125,9 @@ class CudaBackend final : public Backend {
   // (1..16) sets its splits and KERNELLLM_CUDA_SUFFIX_MIN=P the fewest positions a split takes
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
+  // Single-token passes: RoPE and the KV write folded into the split attention kernel
+  // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
+  bool fused_rope_ = true;
   // Where the GEMV serves gate_up (one token), it writes the SwiGLU activation itself
   // (gemv_swiglu); env KERNELLLM_CUDA_FUSED_SWIGLU=0 keeps the two kernels (measurements).
   bool fused_swiglu_ = true;

@@ -21,7 +21,8 @@ namespace {
 constexpr int64_t kMaxGraphTokens = 256;
 }  // namespace
 
-Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared) {
+Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logits_in_pass, bool shared,
+                               bool single_token) {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -48,6 +49,9 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
                                     : std::max<int64_t>(1, splits_for(n) / 2);
   const bool tensor_core_attention =
       q_blocks > 0 && prefill_attention_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
+  // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
+  // its instance folds them in (attention_partial_folds_rope: not at k = 20).
+  const bool fused_rope = fused_rope_ && single_token && !tensor_core_attention;
   float* x = x_.as<float>();
   float* y = proj_.as<float>();
   const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_};
@@ -70,8 +74,6 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it).
     const DType qkv_type = gemv_serves(h, n) ? DType::f32 : dtype_;
     KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
-    rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page,
-                  inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
     AttentionArgs a;
     a.q = q_.as<float>();
     a.n_tokens = n;
@@ -91,6 +93,15 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     a.q_block_start = qb_start;
     a.q_block_len = qb_len;
     a.n_q_blocks = q_blocks;
+    if (fused_rope && attention_partial_folds_rope(dtype_, a, shared ? suffix_splits : a.splits)) {
+      a.rope_qkv = qkv_.get();
+      a.rope_qkv_f32 = qkv_type == DType::f32;
+      a.rope_inv_freq = inv_freq_.as<float>();
+      a.rope_q_out = shared ? q_.as<float>() : nullptr;  // the prefix kernel reads the rotated queries
+    } else {
+      rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos,
+                    page, inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
+    }
     if (tensor_core_attention) {
       prefill_attention(dtype_, a, stream_);
     } else if (shared) {
@@ -169,7 +180,7 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
       // Captured on its second use: the first ran eagerly, so lazy library setup is done.
       cudaGraph_t g = nullptr;
       KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-      const Status s = run_layers(n, r, 0, true, shared);
+      const Status s = run_layers(n, r, 0, true, shared, true);
       const cudaError_t end = cudaStreamEndCapture(stream_, &g);
       KLLM_RETURN_IF_ERROR(s);
       KLLM_CUDA_RETURN(end, "end capture");
@@ -182,12 +193,12 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
     if (it != graphs_.end()) {
       KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
     } else {
-      KLLM_RETURN_IF_ERROR(run_layers(n, r, 0, true, shared));
+      KLLM_RETURN_IF_ERROR(run_layers(n, r, 0, true, shared, true));
     }
     KLLM_RETURN_IF_ERROR(download_rows(r, 0, logits_out, ids_out));
     return cuda_status(cudaStreamSynchronize(stream_), "decode step");
   }
-  KLLM_RETURN_IF_ERROR(run_layers(n, r, single_token ? 0 : q_blocks, false, shared));
+  KLLM_RETURN_IF_ERROR(run_layers(n, r, single_token ? 0 : q_blocks, false, shared, single_token));
   // Logits in blocks of max_logit_rows_ rows.
   const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
   const int32_t* out_rows = meta_.as<int32_t>() + 4 * max_tokens_;
