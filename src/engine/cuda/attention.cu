@@ -50,16 +50,14 @@ __device__ __forceinline__ float rope_in(const AttentionArgs& a, int64_t i) {
   return a.rope_qkv_f32 ? static_cast<const float*>(a.rope_qkv)[i] : to_f32(static_cast<const T*>(a.rope_qkv)[i]);
 }
 
-// Dim d of head `hh` of token t's fused row (q heads first, then k heads) rotated to position p,
-// computed as rope_write_kv computes it (rope.cu).
+// Dim d of head `hh` of token t's fused row (q heads first, then k heads) rotated to position p
+// (rope_pair, as rope_write_kv rotates it).
 template <class T>
 __device__ __forceinline__ float rope_rotated(const AttentionArgs& a, int64_t t, int64_t hh, int d, int hd, int p) {
   const int half = hd / 2, j = d < half ? d : d - half;
   const int64_t head = t * (a.heads + 2 * a.kv_heads) * hd + hh * hd;
-  const float x0 = rope_in<T>(a, head + j), x1 = rope_in<T>(a, head + j + half);
-  const float angle = static_cast<float>(p) * a.rope_inv_freq[j];
-  const float c = cosf(angle), s = sinf(angle);
-  return d < half ? x0 * c - x1 * s : x1 * c + x0 * s;
+  const float2 r = rope_pair(rope_in<T>(a, head + j), rope_in<T>(a, head + j + half), p, a.rope_inv_freq[j]);
+  return d < half ? r.x : r.y;
 }
 
 // G: query heads per KV head (rounded up to a power of two; extra heads are skipped),

@@ -93,6 +93,15 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
+// RoPE (rotate-half) of the pair (x0, x1) = dims (j, j + head_dim / 2) of a head at position p,
+// j's frequency `freq`: the rotated dims j (.x) and j + head_dim / 2 (.y). rope_write_kv and the
+// rope-folded split attention kernel both rotate through it, so their K rows agree bit for bit.
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, int p, float freq) {
+  const float angle = static_cast<float>(p) * freq;
+  const float c = cosf(angle), s = sinf(angle);
+  return float2{x0 * c - x1 * s, x1 * c + x0 * s};
+}
+
 // Brings the 128-byte line holding `p` into L2 (no registers, nothing waits for it). Always safe,
 // also for data another kernel is still writing: L2 is where the writes land.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }

@@ -31,17 +31,14 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
     return;
   }
   const In* src = row + h * hd;  // k heads follow the q heads in the fused row
-  const float a = to_f32(src[j]), b = to_f32(src[j + half]);
-  const float angle = static_cast<float>(p) * freq;
-  const float c = cosf(angle), s = sinf(angle);
-  const float ra = a * c - b * s, rb = b * c + a * s;
+  const float2 r = rope_pair(to_f32(src[j]), to_f32(src[j + half]), p, freq);
   if (h < heads) {
-    q_out[t * q_dim + h * hd + j] = ra;
-    q_out[t * q_dim + h * hd + j + half] = rb;
+    q_out[t * q_dim + h * hd + j] = r.x;
+    q_out[t * q_dim + h * hd + j + half] = r.y;
   } else {
     const int64_t kh = h - heads;
-    k_dst[kh * hd + j] = from_f32<T>(ra);
-    k_dst[kh * hd + j + half] = from_f32<T>(rb);
+    k_dst[kh * hd + j] = from_f32<T>(r.x);
+    k_dst[kh * hd + j + half] = from_f32<T>(r.y);
   }
 }
 }  // namespace
