@@ -7,7 +7,9 @@
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
 // (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
 // shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
-// bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines only.
+// bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines only, `band` the band
+// GEMM's (its chosen layout and each cluster size at n = 17, 20, 32, next to cuBLASLt and the
+// staged GEMM).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "event_timer.h"
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/attention_shared.cuh"
+#include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/gemv.cuh"
@@ -35,6 +38,7 @@ float median_ms(const std::function<void(int)>& fn) { return kernelllm::bench::m
 
 int main(int argc, char** argv) {
   const bool staged_only = argc > 1 && std::strcmp(argv[1], "staged") == 0;
+  const bool band_only = argc > 1 && std::strcmp(argv[1], "band") == 0;
   const DType t = DType::bf16;
   const int64_t h = 4096;
   Gemm gemm;
@@ -59,6 +63,30 @@ int main(int argc, char** argv) {
       fill_random(t, b.get(), s.rows * s.cols, 3, 0.02f, nullptr);
     }
     const double gb = static_cast<double>(s.rows * s.cols) * 2 / 1e9;
+    if (band_only) {
+      for (int64_t n : {17, 20, 32}) {
+        std::printf("band    %-8s n=%-4lld", s.name, static_cast<long long>(n));
+        for (int cluster : {0, 1, 2, 4}) {
+          const float ms = median_ms([&](int i) {
+            (void)band_gemm({cluster, 0}, t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), DType::f32,
+                            false, sms, nullptr);
+          });
+          const BandLayout l = band_layout({cluster, 0}, t, s.rows, s.cols, n, sms);
+          std::printf(" | c%d (%dx%d, %d tiles) %6.1f us %4.2f TB/s", cluster, l.clusters, l.cluster, l.tiles, ms * 1e3,
+                      gb / ms);
+        }
+        const float lt_ms = median_ms([&](int i) {
+          (void)gemm.run(w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.as<float>(), nullptr);
+        });
+        const float st_ms = median_ms([&](int i) {
+          (void)staged_gemm_with_config({}, t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), DType::f32,
+                                        false, scratch, nullptr);
+        });
+        std::printf(" | cublasLt %6.1f us %4.2f TB/s | staged %6.1f us %4.2f TB/s\n", lt_ms * 1e3, gb / lt_ms,
+                    st_ms * 1e3, gb / st_ms);
+      }
+      continue;
+    }
     // The staged GEMM (both stage widths) beside cuBLASLt and the skinny GEMM.
     for (int64_t n : {8, 10, 16, 20, 32}) {
       float staged_ms[2];
@@ -143,7 +171,7 @@ int main(int argc, char** argv) {
                   ms * 1e3, gb / ms * 1e3, 2.0 * static_cast<double>(s.rows * s.cols * n) / ms / 1e9);
     }
   }
-  if (staged_only) return 0;
+  if (staged_only || band_only) return 0;
   // Attention: 8 KV heads x 128, 32 query heads, one layer of a 2-layer pool, page 16.
   const int64_t pt = 16, ctx = 1500, kv_dim = 1024, layers = 2;
   for (int64_t n : {1, 20, 1500}) {

@@ -7,7 +7,9 @@
 // tokens (every count of 8-token tiles, full and partial), the three outputs (fp32, fp32
 // accumulated, the weights' dtype) and the 8B shapes. The staged GEMM
 // (engine/cuda/staged_gemm.cuh) alike, at both stage widths and at grids from one block to more
-// blocks than units, so bands are shared by up to dozens of blocks. Tolerance 3e-5 normalized for
+// blocks than units, so bands are shared by up to dozens of blocks. The band GEMM
+// (engine/cuda/band_gemm.cuh) at every cluster size and grids from one block (several waves) to
+// one per SM. Tolerance 3e-5 normalized for
 // fp32 outputs: fp32 accumulation over up to 14,336 columns (as in cuda_ops_test Projections).
 
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
+#include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/init.cuh"
 #include "engine/cuda/skinny_gemm.cuh"
@@ -574,6 +577,118 @@ TEST(StagedLayout, InvalidLayoutsShapesOutputsAndScratchRefused) {
   EXPECT_EQ(code({256}, DType::f16, 0, 64, 32, DType::f16, false, none), ErrorCode::ok);
   EXPECT_FALSE(cuda::staged_supported(DType::f32, 64, 20));
   EXPECT_FALSE(cuda::staged_supported(DType::bf16, 0, 20));
+}
+
+// --- the band tensor-core GEMM --------------------------------------------------------------------
+
+// The output in y_type (fresh), or fp32 accumulated onto seeded values; the normalized error.
+double run_band(const Problem& p, const cuda::BandConfig& c, int64_t n, DType y_type, bool accumulate) {
+  const size_t count = static_cast<size_t>(n * p.rows);
+  const std::vector<float> base =
+      accumulate ? random_vector(count, static_cast<uint32_t>(n + p.rows), 0.5f) : std::vector<float>{};
+  cuda::DeviceBuffer d_y = accumulate ? upload(base) : poisoned(count * dtype_size(y_type));
+  const Status s = cuda::band_gemm(c, p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.get(), y_type,
+                                   accumulate, cuda::current_sm_count(), nullptr);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return error_of(p, d_y, n, y_type, accumulate ? &base : nullptr);
+}
+
+std::string band_name(const cuda::BandConfig& c) {
+  return "cluster " + std::to_string(c.cluster) + " blocks " + std::to_string(c.blocks) + " ring " +
+         std::to_string(c.ring_kb) + " KB";
+}
+
+class BandTest : public ::testing::TestWithParam<DType> {};
+
+// Small shapes at every cluster size and grids of 1 block (one tile per cluster up to 16: several
+// waves), a few blocks and one per SM: one chunk of columns (8, fewer stages than blocks in a
+// cluster), a stage not filled (40, 1000, 2056), one row, 131 rows (the last tile partial), 9,000
+// rows (563 tiles: 16 to a cluster), every count of 8-token tiles.
+TEST_P(BandTest, EveryLayoutSmallShapes) {
+  const DType t = GetParam();
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8},     {200, 40},  {131, 1000}, {7, 4104},
+                                                {300, 2056}, {256, 4104}, {9000, 136}};
+  uint32_t seed = 1300;
+  for (auto [rows, cols] : shapes) {
+    ASSERT_TRUE(cuda::band_supported(t, cols, kSkinnyTokens));
+    const Problem p = small_problem(t, rows, cols, seed += 2, kSkinnyTokens);
+    for (int cluster : {1, 2, 4}) {
+      for (int blocks : {1, 8, 0}) {
+        const cuda::BandConfig c{cluster, blocks};
+        for (int64_t n : {1, 8, 9, 17, 20, 32}) {
+          const double e = run_band(p, c, n, DType::f32, false);
+          EXPECT_LT(e, kTolerance) << shape_name(p) << " " << band_name(c) << " n " << n;
+        }
+      }
+    }
+  }
+}
+
+// The outputs the backend asks for (fp32 accumulated in place, the weights' dtype), every token
+// tile count, the chosen cluster size and each fixed one.
+TEST_P(BandTest, AccumulatedAndNarrowOutputs) {
+  const DType t = GetParam();
+  uint32_t seed = 1500;
+  for (int64_t rows : {48, 300, 9000}) {
+    const Problem p = small_problem(t, rows, 520, seed += 2, kSkinnyTokens);
+    for (int cluster : {0, 1, 2, 4}) {
+      const cuda::BandConfig c{cluster, 0, cluster == 1 ? 32 : 0};  // 32 KB: the ring's two stages at least
+      for (int64_t n : kSkinnyCounts) {
+        const double acc = run_band(p, c, n, DType::f32, true);
+        EXPECT_LT(acc, kTolerance) << shape_name(p) << " accumulated, " << band_name(c) << " n " << n;
+        const double narrow = run_band(p, c, n, t, false);
+        EXPECT_LT(narrow, output_tolerance(t)) << shape_name(p) << " in " << dtype_name(t) << ", " << band_name(c)
+                                               << " n " << n;
+      }
+    }
+  }
+}
+
+// The 8B shapes at the batch sizes of k-sample decoding, in the layout the backend runs (printed).
+TEST_P(BandTest, Llama8BShapes) {
+  const DType t = GetParam();
+  const int sms = cuda::current_sm_count();
+  uint32_t seed = 190;
+  for (const Shape& s : kLlama8BShapes) {
+    const Problem p = large_problem(t, s.rows, s.cols, seed += 2, kSkinnyTokens);
+    for (int64_t n : {17, 20, 32}) {
+      const cuda::BandLayout l = cuda::band_layout({}, t, s.rows, s.cols, n, sms);
+      const double e = run_band(p, {}, n, DType::f32, false);
+      std::printf("[band %s %s n=%lld] %d clusters of %d, %d tiles, %d x %d tiles per warp, %d k-warps, %d stages: "
+                  "rel err %.3g\n",
+                  s.name, shape_name(p).c_str(), static_cast<long long>(n), l.clusters, l.cluster, l.tiles,
+                  l.tile_warps, l.tiles_per_warp, l.k_warps, l.stages, e);
+      EXPECT_LT(e, kTolerance) << s.name << " " << shape_name(p) << " n " << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, BandTest, ::testing::Values(DType::bf16, DType::f16),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+TEST(BandLayout, InvalidLayoutsShapesAndOutputsRefused) {
+  const auto code = [](cuda::BandConfig c, DType t, int64_t rows, int64_t cols, int64_t n, DType y_type, bool acc,
+                       int sms = 132) {
+    return cuda::band_gemm(c, t, nullptr, rows, cols, nullptr, n, nullptr, y_type, acc, sms, nullptr).code();
+  };
+  const auto bad = ErrorCode::invalid_argument;
+  EXPECT_EQ(code({3, 0}, DType::bf16, 0, 64, 20, DType::f32, false), bad);
+  EXPECT_EQ(code({8, 0}, DType::bf16, 0, 64, 20, DType::f32, false), bad);
+  EXPECT_EQ(code({0, -1}, DType::bf16, 0, 64, 20, DType::f32, false), bad);
+  EXPECT_EQ(code({0, 0, 16}, DType::bf16, 0, 64, 20, DType::f32, false), bad);
+  EXPECT_EQ(code({0, 0, 221}, DType::bf16, 0, 64, 20, DType::f32, false), bad);
+  EXPECT_EQ(code({}, DType::bf16, 0, 64, 20, DType::f32, false, 0), bad);
+  EXPECT_EQ(code({}, DType::bf16, 0, 12, 20, DType::f32, false), bad);
+  EXPECT_EQ(code({}, DType::bf16, 0, 64, 0, DType::f32, false), bad);
+  EXPECT_EQ(code({}, DType::bf16, 0, 64, 33, DType::f32, false), bad);
+  EXPECT_EQ(code({}, DType::f32, 0, 64, 20, DType::f32, false), bad);
+  EXPECT_EQ(code({}, DType::bf16, 0, 64, 20, DType::f16, false), bad);
+  EXPECT_EQ(code({}, DType::bf16, 0, 64, 20, DType::bf16, true), bad);
+  EXPECT_EQ(code({}, DType::bf16, -1, 64, 20, DType::f32, false), bad);
+  // No rows: nothing to launch.
+  EXPECT_EQ(code({}, DType::bf16, 0, 64, 20, DType::f32, true), ErrorCode::ok);
+  EXPECT_EQ(code({4, 0}, DType::f16, 0, 64, 32, DType::f16, false), ErrorCode::ok);
 }
 
 }  // namespace

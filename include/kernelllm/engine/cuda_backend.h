@@ -39,6 +39,11 @@ struct CudaBackendOptions {
   // for 17..32 tokens with f16/bf16 weights, on the matrices where it beats cuBLASLt (the
   // vocabulary projection); the environment variable KERNELLLM_CUDA_STAGED=0 turns it off too.
   bool staged_gemm = true;
+  // The band tensor-core GEMM (each SM streams its own band of weight rows by TMA, compute
+  // capability 9.0+) for 17..32 tokens with f16/bf16 weights, on the layer matrices where it
+  // beats cuBLASLt (gate_up); the environment variable KERNELLLM_CUDA_BAND=0 turns it off too,
+  // =all has it serve every projection the staged GEMM does not (measurements).
+  bool band_gemm = true;
   // Sampled draws (temperature > 0) on the device (src/engine/sample_block.h: a cluster of
   // thread blocks per draw, ids copied back) instead of the logits copied to the host for
   // sample_token; the environment variable KERNELLLM_CUDA_DEVICE_SAMPLING=0 turns it off too.

@@ -28,6 +28,7 @@ namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
 constexpr int64_t kStagedMinUnitsPerBlock = 128;
+constexpr int64_t kBandMinTilesPerSm = 8;
 constexpr int64_t kMaxSuffixMin = int64_t{1} << 30;  // the split kernel takes the floor as an int
 
 // Whether the environment variable `name` is set to "0" (the switches that turn a path off).
@@ -69,6 +70,14 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
     staged_all_ = std::string(staged) == "all";
   }
   if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
+  if (const char* band = std::getenv("KERNELLLM_CUDA_BAND")) {
+    if (std::string(band) == "0") opts_.band_gemm = false;
+    band_all_ = std::string(band) == "all";
+  }
+  band_config_.cluster = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_CLUSTER", 0, 4, 0));
+  if (band_config_.cluster == 3) band_config_.cluster = 0;
+  band_config_.ring_kb = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_RING_KB", 0, 220, 0));
+  if (band_config_.ring_kb < 32) band_config_.ring_kb = 0;
 }
 
 CudaBackend::~CudaBackend() {
@@ -318,12 +327,25 @@ bool CudaBackend::staged_serves(int64_t rows, int64_t cols, int64_t n) const {
          (staged_all_ || staged_units_per_block(rows, cols, sm_count_) >= kStagedMinUnitsPerBlock);
 }
 
+bool CudaBackend::band_serves(int64_t rows, int64_t cols, int64_t n) const {
+  // Past the skinny GEMM's tokens, where every SM gets a band of 8 tiles of 16 rows or more (of
+  // Llama-3.1-8B's layer projections, gate_up): on the smaller matrices the first copies' latency
+  // and the reduction over clusters cost more than cuBLASLt's kernels (bench/cuda_ops/NOTES.md
+  // item 30).
+  return opts_.band_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && band_supported(dtype_, cols, n) &&
+         (band_all_ || rows >= kBandMinTilesPerSm * 16 * sm_count_);
+}
+
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
                          DType y_type, bool accumulate) {
   if (staged_serves(rows, cols, n)) {
     const StagedScratch scratch{staged_partials_.as<float>(), staged_counters_.as<int32_t>(), sm_count_};
     return staged_gemm_with_config(StagedConfig{}, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, scratch,
                                    stream_);
+  }
+  if (band_serves(rows, cols, n)) {
+    return band_gemm(band_config_, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate,
+                     static_cast<int>(sm_count_), stream_);
   }
   if (skinny_serves(cols, n)) {
     skinny_gemm(dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, stream_);

@@ -12,6 +12,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/kv_pages.h"
+#include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/staged_gemm.cuh"
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/cuda_backend.h"
@@ -62,11 +63,12 @@ class CudaBackend final : public Backend {
   Status validate(std::span<const ForwardRequest> batch) const;
   Status upload_table(SeqId seq, int64_t first_page);
   // Whether proj() of n tokens over `cols` inputs goes through the GEMV (one token), the skinny
-  // tensor-core GEMM (2..16 tokens, f16/bf16), the staged one (17..32 tokens, large matrices:
-  // the vocabulary projection) or else cuBLASLt.
+  // tensor-core GEMM (2..16 tokens, f16/bf16), the staged one (17..32 tokens, the vocabulary
+  // projection), the band one (17..32 tokens, gate_up) or else cuBLASLt.
   bool gemv_serves(int64_t cols, int64_t n) const;
   bool skinny_serves(int64_t cols, int64_t n) const;
   bool staged_serves(int64_t rows, int64_t cols, int64_t n) const;
+  bool band_serves(int64_t rows, int64_t cols, int64_t n) const;
   // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`. Where the GEMV serves only
   // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
@@ -105,6 +107,11 @@ class CudaBackend final : public Backend {
   // (measurements, tests).
   DeviceBuffer staged_partials_, staged_counters_;
   bool staged_all_ = false;
+  // KERNELLLM_CUDA_BAND=all has the band GEMM serve every projection past the skinny GEMM's
+  // tokens that the staged one does not (measurements, tests); KERNELLLM_CUDA_BAND_CLUSTER and
+  // KERNELLLM_CUDA_BAND_RING_KB set its layout (0: chosen).
+  bool band_all_ = false;
+  BandConfig band_config_;
   int64_t skinny_max_tokens_ = kSkinnyServedTokens;  // env KERNELLLM_CUDA_SKINNY_TOKENS
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
   size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations

@@ -23,9 +23,6 @@
 // its slot (0: its first band, 1: its last), fences, and counts itself in on the band's counter;
 // the one that arrives last adds the slots in block order b0 .. b1 and writes the band, so the
 // sum is the same whoever arrives last. It sets the counter back to zero for the next call.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -34,6 +31,7 @@
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/mma.cuh"
 #include "engine/cuda/staged_gemm.cuh"
+#include "engine/cuda/tma.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -44,39 +42,13 @@ constexpr int kBM = static_cast<int>(kStagedBandRows);
 constexpr int kRingCols = 512;  // S x BK
 constexpr int kMaxNT = static_cast<int>(kStagedMaxTokens / 8);
 constexpr int64_t kSlotFloats = int64_t{kWarps} * kMaxNT * 4 * 32;  // one block's partial sums of a band
-constexpr int kBoxCols = 64;  // TMA box: 64 columns (128 bytes, the swizzle span) x kBM rows
+constexpr int kBoxCols = kTmaBoxCols;  // TMA box: 64 columns x kBM rows
 constexpr int kBoxBytes = kBM * kBoxCols * 2;
 
 // The (band, stage) units of a rows x cols matrix at bk columns per stage (the kernel numbers
 // them the same way).
 __host__ __device__ inline int64_t units_of(int64_t rows, int64_t cols, int64_t bk) {
   return (rows + kBM - 1) / kBM * ((cols + bk - 1) / bk);
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// Box (col, row) of the weights' tensor map into shared memory, counted on `bar`.
-__device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar))
-      : "memory");
 }
 
 // Chunk (row r, chunk c) of a stage tile with CPR 16-byte chunks per row, in 16-byte units.
@@ -161,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid == 0) {
     for (int i = 0; i < S; ++i) mbar_init(&full[i], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   // Weights are constant: the first stages' weight copies are issued before waiting for the
@@ -182,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // everyone's tokens; the slot refilled below was read last iteration
     if (u + S - 1 < u_end) {
       // The slot's last reads were ldmatrix (generic proxy); TMA writes through the async proxy.
-      if (tid == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      if (tid == 0) async_proxy_fence();
       load_unit(u + S - 1, (i + S - 1) % S, true, true);
     }
     cp_async_commit();
@@ -254,36 +226,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The ring, and 1 KB to align it.
 size_t smem_bytes(int nt) { return static_cast<size_t>(kBM + nt * 8) * kRingCols * 2 + 1024; }
 
-// cuTensorMapEncodeTiled from the driver (through the runtime: no libcuda link), found once.
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// The weights as a 2-D tensor (cols innermost) read in boxes of 64 columns x kBM rows, 128-byte
-// swizzled; outside the matrix TMA writes zeros.
-bool weight_map(CUtensorMap& map, DType type, const void* w, int64_t rows, int64_t cols) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {kBoxCols, kBM};
-  const cuuint32_t estrides[2] = {1, 1};
-  const auto element = type == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUresult r = encode(&map, element, 2, const_cast<void*>(w), dims, strides, box, estrides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
-}
-
 template <class T, class Y, int NT, int BK>
 void launch(const CUtensorMap& map, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
             bool accumulate, const StagedScratch& s, cudaStream_t stream) {
@@ -325,7 +267,7 @@ bool run(const StagedConfig& c, DType type, const void* w, int64_t rows, int64_t
          int64_t n_tokens, void* y, DType y_type, bool accumulate, const StagedScratch& s, cudaStream_t stream) {
   if (rows <= 0) return true;
   CUtensorMap map;
-  if (!weight_map(map, type, w, rows, cols)) return false;
+  if (!tma_map_2d(map, type, w, rows, cols, kBM)) return false;
   const auto with_t = [&](auto t) {
     using T = decltype(t);
     if (y_type == DType::f32) {

@@ -1,0 +1,455 @@
+// The band GEMM; see band_gemm.cuh.
+//
+// Work: the matrix's T = rows / 16 tiles go in contiguous runs to the grid's clusters (cluster c:
+// tiles [cT/G, (c+1)T/G)); the C blocks of a cluster take the same tiles and split the columns'
+// stages of 128 (rank r: stages [rS/C, (r+1)S/C)). A block streams its stages through a ring in
+// shared memory: per stage, thread 0 asks TMA for each tile's two 64-column boxes (16 rows) and
+// the token rows' two boxes (rows past the tokens come as zeros), all counted on the stage's
+// mbarrier. Weights are constant, so the first stages' weight copies go out before the wait for
+// the previous kernel (launch.cuh); the tokens it wrote only after.
+//
+// Warp w is tile-warp w % tile_warps (tiles_per_warp tiles of 16 rows, all tokens; mma.sync
+// m16n8k16, A = weights, B = tokens, fp32 accumulators) and takes the stage's 32-column steps
+// s with s % k_warps == w / tile_warps. At the end the warps' sums go to shared memory (over the
+// ring) and are added in warp order, then across the cluster in rank order through distributed
+// shared memory (rank r writes the tiles t with t % C == r), so the sum never depends on timing.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "engine/cuda/band_gemm.cuh"
+#include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
+#include "engine/cuda/mma.cuh"
+#include "engine/cuda/tma.cuh"
+
+namespace kernelllm::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kBK = 128;                     // columns per stage
+constexpr int kBoxes = kBK / kTmaBoxCols;    // boxes per tile (and per token block) and stage
+constexpr int kMaxStages = 16;
+constexpr size_t kSmemBudget = 220 * 1024;  // the ring, of the H100's 227 KB per block
+
+__device__ __forceinline__ void cluster_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::this_cluster().sync();
+#else
+  __trap();  // clusters need compute capability 9.0 (band_supported callers check)
+#endif
+}
+
+// The sum over the cluster's blocks, in rank order, of the float at `p` in each block's shared memory.
+__device__ __forceinline__ float cluster_sum(float* p, int cluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cluster == 1) return *p;
+  cg::cluster_group cl = cg::this_cluster();
+  float v = 0.0f;
+  for (int r = 0; r < cluster; ++r) v += *cl.map_shared_rank(p, r);
+  return v;
+#else
+  (void)cluster;
+  return *p;
+#endif
+}
+
+struct Params {
+  int64_t rows, cols;
+  int n_tokens, tiles_total, tiles, cluster, tile_cap, k_warps, stages;
+  bool accumulate;
+};
+
+template <class T, class Y, int NT, int MT>
+__global__ void __launch_bounds__(256, 1)
+    band_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, Y* y, Params p) {
+  constexpr int XR = NT * 8;  // token rows
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1,024 bytes: the ring starts on such a boundary.
+  unsigned char* const ring = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
+  __shared__ __align__(8) uint64_t full[kMaxStages];  // stage slot s has landed (phase per fill)
+
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  if (tid == 0) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&wmap) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&xmap) : "memory");
+  }
+  const int tile_warps = p.tile_cap / MT;
+  const int tw = warp % tile_warps, ks = warp / tile_warps;
+  const int cl = static_cast<int>(blockIdx.x) / p.cluster, rank = static_cast<int>(blockIdx.x) % p.cluster;
+  // The cluster's tiles (the last cluster's may run past the matrix: TMA writes zeros there).
+  const int t0 = cl * p.tiles, ntiles = min(p.tiles, p.tiles_total - t0);
+  const int st_total = static_cast<int>((p.cols + kBK - 1) / kBK);
+  const int s0 = rank * st_total / p.cluster, nst = (rank + 1) * st_total / p.cluster - s0;
+  // A stage: box j (columns 64j .. 64j + 63) of the cluster's 16 x tiles weight rows, then of the tokens.
+  const int w_box_elems = p.tiles * 16 * kTmaBoxCols;
+  const int slot_bytes = (kBoxes * w_box_elems + kBoxes * XR * kTmaBoxCols) * 2;
+  const auto slot_w = [&](int slot) { return reinterpret_cast<T*>(ring + slot * slot_bytes); };
+  const auto slot_x = [&](int slot) { return slot_w(slot) + kBoxes * w_box_elems; };
+
+  // Thread 0 only: stage i's weight boxes (and the whole stage's byte count), then its token boxes.
+  const auto load_weights = [&](int i) {
+    const int slot = i % p.stages, col = (s0 + i) * kBK;
+    mbar_expect_tx(&full[slot], static_cast<unsigned>(slot_bytes));
+#pragma unroll
+    for (int j = 0; j < kBoxes; ++j) {
+      tma_box(slot_w(slot) + j * w_box_elems, &wmap, col + j * kTmaBoxCols, t0 * 16, &full[slot]);
+    }
+  };
+  const auto load_tokens = [&](int i) {
+    const int slot = i % p.stages, col = (s0 + i) * kBK;
+#pragma unroll
+    for (int j = 0; j < kBoxes; ++j) tma_box(slot_x(slot) + j * XR * kTmaBoxCols, &xmap, col + j * kTmaBoxCols, 0, &full[slot]);
+  };
+
+  if (tid == 0) {
+    for (int i = 0; i < p.stages; ++i) mbar_init(&full[i], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int first = min(p.stages, nst);
+  if (tid == 0) {
+    for (int i = 0; i < first; ++i) load_weights(i);
+  }
+  wait_for_predecessor();
+  if (tid == 0) {
+    for (int i = 0; i < first; ++i) load_tokens(i);
+  }
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+  }
+  // Lane l addresses row l % 8 of ldmatrix matrix l / 8: rows + 8 for matrices 1 and 3 of the
+  // weights, chunk + 1 for 2 and 3; the tokens' four matrices are four chunks in a row.
+  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
+  const int b_row = lane & 7, b_chunk = lane >> 3;
+
+  for (int i = 0; i < nst; ++i) {
+    const int slot = i % p.stages;
+    mbar_wait(&full[slot], static_cast<unsigned>(i / p.stages) & 1u);
+    const T* sw = slot_w(slot);
+    const T* sx = slot_x(slot);
+#pragma unroll
+    for (int kk = 0; kk < kBK / 32; ++kk) {  // 32 columns: chunks 4kk .. 4kk + 3, two mma k-steps
+      if (kk % p.k_warps != ks) continue;
+      uint32_t b[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int c = 4 * kk + b_chunk;
+        ldmatrix_x4(b[nt], sx + (c / 8) * XR * kTmaBoxCols + swizzled_elem(nt * 8 + b_row, c % 8));
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int tl = tw * MT + mt;
+        if (tl >= ntiles) continue;
+        uint32_t a[2][4];
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const int c = 4 * kk + 2 * s + a_chunk;
+          ldmatrix_x4(a[s], sw + (c / 8) * w_box_elems + swizzled_elem(tl * 16 + a_row, c % 8));
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          mma<T>(acc[mt][nt], a[0], b[nt][0], b[nt][1]);
+          mma<T>(acc[mt][nt], a[1], b[nt][2], b[nt][3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with the slot
+    if (tid == 0 && i + p.stages < nst) {
+      async_proxy_fence();  // ldmatrix read it (generic proxy); TMA writes it (async proxy)
+      load_weights(i + p.stages);
+      load_tokens(i + p.stages);
+    }
+  }
+  __syncthreads();  // (no stages: the ring was never written) every copy has landed and been read
+
+  // The warps of a tile-warp add their column shares in order k = 0, 1, ... (shares 1.. through
+  // shared memory over the ring: part[k - 1][tile][nt][e][lane]).
+  float* const part = reinterpret_cast<float*>(ring);
+  const int per_k = p.tile_cap * NT * 4 * 32;
+  const auto at = [&](int mt, int nt, int e) { return (((tw * MT + mt) * NT + nt) * 4 + e) * 32 + lane; };
+  if (p.k_warps > 1) {
+    if (ks > 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[(ks - 1) * per_k + at(mt, nt, e)] = acc[mt][nt][e];
+        }
+      }
+    }
+    __syncthreads();
+    if (ks == 0) {
+      for (int k = 1; k < p.k_warps; ++k) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][nt][e] += part[(k - 1) * per_k + at(mt, nt, e)];
+          }
+        }
+      }
+    }
+  }
+  const auto store = [&](int64_t row, int n, float v) {
+    Y* out = y + int64_t{n} * p.rows + row;
+    if constexpr (std::is_same_v<Y, float>) {
+      *out = p.accumulate ? *out + v : v;
+    } else {
+      *out = from_f32<Y>(v);
+    }
+  };
+  if (p.cluster == 1) {
+    // Straight from the accumulators: rows g and g + 8 of the tile, tokens 2q and 2q + 1 (lane 4g + q).
+    if (ks == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int tl = tw * MT + mt;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t row = int64_t{t0 + tl} * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+            const int n = nt * 8 + 2 * (lane % 4) + (e & 1);
+            if (tl < ntiles && row < p.rows && n < p.n_tokens) store(row, n, acc[mt][nt][e]);
+          }
+        }
+      }
+    }
+  } else {
+    // Across the cluster: each block's sums to the start of its ring (after everyone read the
+    // shares), then rank r adds tiles t with t % C == r over the cluster in rank order.
+    __syncthreads();
+    if (ks == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[at(mt, nt, e)] = acc[mt][nt][e];
+        }
+      }
+    }
+    cluster_barrier();  // every block's sums are in its shared memory
+    // Element j: tile j / (16 XR), token (j / 16) % XR, row j % 16 of the tile (16 rows of a token
+    // in a row for the stores).
+    for (int j = tid; j < p.tile_cap * XR * 16; j += static_cast<int>(blockDim.x)) {
+      const int tl = j / (XR * 16), n = j / 16 % XR, r16 = j % 16;
+      if (tl >= ntiles || tl % p.cluster != rank || n >= p.n_tokens) continue;
+      const int64_t row = int64_t{t0 + tl} * 16 + r16;
+      if (row >= p.rows) continue;
+      const int idx = ((tl * NT + n / 8) * 4 + (r16 / 8) * 2 + (n & 1)) * 32 + (r16 % 8) * 4 + (n % 8) / 2;
+      store(row, n, cluster_sum(part + idx, p.cluster));
+    }
+    cluster_barrier();  // the others have read this block's shared memory
+  }
+}
+
+using KernelPtr = const void*;
+
+template <class T, class Y, int NT, int MT>
+KernelPtr kernel_ptr() {
+  const auto k = band_kernel<T, Y, NT, MT>;
+  static const bool sized = [&] {
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBudget + 1024));
+    return true;
+  }();
+  (void)sized;
+  return reinterpret_cast<KernelPtr>(k);
+}
+
+// Calls f(band_kernel<T, Y, NT, MT>, its pointer) for the runtime choices.
+template <class F>
+void visit_kernel(DType type, DType y_type, int nt, int mt, F&& f) {
+  const auto with_t = [&](auto t) {
+    using T = decltype(t);
+    const auto with_y = [&](auto yv) {
+      using Y = decltype(yv);
+      const auto with_nt = [&](auto ntc) {
+        constexpr int NT = decltype(ntc)::value;
+        if (mt == 2) {
+          f(band_kernel<T, Y, NT, 2>, kernel_ptr<T, Y, NT, 2>());
+        } else {
+          f(band_kernel<T, Y, NT, 1>, kernel_ptr<T, Y, NT, 1>());
+        }
+      };
+      switch (nt) {
+        case 1: with_nt(std::integral_constant<int, 1>{}); break;
+        case 2: with_nt(std::integral_constant<int, 2>{}); break;
+        case 3: with_nt(std::integral_constant<int, 3>{}); break;
+        default: with_nt(std::integral_constant<int, 4>{}); break;
+      }
+    };
+    if (y_type == DType::f32) {
+      with_y(float{});
+    } else {
+      with_y(T{});
+    }
+  };
+  if (type == DType::bf16) {
+    with_t(__nv_bfloat16{});
+  } else {
+    with_t(__half{});
+  }
+}
+
+// Clusters of `cluster` blocks of the kernel that can be resident at once (cached per kernel and size).
+int active_clusters(KernelPtr kernel, int cluster, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<KernelPtr, int, int, size_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, cluster, threads, smem);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = smem;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  cache.emplace(key, n);
+  return n;
+}
+
+// The layout for at most `most` clusters of `cluster` blocks (more where the tiles need them),
+// without the occupancy check: every cluster takes the same number of tiles (the last perhaps
+// fewer), so the grid has as many clusters as that needs.
+BandLayout layout_for(int cluster, int64_t most, int64_t tiles_total, int nt, size_t budget) {
+  BandLayout l;
+  l.cluster = cluster;
+  l.tiles = static_cast<int>(std::min<int64_t>(kBandMaxTiles, (tiles_total + most - 1) / most));
+  l.clusters = static_cast<int>((tiles_total + l.tiles - 1) / l.tiles);
+  l.tiles_per_warp = l.tiles <= 8 ? 1 : 2;
+  l.tile_warps = (l.tiles + l.tiles_per_warp - 1) / l.tiles_per_warp;
+  l.k_warps = l.tile_warps * 4 <= 8 ? 4 : l.tile_warps * 2 <= 8 ? 2 : 1;
+  const size_t slot = (static_cast<size_t>(l.tiles) * 16 + static_cast<size_t>(nt) * 8) * kBoxes * kTmaBoxCols * 2;
+  l.stages = static_cast<int>(std::clamp<size_t>(budget / slot, 2, kMaxStages));
+  l.smem = static_cast<size_t>(l.stages) * slot + 1024;
+  return l;
+}
+
+}  // namespace
+
+
+bool band_supported(DType type, int64_t cols, int64_t n_tokens) {
+  return (type == DType::bf16 || type == DType::f16) && cols > 0 && cols % 8 == 0 && n_tokens >= 1 &&
+         n_tokens <= kBandMaxTokens;
+}
+
+BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms) {
+  const int64_t tiles_total = (rows + 15) / 16;
+  const int nt = static_cast<int>((n_tokens + 7) / 8);
+  const int max_blocks = config.blocks > 0 ? config.blocks : sms;
+  const size_t budget = config.ring_kb > 0 ? static_cast<size_t>(config.ring_kb) * 1024 : kSmemBudget;
+  BandLayout best;
+  double best_cost = 0;
+  for (int cluster : {1, 2, 4}) {
+    if (config.cluster != 0 && config.cluster != cluster) continue;
+    int most = std::max(1, max_blocks / cluster);
+    BandLayout l = layout_for(cluster, most, tiles_total, nt, budget);
+    // Clusters past what fits at once would run in a second wave: fewer, larger ones instead
+    // (which may need more shared memory, so ask again).
+    for (int round = 0; cluster > 1 && round < 3; ++round) {
+      int fit = 0;
+      visit_kernel(type, DType::f32, nt, l.tiles_per_warp, [&](auto, KernelPtr k) {
+        fit = active_clusters(k, cluster, l.tile_warps * l.k_warps * 32, l.smem);
+      });
+      if (fit == 0) {
+        if (config.cluster != 0) return BandLayout{};  // not launchable as asked
+        l.clusters = 0;
+        break;
+      }
+      if (fit >= std::min(most, l.clusters)) break;
+      most = fit;
+      l = layout_for(cluster, most, tiles_total, nt, budget);
+    }
+    if (l.clusters == 0) continue;
+    const int active = most;
+    // A block's bytes: its weights, and its token rows (from L2, counted at half), times the waves;
+    // the cluster's two barriers and the reads of distributed shared memory at 15% more.
+    const int64_t waves = (l.clusters + active - 1) / active;
+    const double span = static_cast<double>((cols + kBK - 1) / kBK) / cluster;
+    const double cost = static_cast<double>(waves) * (l.tiles * 16 + nt * 4) * span * (cluster > 1 ? 1.15 : 1.0);
+    if (best.clusters == 0 || cost < best_cost) {
+      best = l;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
+                 int64_t n_tokens, void* y, DType y_type, bool accumulate, int sms, cudaStream_t stream) {
+  if (config.cluster != 0 && config.cluster != 1 && config.cluster != 2 && config.cluster != 4) {
+    return error(ErrorCode::invalid_argument,
+                 "band gemm layout: expected 0 (chosen), 1, 2 or 4 blocks per cluster, found " +
+                     std::to_string(config.cluster));
+  }
+  if (config.blocks < 0 || sms < 1 || (config.ring_kb != 0 && (config.ring_kb < 32 || config.ring_kb > 220))) {
+    return error(ErrorCode::invalid_argument,
+                 "band gemm layout: expected blocks >= 0, ring_kb 0 or 32..220 and 1 or more SMs, found blocks " +
+                     std::to_string(config.blocks) + ", ring_kb " + std::to_string(config.ring_kb) + ", SMs " +
+                     std::to_string(sms));
+  }
+  if (!band_supported(type, cols, n_tokens) || rows < 0 || rows > (int64_t{1} << 30)) {
+    return error(ErrorCode::invalid_argument,
+                 "band gemm shape: expected f16/bf16 weights, 0 <= rows <= 2^30, cols a positive multiple of 8 and 1.." +
+                     std::to_string(kBandMaxTokens) + " tokens, found " + std::string(dtype_name(type)) + ", rows " +
+                     std::to_string(rows) + ", cols " + std::to_string(cols) + ", tokens " + std::to_string(n_tokens));
+  }
+  if (y_type != DType::f32 && (y_type != type || accumulate)) {
+    return error(ErrorCode::invalid_argument,
+                 "band gemm output: expected f32 (fresh or accumulated) or the weights' dtype (fresh), found " +
+                     std::string(dtype_name(y_type)) + (accumulate ? " accumulated" : ""));
+  }
+  if (rows == 0) return Status::ok_status();
+  const BandLayout l = band_layout(config, type, rows, cols, n_tokens, sms);
+  if (l.clusters == 0) {
+    return error(ErrorCode::invalid_argument, "band gemm layout: clusters of " + std::to_string(config.cluster) +
+                                                  " blocks of this size do not fit on the device");
+  }
+  const int nt = static_cast<int>((n_tokens + 7) / 8);
+  CUtensorMap wmap, xmap;
+  if (!tma_map_2d(wmap, type, w, rows, cols, l.tiles * 16) || !tma_map_2d(xmap, type, x, n_tokens, cols, nt * 8)) {
+    return error(ErrorCode::internal, "band gemm: the driver could not describe the weights or tokens as TMA tensors (" +
+                                          std::to_string(rows) + " x " + std::to_string(cols) + ")");
+  }
+  Params p{};
+  p.rows = rows;
+  p.cols = cols;
+  p.n_tokens = static_cast<int>(n_tokens);
+  p.tiles_total = static_cast<int>((rows + 15) / 16);
+  p.tiles = l.tiles;
+  p.cluster = l.cluster;
+  p.tile_cap = l.tile_warps * l.tiles_per_warp;
+  p.k_warps = l.k_warps;
+  p.stages = l.stages;
+  p.accumulate = accumulate;
+  visit_kernel(type, y_type, nt, l.tiles_per_warp, [&]<class Y>(void (*kernel)(CUtensorMap, CUtensorMap, Y*, Params), KernelPtr) {
+    launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster)),
+                          dim3(static_cast<unsigned>(l.tile_warps * l.k_warps * 32)), l.smem,
+                          static_cast<unsigned>(l.cluster), stream, wmap, xmap, static_cast<Y*>(y), p);
+  });
+  return Status::ok_status();
+}
+
+}  // namespace kernelllm::cuda

@@ -1,0 +1,58 @@
+// Projections for 17..32 tokens (decode of k forks) that give every SM one contiguous band of
+// weight rows: y[n, rows] = x[n, cols] . W[rows, cols]^T, W and x in f16 or bf16, y fresh in fp32
+// or in the weights' dtype, or accumulated into fp32 (y += x . W^T).
+//
+// The matrix's 16-row tiles are dealt in contiguous runs to clusters of 1, 2 or 4 blocks (one block
+// per SM); the blocks of a cluster split the columns and add their sums through distributed shared
+// memory in rank order. Weight and token tiles reach shared memory by TMA (tma.cuh), the tensor
+// cores take them from there with ldmatrix. No workspace: results do not depend on timing.
+// Unlike the staged GEMM (staged_gemm.cuh), no band is shared between clusters, so nothing is
+// handed over through global memory, and a block's weight copies are long runs of its own rows.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernelllm/base/status.h"
+#include "kernelllm/engine/safetensors.h"
+
+namespace kernelllm::cuda {
+
+inline constexpr int64_t kBandMaxTokens = 32;
+inline constexpr int kBandMaxTiles = 16;  // 16-row tiles per block (8 warps x 2)
+
+// How the kernel covers a matrix. band_layout() fills every field from the request; a caller may
+// set `cluster` (1, 2 or 4; 0 = chosen), `blocks` (the most blocks, 0 = one per SM, at least one
+// cluster) and `ring_kb` (shared memory for the ring of stages, 32..220 KB; 0 = 220).
+struct BandConfig {
+  int cluster = 0;
+  int blocks = 0;
+  int ring_kb = 0;
+};
+
+struct BandLayout {
+  int clusters = 0;        // clusters in the grid (blocks = clusters x cluster)
+  int cluster = 1;         // blocks per cluster, splitting the columns
+  int tiles = 0;           // 16-row tiles per cluster (the last one's may run past the matrix)
+  int tile_warps = 0;      // warps over the tiles, tiles_per_warp each
+  int tiles_per_warp = 1;  // 1 or 2
+  int k_warps = 1;         // warps splitting each stage's columns: 1, 2 or 4
+  int stages = 0;          // the ring's stages of 128 columns
+  size_t smem = 0;         // dynamic shared memory per block
+};
+
+// f16/bf16 weights, cols a multiple of 8 (16-byte rows), 1..kBandMaxTokens tokens; W and x
+// 16-byte aligned. Compute capability 9.0+ (TMA, clusters).
+bool band_supported(DType type, int64_t cols, int64_t n_tokens);
+
+// The layout for a rows x cols matrix and n_tokens tokens on `sms` SMs; clusters of 2 or 4 only
+// where that many fit on the device at once (the occupancy query), so the grid is one wave.
+BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms);
+
+// y_type: f32 or `type`; accumulate (y += ...) with f32 only. Checks everything and says what is
+// wrong; an internal error when the driver cannot make the TMA descriptors.
+Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
+                 int64_t n_tokens, void* y, DType y_type, bool accumulate, int sms, cudaStream_t stream);
+
+}  // namespace kernelllm::cuda
