@@ -1,18 +1,21 @@
 // The band GEMM; see band_gemm.cuh.
 //
-// Work: the matrix's T = rows / 16 tiles go in contiguous runs to the grid's clusters (cluster c:
-// tiles [cT/G, (c+1)T/G)); the C blocks of a cluster take the same tiles and split the columns'
-// stages of 128 (rank r: stages [rS/C, (r+1)S/C)). A block streams its stages through a ring in
-// shared memory: per stage, thread 0 asks TMA for each tile's two 64-column boxes (16 rows) and
-// the token rows' two boxes (rows past the tokens come as zeros), all counted on the stage's
-// mbarrier. Weights are constant, so the first stages' weight copies go out before the wait for
-// the previous kernel (launch.cuh); the tokens it wrote only after.
+// Work: the matrix's 16-row tiles go in runs of `tiles` to the grid's clusters (cluster c: tiles
+// [c tiles, (c + 1) tiles), the last run perhaps past the matrix, where TMA writes zeros); the C
+// blocks of a cluster take the same tiles and split the columns' stages of 128 (rank r: stages
+// [rS/C, (r+1)S/C)). A block streams its stages through a ring in shared memory: per stage,
+// thread 0 asks TMA for two boxes of 64 columns x all the band's rows and two of the token rows
+// (rows past the tokens come as zeros), all counted on the stage's mbarrier. Weights are
+// constant, so the first stages' weight copies go out before the wait for the previous kernel
+// (launch.cuh); the tokens it wrote only after.
 //
 // Warp w is tile-warp w % tile_warps (tiles_per_warp tiles of 16 rows, all tokens; mma.sync
 // m16n8k16, A = weights, B = tokens, fp32 accumulators) and takes the stage's 32-column steps
-// s with s % k_warps == w / tile_warps. At the end the warps' sums go to shared memory (over the
-// ring) and are added in warp order, then across the cluster in rank order through distributed
-// shared memory (rank r writes the tiles t with t % C == r), so the sum never depends on timing.
+// s with s % k_warps == w / tile_warps. At the end the warps of a tile-warp add their sums in
+// order through shared memory (over the ring); without a cluster the first of them writes the
+// outputs from its accumulators, with one every block's sums go to its shared memory and rank r
+// adds tiles t with t % C == r over the cluster in rank order (distributed shared memory). The
+// sums never depend on timing. Where the time goes: bench/cuda_ops/NOTES.md item 30.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -34,7 +37,7 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kBK = 128;                     // columns per stage
-constexpr int kBoxes = kBK / kTmaBoxCols;    // boxes per tile (and per token block) and stage
+constexpr int kBoxes = kBK / kTmaBoxCols;    // boxes per stage, of the weights and of the tokens
 constexpr int kMaxStages = 16;
 constexpr size_t kSmemBudget = 220 * 1024;  // the ring, of the H100's 227 KB per block
 

@@ -2,8 +2,8 @@
 // weight rows: y[n, rows] = x[n, cols] . W[rows, cols]^T, W and x in f16 or bf16, y fresh in fp32
 // or in the weights' dtype, or accumulated into fp32 (y += x . W^T).
 //
-// The matrix's 16-row tiles are dealt in contiguous runs to clusters of 1, 2 or 4 blocks (one block
-// per SM); the blocks of a cluster split the columns and add their sums through distributed shared
+// The matrix's 16-row tiles go in contiguous runs to clusters of 1, 2 or 4 blocks (one block per
+// SM); the blocks of a cluster split the columns and add their sums through distributed shared
 // memory in rank order. Weight and token tiles reach shared memory by TMA (tma.cuh), the tensor
 // cores take them from there with ldmatrix. No workspace: results do not depend on timing.
 // Unlike the staged GEMM (staged_gemm.cuh), no band is shared between clusters, so nothing is
