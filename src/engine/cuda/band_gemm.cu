@@ -51,16 +51,16 @@ __device__ __forceinline__ void cluster_barrier() {
 
 // The sum over the cluster's blocks, in rank order, of the float at `p` in each block's shared memory.
 __device__ __forceinline__ float cluster_sum(float* p, int cluster) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (cluster == 1) return *p;
-  cg::cluster_group cl = cg::this_cluster();
   float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cl = cg::this_cluster();
   for (int r = 0; r < cluster; ++r) v += *cl.map_shared_rank(p, r);
-  return v;
 #else
+  (void)p;
   (void)cluster;
-  return *p;
+  __trap();  // as cluster_barrier
 #endif
+  return v;
 }
 
 struct Params {
@@ -126,11 +126,18 @@ __global__ void __launch_bounds__(256, 1)
   }
 
   float acc[MT][NT][4];
+  // f(mt, nt, e) for every accumulator of this thread.
+  const auto each_acc = [](auto&& f) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
-  }
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(mt, nt, e);
+      }
+    }
+  };
+  each_acc([&](int mt, int nt, int e) { acc[mt][nt][e] = 0.0f; });
   // Lane l addresses row l % 8 of ldmatrix matrix l / 8: rows + 8 for matrices 1 and 3 of the
   // weights, chunk + 1 for 2 and 3; the tokens' four matrices are four chunks in a row.
   const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_chunk = lane >> 4;
@@ -182,28 +189,10 @@ __global__ void __launch_bounds__(256, 1)
   const int per_k = p.tile_cap * NT * 4 * 32;
   const auto at = [&](int mt, int nt, int e) { return (((tw * MT + mt) * NT + nt) * 4 + e) * 32 + lane; };
   if (p.k_warps > 1) {
-    if (ks > 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[(ks - 1) * per_k + at(mt, nt, e)] = acc[mt][nt][e];
-        }
-      }
-    }
+    if (ks > 0) each_acc([&](int mt, int nt, int e) { part[(ks - 1) * per_k + at(mt, nt, e)] = acc[mt][nt][e]; });
     __syncthreads();
-    if (ks == 0) {
-      for (int k = 1; k < p.k_warps; ++k) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][nt][e] += part[(k - 1) * per_k + at(mt, nt, e)];
-          }
-        }
-      }
+    for (int k = 1; ks == 0 && k < p.k_warps; ++k) {
+      each_acc([&](int mt, int nt, int e) { acc[mt][nt][e] += part[(k - 1) * per_k + at(mt, nt, e)]; });
     }
   }
   const auto store = [&](int64_t row, int n, float v) {
@@ -217,34 +206,18 @@ __global__ void __launch_bounds__(256, 1)
   if (p.cluster == 1) {
     // Straight from the accumulators: rows g and g + 8 of the tile, tokens 2q and 2q + 1 (lane 4g + q).
     if (ks == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
+      each_acc([&](int mt, int nt, int e) {
         const int tl = tw * MT + mt;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t row = int64_t{t0 + tl} * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-            const int n = nt * 8 + 2 * (lane % 4) + (e & 1);
-            if (tl < ntiles && row < p.rows && n < p.n_tokens) store(row, n, acc[mt][nt][e]);
-          }
-        }
-      }
+        const int64_t row = int64_t{t0 + tl} * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+        const int n = nt * 8 + 2 * (lane % 4) + (e & 1);
+        if (tl < ntiles && row < p.rows && n < p.n_tokens) store(row, n, acc[mt][nt][e]);
+      });
     }
   } else {
     // Across the cluster: each block's sums to the start of its ring (after everyone read the
     // shares), then rank r adds tiles t with t % C == r over the cluster in rank order.
     __syncthreads();
-    if (ks == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[at(mt, nt, e)] = acc[mt][nt][e];
-        }
-      }
-    }
+    if (ks == 0) each_acc([&](int mt, int nt, int e) { part[at(mt, nt, e)] = acc[mt][nt][e]; });
     cluster_barrier();  // every block's sums are in its shared memory
     // Element j: tile j / (16 XR), token (j / 16) % XR, row j % 16 of the tile (16 rows of a token
     // in a row for the stores).
@@ -372,7 +345,7 @@ BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64
     // Clusters past what fits at once would run in a second wave: fewer, larger ones instead
     // (which may need more shared memory, so ask again).
     for (int round = 0; cluster > 1 && round < 3; ++round) {
-      int fit = 0;
+      int fit = 0;  // the fp32-output instance stands for both: one block per SM either way
       visit_kernel(type, DType::f32, nt, l.tiles_per_warp, [&](auto, KernelPtr k) {
         fit = active_clusters(k, cluster, l.tile_warps * l.k_warps * 32, l.smem);
       });

@@ -56,7 +56,7 @@ __device__ __forceinline__ void mbar_init_fence() {
 // overwrites the same bytes.
 __device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// Byte offset of 16-byte chunk c (0..7) of row r in a 128-byte swizzled box, in elements of 2 bytes.
+// Where 16-byte chunk c (0..7) of row r lies in a 128-byte swizzled box, in 2-byte elements.
 __device__ __forceinline__ int swizzled_elem(int r, int c) { return (r * 8 + (c ^ (r & 7))) * 8; }
 
 }  // namespace kernelllm::cuda
