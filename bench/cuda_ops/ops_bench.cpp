@@ -27,6 +27,7 @@
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/skinny_gemm.cuh"
 #include "engine/cuda/staged_gemm.cuh"
+#include "engine/cuda/swiglu.cuh"
 #include "engine/cuda/init.cuh"
 
 using namespace kernelllm;
@@ -84,6 +85,21 @@ int main(int argc, char** argv) {
         });
         std::printf(" | cublasLt %6.1f us %4.2f TB/s | staged %6.1f us %4.2f TB/s\n", lt_ms * 1e3, gb / lt_ms,
                     st_ms * 1e3, gb / st_ms);
+        if (std::strcmp(s.name, "gate_up") == 0) {
+          // The activation as the backend makes it: SwiGLU in the band's epilogue, against the
+          // band GEMM in bf16 and swiglu.cuh's kernel after it (y's second half holds the activation).
+          const int64_t inter = s.rows / 2;
+          void* act = static_cast<char*>(y.get()) + static_cast<size_t>(n * s.rows) * 2;
+          const float fused_ms = median_ms([&](int i) {
+            (void)band_gemm_swiglu({}, t, w[i % kCopies].get(), inter, s.cols, x.get(), n, act, sms, nullptr);
+          });
+          const float two_ms = median_ms([&](int i) {
+            (void)band_gemm({}, t, w[i % kCopies].get(), s.rows, s.cols, x.get(), n, y.get(), t, false, sms, nullptr);
+            swiglu(t, t, y.get(), n, inter, act, nullptr);
+          });
+          std::printf("band    swiglu   n=%-4lld | fused %6.1f us %4.2f TB/s | band + swiglu %6.1f us\n",
+                      static_cast<long long>(n), fused_ms * 1e3, gb / fused_ms, two_ms * 1e3);
+        }
       }
       continue;
     }

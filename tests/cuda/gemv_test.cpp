@@ -9,7 +9,7 @@
 // (engine/cuda/staged_gemm.cuh) alike, at both stage widths and at grids from one block to more
 // blocks than units, so bands are shared by up to dozens of blocks. The band GEMM
 // (engine/cuda/band_gemm.cuh) at every cluster size and grids from one block (several waves) to
-// one per SM. Tolerance 3e-5 normalized for
+// one per SM, and its SwiGLU form. Tolerance 3e-5 normalized for
 // fp32 outputs: fp32 accumulation over up to 14,336 columns (as in cuda_ops_test Projections).
 
 #include <gtest/gtest.h>
@@ -213,24 +213,45 @@ TEST_P(GemvTest, Llama8BShapes) {
   }
 }
 
+// Normalized error of the activation act[n, inter] (in p.type; p's W is [Wg; Wu], 2 x inter rows)
+// against the float64 silu(gate) * up, over the checked gate rows whose up rows are checked too.
+double swiglu_error(const Problem& p, int64_t inter, const cuda::DeviceBuffer& d_act, int64_t n) {
+  std::vector<std::pair<size_t, size_t>> pairs;
+  for (size_t a = 0; a < p.checked.size() && p.checked[a] < inter; ++a) {
+    const auto up = std::find(p.checked.begin(), p.checked.end(), inter + p.checked[a]);
+    if (up != p.checked.end()) pairs.emplace_back(a, static_cast<size_t>(up - p.checked.begin()));
+  }
+  EXPECT_FALSE(pairs.empty());
+  const std::vector<float> act = download(d_act, static_cast<size_t>(n * inter), p.type);
+  for (float v : act) {
+    if (!std::isfinite(v)) return INFINITY;  // unwritten (poisoned)
+  }
+  double num = 0, den = 0;
+  const size_t m = p.checked.size();
+  for (int64_t k = 0; k < n; ++k) {
+    for (auto [gi, ui] : pairs) {
+      const double g = p.ref[static_cast<size_t>(k) * m + gi], u = p.ref[static_cast<size_t>(k) * m + ui];
+      const double ref = g / (1.0 + std::exp(-g)) * u;
+      const double d = act[static_cast<size_t>(k * inter + p.checked[gi])] - ref;
+      num += d * d;
+      den += ref * ref;
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+double swiglu_tolerance(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::f16 ? 1e-3 : kTolerance; }
+
 // gemv_swiglu: the activation the two-kernel path (gemv, then swiglu.cuh's kernel on its fp32
 // sums) writes, byte for byte, and near the float64 silu(gate) * up. Shapes whose layouts take 2
 // and 4 rows per group (and 1, raised to 2), odd pair counts, 1..8 tokens, the 8B gate_up.
 TEST_P(GemvTest, FusedSwigluMatchesTwoKernels) {
   const DType t = GetParam();
-  const double tolerance = t == DType::bf16 ? 8e-3 : t == DType::f16 ? 1e-3 : kTolerance;
   const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {37, 1000}, {300, 4104}, {20, 14336}, {14336, 4096}};
   uint32_t seed = 300;
   for (auto [inter, cols] : shapes) {
     const Problem p = inter * cols > 1'000'000 ? large_problem(t, 2 * inter, cols, seed += 2)
                                                : small_problem(t, 2 * inter, cols, seed += 2);
-    // The checked rows' pairs: a gate row i < inter whose up row inter + i is checked too.
-    std::vector<std::pair<size_t, size_t>> pairs;
-    for (size_t a = 0; a < p.checked.size() && p.checked[a] < inter; ++a) {
-      const auto up = std::find(p.checked.begin(), p.checked.end(), inter + p.checked[a]);
-      if (up != p.checked.end()) pairs.emplace_back(a, static_cast<size_t>(up - p.checked.begin()));
-    }
-    ASSERT_FALSE(pairs.empty());
     for (int64_t n = 1; n <= p.tokens; ++n) {
       const size_t count = static_cast<size_t>(n * inter);
       auto d_sums = poisoned(static_cast<size_t>(n * 2 * inter) * 4);
@@ -244,19 +265,7 @@ TEST_P(GemvTest, FusedSwigluMatchesTwoKernels) {
       ASSERT_EQ(cudaMemcpy(two.data(), d_two.get(), two.size(), cudaMemcpyDeviceToHost), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(fused.data(), d_fused.get(), fused.size(), cudaMemcpyDeviceToHost), cudaSuccess);
       EXPECT_EQ(fused, two) << dtype_name(t) << " inter " << inter << " cols " << cols << " n " << n;
-      const std::vector<float> act = download(d_fused, count, t);
-      double num = 0, den = 0;
-      const size_t m = p.checked.size();
-      for (int64_t k = 0; k < n; ++k) {
-        for (auto [gi, ui] : pairs) {
-          const double g = p.ref[static_cast<size_t>(k) * m + gi], u = p.ref[static_cast<size_t>(k) * m + ui];
-          const double ref = g / (1.0 + std::exp(-g)) * u;
-          const double d = act[static_cast<size_t>(k * inter + p.checked[gi])] - ref;
-          num += d * d;
-          den += ref * ref;
-        }
-      }
-      EXPECT_LT(std::sqrt(num / den), tolerance)
+      EXPECT_LT(swiglu_error(p, inter, d_fused, n), swiglu_tolerance(t))
           << dtype_name(t) << " inter " << inter << " cols " << cols << " n " << n;
     }
   }
@@ -664,6 +673,43 @@ TEST_P(BandTest, Llama8BShapes) {
   }
 }
 
+// band_gemm_swiglu: near the float64 silu(gate) * up at every cluster size and grids of one
+// block to one per SM, pair counts that leave the last run partial (so its gate box reads up
+// rows, never stored) and gate rows not a multiple of 16 (37: the up rows start mid-tile), every
+// count of 8-token tiles; then the 8B gate_up in the layout the backend runs.
+TEST_P(BandTest, SwigluSmallAnd8BShapes) {
+  const DType t = GetParam();
+  const int sms = cuda::current_sm_count();
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {37, 1000}, {300, 2056}, {4500, 136}, {14336, 4096}};
+  uint32_t seed = 1700;
+  for (auto [inter, cols] : shapes) {
+    const bool large = inter * cols > 1'000'000;
+    const Problem p = large ? large_problem(t, 2 * inter, cols, seed += 2, kSkinnyTokens)
+                            : small_problem(t, 2 * inter, cols, seed += 2, kSkinnyTokens);
+    for (int cluster : {0, 1, 2, 4}) {
+      for (int blocks : {1, 8, 0}) {
+        if (large && (cluster != 0 || blocks != 0)) continue;  // the 8B shape as the backend runs it
+        const cuda::BandConfig c{cluster, blocks};
+        for (int64_t n : {1, 9, 17, 20, 32}) {
+          auto d_act = poisoned(static_cast<size_t>(n * inter) * dtype_size(t));
+          const Status s = cuda::band_gemm_swiglu(c, t, p.d_w.get(), inter, cols, p.d_x.get(), n, d_act.get(), sms,
+                                                  nullptr);
+          ASSERT_TRUE(s.ok()) << s.to_string();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const double e = swiglu_error(p, inter, d_act, n);
+          if (large) {
+            const cuda::BandLayout l = cuda::band_layout({}, t, 2 * inter, cols, n, sms, true);
+            std::printf("[band swiglu %lld x %lld n=%lld] %d clusters of %d, %d tiles, %d stages: rel err %.3g\n",
+                        static_cast<long long>(inter), static_cast<long long>(cols), static_cast<long long>(n),
+                        l.clusters, l.cluster, l.tiles, l.stages, e);
+          }
+          EXPECT_LT(e, swiglu_tolerance(t)) << "inter " << inter << " cols " << cols << " " << band_name(c) << " n " << n;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, BandTest, ::testing::Values(DType::bf16, DType::f16),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
@@ -689,6 +735,17 @@ TEST(BandLayout, InvalidLayoutsShapesAndOutputsRefused) {
   // No rows: nothing to launch.
   EXPECT_EQ(code({}, DType::bf16, 0, 64, 20, DType::f32, true), ErrorCode::ok);
   EXPECT_EQ(code({4, 0}, DType::f16, 0, 64, 32, DType::f16, false), ErrorCode::ok);
+  // The SwiGLU form: the same checks on W's 2 x inter rows; no rows, nothing launched.
+  const auto glu = [](cuda::BandConfig c, DType t, int64_t inter, int64_t cols, int64_t n) {
+    return cuda::band_gemm_swiglu(c, t, nullptr, inter, cols, nullptr, n, nullptr, 132, nullptr).code();
+  };
+  EXPECT_EQ(glu({3, 0}, DType::bf16, 0, 64, 20), bad);
+  EXPECT_EQ(glu({}, DType::f32, 0, 64, 20), bad);
+  EXPECT_EQ(glu({}, DType::bf16, 0, 12, 20), bad);
+  EXPECT_EQ(glu({}, DType::bf16, 0, 64, 33), bad);
+  EXPECT_EQ(glu({}, DType::bf16, -1, 64, 20), bad);
+  EXPECT_EQ(glu({}, DType::bf16, (int64_t{1} << 29) + 1, 64, 20), bad);
+  EXPECT_EQ(glu({}, DType::bf16, 0, 64, 20), ErrorCode::ok);
 }
 
 }  // namespace

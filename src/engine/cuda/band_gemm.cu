@@ -63,15 +63,22 @@ __device__ __forceinline__ float cluster_sum(float* p, int cluster) {
   return v;
 }
 
+// rows: the output's rows (with Glu, the gate rows; the up rows follow them in W). tiles_total:
+// the matrix's 16-row tiles (with Glu, its gate tiles); tiles: a cluster's (with Glu, its gate and
+// up tiles together).
 struct Params {
   int64_t rows, cols;
   int n_tokens, tiles_total, tiles, cluster, tile_cap, k_warps, stages;
   bool accumulate;
 };
 
-template <class T, class Y, int NT, int MT>
+// Glu (MT = 2, Y = T): the output is silu(x . Wg^T) * (x . Wu^T) for W = [Wg; Wu]. A cluster's run
+// is `tiles / 2` gate tiles and the up tiles of the same rows, one box of each per 64 columns;
+// mt = 0 is a warp's gate tile, mt = 1 the matching up tile, so a thread holds both of each pair.
+template <class T, class Y, int NT, int MT, bool Glu>
 __global__ void __launch_bounds__(256, 1)
     band_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, Y* y, Params p) {
+  static_assert(!Glu || (MT == 2 && std::is_same_v<Y, T>), "the SwiGLU form pairs two tiles and writes T");
   constexpr int XR = NT * 8;  // token rows
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1,024 bytes: the ring starts on such a boundary.
@@ -86,8 +93,10 @@ __global__ void __launch_bounds__(256, 1)
   const int tile_warps = p.tile_cap / MT;
   const int tw = warp % tile_warps, ks = warp / tile_warps;
   const int cl = static_cast<int>(blockIdx.x) / p.cluster, rank = static_cast<int>(blockIdx.x) % p.cluster;
-  // The cluster's tiles (the last cluster's may run past the matrix: TMA writes zeros there).
-  const int t0 = cl * p.tiles, ntiles = min(p.tiles, p.tiles_total - t0);
+  // The cluster's tiles (the last cluster's may run past the matrix: TMA writes zeros there, or
+  // with Glu the gate box reads up rows, whose sums are never stored).
+  const int run = Glu ? p.tiles / 2 : p.tiles;
+  const int t0 = cl * run, ntiles = min(run, p.tiles_total - t0);
   const int st_total = static_cast<int>((p.cols + kBK - 1) / kBK);
   const int s0 = rank * st_total / p.cluster, nst = (rank + 1) * st_total / p.cluster - s0;
   // A stage: box j (columns 64j .. 64j + 63) of the cluster's 16 x tiles weight rows, then of the tokens.
@@ -103,6 +112,10 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int j = 0; j < kBoxes; ++j) {
       tma_box(slot_w(slot) + j * w_box_elems, &wmap, col + j * kTmaBoxCols, t0 * 16, &full[slot]);
+      if constexpr (Glu) {
+        tma_box(slot_w(slot) + j * w_box_elems + run * 16 * kTmaBoxCols, &wmap, col + j * kTmaBoxCols,
+                static_cast<int>(p.rows) + t0 * 16, &full[slot]);
+      }
     }
   };
   const auto load_tokens = [&](int i) {
@@ -159,13 +172,14 @@ __global__ void __launch_bounds__(256, 1)
       }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        const int tl = tw * MT + mt;
+        const int tl = Glu ? tw : tw * MT + mt;  // the tile in the run (Glu: the pair)
+        const int box_tile = Glu ? mt * run + tw : tl;  // its rows in the stage's boxes
         if (tl >= ntiles) continue;
         uint32_t a[2][4];
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
           const int c = 4 * kk + 2 * s + a_chunk;
-          ldmatrix_x4(a[s], sw + (c / 8) * w_box_elems + swizzled_elem(tl * 16 + a_row, c % 8));
+          ldmatrix_x4(a[s], sw + (c / 8) * w_box_elems + swizzled_elem(box_tile * 16 + a_row, c % 8));
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -207,10 +221,15 @@ __global__ void __launch_bounds__(256, 1)
     // Straight from the accumulators: rows g and g + 8 of the tile, tokens 2q and 2q + 1 (lane 4g + q).
     if (ks == 0) {
       each_acc([&](int mt, int nt, int e) {
-        const int tl = tw * MT + mt;
+        const int tl = Glu ? tw : tw * MT + mt;
         const int64_t row = int64_t{t0 + tl} * 16 + lane / 4 + (e >= 2 ? 8 : 0);
         const int n = nt * 8 + 2 * (lane % 4) + (e & 1);
-        if (tl < ntiles && row < p.rows && n < p.n_tokens) store(row, n, acc[mt][nt][e]);
+        if (tl >= ntiles || row >= p.rows || n >= p.n_tokens) return;
+        if constexpr (Glu) {
+          if (mt == 0) store(row, n, silu_mul(acc[0][nt][e], acc[MT - 1][nt][e]));
+        } else {
+          store(row, n, acc[mt][nt][e]);
+        }
       });
     }
   } else {
@@ -219,15 +238,24 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();
     if (ks == 0) each_acc([&](int mt, int nt, int e) { part[at(mt, nt, e)] = acc[mt][nt][e]; });
     cluster_barrier();  // every block's sums are in its shared memory
-    // Element j: tile j / (16 XR), token (j / 16) % XR, row j % 16 of the tile (16 rows of a token
-    // in a row for the stores).
-    for (int j = tid; j < p.tile_cap * XR * 16; j += static_cast<int>(blockDim.x)) {
+    // Element j: tile j / (16 XR) (Glu: the pair), token (j / 16) % XR, row j % 16 of the tile
+    // (16 rows of a token in a row for the stores).
+    const int out_tiles = Glu ? p.tile_cap / 2 : p.tile_cap;
+    for (int j = tid; j < out_tiles * XR * 16; j += static_cast<int>(blockDim.x)) {
       const int tl = j / (XR * 16), n = j / 16 % XR, r16 = j % 16;
       if (tl >= ntiles || tl % p.cluster != rank || n >= p.n_tokens) continue;
       const int64_t row = int64_t{t0 + tl} * 16 + r16;
       if (row >= p.rows) continue;
-      const int idx = ((tl * NT + n / 8) * 4 + (r16 / 8) * 2 + (n & 1)) * 32 + (r16 % 8) * 4 + (n % 8) / 2;
-      store(row, n, cluster_sum(part + idx, p.cluster));
+      // The element in part[] of a tile's sums (stored by at(): Glu pair tl's gate and up as 2tl, 2tl + 1).
+      const auto sum_of = [&](int stored) {
+        const int idx = ((stored * NT + n / 8) * 4 + (r16 / 8) * 2 + (n & 1)) * 32 + (r16 % 8) * 4 + (n % 8) / 2;
+        return cluster_sum(part + idx, p.cluster);
+      };
+      if constexpr (Glu) {
+        store(row, n, silu_mul(sum_of(2 * tl), sum_of(2 * tl + 1)));
+      } else {
+        store(row, n, sum_of(tl));
+      }
     }
     cluster_barrier();  // the others have read this block's shared memory
   }
@@ -235,9 +263,9 @@ __global__ void __launch_bounds__(256, 1)
 
 using KernelPtr = const void*;
 
-template <class T, class Y, int NT, int MT>
+template <class T, class Y, int NT, int MT, bool Glu>
 KernelPtr kernel_ptr() {
-  const auto k = band_kernel<T, Y, NT, MT>;
+  const auto k = band_kernel<T, Y, NT, MT, Glu>;
   static const bool sized = [&] {
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBudget + 1024));
     return true;
@@ -246,19 +274,25 @@ KernelPtr kernel_ptr() {
   return reinterpret_cast<KernelPtr>(k);
 }
 
-// Calls f(band_kernel<T, Y, NT, MT>, its pointer) for the runtime choices.
+// Calls f(band_kernel<T, Y, NT, MT, Glu>, its pointer) for the runtime choices (glu: Y = T, MT = 2).
 template <class F>
-void visit_kernel(DType type, DType y_type, int nt, int mt, F&& f) {
+void visit_kernel(DType type, DType y_type, int nt, int mt, bool glu, F&& f) {
   const auto with_t = [&](auto t) {
     using T = decltype(t);
     const auto with_y = [&](auto yv) {
       using Y = decltype(yv);
       const auto with_nt = [&](auto ntc) {
         constexpr int NT = decltype(ntc)::value;
+        if constexpr (std::is_same_v<Y, T>) {
+          if (glu) {
+            f(band_kernel<T, T, NT, 2, true>, kernel_ptr<T, T, NT, 2, true>());
+            return;
+          }
+        }
         if (mt == 2) {
-          f(band_kernel<T, Y, NT, 2>, kernel_ptr<T, Y, NT, 2>());
+          f(band_kernel<T, Y, NT, 2, false>, kernel_ptr<T, Y, NT, 2, false>());
         } else {
-          f(band_kernel<T, Y, NT, 1>, kernel_ptr<T, Y, NT, 1>());
+          f(band_kernel<T, Y, NT, 1, false>, kernel_ptr<T, Y, NT, 1, false>());
         }
       };
       switch (nt) {
@@ -268,7 +302,7 @@ void visit_kernel(DType type, DType y_type, int nt, int mt, F&& f) {
         default: with_nt(std::integral_constant<int, 4>{}); break;
       }
     };
-    if (y_type == DType::f32) {
+    if (y_type == DType::f32 && !glu) {
       with_y(float{});
     } else {
       with_y(T{});
@@ -308,13 +342,16 @@ int active_clusters(KernelPtr kernel, int cluster, int threads, size_t smem) {
 
 // The layout for at most `most` clusters of `cluster` blocks (more where the tiles need them),
 // without the occupancy check: every cluster takes the same number of tiles (the last perhaps
-// fewer), so the grid has as many clusters as that needs.
-BandLayout layout_for(int cluster, int64_t most, int64_t tiles_total, int nt, size_t budget) {
+// fewer), so the grid has as many clusters as that needs. With glu, `units` are the gate tiles,
+// each taken with its up tile by one warp.
+BandLayout layout_for(int cluster, int64_t most, int64_t units, int nt, size_t budget, bool glu) {
   BandLayout l;
   l.cluster = cluster;
-  l.tiles = static_cast<int>(std::min<int64_t>(kBandMaxTiles, (tiles_total + most - 1) / most));
-  l.clusters = static_cast<int>((tiles_total + l.tiles - 1) / l.tiles);
-  l.tiles_per_warp = l.tiles <= 8 ? 1 : 2;
+  const int per = glu ? kBandMaxTiles / 2 : kBandMaxTiles;
+  const int run = static_cast<int>(std::min<int64_t>(per, (units + most - 1) / most));
+  l.tiles = glu ? 2 * run : run;
+  l.clusters = static_cast<int>((units + run - 1) / run);
+  l.tiles_per_warp = glu || l.tiles > 8 ? 2 : 1;
   l.tile_warps = (l.tiles + l.tiles_per_warp - 1) / l.tiles_per_warp;
   l.k_warps = l.tile_warps * 4 <= 8 ? 4 : l.tile_warps * 2 <= 8 ? 2 : 1;
   const size_t slot = (static_cast<size_t>(l.tiles) * 16 + static_cast<size_t>(nt) * 8) * kBoxes * kTmaBoxCols * 2;
@@ -331,8 +368,9 @@ bool band_supported(DType type, int64_t cols, int64_t n_tokens) {
          n_tokens <= kBandMaxTokens;
 }
 
-BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms) {
-  const int64_t tiles_total = (rows + 15) / 16;
+BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms,
+                       bool swiglu) {
+  const int64_t units = ((swiglu ? rows / 2 : rows) + 15) / 16;
   const int nt = static_cast<int>((n_tokens + 7) / 8);
   const int max_blocks = config.blocks > 0 ? config.blocks : sms;
   const size_t budget = config.ring_kb > 0 ? static_cast<size_t>(config.ring_kb) * 1024 : kSmemBudget;
@@ -341,12 +379,12 @@ BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64
   for (int cluster : {1, 2, 4}) {
     if (config.cluster != 0 && config.cluster != cluster) continue;
     int most = std::max(1, max_blocks / cluster);
-    BandLayout l = layout_for(cluster, most, tiles_total, nt, budget);
+    BandLayout l = layout_for(cluster, most, units, nt, budget, swiglu);
     // Clusters past what fits at once would run in a second wave: fewer, larger ones instead
     // (which may need more shared memory, so ask again).
     for (int round = 0; cluster > 1 && round < 3; ++round) {
       int fit = 0;  // the fp32-output instance stands for both: one block per SM either way
-      visit_kernel(type, DType::f32, nt, l.tiles_per_warp, [&](auto, KernelPtr k) {
+      visit_kernel(type, DType::f32, nt, l.tiles_per_warp, false, [&](auto, KernelPtr k) {
         fit = active_clusters(k, cluster, l.tile_warps * l.k_warps * 32, l.smem);
       });
       if (fit == 0) {
@@ -356,7 +394,7 @@ BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64
       }
       if (fit >= std::min(most, l.clusters)) break;
       most = fit;
-      l = layout_for(cluster, most, tiles_total, nt, budget);
+      l = layout_for(cluster, most, units, nt, budget, swiglu);
     }
     if (l.clusters == 0) continue;
     const int active = most;
@@ -373,59 +411,87 @@ BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64
   return best;
 }
 
-Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
-                 int64_t n_tokens, void* y, DType y_type, bool accumulate, int sms, cudaStream_t stream) {
+namespace {
+
+// What band_gemm and band_gemm_swiglu both check: the layout asked for and the shape.
+Status check_request(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms,
+                     const char* what) {
   if (config.cluster != 0 && config.cluster != 1 && config.cluster != 2 && config.cluster != 4) {
-    return error(ErrorCode::invalid_argument,
-                 "band gemm layout: expected 0 (chosen), 1, 2 or 4 blocks per cluster, found " +
-                     std::to_string(config.cluster));
+    return error(ErrorCode::invalid_argument, std::string(what) +
+                                                  " layout: expected 0 (chosen), 1, 2 or 4 blocks per cluster, found " +
+                                                  std::to_string(config.cluster));
   }
   if (config.blocks < 0 || sms < 1 || (config.ring_kb != 0 && (config.ring_kb < 32 || config.ring_kb > 220))) {
     return error(ErrorCode::invalid_argument,
-                 "band gemm layout: expected blocks >= 0, ring_kb 0 or 32..220 and 1 or more SMs, found blocks " +
+                 std::string(what) + " layout: expected blocks >= 0, ring_kb 0 or 32..220 and 1 or more SMs, found blocks " +
                      std::to_string(config.blocks) + ", ring_kb " + std::to_string(config.ring_kb) + ", SMs " +
                      std::to_string(sms));
   }
   if (!band_supported(type, cols, n_tokens) || rows < 0 || rows > (int64_t{1} << 30)) {
     return error(ErrorCode::invalid_argument,
-                 "band gemm shape: expected f16/bf16 weights, 0 <= rows <= 2^30, cols a positive multiple of 8 and 1.." +
+                 std::string(what) + " shape: expected f16/bf16 weights, 0 <= rows <= 2^30, cols a positive multiple of 8 and 1.." +
                      std::to_string(kBandMaxTokens) + " tokens, found " + std::string(dtype_name(type)) + ", rows " +
                      std::to_string(rows) + ", cols " + std::to_string(cols) + ", tokens " + std::to_string(n_tokens));
   }
-  if (y_type != DType::f32 && (y_type != type || accumulate)) {
-    return error(ErrorCode::invalid_argument,
-                 "band gemm output: expected f32 (fresh or accumulated) or the weights' dtype (fresh), found " +
-                     std::string(dtype_name(y_type)) + (accumulate ? " accumulated" : ""));
-  }
-  if (rows == 0) return Status::ok_status();
-  const BandLayout l = band_layout(config, type, rows, cols, n_tokens, sms);
+  return Status::ok_status();
+}
+
+// Lays out and launches a checked request: W has w_rows rows (with swiglu, 2 x the output's).
+Status launch_band(const BandConfig& config, DType type, const void* w, int64_t w_rows, int64_t cols, const void* x,
+                   int64_t n_tokens, void* y, DType y_type, bool accumulate, bool swiglu, int sms,
+                   cudaStream_t stream) {
+  const BandLayout l = band_layout(config, type, w_rows, cols, n_tokens, sms, swiglu);
   if (l.clusters == 0) {
     return error(ErrorCode::invalid_argument, "band gemm layout: clusters of " + std::to_string(config.cluster) +
                                                   " blocks of this size do not fit on the device");
   }
   const int nt = static_cast<int>((n_tokens + 7) / 8);
+  const int box_rows = (swiglu ? l.tiles / 2 : l.tiles) * 16;
   CUtensorMap wmap, xmap;
-  if (!tma_map_2d(wmap, type, w, rows, cols, l.tiles * 16) || !tma_map_2d(xmap, type, x, n_tokens, cols, nt * 8)) {
+  if (!tma_map_2d(wmap, type, w, w_rows, cols, box_rows) || !tma_map_2d(xmap, type, x, n_tokens, cols, nt * 8)) {
     return error(ErrorCode::internal, "band gemm: the driver could not describe the weights or tokens as TMA tensors (" +
-                                          std::to_string(rows) + " x " + std::to_string(cols) + ")");
+                                          std::to_string(w_rows) + " x " + std::to_string(cols) + ")");
   }
   Params p{};
-  p.rows = rows;
+  p.rows = swiglu ? w_rows / 2 : w_rows;
   p.cols = cols;
   p.n_tokens = static_cast<int>(n_tokens);
-  p.tiles_total = static_cast<int>((rows + 15) / 16);
+  p.tiles_total = static_cast<int>((p.rows + 15) / 16);
   p.tiles = l.tiles;
   p.cluster = l.cluster;
   p.tile_cap = l.tile_warps * l.tiles_per_warp;
   p.k_warps = l.k_warps;
   p.stages = l.stages;
   p.accumulate = accumulate;
-  visit_kernel(type, y_type, nt, l.tiles_per_warp, [&]<class Y>(void (*kernel)(CUtensorMap, CUtensorMap, Y*, Params), KernelPtr) {
-    launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster)),
-                          dim3(static_cast<unsigned>(l.tile_warps * l.k_warps * 32)), l.smem,
-                          static_cast<unsigned>(l.cluster), stream, wmap, xmap, static_cast<Y*>(y), p);
-  });
+  visit_kernel(type, y_type, nt, l.tiles_per_warp, swiglu,
+               [&]<class Y>(void (*kernel)(CUtensorMap, CUtensorMap, Y*, Params), KernelPtr) {
+                 launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster)),
+                                       dim3(static_cast<unsigned>(l.tile_warps * l.k_warps * 32)), l.smem,
+                                       static_cast<unsigned>(l.cluster), stream, wmap, xmap, static_cast<Y*>(y), p);
+               });
   return Status::ok_status();
+}
+
+}  // namespace
+
+Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
+                 int64_t n_tokens, void* y, DType y_type, bool accumulate, int sms, cudaStream_t stream) {
+  KLLM_RETURN_IF_ERROR(check_request(config, type, rows, cols, n_tokens, sms, "band gemm"));
+  if (y_type != DType::f32 && (y_type != type || accumulate)) {
+    return error(ErrorCode::invalid_argument,
+                 "band gemm output: expected f32 (fresh or accumulated) or the weights' dtype (fresh), found " +
+                     std::string(dtype_name(y_type)) + (accumulate ? " accumulated" : ""));
+  }
+  if (rows == 0) return Status::ok_status();
+  return launch_band(config, type, w, rows, cols, x, n_tokens, y, y_type, accumulate, false, sms, stream);
+}
+
+Status band_gemm_swiglu(const BandConfig& config, DType type, const void* w, int64_t inter, int64_t cols,
+                        const void* x, int64_t n_tokens, void* y, int sms, cudaStream_t stream) {
+  // W's rows (2 x inter) are checked as the plain GEMM's are.
+  KLLM_RETURN_IF_ERROR(check_request(config, type, 2 * inter, cols, n_tokens, sms, "band gemm swiglu"));
+  if (inter == 0) return Status::ok_status();
+  return launch_band(config, type, w, 2 * inter, cols, x, n_tokens, y, type, false, true, sms, stream);
 }
 
 }  // namespace kernelllm::cuda

@@ -47,12 +47,22 @@ struct BandLayout {
 bool band_supported(DType type, int64_t cols, int64_t n_tokens);
 
 // The layout for a rows x cols matrix and n_tokens tokens on `sms` SMs; clusters of 2 or 4 only
-// where that many fit on the device at once (the occupancy query), so the grid is one wave.
-BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms);
+// where that many fit on the device at once (the occupancy query), so the grid is one wave. With
+// swiglu, for band_gemm_swiglu's W of `rows` rows (2 x inter): `tiles` counts gate and up tiles.
+BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms,
+                       bool swiglu = false);
 
 // y_type: f32 or `type`; accumulate (y += ...) with f32 only. Checks everything and says what is
 // wrong; an internal error when the driver cannot make the TMA descriptors.
 Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
                  int64_t n_tokens, void* y, DType y_type, bool accumulate, int sms, cudaStream_t stream);
+
+// The MLP's activation straight from its gate and up projections: y[n, inter] = silu(x . Wg^T) *
+// (x . Wu^T) in the weights' dtype, for W = [Wg; Wu] of 2 x inter rows (the fused gate_up
+// matrix). Each block's band is matching runs of gate and up rows, so the pair's sums meet in one
+// thread and only the activation is written (swiglu.cuh's kernel and the gate_up round trip
+// dropped). Checks as band_gemm; 2 x inter <= 2^30.
+Status band_gemm_swiglu(const BandConfig& config, DType type, const void* w, int64_t inter, int64_t cols,
+                        const void* x, int64_t n_tokens, void* y, int sms, cudaStream_t stream);
 
 }  // namespace kernelllm::cuda

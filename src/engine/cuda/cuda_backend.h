@@ -135,8 +135,9 @@ class CudaBackend final : public Backend {
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;
-  // Where the GEMV serves gate_up (one token), it writes the SwiGLU activation itself
-  // (gemv_swiglu); env KERNELLLM_CUDA_FUSED_SWIGLU=0 keeps the two kernels (measurements).
+  // Where the GEMV serves gate_up (one token) or the band GEMM does (17..32 tokens), it writes the
+  // SwiGLU activation itself (gemv_swiglu, band_gemm_swiglu); env KERNELLLM_CUDA_FUSED_SWIGLU=0
+  // keeps the two kernels (measurements).
   bool fused_swiglu_ = true;
   // forward_sample on the device: the pass's draws (null: none), draw_order_ their indices by row,
   // draw_row0_ the pass row of the current chunk's first logits row; pinned mirrors and device
