@@ -1,7 +1,8 @@
 // The shared-prefix (cascade) decode attention against a float64 softmax over each sequence's
 // own pages and against the split kernel of attention.cuh, by normalized error: forks of one
 // prompt (1, 3, 20, 40) whose prompts end inside a page, suffixes of 0..N tokens, unrelated
-// sequences in the same pass, GQA groups 1/2/4/8, head_dim 16/64/128; then a CUDA graph
+// sequences in the same pass, GQA groups 1/2/4/8, head_dim 16/64/128, forks owning up to 199
+// positions (several steps of the split kernel's warps); then a CUDA graph
 // captured once and replayed after the lengths and the plan change in device memory.
 #include <gtest/gtest.h>
 
@@ -227,6 +228,11 @@ TEST_P(SharedPrefix, MatchesReferenceAndSplitKernel) {
   // A split takes at least P positions. The forks of the 300-token prompt own 12..34 positions
   // (the 12 of its partial page, then 0..22 of their own): with 8 splits of >= 4, 3 to 8 take
   // positions; of >= 64, only the first. The 77-token prompt's own 13..35: 4 splits of >= 5.
+  // 18 forks owning 128..199 positions at 2 suffix splits: the k = 20 instance of the split
+  // kernel (bf16: three blocks per SM, K and V copied a step ahead), several steps per warp.
+  std::vector<int64_t> long18(18);
+  for (size_t i = 0; i < long18.size(); ++i) long18[i] = static_cast<int64_t>(120 + i * 37 % 71);
+  check_case(t, {32, 8, 128}, {{40, long18}}, 2, 5, true);
   check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 4);
   check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 64);
   check_case(t, {8, 1, 64}, {{77, twenty}}, 4, 6, true, 5);
