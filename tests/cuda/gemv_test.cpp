@@ -703,7 +703,8 @@ TEST_P(BandTest, SwigluSmallAnd8BShapes) {
                         static_cast<long long>(inter), static_cast<long long>(cols), static_cast<long long>(n),
                         l.clusters, l.cluster, l.tiles, l.stages, e);
           }
-          EXPECT_LT(e, swiglu_tolerance(t)) << "inter " << inter << " cols " << cols << " " << band_name(c) << " n " << n;
+          EXPECT_LT(e, swiglu_tolerance(t))
+              << "inter " << inter << " cols " << cols << " " << band_name(c) << " n " << n;
         }
       }
     }

@@ -16,6 +16,11 @@
 // outputs from its accumulators, with one every block's sums go to its shared memory and rank r
 // adds tiles t with t % C == r over the cluster in rank order (distributed shared memory). The
 // sums never depend on timing. Where the time goes: bench/cuda_ops/NOTES.md item 30.
+//
+// The SwiGLU form (band_gemm_swiglu, template parameter Glu) runs the same way over pairs: a
+// cluster's run is gate tiles and the up tiles of the same rows (a box of each per 64 columns),
+// and each warp takes one pair, so the thread that holds a gate sum holds its up sum too and
+// writes silu(gate) * up (NOTES item 31).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -423,13 +428,15 @@ Status check_request(const BandConfig& config, DType type, int64_t rows, int64_t
   }
   if (config.blocks < 0 || sms < 1 || (config.ring_kb != 0 && (config.ring_kb < 32 || config.ring_kb > 220))) {
     return error(ErrorCode::invalid_argument,
-                 std::string(what) + " layout: expected blocks >= 0, ring_kb 0 or 32..220 and 1 or more SMs, found blocks " +
+                 std::string(what) +
+                     " layout: expected blocks >= 0, ring_kb 0 or 32..220 and 1 or more SMs, found blocks " +
                      std::to_string(config.blocks) + ", ring_kb " + std::to_string(config.ring_kb) + ", SMs " +
                      std::to_string(sms));
   }
   if (!band_supported(type, cols, n_tokens) || rows < 0 || rows > (int64_t{1} << 30)) {
     return error(ErrorCode::invalid_argument,
-                 std::string(what) + " shape: expected f16/bf16 weights, 0 <= rows <= 2^30, cols a positive multiple of 8 and 1.." +
+                 std::string(what) +
+                     " shape: expected f16/bf16 weights, 0 <= rows <= 2^30, cols a positive multiple of 8 and 1.." +
                      std::to_string(kBandMaxTokens) + " tokens, found " + std::string(dtype_name(type)) + ", rows " +
                      std::to_string(rows) + ", cols " + std::to_string(cols) + ", tokens " + std::to_string(n_tokens));
   }
@@ -440,16 +447,19 @@ Status check_request(const BandConfig& config, DType type, int64_t rows, int64_t
 Status launch_band(const BandConfig& config, DType type, const void* w, int64_t w_rows, int64_t cols, const void* x,
                    int64_t n_tokens, void* y, DType y_type, bool accumulate, bool swiglu, int sms,
                    cudaStream_t stream) {
+  const char* what = swiglu ? "band gemm swiglu" : "band gemm";
   const BandLayout l = band_layout(config, type, w_rows, cols, n_tokens, sms, swiglu);
   if (l.clusters == 0) {
-    return error(ErrorCode::invalid_argument, "band gemm layout: clusters of " + std::to_string(config.cluster) +
+    return error(ErrorCode::invalid_argument, std::string(what) + " layout: clusters of " +
+                                                  std::to_string(config.cluster) +
                                                   " blocks of this size do not fit on the device");
   }
   const int nt = static_cast<int>((n_tokens + 7) / 8);
   const int box_rows = (swiglu ? l.tiles / 2 : l.tiles) * 16;
   CUtensorMap wmap, xmap;
   if (!tma_map_2d(wmap, type, w, w_rows, cols, box_rows) || !tma_map_2d(xmap, type, x, n_tokens, cols, nt * 8)) {
-    return error(ErrorCode::internal, "band gemm: the driver could not describe the weights or tokens as TMA tensors (" +
+    return error(ErrorCode::internal, std::string(what) +
+                                          ": the driver could not describe the weights or tokens as TMA tensors (" +
                                           std::to_string(w_rows) + " x " + std::to_string(cols) + ")");
   }
   Params p{};
