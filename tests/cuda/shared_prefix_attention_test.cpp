@@ -225,14 +225,14 @@ TEST_P(SharedPrefix, MatchesReferenceAndSplitKernel) {
   check_case(t, {8, 8, 64}, {{123, forty}}, 2, 7, true);   // group 1: 40 rows in one block
   check_case(t, {8, 1, 64}, {{77, twenty}}, 1, 6, true);   // group 8: 20 forks -> 2 blocks of 16
   check_case(t, {4, 2, 16}, {{50, forty}, {33, {1, 2, 3}}}, 2, 2, true);
-  // A split takes at least P positions. The forks of the 300-token prompt own 12..34 positions
-  // (the 12 of its partial page, then 0..22 of their own): with 8 splits of >= 4, 3 to 8 take
-  // positions; of >= 64, only the first. The 77-token prompt's own 13..35: 4 splits of >= 5.
   // 18 forks owning 128..199 positions at 2 suffix splits: the k = 20 instance of the split
-  // kernel (bf16: three blocks per SM, K and V copied a step ahead), several steps per warp.
+  // kernel (bf16: 8-warp blocks held to three per SM), several steps of 8 positions per warp.
   std::vector<int64_t> long18(18);
   for (size_t i = 0; i < long18.size(); ++i) long18[i] = static_cast<int64_t>(120 + i * 37 % 71);
   check_case(t, {32, 8, 128}, {{40, long18}}, 2, 5, true);
+  // A split takes at least P positions. The forks of the 300-token prompt own 12..34 positions
+  // (the 12 of its partial page, then 0..22 of their own): with 8 splits of >= 4, 3 to 8 take
+  // positions; of >= 64, only the first. The 77-token prompt's own 13..35: 4 splits of >= 5.
   check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 4);
   check_case(t, {32, 8, 128}, {{300, twenty}, {45, {3}}}, 8, 8, true, 64);
   check_case(t, {8, 1, 64}, {{77, twenty}}, 4, 6, true, 5);

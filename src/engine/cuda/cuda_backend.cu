@@ -331,9 +331,9 @@ bool CudaBackend::band_serves(int64_t rows, int64_t cols, int64_t n) const {
   // Past the skinny GEMM's tokens, where every SM gets a band of 8 tiles of 16 rows or more (of
   // Llama-3.1-8B's layer projections, gate_up): on the smaller matrices the first copies' latency
   // and the reduction over clusters cost more than cuBLASLt's kernels (bench/cuda_ops/NOTES.md
-  // item 30).
+  // item 30). Not where the staged GEMM serves (proj() asks it first).
   return opts_.band_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && band_supported(dtype_, cols, n) &&
-         (band_all_ || rows >= kBandMinTilesPerSm * 16 * sm_count_);
+         !staged_serves(rows, cols, n) && (band_all_ || rows >= kBandMinTilesPerSm * 16 * sm_count_);
 }
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,

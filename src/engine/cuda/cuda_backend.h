@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
+#include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/kv_pages.h"
-#include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/staged_gemm.cuh"
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/cuda_backend.h"

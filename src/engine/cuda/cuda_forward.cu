@@ -122,7 +122,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     const bool gemv_gate_up = gemv_serves(h, n);
     if (fused_swiglu_ && gemv_gate_up) {
       gemv_swiglu(dtype_, l.gate_up.get(), inter, h, xn_.get(), n, act_.get(), stream_);
-    } else if (fused_swiglu_ && !staged_serves(2 * inter, h, n) && band_serves(2 * inter, h, n)) {
+    } else if (fused_swiglu_ && band_serves(2 * inter, h, n)) {
       // Where the band GEMM serves gate_up (17..32 tokens), it writes the activation itself.
       KLLM_RETURN_IF_ERROR(band_gemm_swiglu(band_config_, dtype_, l.gate_up.get(), inter, h, xn_.get(), n,
                                             act_.get(), static_cast<int>(sm_count_), stream_));
