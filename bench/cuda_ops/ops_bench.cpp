@@ -5,11 +5,12 @@
 // the staged GEMM (one block per SM, both stage widths) next to cuBLASLt and the skinny GEMM at
 // n = 8..32,
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
-// (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20 forks of one 1,500-token prompt: split kernel vs
-// shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
+// (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20
+// forks of one 1,500-token prompt: split kernel vs shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
 // bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines only, `band` the band
 // GEMM's (its chosen layout and each cluster size at n = 17, 20, 32, next to cuBLASLt and the
-// staged GEMM).
+// staged GEMM), `forks` the 20 forks' attention (own positions by the split kernel and on the
+// tensor cores).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ float median_ms(const std::function<void(int)>& fn) { return kernelllm::bench::m
 int main(int argc, char** argv) {
   const bool staged_only = argc > 1 && std::strcmp(argv[1], "staged") == 0;
   const bool band_only = argc > 1 && std::strcmp(argv[1], "band") == 0;
+  const bool forks_only = argc > 1 && std::strcmp(argv[1], "forks") == 0;
   const DType t = DType::bf16;
   const int64_t h = 4096;
   Gemm gemm;
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   cudaMemset(counters.get(), 0, static_cast<size_t>(staged_counter_count(128256)) * 4);
   const StagedScratch scratch{partials.as<float>(), counters.as<int32_t>(), sms};
   for (const Shape& s : shapes) {
+    if (forks_only) break;
     std::vector<DeviceBuffer> w(kCopies);
     for (auto& b : w) {
       (void)b.allocate(static_cast<size_t>(s.rows * s.cols) * 2, "w");
@@ -190,7 +193,7 @@ int main(int argc, char** argv) {
   if (staged_only || band_only) return 0;
   // Attention: 8 KV heads x 128, 32 query heads, one layer of a 2-layer pool, page 16.
   const int64_t pt = 16, ctx = 1500, kv_dim = 1024, layers = 2;
-  for (int64_t n : {1, 20, 1500}) {
+  for (int64_t n : forks_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 20, 1500}) {
     const bool prefill = n == 1500;
     const int64_t seqs = prefill ? 1 : n;
     const int64_t pages_per_seq = (ctx + pt - 1) / pt + 1;
@@ -275,7 +278,7 @@ int main(int argc, char** argv) {
   }
   // 20 forks of a 1,500-token prompt: pages 0..92 shared, the partial page and the generated
   // tokens private; the fork's token at 1,500 + gen. Split kernel (4 splits) vs shared prefix.
-  for (int64_t gen : {int64_t{0}, int64_t{128}, int64_t{1024}}) {
+  for (int64_t gen : {int64_t{0}, int64_t{256}, int64_t{512}}) {
     const int64_t n = 20, full = ctx / pt, width = (ctx + gen) / pt + 1;
     const int64_t own = width - full, n_pages = full + n * own;
     DeviceBuffer pool, table, q, acc, ml, out, meta;
@@ -337,17 +340,26 @@ int main(int argc, char** argv) {
     a.ctx_begin = md + 2 * n;
     for (const auto& [ss, pre] : std::vector<std::pair<int64_t, int64_t>>{{4, 16}, {2, 16}, {1, 16}, {4, 8}, {4, 32}}) {
       a.splits = ss + pre;
-      const float ms = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr); });
-      std::printf("attention forks=20 prompt=%lld gen=%-4lld shared prefix (%lld + %-2lld splits) %8.1f us",
-                  static_cast<long long>(ctx), static_cast<long long>(gen), static_cast<long long>(ss),
-                  static_cast<long long>(pre), ms * 1e3);
-      if (pre == kSharedPrefixSplits && (ss == 4 || ss == 2)) {  // the parts
-        const float ms_suffix = median_ms([&](int) { attention_partial(t, a, ss, nullptr); });
-        const float ms_merge = median_ms([&](int) { attention_merge(t, a, nullptr); });
-        std::printf(" = suffix %.1f + prefix ~%.1f + merge %.1f", ms_suffix * 1e3, (ms - ms_suffix - ms_merge) * 1e3,
-                    ms_merge * 1e3);
+      for (const bool mma : {false, true}) {
+        const float ms = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr, mma); });
+        std::printf("attention forks=20 prompt=%lld gen=%-4lld shared prefix (%lld + %-2lld splits, own positions %s) "
+                    "%8.1f us",
+                    static_cast<long long>(ctx), static_cast<long long>(gen), static_cast<long long>(ss),
+                    static_cast<long long>(pre), mma ? "mma" : "split", ms * 1e3);
+        if (pre == kSharedPrefixSplits && (ss == 4 || ss == 2)) {  // the parts
+          const float ms_suffix = median_ms([&](int) {
+            if (mma) {
+              suffix_attention_mma(t, a, ss, nullptr);
+            } else {
+              attention_partial(t, a, ss, nullptr);
+            }
+          });
+          const float ms_merge = median_ms([&](int) { attention_merge(t, a, nullptr); });
+          std::printf(" = suffix %.1f + prefix ~%.1f + merge %.1f", ms_suffix * 1e3,
+                      (ms - ms_suffix - ms_merge) * 1e3, ms_merge * 1e3);
+        }
+        std::printf("\n");
       }
-      std::printf("\n");
     }
   }
   const cudaError_t err = cudaDeviceSynchronize();

@@ -189,8 +189,13 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   cuda::AttentionArgs a = d.args(s, n, suffix_splits + prefix_splits);
   a.ctx_begin = d.plan.as<int32_t>();
   a.min_split_positions = min_positions;
-  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr);
+  // The own positions by the split kernel, then (where supported) on the tensor cores.
+  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr, false);
+  const double e_split_suffix = rel_error(download(d.out, sc.ref.size(), t), sc.ref);
+  EXPECT_LT(e_split_suffix, out_tolerance(t));
+  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr, true);
   const auto got = download(d.out, sc.ref.size(), t);
+  const bool mma = cuda::suffix_mma_supported(t, s.hd, s.heads / s.kv_heads);
   if (min_positions > 0) {
     // The plain split kernel with the same floor: splits past the positions stay empty.
     cuda::AttentionArgs p = d.args(s, n, suffix_splits + prefix_splits);
@@ -203,12 +208,14 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
     EXPECT_LT(e, out_tolerance(t));
   }
   const double e_ref = rel_error(got, sc.ref), e_plain = rel_error(got, plain), e_old = rel_error(plain, sc.ref);
-  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (split kernel %.3g), "
-              "vs split kernel %.3g\n",
+  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (own positions %s; by the "
+              "split kernel %.3g; plain split kernel %.3g), vs split kernel %.3g\n",
               std::string(dtype_name(t)).c_str(), static_cast<long long>(s.heads), static_cast<long long>(s.kv_heads),
-              static_cast<long long>(s.hd), static_cast<long long>(n), e_ref, e_old, e_plain);
+              static_cast<long long>(s.hd), static_cast<long long>(n), e_ref, mma ? "on tensor cores" : "split kernel",
+              e_split_suffix, e_old, e_plain);
   EXPECT_LT(e_ref, out_tolerance(t));
   EXPECT_LT(e_ref, 1.5 * e_old + 1e-4);
+  EXPECT_LT(e_split_suffix, 1.5 * e_old + 1e-4);
   EXPECT_LT(e_plain, out_tolerance(t));
 }
 

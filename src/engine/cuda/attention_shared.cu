@@ -350,9 +350,13 @@ bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group) {
 }
 
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
-                             int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream) {
+                             int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream, bool mma_suffix) {
   if (args.n_tokens == 0) return;
-  attention_partial(type, args, suffix_splits, stream);
+  if (mma_suffix && suffix_mma_supported(type, args.head_dim, args.heads / args.kv_heads)) {
+    suffix_attention_mma(type, args, suffix_splits, stream);
+  } else {
+    attention_partial(type, args, suffix_splits, stream);
+  }
   if (type == DType::f16) {
     launch_prefix<__half>(args, shared, suffix_splits, prefix_splits, stream);
   } else {

@@ -1,7 +1,8 @@
 // Shared-prefix (cascade) decode attention: forks of one prompt hold the same leading KV pages,
 // so for a decode pass the prompt part is computed once per KV head for all forks' query rows
-// together on the tensor cores, the rest of each sequence (its own pages) by the split kernel of
-// attention.cuh from ctx_begin on, and both merged exactly through their softmax statistics.
+// together on the tensor cores, the rest of each sequence (its own pages) from ctx_begin on by a
+// tensor-core kernel of its own (or the split kernel of attention.cuh), and both merged exactly
+// through their softmax statistics.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,10 +43,19 @@ void plan_shared_prefix(const std::vector<const std::vector<int32_t>*>& pages, c
 // bf16/f16 caches, head_dim 16/32/64/128, group <= 8.
 bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group);
 
+// The own positions of a decode pass (split slots 0..splits-1 of each token's positions from
+// ctx_begin on, as attention_partial writes them) on the tensor cores (attention_suffix.cu):
+// bf16/f16 caches, head_dim 64 or 128, group <= 4. No RoPE fold: q holds the rotated queries.
+bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group);
+void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream);
+
 // One decode pass: args as for attention() plus ctx_begin (the plan's), with args.splits =
 // suffix_splits + prefix_splits total split slots in the partial buffers (the graph-stable
 // shapes: the grids depend on n_tokens and the split counts only, lengths are read on device).
+// mma_suffix: the own positions by suffix_attention_mma where supported, else by the split
+// kernel (attention_partial).
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
-                             int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream);
+                             int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream,
+                             bool mma_suffix = true);
 
 }  // namespace kernelllm::cuda

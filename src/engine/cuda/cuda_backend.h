@@ -132,6 +132,9 @@ class CudaBackend final : public Backend {
   // (1..16) sets its splits and KERNELLLM_CUDA_SUFFIX_MIN=P the fewest positions a split takes
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
+  // Those positions on the tensor cores (suffix_attention_mma) where supported; env
+  // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
+  bool mma_suffix_ = true;
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;

@@ -1,0 +1,273 @@
+// The cascade pass's own positions on the tensor cores; see attention_shared.cuh. A block per
+// (token, KV head, split), 4 warps, each taking 16 positions of the split at a time.
+//
+// Scores as S^T = K . Q^T (mma.sync m16n8k16): the step's 16 positions are the rows of A, so the
+// K rows go from global memory straight into A-operand registers, and the 8 columns of B are the
+// group's query heads twice: columns 0..3 the heads' queries rounded to the cache dtype (high
+// half), columns 4..7 what that rounding lost (low half). One product per k-step gives both; a
+// shuffle adds the halves, so the scores match fp32 queries to about fp32 accuracy. The
+// contraction index is free to permute: lane (gq, tq) loads head dims [tq * HD/4, + HD/4) of
+// positions gq and gq + 8 as whole 16-byte chunks, and its query columns over the same dims.
+//
+// Outputs as O^T = V^T . P^T: the A operand's rows are head dims (lane gq's are [gq * HD/8,
+// + HD/8), two per m-tile), its k index the positions, paired as (tq, tq + 8) and (tq + 4,
+// tq + 12) so that one byte permute of two loaded V words gives each register; B's columns are
+// again the heads' weights in high and low halves, each register a pair of positions that one
+// lane of the score layout holds, fetched by shuffles. The high and low outputs are added once,
+// after the loop. Writes the same split slots as the split kernel (attention.cuh).
+#include <cfloat>
+#include <cstdint>
+#include <type_traits>
+
+#include "engine/cuda/attention_shared.cuh"
+#include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
+#include "engine/cuda/mma.cuh"
+
+namespace kernelllm::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kStep = 16;       // positions a warp takes at a time
+constexpr int kMaxGroup = 4;    // query heads per KV head: columns 0..3 high, 4..7 low
+constexpr int kMinBlocks = 3;   // blocks per SM the registers are held to
+
+template <class T>
+__device__ __forceinline__ T round_to(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    return __float2half_rn(x);
+  }
+}
+
+// The packed pair (x0, x1) rounded to T (high half) or what that rounding lost (low half).
+template <class T>
+__device__ __forceinline__ uint32_t half_pair(float x0, float x1, bool low) {
+  const T h0 = round_to<T>(x0), h1 = round_to<T>(x1);
+  const T r0 = low ? round_to<T>(x0 - to_f32(h0)) : h0, r1 = low ? round_to<T>(x1 - to_f32(h1)) : h1;
+  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&r0)) |
+         (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&r1)) << 16);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <class T, int HD>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionArgs a) {
+  constexpr int KS = HD / 16;  // k-steps of S^T, and m-tiles of O^T
+  constexpr int QD = HD / 4;   // K dims per quad lane (tq)
+  constexpr int KC = QD / 8;   // its 16-byte chunks per position
+  constexpr int VD = HD / 8;   // V dims per row lane (gq)
+  constexpr int VC = VD / 8;   // its 16-byte chunks per position
+  constexpr float kLn2 = 0.6931471805599453f;
+  static_assert(KC >= 1 && VC >= 1, "head_dim 64 or 128");
+  const int t = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int gq = lane / 4, tq = lane % 4;
+  const int group = static_cast<int>(a.heads / a.kv_heads);
+  const int64_t kv_dim = a.kv.kv_dim;
+  // As in the split kernel: the metadata is uploaded before the pass and the rows before this
+  // token's were written by earlier passes, so they are fetched into L2 before the wait.
+  const int n_ctx = a.pos[t] + 1;
+  const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
+  const int even = (n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int chunk = even > static_cast<int>(a.min_split_positions) ? even : static_cast<int>(a.min_split_positions);
+  const int begin = first + split * chunk;
+  const int end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
+  const T* pool = static_cast<const T*>(a.kv.pool);
+  const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
+  const int pt = static_cast<int>(a.kv.page_tokens);
+  prefetch_kv_rows(pool, table, begin, end, pt, a.kv.layers, a.layer, kv_dim, static_cast<int64_t>(g) * HD, HD,
+                   static_cast<int>(threadIdx.x), kThreads);
+  wait_for_predecessor();
+  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
+  if (begin >= end) {  // no positions here: empty statistics, which the merge skips
+    if (static_cast<int>(threadIdx.x) < group) {
+      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
+      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
+    }
+    return;
+  }
+  const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
+
+  // B operand of S^T: column gq is query head gq % 4 of the group (zero past it), its high half
+  // for gq < 4 and its low half after; k-step ks takes dims tq * QD + 4ks + {0, 1} (b0) and
+  // + {2, 3} (b1), the dims of the K words this lane loads.
+  uint32_t qb[KS][2];
+  {
+    const int head = gq % kMaxGroup;
+    const bool low = gq >= kMaxGroup, ok = head < group;
+    const float* qrow =
+        a.q + (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group + (ok ? head : 0)) * HD + tq * QD;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const float4 q = ok ? *reinterpret_cast<const float4*>(qrow + 4 * ks) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      qb[ks][0] = half_pair<T>(q.x, q.y, low);
+      qb[ks][1] = half_pair<T>(q.z, q.w, low);
+    }
+  }
+  // This lane's columns 2tq, 2tq + 1 are heads 2 * (tq % 2) + {0, 1} (high half for tq < 2):
+  // their running max (log2 units) and this lane's share of their sums.
+  float o[KS][4];
+#pragma unroll
+  for (int mt = 0; mt < KS; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  // Lanes holding this lane's B operand of O^T: positions (tq, tq + 8) and (tq + 4, tq + 12) of
+  // column gq's head pair and half.
+  const int src_col = (gq % kMaxGroup) / 2 + 2 * (gq / kMaxGroup);
+  const int src0 = tq * 4 + src_col, src1 = (tq + 4) * 4 + src_col;
+  const bool odd_head = (gq % 2) != 0;
+  const int64_t v_off = static_cast<int64_t>(pt) * kv_dim;
+
+  for (int base = begin + warp * kStep; base < end; base += kWarps * kStep) {
+    uint4 kr[2][KC], vr[4][VC];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int p = base + gq + 8 * r;
+      const T* kp = paged_k_row(pool, table, p < end ? p : begin, pt, a.kv.layers, a.layer, kv_dim) +
+                    static_cast<int64_t>(g) * HD + tq * QD;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) kr[r][c] = __ldg(reinterpret_cast<const uint4*>(kp + c * 8));
+    }
+    // V rows of positions tq, tq + 8, tq + 4, tq + 12 (zero past the end: their weights are 0,
+    // but 0 times a stale NaN would not be).
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int p = base + tq + (r == 1 ? 8 : r == 2 ? 4 : r == 3 ? 12 : 0);
+      const T* vp = paged_k_row(pool, table, p < end ? p : begin, pt, a.kv.layers, a.layer, kv_dim) + v_off +
+                    static_cast<int64_t>(g) * HD + gq * VD;
+#pragma unroll
+      for (int c = 0; c < VC; ++c) {
+        vr[r][c] = p < end ? __ldg(reinterpret_cast<const uint4*>(vp + c * 8)) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    // S^T: even and odd k-steps in two accumulators (shorter chains).
+    float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const uint4& k0 = kr[0][ks / 2];
+      const uint4& k1 = kr[1][ks / 2];
+      const uint32_t af[4] = {ks % 2 == 0 ? k0.x : k0.z, ks % 2 == 0 ? k1.x : k1.z, ks % 2 == 0 ? k0.y : k0.w,
+                              ks % 2 == 0 ? k1.y : k1.w};
+      mma<T>(ks % 2 == 0 ? sa : sb, af, qb[ks][0], qb[ks][1]);
+    }
+    // s[e]: position gq (e < 2) or gq + 8, head 2 * (tq % 2) + e % 2, both halves added.
+    float s[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[e] = sa[e] + sb[e];
+      s[e] += __shfl_xor_sync(0xffffffffu, s[e], 2);
+      s[e] = base + gq + (e >= 2 ? 8 : 0) < end ? s[e] * scale_log2 : -INFINITY;
+    }
+    float corr[2];
+    uint32_t pv[2];  // the pair (position gq, gq + 8) of head 2 * (tq % 2) + hh, this lane's half
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = fmaxf(s[hh], s[2 + hh]);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+      const float m_new = fmaxf(m[hh], mx);  // finite: position base is in range
+      corr[hh] = exp2f(m[hh] - m_new);
+      m[hh] = m_new;
+      const float p0 = exp2f(s[hh] - m_new), p1 = exp2f(s[2 + hh] - m_new);
+      l[hh] = l[hh] * corr[hh] + p0 + p1;
+      pv[hh] = half_pair<T>(p0, p1, tq >= 2);
+    }
+    uint32_t pb[2];
+    {
+      const uint32_t x0 = __shfl_sync(0xffffffffu, pv[0], src0), x1 = __shfl_sync(0xffffffffu, pv[1], src0);
+      const uint32_t y0 = __shfl_sync(0xffffffffu, pv[0], src1), y1 = __shfl_sync(0xffffffffu, pv[1], src1);
+      pb[0] = odd_head ? x1 : x0;
+      pb[1] = odd_head ? y1 : y0;
+    }
+#pragma unroll
+    for (int mt = 0; mt < KS; ++mt) {
+      const int c = mt / 4, w = mt % 4;
+      const uint32_t v0 = word(vr[0][c], w), v8 = word(vr[1][c], w), v4 = word(vr[2][c], w), v12 = word(vr[3][c], w);
+      const uint32_t af[4] = {__byte_perm(v0, v8, 0x5410), __byte_perm(v0, v8, 0x7632), __byte_perm(v4, v12, 0x5410),
+                              __byte_perm(v4, v12, 0x7632)};
+      o[mt][0] *= corr[0];
+      o[mt][1] *= corr[1];
+      o[mt][2] *= corr[0];
+      o[mt][3] *= corr[1];
+      mma<T>(o[mt], af, pb[0], pb[1]);
+    }
+  }
+  // High and low halves of the outputs; the sums over the positions of all lanes.
+#pragma unroll
+  for (int mt = 0; mt < KS; ++mt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[mt][e] += __shfl_xor_sync(0xffffffffu, o[mt][e], 2);
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 4);
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 8);
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 16);
+  }
+
+  // The warps' (max, sum, output) into one split slot per head. Lane (gq, tq < 2) holds heads
+  // 2tq + {0, 1}, dims gq * VD + 2mt (o[mt][0..1]) and + 1 (o[mt][2..3]).
+  __shared__ float s_ml[kWarps][kMaxGroup][2];
+  __shared__ __align__(16) float s_o[kWarps][kMaxGroup][HD];
+  if (tq < 2) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      if (gq == 0) {
+        s_ml[warp][2 * tq + hh][0] = m[hh];
+        s_ml[warp][2 * tq + hh][1] = l[hh];
+      }
+#pragma unroll
+      for (int mt = 0; mt < KS; ++mt) {
+        s_o[warp][2 * tq + hh][gq * VD + 2 * mt] = o[mt][hh];
+        s_o[warp][2 * tq + hh][gq * VD + 2 * mt + 1] = o[mt][2 + hh];
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = static_cast<int>(threadIdx.x); idx < group * HD; idx += kThreads) {
+    const int h = idx / HD, d = idx % HD;
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) {
+      if (s_ml[w][h][1] > 0.0f) mx = fmaxf(mx, s_ml[w][h][0]);
+    }
+    float sum = 0.0f, out = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = s_ml[w][h][1] > 0.0f ? exp2f(s_ml[w][h][0] - mx) : 0.0f;
+      sum += s_ml[w][h][1] * f;
+      out += s_o[w][h][d] * f;
+    }
+    const int64_t slot = slot0 + static_cast<int64_t>(h) * a.splits;
+    a.partial_acc[slot * HD + d] = out;
+    if (d == 0) {
+      a.partial_ml[slot * 2] = mx * kLn2;
+      a.partial_ml[slot * 2 + 1] = sum;
+    }
+  }
+}
+
+}  // namespace
+
+bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group) {
+  return (type == DType::bf16 || type == DType::f16) && (head_dim == 64 || head_dim == 128) && group >= 1 &&
+         group <= kMaxGroup;
+}
+
+void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream) {
+  if (args.n_tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(args.n_tokens), static_cast<unsigned>(args.kv_heads),
+                  static_cast<unsigned>(splits));
+  const bool wide = args.head_dim == 128;
+  if (type == DType::f16) {
+    launch_kernel(wide ? suffix_kernel<__half, 128> : suffix_kernel<__half, 64>, grid, kThreads, 0, stream, args);
+  } else {
+    launch_kernel(wide ? suffix_kernel<__nv_bfloat16, 128> : suffix_kernel<__nv_bfloat16, 64>, grid, kThreads, 0,
+                  stream, args);
+  }
+}
+
+}  // namespace kernelllm::cuda
