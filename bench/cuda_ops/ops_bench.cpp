@@ -6,8 +6,9 @@
 // n = 8..32,
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
 // (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20
-// forks of one 1,500-token prompt: split kernel vs shared-prefix kernel. Prints one line per op with time and achieved GB/s or TB/s (weights + KV
-// bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines only, `band` the band
+// forks of one 1,500-token prompt: split kernel vs shared-prefix kernel (its own positions by the
+// split kernel and on the tensor cores). Prints one line per op with time and achieved GB/s or
+// TB/s (weights + KV bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines only, `band` the band
 // GEMM's (its chosen layout and each cluster size at n = 17, 20, 32, next to cuBLASLt and the
 // staged GEMM), `forks` the 20 forks' attention (own positions by the split kernel and on the
 // tensor cores).

@@ -2,8 +2,9 @@
 // own pages and against the split kernel of attention.cuh, by normalized error: forks of one
 // prompt (1, 3, 20, 40) whose prompts end inside a page, suffixes of 0..N tokens, unrelated
 // sequences in the same pass, GQA groups 1/2/4/8, head_dim 16/64/128, forks owning up to 199
-// positions (several steps of the split kernel's warps); then a CUDA graph
-// captured once and replayed after the lengths and the plan change in device memory.
+// positions (several steps of each own-position kernel's warps), every case with the own
+// positions by the split kernel and (group <= 4, head_dim 64/128) on the tensor cores; then a
+// CUDA graph captured once and replayed after the lengths and the plan change in device memory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
