@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "engine/cuda/attention.cuh"
+#include "engine/cuda/attention_split.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
@@ -87,12 +88,7 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
   // The metadata (positions, page tables) is uploaded before the pass, and the cache rows
   // before this token's were written by earlier passes: this block's K and V rows are fetched
   // into L2 while the previous kernel (RoPE, which writes this token's row) still runs.
-  const int n_ctx = a.pos[t] + 1;
-  const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
-  const int even = (n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
-  const int chunk = even > static_cast<int>(a.min_split_positions) ? even : static_cast<int>(a.min_split_positions);
-  const int begin = first + split * chunk;
-  const int end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
+  const auto [n_ctx, begin, end] = split_range(a, t, split);
   const T* pool = static_cast<const T*>(a.kv.pool);
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int pt = static_cast<int>(a.kv.page_tokens);
@@ -100,11 +96,8 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
                    static_cast<int>(threadIdx.x), kThreads);
   wait_for_predecessor();
   const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
-  if (begin >= end) {  // no positions here: empty statistics, which the merge skips
-    if (static_cast<int>(threadIdx.x) < group) {
-      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
-      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
-    }
+  if (begin >= end) {  // no positions here
+    write_empty_split(a, slot0, group);
     return;
   }
   const float scale = rsqrtf(static_cast<float>(hd));

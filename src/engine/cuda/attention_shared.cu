@@ -26,15 +26,6 @@ constexpr int kPad = 8;
 constexpr int64_t kSharedItemBlocks = 2;  // blocks per (split, KV head), each taking every 2nd item
 
 template <class T>
-__device__ __forceinline__ T round_to(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(x);
-  } else {
-    return __float2half_rn(x);
-  }
-}
-
-template <class T>
 __device__ __forceinline__ uint32_t pack(T lo, T hi) {
   return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&lo)) |
          (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&hi)) << 16);

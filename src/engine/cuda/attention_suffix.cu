@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "engine/cuda/attention_shared.cuh"
+#include "engine/cuda/attention_split.cuh"
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/mma.cuh"
@@ -32,15 +33,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kStep = 16;       // positions a warp takes at a time
 constexpr int kMaxGroup = 4;    // query heads per KV head: columns 0..3 high, 4..7 low
 constexpr int kMinBlocks = 3;   // blocks per SM the registers are held to
-
-template <class T>
-__device__ __forceinline__ T round_to(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(x);
-  } else {
-    return __float2half_rn(x);
-  }
-}
 
 // The packed pair (x0, x1) rounded to T (high half) or what that rounding lost (low half).
 template <class T>
@@ -71,12 +63,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
   const int64_t kv_dim = a.kv.kv_dim;
   // As in the split kernel: the metadata is uploaded before the pass and the rows before this
   // token's were written by earlier passes, so they are fetched into L2 before the wait.
-  const int n_ctx = a.pos[t] + 1;
-  const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
-  const int even = (n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
-  const int chunk = even > static_cast<int>(a.min_split_positions) ? even : static_cast<int>(a.min_split_positions);
-  const int begin = first + split * chunk;
-  const int end = begin + chunk < n_ctx ? begin + chunk : n_ctx;
+  const auto [n_ctx, begin, end] = split_range(a, t, split);
   const T* pool = static_cast<const T*>(a.kv.pool);
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int pt = static_cast<int>(a.kv.page_tokens);
@@ -84,11 +71,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
                    static_cast<int>(threadIdx.x), kThreads);
   wait_for_predecessor();
   const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
-  if (begin >= end) {  // no positions here: empty statistics, which the merge skips
-    if (static_cast<int>(threadIdx.x) < group) {
-      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
-      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
-    }
+  if (begin >= end) {  // no positions here
+    write_empty_split(a, slot0, group);
     return;
   }
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;

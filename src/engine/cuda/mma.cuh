@@ -31,6 +31,16 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
   }
 }
 
+// x rounded to the nearest T (bf16 or f16).
+template <class T>
+__device__ __forceinline__ T round_to(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else {
+    return __float2half_rn(x);
+  }
+}
+
 // (lo, hi) rounded to T and packed as one 32-bit pair (lo in the low half).
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
