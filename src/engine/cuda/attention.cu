@@ -85,21 +85,12 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
   const int sub = lane % kLanesPerPos, row = lane / kLanesPerPos;
   const int hd = static_cast<int>(a.head_dim), group = static_cast<int>(a.heads / a.kv_heads);
   const int64_t kv_dim = a.kv.kv_dim;
-  // The metadata (positions, page tables) is uploaded before the pass, and the cache rows
-  // before this token's were written by earlier passes: this block's K and V rows are fetched
-  // into L2 while the previous kernel (RoPE, which writes this token's row) still runs.
-  const auto [n_ctx, begin, end] = split_range(a, t, split);
+  // The block's K and V rows are fetched into L2 while the previous kernel (RoPE, which writes
+  // this token's row) still runs; an empty split's statistics are written (enter_split).
+  const auto [n_ctx, begin, end, table, slot0] = enter_split<T>(a, t, g, split, hd, kThreads);
+  if (begin >= end) return;
   const T* pool = static_cast<const T*>(a.kv.pool);
-  const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int pt = static_cast<int>(a.kv.page_tokens);
-  prefetch_kv_rows(pool, table, begin, end, pt, a.kv.layers, a.layer, kv_dim, static_cast<int64_t>(g) * hd, hd,
-                   static_cast<int>(threadIdx.x), kThreads);
-  wait_for_predecessor();
-  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
-  if (begin >= end) {  // no positions here
-    write_empty_split(a, slot0, group);
-    return;
-  }
   const float scale = rsqrtf(static_cast<float>(hd));
   const bool fused = Rope && a.rope_qkv != nullptr;
 

@@ -25,20 +25,6 @@ constexpr int kTile = 32;
 constexpr int kPad = 8;
 constexpr int64_t kSharedItemBlocks = 2;  // blocks per (split, KV head), each taking every 2nd item
 
-template <class T>
-__device__ __forceinline__ uint32_t pack(T lo, T hi) {
-  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&lo)) |
-         (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&hi)) << 16);
-}
-
-// (x0, x1) as a packed pair in T (hi) and the packed pair of what rounding lost (lo).
-template <class T>
-__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const T h0 = round_to<T>(x0), h1 = round_to<T>(x1);
-  hi = pack<T>(h0, h1);
-  lo = pack<T>(round_to<T>(x0 - to_f32(h0)), round_to<T>(x1 - to_f32(h1)));
-}
-
 // K and V rows [tile, tile + kTile) below `end` of one KV head, 16 bytes per load, into
 // registers (zero past `end`): issued one tile ahead so their latency overlaps the products.
 template <class T, int HD>

@@ -1,36 +1,55 @@
 // What the decode kernels that split a token's positions share (nvcc only): the split kernel of
 // attention.cu and the own-position kernel of attention_suffix.cu give one block a split of one
-// token's positions and write its (max, sum, output) into that split's slots.
+// token's positions and write its (max, sum, output) into that split's slots; enter_split is how
+// such a block starts.
 #pragma once
 
 #include <cfloat>
 #include <cstdint>
 
 #include "engine/cuda/attention.cuh"
+#include "engine/cuda/device_types.cuh"
+#include "engine/cuda/launch.cuh"
 
 namespace kernelllm::cuda {
 
-// Block (t, g, split)'s positions [begin, end) of token t (n_ctx of them in all, from ctx_begin[t]
-// or 0 on), in gridDim.z splits of at least min_split_positions each (the last splits may be empty).
-struct SplitRange {
+// Block (t, g, split) of such a kernel: positions [begin, end) of token t (n_ctx of them in all,
+// from ctx_begin[t] or 0 on), in gridDim.z splits of at least min_split_positions each (the last
+// splits may be empty); t's page-table row; slot0, the split slot of the group's first head (the
+// others a.splits apart).
+struct SplitBlock {
   int n_ctx, begin, end;
+  const int32_t* table;
+  int64_t slot0;
 };
-__device__ __forceinline__ SplitRange split_range(const AttentionArgs& a, int t, int split) {
-  const int n_ctx = a.pos[t] + 1;
-  const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
-  const int even = (n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
-  const int chunk = even > static_cast<int>(a.min_split_positions) ? even : static_cast<int>(a.min_split_positions);
-  const int begin = first + split * chunk;
-  return {n_ctx, begin, begin + chunk < n_ctx ? begin + chunk : n_ctx};
-}
 
-// Split slot `slot0` of the group's first head (the others a.splits apart) with no positions:
-// empty statistics, which the merge skips. Threads 0..group-1 write one head each.
-__device__ __forceinline__ void write_empty_split(const AttentionArgs& a, int64_t slot0, int group) {
-  if (static_cast<int>(threadIdx.x) < group) {
-    a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
-    a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
+// Enters block (t, g, split) of a split kernel of `threads` threads: the metadata (positions,
+// page tables) is uploaded before the pass and the cache rows before the token's were written by
+// earlier passes, so the block's K and V rows (head_dim elements of KV head g) are fetched into L2
+// before the wait for the previous kernel (launch.cuh), which follows. A split with no positions
+// gets empty statistics (the merge skips them); the caller returns when begin >= end.
+template <class T>
+__device__ __forceinline__ SplitBlock enter_split(const AttentionArgs& a, int t, int g, int split, int head_dim,
+                                                  int threads) {
+  SplitBlock b;
+  b.n_ctx = a.pos[t] + 1;
+  const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
+  const int even = (b.n_ctx - first + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z);
+  const int chunk = even > static_cast<int>(a.min_split_positions) ? even : static_cast<int>(a.min_split_positions);
+  b.begin = first + split * chunk;
+  b.end = b.begin + chunk < b.n_ctx ? b.begin + chunk : b.n_ctx;
+  b.table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
+  prefetch_kv_rows(static_cast<const T*>(a.kv.pool), b.table, b.begin, b.end, static_cast<int>(a.kv.page_tokens),
+                   a.kv.layers, a.layer, a.kv.kv_dim, static_cast<int64_t>(g) * head_dim, head_dim,
+                   static_cast<int>(threadIdx.x), threads);
+  wait_for_predecessor();
+  const int group = static_cast<int>(a.heads / a.kv_heads);
+  b.slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
+  if (b.begin >= b.end && static_cast<int>(threadIdx.x) < group) {
+    a.partial_ml[(b.slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
+    a.partial_ml[(b.slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
   }
+  return b;
 }
 
 }  // namespace kernelllm::cuda

@@ -37,10 +37,9 @@ constexpr int kMinBlocks = 3;   // blocks per SM the registers are held to
 // The packed pair (x0, x1) rounded to T (high half) or what that rounding lost (low half).
 template <class T>
 __device__ __forceinline__ uint32_t half_pair(float x0, float x1, bool low) {
-  const T h0 = round_to<T>(x0), h1 = round_to<T>(x1);
-  const T r0 = low ? round_to<T>(x0 - to_f32(h0)) : h0, r1 = low ? round_to<T>(x1 - to_f32(h1)) : h1;
-  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&r0)) |
-         (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&r1)) << 16);
+  uint32_t hi, lo;
+  split2<T>(x0, x1, hi, lo);
+  return low ? lo : hi;
 }
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
@@ -61,20 +60,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
   const int gq = lane / 4, tq = lane % 4;
   const int group = static_cast<int>(a.heads / a.kv_heads);
   const int64_t kv_dim = a.kv.kv_dim;
-  // As in the split kernel: the metadata is uploaded before the pass and the rows before this
-  // token's were written by earlier passes, so they are fetched into L2 before the wait.
-  const auto [n_ctx, begin, end] = split_range(a, t, split);
+  // As in the split kernel: the rows into L2 before the PDL wait, empty splits' statistics.
+  const auto [n_ctx, begin, end, table, slot0] = enter_split<T>(a, t, g, split, HD, kThreads);
+  if (begin >= end) return;
   const T* pool = static_cast<const T*>(a.kv.pool);
-  const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int pt = static_cast<int>(a.kv.page_tokens);
-  prefetch_kv_rows(pool, table, begin, end, pt, a.kv.layers, a.layer, kv_dim, static_cast<int64_t>(g) * HD, HD,
-                   static_cast<int>(threadIdx.x), kThreads);
-  wait_for_predecessor();
-  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
-  if (begin >= end) {  // no positions here
-    write_empty_split(a, slot0, group);
-    return;
-  }
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
 
   // B operand of S^T: column gq is query head gq % 4 of the group (zero past it), its high half

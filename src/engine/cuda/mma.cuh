@@ -1,7 +1,7 @@
 // Tensor-core building blocks shared by the attention kernels (nvcc only): mma.sync
 // m16n8k16 with fp32 accumulators for bf16/f16 operands, ldmatrix from shared memory, packing
-// two floats into a b16 pair, cp.async copies of 16 bytes (zero-filled when not wanted), and the
-// online-softmax step over accumulator rows.
+// two floats into a b16 pair (rounded, or split into high and low halves), cp.async copies of 16
+// bytes (zero-filled when not wanted), and the online-softmax step over accumulator rows.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+
+#include "engine/cuda/device_types.cuh"
 
 namespace kernelllm::cuda {
 
@@ -39,6 +41,22 @@ __device__ __forceinline__ T round_to(float x) {
   } else {
     return __float2half_rn(x);
   }
+}
+
+// Two T values as one 32-bit pair (lo in the low half).
+template <class T>
+__device__ __forceinline__ uint32_t pack(T lo, T hi) {
+  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&lo)) |
+         (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&hi)) << 16);
+}
+
+// (x0, x1) as a packed pair in T (hi) and the packed pair of what rounding lost (lo): hi + lo
+// carries about 16 bits of each float, so products of both halves match fp32 inputs closely.
+template <class T>
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const T h0 = round_to<T>(x0), h1 = round_to<T>(x1);
+  hi = pack<T>(h0, h1);
+  lo = pack<T>(round_to<T>(x0 - to_f32(h0)), round_to<T>(x1 - to_f32(h1)));
 }
 
 // (lo, hi) rounded to T and packed as one 32-bit pair (lo in the low half).
