@@ -117,12 +117,14 @@ TEST_P(OpTest, SwiGlu) {
 
 // y = x . W^T by cuBLASLt and by the GEMV (n <= 8), against float64 on the rounded inputs: only
 // fp32 accumulation error remains (measured up to 8e-6 at K = 14336; some cuBLASLt algorithms
-// reach 1.7e-5 there), hence 3e-5.
+// reach 1.7e-5 there), hence 3e-5. cuBLASLt with its heuristic's first choice and with the
+// measured preferences of gemm.cu (Llama-3.1-8B's qkv and down at 17..24 tokens).
 constexpr double kProjTolerance = 3e-5;
 TEST_P(OpTest, Projections) {
   const DType t = GetParam();
-  cuda::Gemm gemm;
-  ASSERT_TRUE(gemm.init(t).ok());
+  cuda::Gemm gemms[2];
+  ASSERT_TRUE(gemms[0].init(t).ok());
+  ASSERT_TRUE(gemms[1].init(t, true).ok());
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 4096}, {4096, 14336}, {200, 64}, {6144, 4096}}) {
     auto w = random_vector(static_cast<size_t>(rows * cols), 6, 0.02f);
     const auto wb = encode(w, t);
@@ -140,21 +142,27 @@ TEST_P(OpTest, Projections) {
           ref[static_cast<size_t>(i * rows + r)] = static_cast<float>(s);
         }
       }
-      auto d_y = poisoned(ref.size() * 4);
-      ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.as<float>(), nullptr).ok());
-      const double eg = rel_error(download(d_y, ref.size()), ref);
-      EXPECT_LT(eg, kProjTolerance) << "gemm rows " << rows << " cols " << cols << " n " << n;
-      {  // accumulating into y, which holds the product already: twice the product
-        ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.get(), DType::f32, nullptr, true).ok());
-        std::vector<float> twice(ref);
-        for (float& v : twice) v *= 2.0f;
-        EXPECT_LT(rel_error(download(d_y, ref.size()), twice), kProjTolerance) << "gemm += rows " << rows << " n " << n;
-      }
-      if (t != DType::f32) {  // y in the compute dtype: the fp32 result rounded once
-        auto d_yt = poisoned(ref.size() * dtype_size(t));
-        ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_yt.get(), t, nullptr).ok());
-        const double et = rel_error(download(d_yt, ref.size(), t), ref);
-        EXPECT_LT(et, out_tolerance(t)) << "gemm to " << dtype_name(t) << " rows " << rows << " n " << n;
+      double eg = 0;
+      for (int tuned = 0; tuned < 2; ++tuned) {
+        cuda::Gemm& gemm = gemms[tuned];
+        auto d_y = poisoned(ref.size() * 4);
+        ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.as<float>(), nullptr).ok());
+        const double e = rel_error(download(d_y, ref.size()), ref);
+        eg = std::max(eg, e);
+        EXPECT_LT(e, kProjTolerance) << "gemm rows " << rows << " cols " << cols << " n " << n << " tuned " << tuned;
+        {  // accumulating into y, which holds the product already: twice the product
+          ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_y.get(), DType::f32, nullptr, true).ok());
+          std::vector<float> twice(ref);
+          for (float& v : twice) v *= 2.0f;
+          EXPECT_LT(rel_error(download(d_y, ref.size()), twice), kProjTolerance)
+              << "gemm += rows " << rows << " n " << n << " tuned " << tuned;
+        }
+        if (t != DType::f32) {  // y in the compute dtype: the fp32 result rounded once
+          auto d_yt = poisoned(ref.size() * dtype_size(t));
+          ASSERT_TRUE(gemm.run(d_w.get(), rows, cols, d_x.get(), n, d_yt.get(), t, nullptr).ok());
+          const double et = rel_error(download(d_yt, ref.size(), t), ref);
+          EXPECT_LT(et, out_tolerance(t)) << "gemm to " << dtype_name(t) << " rows " << rows << " n " << n;
+        }
       }
       double ev = -1;
       if (cuda::gemv_supported(t, cols, n)) {
@@ -163,7 +171,8 @@ TEST_P(OpTest, Projections) {
         ev = rel_error(download(d_y2, ref.size()), ref);
         EXPECT_LT(ev, kProjTolerance) << "gemv rows " << rows << " cols " << cols << " n " << n;
       }
-      std::printf("[proj %s %lldx%lld n=%lld] gemm rel err %.3g, gemv %.3g\n", std::string(dtype_name(t)).c_str(),
+      std::printf("[proj %s %lldx%lld n=%lld] gemm rel err %.3g (worse of both choices), gemv %.3g\n",
+                  std::string(dtype_name(t)).c_str(),
                   static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), eg, ev);
     }
   }

@@ -103,7 +103,7 @@ Status CudaBackend::init() {
                    "querying the SM count");
   size_t total_b = 0;
   KLLM_CUDA_RETURN(cudaMemGetInfo(&free_at_start_, &total_b), "querying free memory");
-  KLLM_RETURN_IF_ERROR(gemm_.init(dtype_));
+  KLLM_RETURN_IF_ERROR(gemm_.init(dtype_, major == 9 && !env_off("KERNELLLM_CUDA_LT_TUNED")));
   const size_t es = dtype_size(dtype_);
   const auto h = static_cast<size_t>(c.hidden_size), inter = static_cast<size_t>(c.intermediate_size);
   const auto vocab = static_cast<size_t>(c.vocab_size);

@@ -24,6 +24,39 @@ cudaDataType_t data_type(DType t) {
   }
 }
 
+// Candidates further down cuBLASLt's heuristic list that beat its first choice in the k = 20
+// decode pass of Llama-3.1-8B on the H100 (bench/cuda_ops/NOTES.md item 33; measured at 20
+// tokens, applied to 17..24): qkv on 128x16 tiles instead of 64x24, and down on 64x16 tiles
+// without split-K instead of 64x24 tiles split in two plus a reduction kernel.
+struct Tuned {
+  int64_t rows, cols, min_n, max_n;
+  int tile, splitk;
+};
+constexpr Tuned kTuned[] = {
+    {6144, 4096, 17, 24, CUBLASLT_MATMUL_TILE_128x16, 1},
+    {4096, 14336, 17, 24, CUBLASLT_MATMUL_TILE_64x16, 1},
+};
+
+// The index of the first of `found` candidates with the tile and split-K a kTuned entry names for
+// this shape, or 0 (the heuristic's first choice).
+int tuned_choice(const cublasLtMatmulHeuristicResult_t* results, int found, int64_t rows, int64_t cols, int64_t n) {
+  for (const Tuned& t : kTuned) {
+    if (t.rows != rows || t.cols != cols || n < t.min_n || n > t.max_n) continue;
+    for (int i = 0; i < found; ++i) {
+      int tile = 0, splitk = 0;
+      size_t written = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                               &written) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                               sizeof(splitk), &written) != CUBLAS_STATUS_SUCCESS) {
+        continue;
+      }
+      if (tile == t.tile && splitk == t.splitk) return i;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 struct Gemm::Plan {
@@ -45,8 +78,9 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-Status Gemm::init(DType type) {
+Status Gemm::init(DType type, bool tuned) {
   type_ = type;
+  tuned_ = tuned;
   cublasLtHandle_t h = nullptr;
   KLLM_RETURN_IF_ERROR(lt_status(cublasLtCreate(&h), "create"));
   handle_ = h;
@@ -74,10 +108,11 @@ Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n, DType y_ty
   KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const uint64_t ws = kWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 16;
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
   const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
-                                                          p->c, p->c, pref, 1, &result, &found);
+                                                          p->c, p->c, pref, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   KLLM_RETURN_IF_ERROR(lt_status(s, "heuristic"));
   if (found == 0) {
@@ -85,7 +120,7 @@ Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n, DType y_ty
                                              std::to_string(cols) + "] . [" + std::to_string(rows) + " x " +
                                              std::to_string(cols) + "]^T");
   }
-  p->algo = result.algo;
+  p->algo = results[tuned_ ? tuned_choice(results, found, rows, cols, n) : 0].algo;
   Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
   return raw;

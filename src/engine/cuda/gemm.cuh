@@ -1,6 +1,7 @@
 // Projections through cuBLASLt: Y[n, rows] (fp32) = X[n, cols] . W[rows, cols]^T with W and X
 // in the backend dtype (fp32 accumulation; no TF32 for f32). Plans (layouts, heuristic
-// algorithm) are cached per shape, so replays under CUDA graphs reuse them.
+// algorithm, or a measured preference among its candidates) are cached per shape, so replays
+// under CUDA graphs reuse them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,7 +24,9 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  Status init(DType type);
+  // tuned: prefer the candidates of kTuned (gemm.cu) where they apply (measured on the H100; the
+  // backend passes compute capability 9.x unless KERNELLLM_CUDA_LT_TUNED=0).
+  Status init(DType type, bool tuned = false);
   // y [n, rows] = x [n, cols] . W^T, y in fp32.
   Status run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y, cudaStream_t stream);
   // The same with y in `y_type`: f32 or the weights' dtype; with `accumulate`, y += x . W^T.
@@ -35,6 +38,7 @@ class Gemm {
   Result<Plan*> plan(int64_t rows, int64_t cols, int64_t n, DType y_type);
 
   DType type_ = DType::bf16;
+  bool tuned_ = false;
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   std::map<std::tuple<int64_t, int64_t, int64_t, DType>, std::unique_ptr<Plan>> plans_;
