@@ -108,11 +108,12 @@ Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n, DType y_ty
   KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const uint64_t ws = kWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  // The first candidate, or (tuned) up to 16 to look for kTuned's among.
   constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
   const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
-                                                          p->c, p->c, pref, kCandidates, results, &found);
+                                                          p->c, p->c, pref, tuned_ ? kCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   KLLM_RETURN_IF_ERROR(lt_status(s, "heuristic"));
   if (found == 0) {

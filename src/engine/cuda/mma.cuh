@@ -33,16 +33,6 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
   }
 }
 
-// x rounded to the nearest T (bf16 or f16).
-template <class T>
-__device__ __forceinline__ T round_to(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(x);
-  } else {
-    return __float2half_rn(x);
-  }
-}
-
 // Two T values as one 32-bit pair (lo in the low half).
 template <class T>
 __device__ __forceinline__ uint32_t pack(T lo, T hi) {
@@ -54,9 +44,9 @@ __device__ __forceinline__ uint32_t pack(T lo, T hi) {
 // carries about 16 bits of each float, so products of both halves match fp32 inputs closely.
 template <class T>
 __device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const T h0 = round_to<T>(x0), h1 = round_to<T>(x1);
+  const T h0 = from_f32<T>(x0), h1 = from_f32<T>(x1);
   hi = pack<T>(h0, h1);
-  lo = pack<T>(round_to<T>(x0 - to_f32(h0)), round_to<T>(x1 - to_f32(h1)));
+  lo = pack<T>(from_f32<T>(x0 - to_f32(h0)), from_f32<T>(x1 - to_f32(h1)));
 }
 
 // (lo, hi) rounded to T and packed as one 32-bit pair (lo in the low half).
