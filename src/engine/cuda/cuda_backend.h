@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
@@ -132,9 +133,13 @@ class CudaBackend final : public Backend {
   // (1..16) sets its splits and KERNELLLM_CUDA_SUFFIX_MIN=P the fewest positions a split takes
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
-  // Those positions on the tensor cores (suffix_attention_mma) where supported; env
+  // The prompt's splits in such a pass: KERNELLLM_CUDA_PREFIX_SPLITS=S (1..16) fewer than the
+  // 16 the scratch allows at k = 20 (measurements; 0: as many as it allows).
+  int64_t prefix_splits_env_ = 0;
+  // Those positions on the tensor cores (suffix_attention_mma) where supported, beside the prefix
+  // kernel; env KERNELLLM_CUDA_SUFFIX_BESIDE=0 runs them before it instead, and
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
-  bool mma_suffix_ = true;
+  OwnPositions own_positions_ = OwnPositions::beside_prefix;
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;
