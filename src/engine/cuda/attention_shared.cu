@@ -28,7 +28,10 @@ constexpr int kPad = 8;                   // row padding (elements): ldmatrix ro
 constexpr int kRing = 4;                  // K/V tiles in flight per block
 // Registers held to three blocks' worth per SM (<= 136; 129 for bf16 / f16 at head_dim 128), so
 // two own-position blocks (4 warps of <= 160) fit beside a block of this kernel.
-constexpr int kMinBlocks = 3;
+#ifndef KLLM_PREFIX_MIN_BLOCKS
+#define KLLM_PREFIX_MIN_BLOCKS 3
+#endif
+constexpr int kMinBlocks = KLLM_PREFIX_MIN_BLOCKS;
 constexpr int64_t kSharedItemBlocks = 2;  // blocks per (split, KV head), each taking every 2nd item
 
 // The kernel's dynamic shared memory, in T elements: the queries' high and low halves
@@ -279,7 +282,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 template <class T, int HD, bool kBeside>
 void launch_prefix_hd(const AttentionArgs& a, const SharedPrefixArgs& s, int suffix_splits, const dim3& grid,
                       cudaStream_t stream) {
-  constexpr size_t kBytes = PrefixSmem<HD>::kElems * sizeof(T);
+  size_t kBytes = PrefixSmem<HD>::kElems * sizeof(T);
+#ifdef KLLM_PREFIX_ONE_PER_SM
+  {
+    int dev = 0, sm_bytes = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    kBytes = std::max<size_t>(kBytes, static_cast<size_t>(sm_bytes) / 2 + 1024);
+  }
+#endif
   static const bool sized = cudaFuncSetAttribute(prefix_kernel<T, HD, kBeside>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  static_cast<int>(kBytes)) == cudaSuccess;
