@@ -341,16 +341,13 @@ int main(int argc, char** argv) {
     a.ctx_begin = md + 2 * n;
     for (const auto& [ss, pre] : std::vector<std::pair<int64_t, int64_t>>{{4, 16}, {2, 16}, {1, 16}, {4, 8}, {4, 32}}) {
       a.splits = ss + pre;
-      for (const OwnPositions kind :
-           {OwnPositions::split_kernel, OwnPositions::tensor_cores, OwnPositions::beside_prefix}) {
-        const float ms = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr, kind); });
-        const bool mma = kind != OwnPositions::split_kernel;
+      for (const bool mma : {false, true}) {
+        const float ms = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr, mma); });
         std::printf("attention forks=20 prompt=%lld gen=%-4lld shared prefix (%lld + %-2lld splits, own positions %s) "
                     "%8.1f us",
                     static_cast<long long>(ctx), static_cast<long long>(gen), static_cast<long long>(ss),
-                    static_cast<long long>(pre),
-                    kind == OwnPositions::beside_prefix ? "mma beside" : mma ? "mma" : "split", ms * 1e3);
-        if (kind != OwnPositions::beside_prefix && pre == kSharedPrefixSplits && (ss == 4 || ss == 2)) {  // the parts
+                    static_cast<long long>(pre), mma ? "mma" : "split", ms * 1e3);
+        if (pre == kSharedPrefixSplits && (ss == 4 || ss == 2)) {  // the parts
           const float ms_suffix = median_ms([&](int) {
             if (mma) {
               suffix_attention_mma(t, a, ss, nullptr);

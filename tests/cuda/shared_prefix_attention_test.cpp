@@ -1,11 +1,11 @@
 // The shared-prefix (cascade) decode attention against a float64 softmax over each sequence's
 // own pages and against the split kernel of attention.cuh, by normalized error: forks of one
-// prompt (1, 3, 20, 40, 90) whose prompts end inside a page, suffixes of 0..N tokens, unrelated
+// prompt (1, 3, 20, 40, 150) whose prompts end inside a page, suffixes of 0..N tokens, unrelated
 // sequences in the same pass, GQA groups 1/2/4/8, head_dim 16/64/128, forks owning up to 199
 // positions (several steps of each own-position kernel's warps), prompts of up to 1,000 tokens
-// (the prefix kernel's ring refilled), every case with the own positions by the split kernel and
-// (group <= 4, head_dim 64/128) on the tensor cores, before the prefix kernel and beside it; then a
-// CUDA graph captured once and replayed after the lengths and the plan change in device memory.
+// (16 tiles per prefix block), every case with the own positions by the split kernel and
+// (group <= 4, head_dim 64/128) on the tensor cores; then a CUDA graph captured once and
+// replayed after the lengths and the plan change in device memory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -191,18 +191,11 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   cuda::AttentionArgs a = d.args(s, n, suffix_splits + prefix_splits);
   a.ctx_begin = d.plan.as<int32_t>();
   a.min_split_positions = min_positions;
-  // The own positions by the split kernel, then (where supported) on the tensor cores, before the
-  // prefix kernel and beside it.
-  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr,
-                                cuda::OwnPositions::split_kernel);
+  // The own positions by the split kernel, then (where supported) on the tensor cores.
+  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr, false);
   const double e_split_suffix = rel_error(download(d.out, sc.ref.size(), t), sc.ref);
   EXPECT_LT(e_split_suffix, out_tolerance(t));
-  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr,
-                                cuda::OwnPositions::tensor_cores);
-  const double e_before = rel_error(download(d.out, sc.ref.size(), t), sc.ref);
-  EXPECT_LT(e_before, out_tolerance(t));
-  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr,
-                                cuda::OwnPositions::beside_prefix);
+  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr, true);
   const auto got = download(d.out, sc.ref.size(), t);
   const bool mma = cuda::suffix_mma_supported(t, s.hd, s.heads / s.kv_heads);
   if (min_positions > 0) {
@@ -217,15 +210,13 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
     EXPECT_LT(e, out_tolerance(t));
   }
   const double e_ref = rel_error(got, sc.ref), e_plain = rel_error(got, plain), e_old = rel_error(plain, sc.ref);
-  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (own positions %s; before "
-              "the prefix kernel %.3g; by the split kernel %.3g; plain split kernel %.3g), vs split kernel %.3g\n",
+  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (own positions %s; by the "
+              "split kernel %.3g; plain split kernel %.3g), vs split kernel %.3g\n",
               std::string(dtype_name(t)).c_str(), static_cast<long long>(s.heads), static_cast<long long>(s.kv_heads),
-              static_cast<long long>(s.hd), static_cast<long long>(n), e_ref,
-              mma ? "on tensor cores beside the prefix kernel" : "split kernel", e_before, e_split_suffix, e_old,
-              e_plain);
+              static_cast<long long>(s.hd), static_cast<long long>(n), e_ref, mma ? "on tensor cores" : "split kernel",
+              e_split_suffix, e_old, e_plain);
   EXPECT_LT(e_ref, out_tolerance(t));
   EXPECT_LT(e_ref, 1.5 * e_old + 1e-4);
-  EXPECT_LT(e_before, 1.5 * e_old + 1e-4);
   EXPECT_LT(e_split_suffix, 1.5 * e_old + 1e-4);
   EXPECT_LT(e_plain, out_tolerance(t));
 }
@@ -241,12 +232,12 @@ TEST_P(SharedPrefix, MatchesReferenceAndSplitKernel) {
   check_case(t, {32, 8, 128}, {{64, {0, 1}}, {16, {0, 0, 2}}, {10, {4, 4}}}, 3, 3, true);
   check_case(t, {32, 8, 128}, {{200, {9}}}, 2, 4, false);  // one fork: nothing shared
   check_case(t, {8, 8, 64}, {{123, forty}}, 2, 7, true);   // group 1: 40 rows in one block
-  check_case(t, {8, 1, 64}, {{77, twenty}}, 1, 6, true);   // group 8: 20 forks -> 2 items of 10
-  // Group 1, 90 forks: two items (80 + 10 rows), which a prefix block takes in turn.
-  std::vector<int64_t> ninety(90);
-  for (size_t i = 0; i < ninety.size(); ++i) ninety[i] = static_cast<int64_t>(i % 5);
-  check_case(t, {8, 8, 64}, {{50, ninety}}, 1, 3, true);
-  // A 1,000-token prompt in 2 prefix splits: 16 tiles per block, the ring refilled 12 times.
+  check_case(t, {8, 1, 64}, {{77, twenty}}, 1, 6, true);   // group 8: 20 forks -> 2 blocks of 16
+  // Group 1, 150 forks: two items (128 + 22 rows).
+  std::vector<int64_t> many(150);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i % 5);
+  check_case(t, {8, 8, 64}, {{50, many}}, 1, 3, true);
+  // A 1,000-token prompt in 2 prefix splits: 16 tiles of 32 positions per prefix block.
   check_case(t, {32, 8, 128}, {{1000, twenty}}, 2, 2, true);
   check_case(t, {4, 2, 16}, {{50, forty}, {33, {1, 2, 3}}}, 2, 2, true);
   // 18 forks owning 128..199 positions at 2 suffix splits: the k = 20 instance of the split

@@ -2,8 +2,7 @@
 // so for a decode pass the prompt part is computed once per KV head for all forks' query rows
 // together on the tensor cores, the rest of each sequence (its own pages) from ctx_begin on by a
 // tensor-core kernel of its own (or the split kernel of attention.cuh), and both merged exactly
-// through their softmax statistics. The prefix kernel is small enough (5 warps, its tiles in
-// shared memory) that the own-position kernel can run beside it on the same SMs.
+// through their softmax statistics.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,7 +14,7 @@
 
 namespace kernelllm::cuda {
 
-inline constexpr int64_t kSharedRows = 80;          // query rows (forks x group) per prefix block
+inline constexpr int64_t kSharedRows = 128;         // query rows (forks x group) per prefix block
 inline constexpr int64_t kSharedPrefixSplits = 16;  // chunks of the prefix computed in parallel
 
 // The prefix work of one pass, as device arrays of n_tokens entries (an "item" is a set of
@@ -47,23 +46,16 @@ bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group);
 // The own positions of a decode pass (split slots 0..splits-1 of each token's positions from
 // ctx_begin on, as attention_partial writes them) on the tensor cores (attention_suffix.cu):
 // bf16/f16 caches, head_dim 64 or 128, group <= 4. No RoPE fold: q holds the rotated queries.
-// beside: launched right after the prefix kernel, which lets it launch only once every prefix
-// block has waited for the kernel before it, so it does not wait itself (shared_prefix_attention).
 bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group);
-void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream,
-                          bool beside = false);
-
-// Which kernel takes the own positions of a cascade pass: the split kernel (attention_partial),
-// the tensor-core one before the prefix kernel, or the tensor-core one after it, running beside
-// it on the SMs' room it leaves (the merge waits for both). The tensor-core choices fall back to
-// the split kernel where suffix_mma_supported is false.
-enum class OwnPositions { split_kernel, tensor_cores, beside_prefix };
+void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream);
 
 // One decode pass: args as for attention() plus ctx_begin (the plan's), with args.splits =
 // suffix_splits + prefix_splits total split slots in the partial buffers (the graph-stable
 // shapes: the grids depend on n_tokens and the split counts only, lengths are read on device).
+// mma_suffix: the own positions by suffix_attention_mma where supported, else by the split
+// kernel (attention_partial).
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
                              int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream,
-                             OwnPositions own = OwnPositions::beside_prefix);
+                             bool mma_suffix = true);
 
 }  // namespace kernelllm::cuda

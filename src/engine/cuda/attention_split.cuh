@@ -26,12 +26,11 @@ struct SplitBlock {
 // Enters block (t, g, split) of a split kernel of `threads` threads: the metadata (positions,
 // page tables) is uploaded before the pass and the cache rows before the token's were written by
 // earlier passes, so the block's K and V rows (head_dim elements of KV head g) are fetched into L2
-// before the wait for the previous kernel (launch.cuh), which follows unless `wait` is false (the
-// own-position kernel beside the prefix kernel: attention_suffix.cu). A split with no positions
+// before the wait for the previous kernel (launch.cuh), which follows. A split with no positions
 // gets empty statistics (the merge skips them); the caller returns when begin >= end.
 template <class T>
 __device__ __forceinline__ SplitBlock enter_split(const AttentionArgs& a, int t, int g, int split, int head_dim,
-                                                  int threads, bool wait = true) {
+                                                  int threads) {
   SplitBlock b;
   b.n_ctx = a.pos[t] + 1;
   const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
@@ -43,11 +42,7 @@ __device__ __forceinline__ SplitBlock enter_split(const AttentionArgs& a, int t,
   prefetch_kv_rows(static_cast<const T*>(a.kv.pool), b.table, b.begin, b.end, static_cast<int>(a.kv.page_tokens),
                    a.kv.layers, a.layer, a.kv.kv_dim, static_cast<int64_t>(g) * head_dim, head_dim,
                    static_cast<int>(threadIdx.x), threads);
-  if (wait) {
-    wait_for_predecessor();
-  } else {
-    allow_dependent_launch();
-  }
+  wait_for_predecessor();
   const int group = static_cast<int>(a.heads / a.kv_heads);
   b.slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
   if (b.begin >= b.end && static_cast<int>(threadIdx.x) < group) {

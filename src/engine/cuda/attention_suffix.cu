@@ -46,31 +46,7 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// 16 bytes of K, V or the queries. Beside the prefix kernel (kBeside), this kernel does not wait
-// for the kernel before it, so it reads through L2 only (see suffix_kernel).
-template <bool kBeside>
-__device__ __forceinline__ uint4 load16(const void* p) {
-  if constexpr (kBeside) {
-    return load_l2(p);
-  } else {
-    return __ldg(reinterpret_cast<const uint4*>(p));
-  }
-}
-
-// Beside the prefix kernel, the grid's last block waits for it before exiting, so this grid
-// completes only after the prefix kernel has, and the merge's wait covers both.
-struct WaitOnExit {
-  bool on;
-  __device__ ~WaitOnExit() {
-    if (on) grid_dependency_wait();
-  }
-};
-
-// kBeside: launched after the prefix kernel (shared_prefix_attention), which lets it launch only
-// once all of the prefix kernel's blocks have waited for the kernel before them (rope_write_kv,
-// which wrote the queries and the new K/V rows), so this kernel need not wait at all and runs
-// beside the prefix kernel on the SMs it leaves.
-template <class T, int HD, bool kBeside>
+template <class T, int HD>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionArgs a) {
   constexpr int KS = HD / 16;  // k-steps of S^T, and m-tiles of O^T
   constexpr int QD = HD / 4;   // K dims per quad lane (tq)
@@ -84,10 +60,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
   const int gq = lane / 4, tq = lane % 4;
   const int group = static_cast<int>(a.heads / a.kv_heads);
   const int64_t kv_dim = a.kv.kv_dim;
-  const WaitOnExit last{kBeside && blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1 &&
-                        blockIdx.z == gridDim.z - 1};
   // As in the split kernel: the rows into L2 before the PDL wait, empty splits' statistics.
-  const auto [n_ctx, begin, end, table, slot0] = enter_split<T>(a, t, g, split, HD, kThreads, !kBeside);
+  const auto [n_ctx, begin, end, table, slot0] = enter_split<T>(a, t, g, split, HD, kThreads);
   if (begin >= end) return;
   const T* pool = static_cast<const T*>(a.kv.pool);
   const int pt = static_cast<int>(a.kv.page_tokens);
@@ -104,9 +78,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
         a.q + (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group + (ok ? head : 0)) * HD + tq * QD;
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
-      const uint4 q = ok ? load16<kBeside>(qrow + 4 * ks) : make_uint4(0, 0, 0, 0);
-      qb[ks][0] = half_pair<T>(__uint_as_float(q.x), __uint_as_float(q.y), low);
-      qb[ks][1] = half_pair<T>(__uint_as_float(q.z), __uint_as_float(q.w), low);
+      const float4 q = ok ? *reinterpret_cast<const float4*>(qrow + 4 * ks) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      qb[ks][0] = half_pair<T>(q.x, q.y, low);
+      qb[ks][1] = half_pair<T>(q.z, q.w, low);
     }
   }
   // This lane's columns 2tq, 2tq + 1 are heads 2 * (tq % 2) + {0, 1} (high half for tq < 2):
@@ -130,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
       const T* kp = paged_k_row(pool, table, p < end ? p : begin, pt, a.kv.layers, a.layer, kv_dim) +
                     static_cast<int64_t>(g) * HD + tq * QD;
 #pragma unroll
-      for (int c = 0; c < KC; ++c) kr[r][c] = load16<kBeside>(kp + c * 8);
+      for (int c = 0; c < KC; ++c) kr[r][c] = __ldg(reinterpret_cast<const uint4*>(kp + c * 8));
     }
     // V rows of positions tq, tq + 8, tq + 4, tq + 12 (zero past the end: their weights are 0,
     // but 0 times a stale NaN would not be).
@@ -141,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
                     static_cast<int64_t>(g) * HD + gq * VD;
 #pragma unroll
       for (int c = 0; c < VC; ++c) {
-        vr[r][c] = p < end ? load16<kBeside>(vp + c * 8) : make_uint4(0, 0, 0, 0);
+        vr[r][c] = p < end ? __ldg(reinterpret_cast<const uint4*>(vp + c * 8)) : make_uint4(0, 0, 0, 0);
       }
     }
     // S^T: even and odd k-steps in two accumulators (shorter chains).
@@ -257,19 +231,17 @@ bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group) {
          group <= kMaxGroup;
 }
 
-void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream, bool beside) {
+void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream) {
   if (args.n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(args.n_tokens), static_cast<unsigned>(args.kv_heads),
                   static_cast<unsigned>(splits));
-  dispatch_dtype(type, [&](auto d) {
-    using T = decltype(d);
-    if constexpr (!std::is_same_v<T, float>) {
-      const bool wide = args.head_dim == 128;
-      auto* kernel = beside ? (wide ? suffix_kernel<T, 128, true> : suffix_kernel<T, 64, true>)
-                            : (wide ? suffix_kernel<T, 128, false> : suffix_kernel<T, 64, false>);
-      launch_kernel(kernel, grid, kThreads, 0, stream, args);
-    }
-  });
+  const bool wide = args.head_dim == 128;
+  if (type == DType::f16) {
+    launch_kernel(wide ? suffix_kernel<__half, 128> : suffix_kernel<__half, 64>, grid, kThreads, 0, stream, args);
+  } else {
+    launch_kernel(wide ? suffix_kernel<__nv_bfloat16, 128> : suffix_kernel<__nv_bfloat16, 64>, grid, kThreads, 0,
+                  stream, args);
+  }
 }
 
 }  // namespace kernelllm::cuda

@@ -61,13 +61,11 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
   fused_swiglu_ = !env_off("KERNELLLM_CUDA_FUSED_SWIGLU");
   fused_rope_ = !env_off("KERNELLLM_CUDA_FUSED_ROPE");
-  if (env_off("KERNELLLM_CUDA_SUFFIX_BESIDE")) own_positions_ = OwnPositions::tensor_cores;
-  if (env_off("KERNELLLM_CUDA_MMA_SUFFIX")) own_positions_ = OwnPositions::split_kernel;
+  mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
   skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
   suffix_min_env_ = env_int("KERNELLLM_CUDA_SUFFIX_MIN", 0, kMaxSuffixMin, 0);
-  prefix_splits_env_ = env_int("KERNELLLM_CUDA_PREFIX_SPLITS", 0, kSharedPrefixSplits, 0);
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;
     staged_all_ = std::string(staged) == "all";
@@ -309,8 +307,7 @@ int64_t CudaBackend::splits_for(int64_t n) const {
 }
 
 int64_t CudaBackend::prefix_splits_for(int64_t n) const {
-  const int64_t most = prefix_splits_env_ > 0 ? prefix_splits_env_ : kSharedPrefixSplits;
-  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, most);
+  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, kSharedPrefixSplits);
 }
 
 bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {

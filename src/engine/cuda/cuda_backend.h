@@ -9,7 +9,6 @@
 #include <memory>
 #include <vector>
 
-#include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
@@ -133,13 +132,9 @@ class CudaBackend final : public Backend {
   // (1..16) sets its splits and KERNELLLM_CUDA_SUFFIX_MIN=P the fewest positions a split takes
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
-  // The prompt's splits in such a pass: KERNELLLM_CUDA_PREFIX_SPLITS=S (1..16) fewer than the
-  // 16 the scratch allows at k = 20 (measurements; 0: as many as it allows).
-  int64_t prefix_splits_env_ = 0;
-  // Those positions on the tensor cores (suffix_attention_mma) where supported, beside the prefix
-  // kernel; env KERNELLLM_CUDA_SUFFIX_BESIDE=0 runs them before it instead, and
+  // Those positions on the tensor cores (suffix_attention_mma) where supported; env
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
-  OwnPositions own_positions_ = OwnPositions::beside_prefix;
+  bool mma_suffix_ = true;
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;

@@ -50,8 +50,8 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const bool tensor_core_attention =
       q_blocks > 0 && prefill_attention_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
   // The cascade's own positions on the tensor cores (suffix_attention_mma), or by the split kernel.
-  const bool mma_suffix = shared && own_positions_ != OwnPositions::split_kernel &&
-                          suffix_mma_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
+  const bool mma_suffix =
+      shared && mma_suffix_ && suffix_mma_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
   // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
   // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
   // kernel of the own positions does not).
@@ -112,7 +112,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.ctx_begin = ctx_begin;
       a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
-      shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_, own_positions_);
+      shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
       attention(dtype_, a, stream_);
     }

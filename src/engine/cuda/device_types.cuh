@@ -93,14 +93,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
-// 16 bytes from global memory through L2 only (never a line an SM's L1 may hold from before): for
-// data another kernel wrote where this one does not wait for that kernel (attention_suffix.cu).
-__device__ __forceinline__ uint4 load_l2(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 // RoPE (rotate-half) of the pair (x0, x1) = dims (j, j + head_dim / 2) of a head at position p,
 // j's frequency `freq`: the rotated dims j (.x) and j + head_dim / 2 (.y). rope_write_kv and the
 // rope-folded split attention kernel both rotate through it, so their K rows agree bit for bit.
