@@ -232,8 +232,8 @@ TEST_P(SharedPrefix, MatchesReferenceAndSplitKernel) {
   check_case(t, {32, 8, 128}, {{64, {0, 1}}, {16, {0, 0, 2}}, {10, {4, 4}}}, 3, 3, true);
   check_case(t, {32, 8, 128}, {{200, {9}}}, 2, 4, false);  // one fork: nothing shared
   check_case(t, {8, 8, 64}, {{123, forty}}, 2, 7, true);   // group 1: 40 rows in one block
-  check_case(t, {8, 1, 64}, {{77, twenty}}, 1, 6, true);   // group 8: 20 forks -> 2 items of 10
-  // Group 1, 150 forks: two items (80 + 70 rows).
+  check_case(t, {8, 1, 64}, {{77, twenty}}, 1, 6, true);   // group 8: 20 forks -> 2 blocks of 16
+  // Group 1, 150 forks: two items (128 + 22 rows).
   std::vector<int64_t> many(150);
   for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i % 5);
   check_case(t, {8, 8, 64}, {{50, many}}, 1, 3, true);

@@ -1,13 +1,11 @@
 // Shared-prefix decode attention; see attention_shared.cuh. The prefix kernel: a block per
-// (prefix split, KV head) taking the items in turn, 10 warps: two per 16-row tile of the item's
-// query rows (row = member * group + head), each taking one half (16 positions) of every K/V tile
-// of 32 positions, so that each warp's chain of dependent products is half as long (item 35 of
-// bench/cuda_ops/NOTES.md). The tiles go into shared memory by cp.async, once for all rows, the
-// next one's copies in flight meanwhile; S = Q.K^T and O += P.V on mma.sync m16n8k16 with Q and P
-// split into a high and a low half in the cache dtype (two products each), so the result matches
-// the fp32 split kernel to about fp32 accuracy. The two warps of a row tile combine their rows'
-// (max, sum, unnormalized output) through shared memory; it goes into the split slots after the
-// suffix's, and attention_merge combines them.
+// (prefix split, KV head) taking the items in turn, 8 warps, warp w owning query rows
+// [16w, 16w + 16) of the item (row = member * group + head). K and V tiles of 32 positions are
+// loaded once into shared memory for all rows (the next tile's loads in flight meanwhile);
+// S = Q.K^T and O += P.V on mma.sync m16n8k16 with Q and P split into a high and a low half in
+// the cache dtype (two products each), so the result matches the fp32 split kernel to about
+// fp32 accuracy. Each row's (max, sum, unnormalized output) goes into the split slots after
+// the suffix's, and attention_merge combines them.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -21,50 +19,62 @@
 namespace kernelllm::cuda {
 namespace {
 
-constexpr int kRowTiles = static_cast<int>(kSharedRows / 16);  // 16-row tiles of an item
-constexpr int kHalves = 2;                                        // warps per row tile, halves of each K/V tile
-constexpr int kWarps = kRowTiles * kHalves;
+constexpr int kWarps = static_cast<int>(kSharedRows / 16);
 constexpr int kThreads = kWarps * 32;
 constexpr int kTile = 32;
 constexpr int kPad = 8;
 constexpr int64_t kSharedItemBlocks = 2;  // blocks per (split, KV head), each taking every 2nd item
 
-// K and V rows [tile, tile + kTile) of KV head g below `end` into one of the two tile buffers by
-// cp.async, zeros past `end`; the caller commits the group.
+// K and V rows [tile, tile + kTile) below `end` of one KV head, 16 bytes per load, into
+// registers (zero past `end`): issued one tile ahead so their latency overlaps the products.
 template <class T, int HD>
-__device__ __forceinline__ void copy_tile(const AttentionArgs& a, const int32_t* table, int64_t g, int64_t tile,
-                                          int64_t end, T (*sK)[HD + kPad], T (*sV)[HD + kPad]) {
-  constexpr int kChunks = kTile * HD / 8;
-  const T* pool = static_cast<const T*>(a.kv.pool);
-  const int64_t kv_dim = a.kv.kv_dim, pt = a.kv.page_tokens;
-  for (int c = static_cast<int>(threadIdx.x); c < kChunks; c += kThreads) {
-    const int p = c / (HD / 8), d0 = (c % (HD / 8)) * 8;
-    const int64_t pos = tile + p;
-    const bool ok = pos < end;
-    const T* kp = ok ? paged_k_row(pool, table, static_cast<int>(pos), static_cast<int>(pt), a.kv.layers, a.layer,
-                                   kv_dim) + g * HD + d0
-                     : pool;
-    cp_async16(&sK[p][d0], kp, ok);
-    cp_async16(&sV[p][d0], ok ? kp + pt * kv_dim : pool, ok);
+struct TileLoader {
+  static constexpr int kChunks = kTile * HD / 8;
+  static constexpr int kPer = (kChunks + kThreads - 1) / kThreads;
+  uint4 k[kPer], v[kPer];
+  __device__ __forceinline__ void load(const AttentionArgs& a, const int32_t* table, int64_t g, int64_t tile,
+                                       int64_t end) {
+    const T* pool = static_cast<const T*>(a.kv.pool);
+    const int64_t kv_dim = a.kv.kv_dim, pt = a.kv.page_tokens;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = i * kThreads + static_cast<int>(threadIdx.x);
+      const int p = c / (HD / 8), d0 = (c % (HD / 8)) * 8;
+      const int64_t pos = tile + p;
+      k[i] = v[i] = make_uint4(0, 0, 0, 0);
+      if (c < kChunks && pos < end) {
+        const T* kp =
+            paged_k_row(pool, table, static_cast<int>(pos), static_cast<int>(pt), a.kv.layers, a.layer, kv_dim) +
+            g * HD + d0;
+        k[i] = *reinterpret_cast<const uint4*>(kp);
+        v[i] = *reinterpret_cast<const uint4*>(kp + pt * kv_dim);
+      }
+    }
   }
-}
+  __device__ __forceinline__ void store(T (*sK)[HD + kPad], T (*sV)[HD + kPad]) const {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = i * kThreads + static_cast<int>(threadIdx.x);
+      if (c < kChunks) {
+        const int p = c / (HD / 8), d0 = (c % (HD / 8)) * 8;
+        *reinterpret_cast<uint4*>(&sK[p][d0]) = k[i];
+        *reinterpret_cast<uint4*>(&sV[p][d0]) = v[i];
+      }
+    }
+  }
+};
 
 // Grid: (prefix split, KV head, item stride); a block takes items blockIdx.z, + gridDim.z, ...
 // up to the first unused one, so the grid stays small and fixed while the plan changes.
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
-  constexpr int KS = HD / 16;                // k-steps over head dims
-  constexpr int ND = HD / 8;                 // output n-tiles
-  constexpr int NB = kTile / kHalves / 8;    // score n-tiles of a warp's half tile
+  constexpr int KS = HD / 16;  // k-steps over head dims
+  constexpr int ND = HD / 8;   // output n-tiles
+  constexpr int NB = kTile / 8;
   constexpr float kLn2 = 0.6931471805599453f;
-  __shared__ __align__(16) T sK[2][kTile][HD + kPad];  // tile j in buffer j % 2
-  __shared__ __align__(16) T sV[2][kTile][HD + kPad];
-  // The second half's (max, sum, output) per row, for the first half's warp to combine.
-  extern __shared__ __align__(16) float prefix_combine[];
-  float(*const c_o)[16][HD] = reinterpret_cast<float(*)[16][HD]>(prefix_combine);
-  float(*const c_ml)[16][2] = reinterpret_cast<float(*)[16][2]>(prefix_combine + kRowTiles * 16 * HD);
+  __shared__ __align__(16) T sK[kTile][HD + kPad];
+  __shared__ __align__(16) T sV[kTile][HD + kPad];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
-  const int mt = warp % kRowTiles, half = warp / kRowTiles;  // row tile, half of each K/V tile
   const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
   const int64_t split = blockIdx.x, g = blockIdx.y;
   // An item's range in this split, its page-table row, and this thread's two query rows: gq
@@ -87,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     const int32_t* members = s.members + s.item_first[item];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = mt * 16 + gq + r * 8;
+      const int row = warp * 16 + gq + r * 8;
       it.row_ok[r] = row < it.rows;
       it.head[r] = (it.row_ok[r] ? members[row / group] : 0) * heads + static_cast<int>(g) * group + row % group;
     }
@@ -96,6 +106,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
   // The plan is uploaded before the pass and shared pages are never written after the fork: the
   // first item's plan and its first K and V tile are loaded (the rest of its rows fetched into
   // L2) while the previous kernel still runs. Only the queries wait.
+  TileLoader<T, HD> next;
   Item it{};
   const bool first = blockIdx.z < a.n_tokens && s.item_count[blockIdx.z] > 0;
   if (first) {
@@ -103,8 +114,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     prefetch_kv_rows(static_cast<const T*>(a.kv.pool), it.table, it.begin, it.end,
                      static_cast<int>(a.kv.page_tokens), a.kv.layers, a.layer, a.kv.kv_dim, g * HD, HD,
                      static_cast<int>(threadIdx.x), kThreads);
-    copy_tile<T, HD>(a, it.table, g, it.begin, it.end, sK[0], sV[0]);
-    cp_async_commit();
+    next.load(a, it.table, g, it.begin, it.end);
   }
   wait_for_predecessor();
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
@@ -113,8 +123,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     if (item != blockIdx.z) {
       if (s.item_count[item] == 0) break;  // items are packed: the rest are unused
       it = plan_item(item);
-      copy_tile<T, HD>(a, it.table, g, it.begin, it.end, sK[0], sV[0]);  // the last tile's sync freed it
-      cp_async_commit();
+      next.load(a, it.table, g, it.begin, it.end);
     }
     const int64_t begin = it.begin, end = it.end;
     if (begin >= end) {  // nothing here: empty statistics, which the merge skips
@@ -127,7 +136,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
       continue;
     }
     const int32_t* table = it.table;
-    const bool active = mt * 16 < it.rows;
+    const bool active = warp * 16 < it.rows;
+    // The queries pre-scaled to log2 units (scale_log2), so the scores need no multiply.
     uint32_t qh[KS][4], ql[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
@@ -138,8 +148,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
         float x0 = 0.0f, x1 = 0.0f;
         if (it.row_ok[r]) {
           const float2 q = *reinterpret_cast<const float2*>(a.q + static_cast<int64_t>(it.head[r]) * HD + col);
-          x0 = q.x;
-          x1 = q.y;
+          x0 = q.x * scale_log2;
+          x1 = q.y * scale_log2;
         }
         split2<T>(x0, x1, qh[ks][j], ql[ks][j]);
       }
@@ -149,146 +159,97 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     for (int nd = 0; nd < ND; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    int j = 0;
-    for (int64_t tile = begin; tile < end; tile += kTile, ++j) {
-      // The next tile into the other buffer (its last reader finished before the previous
-      // iteration's closing sync), then wait for this one.
-      if (tile + kTile < end) copy_tile<T, HD>(a, table, g, tile + kTile, end, sK[(j + 1) % 2], sV[(j + 1) % 2]);
-      cp_async_commit();
-      cp_async_wait<1>();
+    for (int64_t tile = begin; tile < end; tile += kTile) {
+      __syncthreads();  // the previous tile (or item) is done with sK / sV
+      next.store(sK, sV);
       __syncthreads();
-      const int buf = j % 2;
-      if (active) {
+      if (tile + kTile < end) next.load(a, table, g, tile + kTile, end);
+      if (!active) continue;
 
-        float sc[NB][4];
+      float sc[NB][4];
 #pragma unroll
-        for (int nb = 0; nb < NB; ++nb) {
-          sc[nb][0] = sc[nb][1] = sc[nb][2] = sc[nb][3] = 0.0f;
+      for (int nb = 0; nb < NB; ++nb) {
+        sc[nb][0] = sc[nb][1] = sc[nb][2] = sc[nb][3] = 0.0f;
 #pragma unroll
-          for (int ks = 0; ks < KS; ++ks) {
-            const int krow = half * (kTile / kHalves) + nb * 8 + gq;
-            const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&sK[buf][krow][ks * 16 + 2 * tq]);
-            const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&sK[buf][krow][ks * 16 + 2 * tq + 8]);
-            mma<T>(sc[nb], qh[ks], b0, b1);
-            mma<T>(sc[nb], ql[ks], b0, b1);
-          }
-        }
-        float row_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t pos = tile + half * (kTile / kHalves) + nb * 8 + 2 * tq + (e & 1);
-            sc[nb][e] = pos < end ? sc[nb][e] * scale_log2 : -INFINITY;
-            row_max[e >> 1] = fmaxf(row_max[e >> 1], sc[nb][e]);
-          }
-        }
-        float corr[2], base[2];
-        online_softmax_step(row_max, m, l, corr, base);
-#pragma unroll
-        for (int nd = 0; nd < ND; ++nd) {
-          o[nd][0] *= corr[0];
-          o[nd][1] *= corr[0];
-          o[nd][2] *= corr[1];
-          o[nd][3] *= corr[1];
-        }
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            sc[nb][e] = exp2f(sc[nb][e] - base[e >> 1]);
-            l[e >> 1] += sc[nb][e];
-          }
-        }
-#pragma unroll
-        for (int k2 = 0; k2 < NB / 2; ++k2) {
-          uint32_t ph[4], pl[4];
-          split2<T>(sc[2 * k2][0], sc[2 * k2][1], ph[0], pl[0]);
-          split2<T>(sc[2 * k2][2], sc[2 * k2][3], ph[1], pl[1]);
-          split2<T>(sc[2 * k2 + 1][0], sc[2 * k2 + 1][1], ph[2], pl[2]);
-          split2<T>(sc[2 * k2 + 1][2], sc[2 * k2 + 1][3], ph[3], pl[3]);
-          // Lane l addresses row (l % 8) of matrix l / 8: positions k2*16 + (l%8) + 8*((l/8)&1),
-          // dims n0 + 8*(l/16); the four registers are b0, b1 of n-tile n0 and of n0 + 8.
-          const int prow = half * (kTile / kHalves) + k2 * 16 + (lane % 8) + ((lane / 8) & 1) * 8;
-          const int pcol = (lane / 16) * 8;
-#pragma unroll
-          for (int nd = 0; nd < ND; nd += 2) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, &sV[buf][prow][nd * 8 + pcol]);
-            mma<T>(o[nd], ph, b[0], b[1]);
-            mma<T>(o[nd], pl, b[0], b[1]);
-            mma<T>(o[nd + 1], ph, b[2], b[3]);
-            mma<T>(o[nd + 1], pl, b[2], b[3]);
-          }
+        for (int ks = 0; ks < KS; ++ks) {
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&sK[nb * 8 + gq][ks * 16 + 2 * tq]);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&sK[nb * 8 + gq][ks * 16 + 2 * tq + 8]);
+          mma<T>(sc[nb], qh[ks], b0, b1);
+          mma<T>(sc[nb], ql[ks], b0, b1);
         }
       }
-      __syncthreads();  // every warp is done with this buffer before the next iteration refills it
-    }
-    // The halves meet: the second half's warp leaves its rows' (max, sum, output) in shared memory,
-    // the first half's adds them to its own (both relative to the larger max) and writes the slot.
-    if (active) {
+      // Positions past the range's end (in its last tile only) score -inf.
+      const int left = static_cast<int>(end - tile);
+      float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sc[nb][e] = nb * 8 + 2 * tq + (e & 1) < left ? sc[nb][e] : -INFINITY;
+          row_max[e >> 1] = fmaxf(row_max[e >> 1], sc[nb][e]);
+        }
       }
-      if (half == 1) {
+      float corr[2], base[2];
+      online_softmax_step(row_max, m, l, corr, base);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = gq + r * 8;
+      for (int nd = 0; nd < ND; ++nd) {
+        o[nd][0] *= corr[0];
+        o[nd][1] *= corr[0];
+        o[nd][2] *= corr[1];
+        o[nd][3] *= corr[1];
+      }
 #pragma unroll
-          for (int nd = 0; nd < ND; ++nd) {
-            *reinterpret_cast<float2*>(&c_o[mt][row][nd * 8 + 2 * tq]) = make_float2(o[nd][2 * r], o[nd][2 * r + 1]);
-          }
-          if (tq == 0) {
-            c_ml[mt][row][0] = m[r];
-            c_ml[mt][row][1] = l[r];
-          }
+      for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sc[nb][e] = exp2f(sc[nb][e] - base[e >> 1]);
+          l[e >> 1] += sc[nb][e];
+        }
+      }
+#pragma unroll
+      for (int k2 = 0; k2 < kTile / 16; ++k2) {
+        uint32_t ph[4], pl[4];
+        split2<T>(sc[2 * k2][0], sc[2 * k2][1], ph[0], pl[0]);
+        split2<T>(sc[2 * k2][2], sc[2 * k2][3], ph[1], pl[1]);
+        split2<T>(sc[2 * k2 + 1][0], sc[2 * k2 + 1][1], ph[2], pl[2]);
+        split2<T>(sc[2 * k2 + 1][2], sc[2 * k2 + 1][3], ph[3], pl[3]);
+        // Lane l addresses row (l % 8) of matrix l / 8: positions k2*16 + (l%8) + 8*((l/8)&1),
+        // dims n0 + 8*(l/16); the four registers are b0, b1 of n-tile n0 and of n0 + 8.
+        const int prow = k2 * 16 + (lane % 8) + ((lane / 8) & 1) * 8;
+        const int pcol = (lane / 16) * 8;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, &sV[prow][nd * 8 + pcol]);
+          mma<T>(o[nd], ph, b[0], b[1]);
+          mma<T>(o[nd], pl, b[0], b[1]);
+          mma<T>(o[nd + 1], ph, b[2], b[3]);
+          mma<T>(o[nd + 1], pl, b[2], b[3]);
         }
       }
     }
-    __syncthreads();
-    if (!active || half != 0) continue;
+    if (!active) continue;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!it.row_ok[r]) continue;
-      const int row = gq + r * 8;
-      const float m1 = c_ml[mt][row][0], l1 = c_ml[mt][row][1];
-      const float mx = fmaxf(m[r], m1);  // -inf only where neither half saw a position
-      const float f0 = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mx);
-      const float f1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - mx);
       const int64_t slot = static_cast<int64_t>(it.head[r]) * a.splits + suffix_splits + split;
       float* acc = a.partial_acc + slot * HD;
 #pragma unroll
       for (int nd = 0; nd < ND; ++nd) {
-        const float2 other = *reinterpret_cast<const float2*>(&c_o[mt][row][nd * 8 + 2 * tq]);
-        *reinterpret_cast<float2*>(acc + nd * 8 + 2 * tq) =
-            make_float2(o[nd][2 * r] * f0 + other.x * f1, o[nd][2 * r + 1] * f0 + other.y * f1);
+        *reinterpret_cast<float2*>(acc + nd * 8 + 2 * tq) = make_float2(o[nd][2 * r], o[nd][2 * r + 1]);
       }
       if (tq == 0) {
-        const float sum = l[r] * f0 + l1 * f1;
-        const bool any = sum > 0.0f;
-        a.partial_ml[slot * 2] = any ? mx * kLn2 : -FLT_MAX;
-        a.partial_ml[slot * 2 + 1] = any ? sum : 0.0f;
+        const bool any = l[r] > 0.0f;
+        a.partial_ml[slot * 2] = any ? m[r] * kLn2 : -FLT_MAX;
+        a.partial_ml[slot * 2 + 1] = any ? l[r] : 0.0f;
       }
     }
   }
-}
-
-// Dynamic shared memory of prefix_kernel<T, HD>: the second halves' rows for the combine.
-template <int HD>
-constexpr size_t prefix_combine_bytes() {
-  return static_cast<size_t>(kRowTiles) * 16 * (HD + 2) * sizeof(float);
-}
-
-template <class T, int HD>
-void launch_prefix_hd(const AttentionArgs& a, const SharedPrefixArgs& s, int suffix_splits, const dim3& grid,
-                      cudaStream_t stream) {
-  constexpr size_t kBytes = prefix_combine_bytes<HD>();
-  static const bool sized = cudaFuncSetAttribute(prefix_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(kBytes)) == cudaSuccess;
-  (void)sized;  // a failure shows as the launch's error
-  launch_kernel(prefix_kernel<T, HD>, grid, kThreads, kBytes, stream, a, s, suffix_splits);
 }
 
 template <class T>
@@ -298,10 +259,10 @@ void launch_prefix(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t su
                   static_cast<unsigned>(std::min(kSharedItemBlocks, a.n_tokens)));
   const int ss = static_cast<int>(suffix_splits);
   switch (a.head_dim) {
-    case 16: launch_prefix_hd<T, 16>(a, s, ss, grid, stream); break;
-    case 32: launch_prefix_hd<T, 32>(a, s, ss, grid, stream); break;
-    case 64: launch_prefix_hd<T, 64>(a, s, ss, grid, stream); break;
-    default: launch_prefix_hd<T, 128>(a, s, ss, grid, stream); break;
+    case 16: launch_kernel(prefix_kernel<T, 16>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 32: launch_kernel(prefix_kernel<T, 32>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 64: launch_kernel(prefix_kernel<T, 64>, grid, kThreads, 0, stream, a, s, ss); break;
+    default: launch_kernel(prefix_kernel<T, 128>, grid, kThreads, 0, stream, a, s, ss); break;
   }
 }
 

@@ -14,7 +14,7 @@
 
 namespace kernelllm::cuda {
 
-inline constexpr int64_t kSharedRows = 80;          // query rows (forks x group) per prefix block
+inline constexpr int64_t kSharedRows = 128;         // query rows (forks x group) per prefix block
 inline constexpr int64_t kSharedPrefixSplits = 16;  // chunks of the prefix computed in parallel
 
 // The prefix work of one pass, as device arrays of n_tokens entries (an "item" is a set of
