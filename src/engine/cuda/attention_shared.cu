@@ -137,7 +137,6 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     }
     const int32_t* table = it.table;
     const bool active = warp * 16 < it.rows;
-    // The queries pre-scaled to log2 units (scale_log2), so the scores need no multiply.
     uint32_t qh[KS][4], ql[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
@@ -148,8 +147,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
         float x0 = 0.0f, x1 = 0.0f;
         if (it.row_ok[r]) {
           const float2 q = *reinterpret_cast<const float2*>(a.q + static_cast<int64_t>(it.head[r]) * HD + col);
-          x0 = q.x * scale_log2;
-          x1 = q.y * scale_log2;
+          x0 = q.x;
+          x1 = q.y;
         }
         split2<T>(x0, x1, qh[ks][j], ql[ks][j]);
       }
@@ -178,14 +177,13 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
           mma<T>(sc[nb], ql[ks], b0, b1);
         }
       }
-      // Positions past the range's end (in its last tile only) score -inf.
-      const int left = static_cast<int>(end - tile);
       float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          sc[nb][e] = nb * 8 + 2 * tq + (e & 1) < left ? sc[nb][e] : -INFINITY;
+          const int64_t pos = tile + nb * 8 + 2 * tq + (e & 1);
+          sc[nb][e] = pos < end ? sc[nb][e] * scale_log2 : -INFINITY;
           row_max[e >> 1] = fmaxf(row_max[e >> 1], sc[nb][e]);
         }
       }

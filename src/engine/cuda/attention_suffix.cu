@@ -67,10 +67,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
   const int pt = static_cast<int>(a.kv.page_tokens);
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
 
-  // B operand of S^T: column gq is query head gq % 4 of the group (zero past it), scaled to log2
-  // units (so the scores need no multiply), its high half for gq < 4 and its low half after;
-  // k-step ks takes dims tq * QD + 4ks + {0, 1} (b0) and + {2, 3} (b1), the dims of the K words
-  // this lane loads.
+  // B operand of S^T: column gq is query head gq % 4 of the group (zero past it), its high half
+  // for gq < 4 and its low half after; k-step ks takes dims tq * QD + 4ks + {0, 1} (b0) and
+  // + {2, 3} (b1), the dims of the K words this lane loads.
   uint32_t qb[KS][2];
   {
     const int head = gq % kMaxGroup;
@@ -80,8 +79,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
       const float4 q = ok ? *reinterpret_cast<const float4*>(qrow + 4 * ks) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      qb[ks][0] = half_pair<T>(q.x * scale_log2, q.y * scale_log2, low);
-      qb[ks][1] = half_pair<T>(q.z * scale_log2, q.w * scale_log2, low);
+      qb[ks][0] = half_pair<T>(q.x, q.y, low);
+      qb[ks][1] = half_pair<T>(q.z, q.w, low);
     }
   }
   // This lane's columns 2tq, 2tq + 1 are heads 2 * (tq % 2) + {0, 1} (high half for tq < 2):
@@ -135,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
     for (int e = 0; e < 4; ++e) {
       s[e] = sa[e] + sb[e];
       s[e] += __shfl_xor_sync(0xffffffffu, s[e], 2);
-      s[e] = base + gq + (e >= 2 ? 8 : 0) < end ? s[e] : -INFINITY;
+      s[e] = base + gq + (e >= 2 ? 8 : 0) < end ? s[e] * scale_log2 : -INFINITY;
     }
     float corr[2];
     uint32_t pv[2];  // the pair (position gq, gq + 8) of head 2 * (tq % 2) + hh, this lane's half
