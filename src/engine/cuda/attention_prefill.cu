@@ -144,23 +144,7 @@ __global__ void prefill_kernel(AttentionArgs a) {
           row_max[r] = fmaxf(row_max[r], s[nb][e]);
         }
       }
-      float corr[2], base[2];
-      online_softmax_step(row_max, m, l, corr, base);
-#pragma unroll
-      for (int nd = 0; nd < ND; ++nd) {
-        o[nd][0] *= corr[0];
-        o[nd][1] *= corr[0];
-        o[nd][2] *= corr[1];
-        o[nd][3] *= corr[1];
-      }
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nb][e] = exp2f(s[nb][e] - base[e >> 1]);
-          l[e >> 1] += s[nb][e];
-        }
-      }
+      softmax_tile(s, row_max, m, l, o);
 #pragma unroll
       for (int k2 = 0; k2 < kTile / 16; ++k2) {
         const uint32_t pa[4] = {pack2<T>(s[2 * k2][0], s[2 * k2][1]), pack2<T>(s[2 * k2][2], s[2 * k2][3]),

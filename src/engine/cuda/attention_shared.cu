@@ -187,23 +187,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
           row_max[e >> 1] = fmaxf(row_max[e >> 1], sc[nb][e]);
         }
       }
-      float corr[2], base[2];
-      online_softmax_step(row_max, m, l, corr, base);
-#pragma unroll
-      for (int nd = 0; nd < ND; ++nd) {
-        o[nd][0] *= corr[0];
-        o[nd][1] *= corr[0];
-        o[nd][2] *= corr[1];
-        o[nd][3] *= corr[1];
-      }
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sc[nb][e] = exp2f(sc[nb][e] - base[e >> 1]);
-          l[e >> 1] += sc[nb][e];
-        }
-      }
+      softmax_tile(sc, row_max, m, l, o);
 #pragma unroll
       for (int k2 = 0; k2 < kTile / 16; ++k2) {
         uint32_t ph[4], pl[4];

@@ -115,4 +115,30 @@ __device__ __forceinline__ void online_softmax_step(float (&row_max)[2], float (
   }
 }
 
+// The rest of a tile's online-softmax step once its scores are in (base-2 units, -inf where
+// masked) and this thread's part of each row's tile maximum is in row_max: the running m and l
+// updated, the output accumulators o (rows gq, gq + 8 as in the scores) rescaled, and the scores
+// replaced by their weights exp2(s - base), summed into l.
+template <int NB, int ND>
+__device__ __forceinline__ void softmax_tile(float (&s)[NB][4], float (&row_max)[2], float (&m)[2], float (&l)[2],
+                                             float (&o)[ND][4]) {
+  float corr[2], base[2];
+  online_softmax_step(row_max, m, l, corr, base);
+#pragma unroll
+  for (int nd = 0; nd < ND; ++nd) {
+    o[nd][0] *= corr[0];
+    o[nd][1] *= corr[0];
+    o[nd][2] *= corr[1];
+    o[nd][3] *= corr[1];
+  }
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nb][e] = exp2f(s[nb][e] - base[e >> 1]);
+      l[e >> 1] += s[nb][e];
+    }
+  }
+}
+
 }  // namespace kernelllm::cuda
