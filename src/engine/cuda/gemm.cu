@@ -37,21 +37,26 @@ constexpr Tuned kTuned[] = {
     {4096, 14336, 17, 24, CUBLASLT_MATMUL_TILE_64x16, 1},
 };
 
-// The index of the first of `found` candidates with the tile and split-K a kTuned entry names for
-// this shape, or 0 (the heuristic's first choice).
-int tuned_choice(const cublasLtMatmulHeuristicResult_t* results, int found, int64_t rows, int64_t cols, int64_t n) {
+// The kTuned entry for this shape and token count, or nullptr.
+const Tuned* tuned_for(int64_t rows, int64_t cols, int64_t n) {
   for (const Tuned& t : kTuned) {
-    if (t.rows != rows || t.cols != cols || n < t.min_n || n > t.max_n) continue;
-    for (int i = 0; i < found; ++i) {
-      int tile = 0, splitk = 0;
-      size_t written = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
-                                               &written) != CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-                                               sizeof(splitk), &written) != CUBLAS_STATUS_SUCCESS) {
-        continue;
-      }
-      if (tile == t.tile && splitk == t.splitk) return i;
+    if (t.rows == rows && t.cols == cols && n >= t.min_n && n <= t.max_n) return &t;
+  }
+  return nullptr;
+}
+
+// The index of the first of `found` candidates with `want`'s tile and split-K, or 0 (the
+// heuristic's first choice).
+int tuned_choice(const cublasLtMatmulHeuristicResult_t* results, int found, const Tuned& want) {
+  for (int i = 0; i < found; ++i) {
+    int tile = 0, splitk = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                             &written) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof(splitk), &written) == CUBLAS_STATUS_SUCCESS &&
+        tile == want.tile && splitk == want.splitk) {
+      return i;
     }
   }
   return 0;
@@ -108,12 +113,14 @@ Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n, DType y_ty
   KLLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const uint64_t ws = kWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  // The first candidate, or (tuned) up to 16 to look for kTuned's among.
+  // The heuristic's first candidate, or where a kTuned entry applies, up to 16 to look for its own among.
+  const Tuned* want = tuned_ ? tuned_for(rows, cols, n) : nullptr;
   constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
-                                                          p->c, p->c, pref, tuned_ ? kCandidates : 1, results, &found);
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c, p->c, pref,
+                                     want != nullptr ? kCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   KLLM_RETURN_IF_ERROR(lt_status(s, "heuristic"));
   if (found == 0) {
@@ -121,7 +128,7 @@ Result<Gemm::Plan*> Gemm::plan(int64_t rows, int64_t cols, int64_t n, DType y_ty
                                              std::to_string(cols) + "] . [" + std::to_string(rows) + " x " +
                                              std::to_string(cols) + "]^T");
   }
-  p->algo = results[tuned_ ? tuned_choice(results, found, rows, cols, n) : 0].algo;
+  p->algo = results[want != nullptr ? tuned_choice(results, found, *want) : 0].algo;
   Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
   return raw;
