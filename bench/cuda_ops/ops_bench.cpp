@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
     a.seq = md + n;
     a.block_table = md + 8 * n;
     a.table_width = width;
-    a.kv = KvLayout{pool.get(), layers, pt, kv_dim, n_pages};
+    a.kv = KvLayout{pool.get(), layers, pt, kv_dim};
     a.layer = 1;
     a.splits = 4;
     a.partial_acc = acc.as<float>();
@@ -341,14 +341,12 @@ int main(int argc, char** argv) {
     a.ctx_begin = md + 2 * n;
     for (const auto& [ss, pre] : std::vector<std::pair<int64_t, int64_t>>{{4, 16}, {2, 16}, {1, 16}, {4, 8}, {4, 32}}) {
       a.splits = ss + pre;
-      // (own positions on the tensor cores, prompt part on the warpgroup MMA)
-      for (const auto& [mma, wgmma] : std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}) {
-        if (wgmma && !prefix_wgmma_supported(t, a)) continue;
-        const float ms = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr, mma, wgmma); });
-        std::printf("attention forks=20 prompt=%lld gen=%-4lld shared prefix (%lld + %-2lld splits, own positions %s, "
-                    "prefix %s) %8.1f us",
+      for (const bool mma : {false, true}) {
+        const float ms = median_ms([&](int) { shared_prefix_attention(t, a, sp, ss, pre, nullptr, mma); });
+        std::printf("attention forks=20 prompt=%lld gen=%-4lld shared prefix (%lld + %-2lld splits, own positions %s) "
+                    "%8.1f us",
                     static_cast<long long>(ctx), static_cast<long long>(gen), static_cast<long long>(ss),
-                    static_cast<long long>(pre), mma ? "mma" : "split", wgmma ? "wgmma" : "mma.sync", ms * 1e3);
+                    static_cast<long long>(pre), mma ? "mma" : "split", ms * 1e3);
         if (pre == kSharedPrefixSplits && (ss == 4 || ss == 2)) {  // the parts
           const float ms_suffix = median_ms([&](int) {
             if (mma) {

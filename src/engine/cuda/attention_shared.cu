@@ -311,19 +311,16 @@ bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group) {
 }
 
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
-                             int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream, bool mma_suffix,
-                             bool wgmma_prefix) {
+                             int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream, bool mma_suffix) {
   if (args.n_tokens == 0) return;
   if (mma_suffix && suffix_mma_supported(type, args.head_dim, args.heads / args.kv_heads)) {
     suffix_attention_mma(type, args, suffix_splits, stream);
   } else {
     attention_partial(type, args, suffix_splits, stream);
   }
-  const bool wgmma = wgmma_prefix && prefix_wgmma_supported(type, args) &&
-                     prefix_attention_wgmma(type, args, shared, suffix_splits, prefix_splits, stream);
-  if (!wgmma && type == DType::f16) {
+  if (type == DType::f16) {
     launch_prefix<__half>(args, shared, suffix_splits, prefix_splits, stream);
-  } else if (!wgmma) {
+  } else {
     launch_prefix<__nv_bfloat16>(args, shared, suffix_splits, prefix_splits, stream);
   }
   attention_merge(type, args, stream);

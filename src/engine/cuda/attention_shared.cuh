@@ -49,22 +49,13 @@ bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group);
 bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group);
 void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream);
 
-// The prompt part on Hopper's warpgroup MMA with TMA copies (attention_prefix.cu): bf16/f16
-// caches, head_dim 64 or 128, pages of 16, 32 or 64 tokens, args.kv.pages given, a compute
-// capability 9.0 device. prefix_attention_wgmma writes the same split slots as the mma.sync
-// kernel; false (nothing launched) when the driver cannot describe the pool as a TMA tensor.
-bool prefix_wgmma_supported(DType type, const AttentionArgs& args);
-bool prefix_attention_wgmma(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
-                            int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream);
-
 // One decode pass: args as for attention() plus ctx_begin (the plan's), with args.splits =
 // suffix_splits + prefix_splits total split slots in the partial buffers (the graph-stable
 // shapes: the grids depend on n_tokens and the split counts only, lengths are read on device).
 // mma_suffix: the own positions by suffix_attention_mma where supported, else by the split
-// kernel (attention_partial). wgmma_prefix: the prompt part by prefix_attention_wgmma where
-// supported, else by the mma.sync kernel.
+// kernel (attention_partial).
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
                              int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream,
-                             bool mma_suffix = true, bool wgmma_prefix = true);
+                             bool mma_suffix = true);
 
 }  // namespace kernelllm::cuda

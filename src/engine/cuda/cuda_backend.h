@@ -135,9 +135,6 @@ class CudaBackend final : public Backend {
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
   bool mma_suffix_ = true;
-  // The cascade's prompt part on the warpgroup MMA (prefix_attention_wgmma) where supported; env
-  // KERNELLLM_CUDA_WGMMA_PREFIX=0 keeps the mma.sync kernel (measurements).
-  bool wgmma_prefix_ = true;
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;

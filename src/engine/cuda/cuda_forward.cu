@@ -58,7 +58,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const bool fused_rope = fused_rope_ && single_token && !tensor_core_attention && !mma_suffix;
   float* x = x_.as<float>();
   float* y = proj_.as<float>();
-  const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_, pages_->num_pages()};
+  const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_};
 
   // The residual stream x; y_pending: y holds a projection output (the GEMV's) not yet added to
   // it, which the next norm adds (cuBLASLt's projections accumulate into x themselves).
@@ -112,7 +112,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.ctx_begin = ctx_begin;
       a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
-      shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_, mma_suffix, wgmma_prefix_);
+      shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
       attention(dtype_, a, stream_);
     }

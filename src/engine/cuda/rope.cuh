@@ -16,7 +16,6 @@ struct KvLayout {
   int64_t layers = 0;
   int64_t page_tokens = 0;
   int64_t kv_dim = 0;  // kv_heads * head_dim
-  int64_t pages = 0;   // pages in the pool (0: not given; kernels that need it then take another path)
 };
 
 // For each token t: q_out[t] = rope(qkv[t, :q_dim]); K = rope(qkv[t, q_dim : q_dim+kv_dim]),
