@@ -34,7 +34,7 @@ def short_name(name):
     return s[:60]
 
 
-def load_steps(path, kernels):
+def load_steps(path):
     steps = collections.defaultdict(list)
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
@@ -43,8 +43,6 @@ def load_steps(path, kernels):
             steps[int(row["correlation"])].append(row)
     out = []
     for corr, rows in steps.items():
-        if kernels and len(rows) != kernels:
-            continue
         rows.sort(key=lambda r: (int(r["start_ns"]), int(r["graph_node"])))
         out.append((int(rows[0]["start_ns"]), corr, rows))
     out.sort()
@@ -93,7 +91,7 @@ def main():
     ap.add_argument("--sequence", type=int, default=0, help="also list the first N kernels of the middle step one by one")
     ap.add_argument("--json", help="write the summaries here too")
     args = ap.parse_args()
-    steps = load_steps(args.trace, 0)
+    steps = load_steps(args.trace)
     if not steps:
         sys.exit(f"{args.trace}: no graph-launched kernels (was the program run with CUDA graphs?)")
     count = args.kernels or collections.Counter(len(s) for s in steps).most_common(1)[0][0]
