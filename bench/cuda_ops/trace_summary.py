@@ -2,9 +2,10 @@
 """Where a decode step's time goes, from a kernel timeline (bench/cuda_ops/kernel_trace.cpp).
 
 A step is one graph launch (its kernels share a correlation id). Within a step, kernels are taken
-in the order they started; kernel i's share of the step is end[i] - end[i-1] (the first: its whole
-span). Under PDL a kernel may start before the one ahead ends, but does its work after it, so the
-shares add up to the step's span and say what each kernel adds at the end of the chain. Kernels
+in the order they started; a kernel's share of the step is how far it moves the latest end seen so
+far (end[i] - end[i-1] in a chain; the first: its whole span). Under PDL a kernel may start before
+the one ahead ends, but does its work after it, so the shares add up to the step's span and say
+what each kernel adds at the end of the chain. Kernels
 are keyed by their name (templates and arguments cut) and grid, so one GEMM kernel at three
 shapes is three rows.
 
@@ -50,17 +51,20 @@ def load_steps(path):
 
 
 def step_shares(rows):
-    shares, prev_end, idle = [], None, 0
+    """(kernel key, share, busy) per kernel in start order, the step's span and its idle time (ns).
+
+    A kernel's share is how far it moves the latest end seen so far (never below zero), so the
+    shares add up to the span; idle is the time no kernel ran.
+    """
+    shares, idle = [], 0
+    latest = int(rows[0]["start_ns"])
     for r in rows:
         start, end = int(r["start_ns"]), int(r["end_ns"])
         key = f'{short_name(r["name"])} [{r["grid_x"]}x{r["grid_y"]}x{r["grid_z"]}]'
-        share = end - (start if prev_end is None else prev_end)
-        if prev_end is not None and start > prev_end:
-            idle += start - prev_end
-        shares.append((key, share, end - start))
-        prev_end = end if prev_end is None else max(prev_end, end)
-    span = max(int(r["end_ns"]) for r in rows) - int(rows[0]["start_ns"])
-    return shares, span, idle
+        idle += max(0, start - latest)
+        shares.append((key, max(0, end - latest), end - start))
+        latest = max(latest, end)
+    return shares, latest - int(rows[0]["start_ns"]), idle
 
 
 def summarize(steps):
@@ -85,10 +89,12 @@ def summarize(steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
-    ap.add_argument("--kernels", type=int, default=0, help="only steps of exactly this many kernels (0: the most common count)")
+    ap.add_argument("--kernels", type=int, default=0,
+                    help="only steps of exactly this many kernels (0: the most common count)")
     ap.add_argument("--windows", default="0.05,0.5,0.95", help="where in the run to look (fractions of the steps)")
     ap.add_argument("--width", type=int, default=11, help="steps per window")
-    ap.add_argument("--sequence", type=int, default=0, help="also list the first N kernels of the middle step one by one")
+    ap.add_argument("--sequence", type=int, default=0,
+                    help="also list the first N kernels of the middle step one by one")
     ap.add_argument("--json", help="write the summaries here too")
     args = ap.parse_args()
     steps = load_steps(args.trace)
@@ -115,10 +121,10 @@ def main():
         print(f"\n== the middle step's first {args.sequence} kernels (us from its start; lead: how long before the"
               " one ahead ended it started)")
         print(f"{'kernel [grid]':<70} {'start':>8} {'end':>8} {'busy':>7} {'lead':>7} {'share':>7}")
-        for r in rows[:args.sequence]:
+        shares, _, _ = step_shares(rows)
+        for r, (_, share, _) in zip(rows[:args.sequence], shares):
             start, end = int(r["start_ns"]) - t0, int(r["end_ns"]) - t0
             lead = 0 if prev_end is None else prev_end - start
-            share = end - (start if prev_end is None else prev_end)
             key = f'{short_name(r["name"])} [{r["grid_x"]}x{r["grid_y"]}x{r["grid_z"]}]'
             print(f"{key:<70} {start / 1e3:>8.1f} {end / 1e3:>8.1f} {(end - start) / 1e3:>7.1f} {lead / 1e3:>7.1f}"
                   f" {share / 1e3:>7.1f}")
