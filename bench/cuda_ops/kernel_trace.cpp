@@ -77,10 +77,11 @@ void finish() {
 
 // Called by the CUDA driver at its initialization when CUDA_INJECTION64_PATH names this library.
 extern "C" int InitializeInjection() {
-  const char* path = std::getenv("KERNELLLM_TRACE_OUT");
-  out = std::fopen(path && *path ? path : "kernel_trace.csv", "w");
+  const char* env = std::getenv("KERNELLLM_TRACE_OUT");
+  const char* path = env && *env ? env : "kernel_trace.csv";
+  out = std::fopen(path, "w");
   if (!out) {
-    std::fprintf(stderr, "kernel_trace: cannot open %s for writing\n", path && *path ? path : "kernel_trace.csv");
+    std::fprintf(stderr, "kernel_trace: cannot open %s for writing\n", path);
     return 0;
   }
   std::fprintf(out, "start_ns,end_ns,correlation,graph,graph_node,grid_x,grid_y,grid_z,block_x,registers,name\n");

@@ -117,18 +117,16 @@ def main():
             print(f"{k['kernel']:<78} {k['per_step']:>6.1f} {k['share_us']:>9.1f} {k['busy_us']:>9.1f}")
     if args.sequence:
         rows = steps[len(steps) // 2]
-        t0, prev_end = int(rows[0]["start_ns"]), None
+        t0 = latest = int(rows[0]["start_ns"])
         print(f"\n== the middle step's first {args.sequence} kernels (us from its start; lead: how long before the"
               " one ahead ended it started)")
         print(f"{'kernel [grid]':<70} {'start':>8} {'end':>8} {'busy':>7} {'lead':>7} {'share':>7}")
         shares, _, _ = step_shares(rows)
-        for r, (_, share, _) in zip(rows[:args.sequence], shares):
-            start, end = int(r["start_ns"]) - t0, int(r["end_ns"]) - t0
-            lead = 0 if prev_end is None else prev_end - start
-            key = f'{short_name(r["name"])} [{r["grid_x"]}x{r["grid_y"]}x{r["grid_z"]}]'
-            print(f"{key:<70} {start / 1e3:>8.1f} {end / 1e3:>8.1f} {(end - start) / 1e3:>7.1f} {lead / 1e3:>7.1f}"
-                  f" {share / 1e3:>7.1f}")
-            prev_end = end if prev_end is None else max(prev_end, end)
+        for r, (key, share, busy) in zip(rows[:args.sequence], shares):
+            start, end = int(r["start_ns"]), int(r["end_ns"])
+            print(f"{key:<70} {(start - t0) / 1e3:>8.1f} {(end - t0) / 1e3:>8.1f} {busy / 1e3:>7.1f}"
+                  f" {(latest - start) / 1e3:>7.1f} {share / 1e3:>7.1f}")
+            latest = max(latest, end)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
