@@ -241,23 +241,7 @@ __device__ __forceinline__ void partial_body(const AttentionArgs& a) {
     for (int i = 0; i < D; ++i) s_acc[warp][h][lane * D + i] = acc[h][i];
   }
   __syncthreads();
-  for (int idx = static_cast<int>(threadIdx.x); idx < group * hd; idx += kThreads) {
-    const int h = idx / hd, d = idx % hd;
-    float mx = -FLT_MAX;
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_ml[w][h][0]);
-    float sum = 0.0f, o = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = s_ml[w][h][1] > 0.0f ? __expf(s_ml[w][h][0] - mx) : 0.0f;
-      sum += s_ml[w][h][1] * f;
-      o += s_acc[w][h][d] * f;
-    }
-    const int64_t slot = slot0 + static_cast<int64_t>(h) * a.splits;
-    a.partial_acc[slot * hd + d] = o;
-    if (d == 0) {
-      a.partial_ml[slot * 2] = mx;
-      a.partial_ml[slot * 2 + 1] = sum;
-    }
-  }
+  store_split_slots<kWarps, G, 32 * D, false>(a, slot0, group, hd, s_ml, s_acc);
 }
 
 template <class T, int G, int D, int W>

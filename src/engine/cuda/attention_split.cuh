@@ -52,4 +52,33 @@ __device__ __forceinline__ SplitBlock enter_split(const AttentionArgs& a, int t,
   return b;
 }
 
+// A split block's last step (blocks of W warps): the warps' (max, sum, unnormalized output) for
+// each head h of the group, in shared memory as ml[w][h] = {max, sum} and acc[w][h][d] (MG heads
+// of WIDTH dims per warp), combined into the head's split slot slot0 + h * a.splits. Warps without
+// positions (sum 0) are skipped. Log2: the maxima are in base-2 units (the slots, as the merge
+// reads them, hold natural-log ones).
+template <int W, int MG, int WIDTH, bool Log2>
+__device__ __forceinline__ void store_split_slots(const AttentionArgs& a, int64_t slot0, int group, int hd,
+                                                  const float (*ml)[MG][2], const float (*acc)[MG][WIDTH]) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < group * hd; idx += W * 32) {
+    const int h = idx / hd, d = idx % hd;
+    float mx = -FLT_MAX;
+    for (int w = 0; w < W; ++w) {
+      if (ml[w][h][1] > 0.0f) mx = fmaxf(mx, ml[w][h][0]);
+    }
+    float sum = 0.0f, out = 0.0f;
+    for (int w = 0; w < W; ++w) {
+      const float f = ml[w][h][1] > 0.0f ? (Log2 ? exp2f(ml[w][h][0] - mx) : __expf(ml[w][h][0] - mx)) : 0.0f;
+      sum += ml[w][h][1] * f;
+      out += acc[w][h][d] * f;
+    }
+    const int64_t slot = slot0 + static_cast<int64_t>(h) * a.splits;
+    a.partial_acc[slot * hd + d] = out;
+    if (d == 0) {
+      a.partial_ml[slot * 2] = Log2 ? mx * 0.6931471805599453f : mx;
+      a.partial_ml[slot * 2 + 1] = sum;
+    }
+  }
+}
+
 }  // namespace kernelllm::cuda

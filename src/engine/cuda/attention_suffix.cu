@@ -53,7 +53,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
   constexpr int KC = QD / 8;   // its 16-byte chunks per position
   constexpr int VD = HD / 8;   // V dims per row lane (gq)
   constexpr int VC = VD / 8;   // its 16-byte chunks per position
-  constexpr float kLn2 = 0.6931471805599453f;
   static_assert(KC >= 1 && VC >= 1, "head_dim 64 or 128");
   const int t = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -203,25 +202,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
     }
   }
   __syncthreads();
-  for (int idx = static_cast<int>(threadIdx.x); idx < group * HD; idx += kThreads) {
-    const int h = idx / HD, d = idx % HD;
-    float mx = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) {
-      if (s_ml[w][h][1] > 0.0f) mx = fmaxf(mx, s_ml[w][h][0]);
-    }
-    float sum = 0.0f, out = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = s_ml[w][h][1] > 0.0f ? exp2f(s_ml[w][h][0] - mx) : 0.0f;
-      sum += s_ml[w][h][1] * f;
-      out += s_o[w][h][d] * f;
-    }
-    const int64_t slot = slot0 + static_cast<int64_t>(h) * a.splits;
-    a.partial_acc[slot * HD + d] = out;
-    if (d == 0) {
-      a.partial_ml[slot * 2] = mx * kLn2;
-      a.partial_ml[slot * 2 + 1] = sum;
-    }
-  }
+  store_split_slots<kWarps, kMaxGroup, HD, true>(a, slot0, group, HD, s_ml, s_o);
 }
 
 }  // namespace
