@@ -5,11 +5,11 @@ A step is one graph launch (its kernels share a correlation id). Within a step, 
 in the order they started; a kernel's share of the step is how far it moves the latest end seen so
 far (end[i] - end[i-1] in a chain; the first: its whole span). Under PDL a kernel may start before
 the one ahead ends, but does its work after it, so the shares add up to the step's span and say
-what each kernel adds at the end of the chain. Kernels
-are keyed by their name (templates and arguments cut) and grid, so one GEMM kernel at three
-shapes is three rows.
+what each kernel adds at the end of the chain. Kernels are keyed by their name (templates and
+arguments cut) and grid, so one GEMM kernel at three shapes is three rows.
 
-    python3 bench/cuda_ops/trace_summary.py trace.csv [--kernels N] [--windows 0.05,0.5,0.95] [--json out.json]
+    python3 bench/cuda_ops/trace_summary.py trace.csv [--kernels N] [--windows 0.05,0.5,0.95]
+        [--width 11] [--sequence N] [--json out.json]
 """
 import argparse
 import collections

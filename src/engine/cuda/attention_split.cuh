@@ -60,6 +60,7 @@ __device__ __forceinline__ SplitBlock enter_split(const AttentionArgs& a, int t,
 template <int W, int MG, int WIDTH, bool Log2>
 __device__ __forceinline__ void store_split_slots(const AttentionArgs& a, int64_t slot0, int group, int hd,
                                                   const float (*ml)[MG][2], const float (*acc)[MG][WIDTH]) {
+  constexpr float kLn2 = 0.6931471805599453f;
   for (int idx = static_cast<int>(threadIdx.x); idx < group * hd; idx += W * 32) {
     const int h = idx / hd, d = idx % hd;
     float mx = -FLT_MAX;
@@ -75,7 +76,7 @@ __device__ __forceinline__ void store_split_slots(const AttentionArgs& a, int64_
     const int64_t slot = slot0 + static_cast<int64_t>(h) * a.splits;
     a.partial_acc[slot * hd + d] = out;
     if (d == 0) {
-      a.partial_ml[slot * 2] = Log2 ? mx * 0.6931471805599453f : mx;
+      a.partial_ml[slot * 2] = Log2 ? mx * kLn2 : mx;
       a.partial_ml[slot * 2 + 1] = sum;
     }
   }
