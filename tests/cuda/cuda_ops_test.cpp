@@ -14,6 +14,7 @@
 #include "kernelllm/engine/sampler.h"
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/attention.cuh"
+#include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/gemv.cuh"
@@ -85,6 +86,15 @@ TEST_P(OpTest, RmsNormAndAddRmsNorm) {
     const double e2 = rel_error(download(d_out, x.size(), t), ref);
     EXPECT_LT(e2, out_tolerance(t)) << "n " << n;
     EXPECT_LT(rel_error(download(d_x, x.size()), x), 1e-7) << "n " << n;
+
+    // A delta in three parts (band_gemm_parts' outputs), added to each other in order first.
+    std::vector<float> parts = random_vector(3 * x.size(), 5);
+    auto d_parts = upload(parts);
+    cuda::add_rmsnorm(t, d_x.as<float>(), d_parts.as<float>(), d_w.as<float>(), rows, n, eps, d_out.get(), nullptr, 3);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += (parts[i] + parts[x.size() + i]) + parts[2 * x.size() + i];
+    for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), n, eps, ref.data() + r * n);
+    EXPECT_LT(rel_error(download(d_out, x.size(), t), ref), out_tolerance(t)) << "n " << n << ", 3 parts";
+    EXPECT_EQ(download(d_x, x.size()), x) << "n " << n << ", 3 parts";
     if (n == 4096) RecordProperty("rmsnorm_err", std::to_string(e1) + " / " + std::to_string(e2));
     std::printf("[rmsnorm %s n=%lld] rel err %.3g, add+norm %.3g\n", std::string(dtype_name(t)).c_str(),
                 static_cast<long long>(n), e1, e2);
@@ -118,13 +128,18 @@ TEST_P(OpTest, SwiGlu) {
 // y = x . W^T by cuBLASLt and by the GEMV (n <= 8), against float64 on the rounded inputs: only
 // fp32 accumulation error remains (measured up to 8e-6 at K = 14336; some cuBLASLt algorithms
 // reach 1.7e-5 there), hence 3e-5. cuBLASLt with its heuristic's first choice and with the
-// measured preferences of gemm.cu (Llama-3.1-8B's qkv and down at 17..24 tokens).
+// measured preferences of gemm.cu (Llama-3.1-8B's qkv and down at 17..24 tokens). Then the band
+// GEMM's parts form (f16/bf16, compute capability 9.0+): the sum of its parts in order, at 1 to 8
+// parts (more parts than stages at 64 columns: the empty ones must be zeros), the backend's choice,
+// and a grid held to 8 blocks (several waves).
 constexpr double kProjTolerance = 3e-5;
 TEST_P(OpTest, Projections) {
   const DType t = GetParam();
   cuda::Gemm gemms[2];
   ASSERT_TRUE(gemms[0].init(t).ok());
   ASSERT_TRUE(gemms[1].init(t, true).ok());
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 4096}, {4096, 14336}, {200, 64}, {6144, 4096}}) {
     auto w = random_vector(static_cast<size_t>(rows * cols), 6, 0.02f);
     const auto wb = encode(w, t);
@@ -171,9 +186,30 @@ TEST_P(OpTest, Projections) {
         ev = rel_error(download(d_y2, ref.size()), ref);
         EXPECT_LT(ev, kProjTolerance) << "gemv rows " << rows << " cols " << cols << " n " << n;
       }
-      std::printf("[proj %s %lldx%lld n=%lld] gemm rel err %.3g (worse of both choices), gemv %.3g\n",
-                  std::string(dtype_name(t)).c_str(),
-                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), eg, ev);
+      double eb = -1;
+      if (cuda::band_supported(t, cols, n) && major >= 9) {
+        const int sms = cuda::current_sm_count(), chosen = cuda::band_parts_for({}, t, rows, cols, n, sms);
+        for (const int parts : {1, 2, 3, 8, chosen}) {
+          for (const int blocks : {0, 8}) {
+            auto d_parts = poisoned(static_cast<size_t>(parts) * ref.size() * 4);
+            const Status st = cuda::band_gemm_parts({0, blocks}, t, d_w.get(), rows, cols, d_x.get(), n,
+                                                    d_parts.as<float>(), parts, sms, nullptr);
+            ASSERT_TRUE(st.ok()) << st.to_string();
+            const std::vector<float> got = download(d_parts, static_cast<size_t>(parts) * ref.size());
+            std::vector<float> sum(got.begin(), got.begin() + static_cast<int64_t>(ref.size()));
+            for (int q = 1; q < parts; ++q) {
+              for (size_t i = 0; i < sum.size(); ++i) sum[i] += got[static_cast<size_t>(q) * ref.size() + i];
+            }
+            const double e = rel_error(sum, ref);
+            eb = std::max(eb, e);
+            EXPECT_LT(e, kProjTolerance) << "band parts " << parts << " blocks " << blocks << " rows " << rows
+                                         << " cols " << cols << " n " << n;
+          }
+        }
+      }
+      std::printf("[proj %s %lldx%lld n=%lld] gemm rel err %.3g (worse of both choices), gemv %.3g, band parts %.3g\n",
+                  std::string(dtype_name(t)).c_str(), static_cast<long long>(rows), static_cast<long long>(cols),
+                  static_cast<long long>(n), eg, ev, eb);
     }
   }
 }
@@ -410,7 +446,8 @@ TEST_P(OpTest, RopeAndPagedAttention) {
 }
 
 // RoPE + KV write from a qkv in the cache dtype (cuBLASLt's output) gives exactly what it gives
-// from the same values in fp32: q, and every K and V element of the cache.
+// from the same values in fp32: q, and every K and V element of the cache. So does a qkv in three
+// fp32 parts (band_gemm_parts' outputs) against their sum, added in order on the host.
 TEST_P(OpTest, RopeFromComputeDtypeEqualsFromF32) {
   const DType t = GetParam();
   if (t == DType::f32) GTEST_SKIP() << "the f32 input is the compute dtype";
@@ -425,21 +462,26 @@ TEST_P(OpTest, RopeFromComputeDtypeEqualsFromF32) {
   auto d_page = upload(page);
   auto d_inv = upload(inv);
   const size_t pool_bytes = static_cast<size_t>(2 * layers * 2 * pt * kv_dim) * dtype_size(t);
-  std::vector<std::vector<float>> q(2);
-  std::vector<std::vector<std::byte>> pools(2, std::vector<std::byte>(pool_bytes));
-  for (int variant = 0; variant < 2; ++variant) {
-    auto d_in = variant == 0 ? upload(qkv) : upload(rounded);
+  const std::vector<float> parts = random_vector(3 * qkv.size(), 32);
+  std::vector<float> sum(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) sum[i] = (parts[i] + parts[qkv.size() + i]) + parts[2 * qkv.size() + i];
+  std::vector<std::vector<float>> q(4);
+  std::vector<std::vector<std::byte>> pools(4, std::vector<std::byte>(pool_bytes));
+  for (int variant = 0; variant < 4; ++variant) {
+    auto d_in = variant == 0 ? upload(qkv) : variant == 1 ? upload(rounded) : variant == 2 ? upload(parts) : upload(sum);
     cuda::DeviceBuffer pool = poisoned(pool_bytes);
     auto d_q = poisoned(static_cast<size_t>(T * q_dim) * 4);
     const cuda::KvLayout kv{pool.get(), layers, pt, kv_dim};
-    cuda::rope_write_kv(t, variant == 0 ? DType::f32 : t, d_in.get(), T, heads, kv_heads, hd, d_pos.as<int32_t>(),
-                        d_page.as<int32_t>(), d_inv.as<float>(), kv, 0, d_q.as<float>(), nullptr);
+    cuda::rope_write_kv(t, variant == 1 ? t : DType::f32, d_in.get(), T, heads, kv_heads, hd, d_pos.as<int32_t>(),
+                        d_page.as<int32_t>(), d_inv.as<float>(), kv, 0, d_q.as<float>(), nullptr, variant == 2 ? 3 : 1);
     q[static_cast<size_t>(variant)] = download(d_q, static_cast<size_t>(T * q_dim));
     ASSERT_EQ(cudaMemcpy(pools[static_cast<size_t>(variant)].data(), pool.get(), pool_bytes, cudaMemcpyDeviceToHost),
               cudaSuccess);
   }
   EXPECT_EQ(q[0], q[1]);
   EXPECT_EQ(pools[0], pools[1]);  // the unwritten slots hold the same poison
+  EXPECT_EQ(q[2], q[3]);
+  EXPECT_EQ(pools[2], pools[3]);
 }
 
 // The device argmax against sampler.h's host argmax: random rows, ties (lowest index wins),

@@ -747,6 +747,17 @@ TEST(BandLayout, InvalidLayoutsShapesAndOutputsRefused) {
   EXPECT_EQ(glu({}, DType::bf16, -1, 64, 20), bad);
   EXPECT_EQ(glu({}, DType::bf16, (int64_t{1} << 29) + 1, 64, 20), bad);
   EXPECT_EQ(glu({}, DType::bf16, 0, 64, 20), ErrorCode::ok);
+  // The parts form: 1..kBandMaxParts parts, never a cluster, the plain form's shape checks.
+  const auto parts = [](cuda::BandConfig c, DType t, int64_t rows, int64_t cols, int64_t n, int n_parts) {
+    return cuda::band_gemm_parts(c, t, nullptr, rows, cols, nullptr, n, nullptr, n_parts, 132, nullptr).code();
+  };
+  EXPECT_EQ(parts({}, DType::bf16, 0, 64, 20, 0), bad);
+  EXPECT_EQ(parts({}, DType::bf16, 0, 64, 20, cuda::kBandMaxParts + 1), bad);
+  EXPECT_EQ(parts({2, 0}, DType::bf16, 0, 64, 20, 4), bad);
+  EXPECT_EQ(parts({}, DType::f32, 0, 64, 20, 4), bad);
+  EXPECT_EQ(parts({}, DType::bf16, 0, 64, 33, 4), bad);
+  EXPECT_EQ(parts({1, 0}, DType::f16, 0, 64, 20, cuda::kBandMaxParts), ErrorCode::ok);
+  EXPECT_EQ(cuda::band_parts_layout({}, DType::bf16, 4096, 4096, 20, 132, 0).clusters, 0);
 }
 
 }  // namespace

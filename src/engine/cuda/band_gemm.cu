@@ -3,7 +3,9 @@
 // Work: the matrix's 16-row tiles go in runs of `tiles` to the grid's clusters (cluster c: tiles
 // [c tiles, (c + 1) tiles), the last run perhaps past the matrix, where TMA writes zeros); the C
 // blocks of a cluster take the same tiles and split the columns' stages of 128 (rank r: stages
-// [rS/C, (r+1)S/C)). A block streams its stages through a ring in shared memory: per stage,
+// [rS/C, (r+1)S/C)). In the parts form (band_gemm_parts) the C blocks of a run are not a
+// cluster: rank r writes its sums as output part r and the consumer adds the parts.
+// A block streams its stages through a ring in shared memory: per stage,
 // thread 0 asks TMA for two boxes of 64 columns x all the band's rows and two of the token rows
 // (rows past the tokens come as zeros), all counted on the stage's mbarrier. Weights are
 // constant, so the first stages' weight copies go out before the wait for the previous kernel
@@ -73,7 +75,7 @@ __device__ __forceinline__ float cluster_sum(float* p, int cluster) {
 // up tiles together).
 struct Params {
   int64_t rows, cols;
-  int n_tokens, tiles_total, tiles, cluster, tile_cap, k_warps, stages;
+  int n_tokens, tiles_total, tiles, cluster, parts, tile_cap, k_warps, stages;
   bool accumulate;
 };
 
@@ -97,13 +99,16 @@ __global__ void __launch_bounds__(256, 1)
   }
   const int tile_warps = p.tile_cap / MT;
   const int tw = warp % tile_warps, ks = warp / tile_warps;
-  const int cl = static_cast<int>(blockIdx.x) / p.cluster, rank = static_cast<int>(blockIdx.x) % p.cluster;
+  // The blocks of a run split its columns: a cluster's (added through distributed shared memory)
+  // or the parts' (each writes its own output); one of the two counts is 1.
+  const int split = p.cluster * p.parts;
+  const int cl = static_cast<int>(blockIdx.x) / split, rank = static_cast<int>(blockIdx.x) % split;
   // The cluster's tiles (the last cluster's may run past the matrix: TMA writes zeros there, or
   // with Glu the gate box reads up rows, whose sums are never stored).
   const int run = Glu ? p.tiles / 2 : p.tiles;
   const int t0 = cl * run, ntiles = min(run, p.tiles_total - t0);
   const int st_total = static_cast<int>((p.cols + kBK - 1) / kBK);
-  const int s0 = rank * st_total / p.cluster, nst = (rank + 1) * st_total / p.cluster - s0;
+  const int s0 = rank * st_total / split, nst = (rank + 1) * st_total / split - s0;
   // A stage: box j (columns 64j .. 64j + 63) of the cluster's 16 x tiles weight rows, then of the tokens.
   const int w_box_elems = p.tiles * 16 * kTmaBoxCols;
   const int slot_bytes = (kBoxes * w_box_elems + kBoxes * XR * kTmaBoxCols) * 2;
@@ -214,8 +219,9 @@ __global__ void __launch_bounds__(256, 1)
       each_acc([&](int mt, int nt, int e) { acc[mt][nt][e] += part[(k - 1) * per_k + at(mt, nt, e)]; });
     }
   }
+  Y* const y_part = y + (p.parts > 1 ? int64_t{rank} * p.n_tokens * p.rows : 0);  // (parts: fresh fp32)
   const auto store = [&](int64_t row, int n, float v) {
-    Y* out = y + int64_t{n} * p.rows + row;
+    Y* out = y_part + int64_t{n} * p.rows + row;
     if constexpr (std::is_same_v<Y, float>) {
       *out = p.accumulate ? *out + v : v;
     } else {
@@ -416,6 +422,41 @@ BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64
   return best;
 }
 
+BandLayout band_parts_layout(const BandConfig& config, [[maybe_unused]] DType type, int64_t rows,
+                             [[maybe_unused]] int64_t cols, int64_t n_tokens, int sms, int parts) {
+  // One block per SM at either dtype and any width: without clusters no occupancy query is needed.
+  if (parts < 1 || parts > kBandMaxParts) return BandLayout{};
+  const int64_t units = (rows + 15) / 16;
+  const int nt = static_cast<int>((n_tokens + 7) / 8);
+  const int max_blocks = config.blocks > 0 ? config.blocks : sms;
+  const size_t budget = config.ring_kb > 0 ? static_cast<size_t>(config.ring_kb) * 1024 : kSmemBudget;
+  BandLayout l = layout_for(1, std::max(1, max_blocks / parts), units, nt, budget, false);
+  l.parts = parts;
+  return l;
+}
+
+int band_parts_for(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms) {
+  // A block's stages times its rows per stage (weights, and the token rows from L2 at half), over
+  // the waves, plus a share for each part the consumer reads back (a 16-row stage's worth).
+  const int nt = static_cast<int>((n_tokens + 7) / 8);
+  const int64_t stages = (cols + kBK - 1) / kBK;
+  const int max_blocks = config.blocks > 0 ? config.blocks : sms;
+  int best = 1;
+  double best_cost = 0;
+  for (int parts = 1; parts <= kBandMaxParts; ++parts) {
+    const BandLayout l = band_parts_layout(config, type, rows, cols, n_tokens, sms, parts);
+    const int64_t blocks = int64_t{l.clusters} * parts;
+    const int64_t waves = (blocks + max_blocks - 1) / max_blocks;
+    const int64_t per_block = (l.tiles * 16 + nt * 4) * ((stages + parts - 1) / parts);
+    const double cost = static_cast<double>(waves * per_block) + 16.0 * parts;
+    if (parts == 1 || cost < best_cost) {
+      best = parts;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 namespace {
 
 // What band_gemm and band_gemm_swiglu both check: the layout asked for and the shape.
@@ -443,12 +484,14 @@ Status check_request(const BandConfig& config, DType type, int64_t rows, int64_t
   return Status::ok_status();
 }
 
-// Lays out and launches a checked request: W has w_rows rows (with swiglu, 2 x the output's).
+// Lays out and launches a checked request: W has w_rows rows (with swiglu, 2 x the output's);
+// parts > 0: band_gemm_parts' form.
 Status launch_band(const BandConfig& config, DType type, const void* w, int64_t w_rows, int64_t cols, const void* x,
-                   int64_t n_tokens, void* y, DType y_type, bool accumulate, bool swiglu, int sms,
-                   cudaStream_t stream) {
-  const char* what = swiglu ? "band gemm swiglu" : "band gemm";
-  const BandLayout l = band_layout(config, type, w_rows, cols, n_tokens, sms, swiglu);
+                   int64_t n_tokens, void* y, DType y_type, bool accumulate, bool swiglu, int sms, cudaStream_t stream,
+                   int parts = 0) {
+  const char* what = swiglu ? "band gemm swiglu" : parts > 0 ? "band gemm parts" : "band gemm";
+  const BandLayout l = parts > 0 ? band_parts_layout(config, type, w_rows, cols, n_tokens, sms, parts)
+                                 : band_layout(config, type, w_rows, cols, n_tokens, sms, swiglu);
   if (l.clusters == 0) {
     return error(ErrorCode::invalid_argument, std::string(what) + " layout: clusters of " +
                                                   std::to_string(config.cluster) +
@@ -469,13 +512,14 @@ Status launch_band(const BandConfig& config, DType type, const void* w, int64_t 
   p.tiles_total = static_cast<int>((p.rows + 15) / 16);
   p.tiles = l.tiles;
   p.cluster = l.cluster;
+  p.parts = l.parts;
   p.tile_cap = l.tile_warps * l.tiles_per_warp;
   p.k_warps = l.k_warps;
   p.stages = l.stages;
   p.accumulate = accumulate;
   visit_kernel(type, y_type, nt, l.tiles_per_warp, swiglu,
                [&]<class Y>(void (*kernel)(CUtensorMap, CUtensorMap, Y*, Params), KernelPtr) {
-                 launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster)),
+                 launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster * l.parts)),
                                        dim3(static_cast<unsigned>(l.tile_warps * l.k_warps * 32)), l.smem,
                                        static_cast<unsigned>(l.cluster), stream, wmap, xmap, static_cast<Y*>(y), p);
                });
@@ -494,6 +538,20 @@ Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t ro
   }
   if (rows == 0) return Status::ok_status();
   return launch_band(config, type, w, rows, cols, x, n_tokens, y, y_type, accumulate, false, sms, stream);
+}
+
+Status band_gemm_parts(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
+                       int64_t n_tokens, float* parts, int n_parts, int sms, cudaStream_t stream) {
+  KLLM_RETURN_IF_ERROR(check_request(config, type, rows, cols, n_tokens, sms, "band gemm parts"));
+  if (n_parts < 1 || n_parts > kBandMaxParts) {
+    return error(ErrorCode::invalid_argument, "band gemm parts: expected 1.." + std::to_string(kBandMaxParts) +
+                                                  " parts, found " + std::to_string(n_parts));
+  }
+  if (config.cluster > 1) {
+    return error(ErrorCode::invalid_argument, "band gemm parts layout: the parts are not a cluster (cluster 0 or 1)");
+  }
+  if (rows == 0) return Status::ok_status();
+  return launch_band(config, type, w, rows, cols, x, n_tokens, parts, DType::f32, false, false, sms, stream, n_parts);
 }
 
 Status band_gemm_swiglu(const BandConfig& config, DType type, const void* w, int64_t inter, int64_t cols,

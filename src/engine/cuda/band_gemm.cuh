@@ -21,6 +21,7 @@ namespace kernelllm::cuda {
 
 inline constexpr int64_t kBandMaxTokens = 32;
 inline constexpr int kBandMaxTiles = 16;  // 16-row tiles per block (8 warps x 2)
+inline constexpr int kBandMaxParts = 8;   // band_gemm_parts' outputs
 
 // How the kernel covers a matrix. band_layout() fills every field from the request; a caller may
 // set `cluster` (1, 2 or 4; 0 = chosen), `blocks` (the most blocks, 0 = one per SM, at least one
@@ -32,8 +33,9 @@ struct BandConfig {
 };
 
 struct BandLayout {
-  int clusters = 0;        // clusters in the grid (blocks = clusters x cluster)
+  int clusters = 0;        // clusters in the grid (blocks = clusters x cluster x parts)
   int cluster = 1;         // blocks per cluster, splitting the columns
+  int parts = 1;           // band_gemm_parts: blocks per run (not a cluster), splitting the columns
   int tiles = 0;           // 16-row tiles per cluster (the last one's may run past the matrix)
   int tile_warps = 0;      // warps over the tiles, tiles_per_warp each
   int tiles_per_warp = 1;  // 1 or 2
@@ -56,6 +58,22 @@ BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64
 // wrong; an internal error when the driver cannot make the TMA descriptors.
 Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
                  int64_t n_tokens, void* y, DType y_type, bool accumulate, int sms, cudaStream_t stream);
+
+// Split-K without clusters or a reduction pass, for consumers that add the parts themselves
+// (add_rmsnorm's delta parts, rope_write_kv's qkv parts): the columns' stages of 128 go in
+// n_parts near-equal shares, and share s is written fresh as parts[s] ([n, rows] fp32, zeros
+// where a share has no columns), so y = parts[0] + parts[1] + ... (added in that order by the
+// consumers: nothing depends on timing). A run of tiles takes 16 x tiles rows whole, n_parts
+// blocks side by side (band_parts_layout), so a small matrix still streams long runs of rows on
+// every SM: NOTES item 37. Checks as band_gemm; n_parts 1..kBandMaxParts, cluster 0 or 1.
+Status band_gemm_parts(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
+                       int64_t n_tokens, float* parts, int n_parts, int sms, cudaStream_t stream);
+// Its layout for n_parts parts (clusters = runs; empty for a part count out of range), and the part
+// count it chooses for a shape (1..kBandMaxParts: the fewest stage rows a block streams, each
+// part counted as one more 16-row stage for the consumer's reads).
+BandLayout band_parts_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens,
+                             int sms, int n_parts);
+int band_parts_for(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms);
 
 // The MLP's activation straight from its gate and up projections: y[n, inter] = silu(x . Wg^T) *
 // (x . Wu^T) in the weights' dtype, for W = [Wg; Wu] of 2 x inter rows (the fused gate_up

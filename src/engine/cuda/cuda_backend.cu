@@ -27,6 +27,7 @@ namespace kernelllm::cuda {
 namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
+static_assert(kBandMaxParts <= kMaxDeltaParts && kBandMaxParts <= kMaxQkvParts, "band_gemm_parts' consumers");
 constexpr int64_t kStagedMinUnitsPerBlock = 128;
 constexpr int64_t kBandMinTilesPerSm = 8;
 constexpr int64_t kMaxSuffixMin = int64_t{1} << 30;  // the split kernel takes the floor as an int
@@ -79,6 +80,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   if (band_config_.cluster == 3) band_config_.cluster = 0;
   band_config_.ring_kb = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_RING_KB", 0, 220, 0));
   if (band_config_.ring_kb < 32) band_config_.ring_kb = 0;
+  band_parts_env_ = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_PARTS", 0, kBandMaxParts, -1));
+  band_parts_mask_ = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_PARTS_MASK", 0, 7, band_parts_mask_));
 }
 
 CudaBackend::~CudaBackend() {
@@ -141,6 +144,10 @@ Status CudaBackend::init() {
   KLLM_RETURN_IF_ERROR(ids_dev_.allocate(R * 4, "greedy ids"));
   KLLM_RETURN_IF_ERROR(meta_.allocate(T * kMetaFields * 4, "batch metadata"));
   KLLM_CUDA_RETURN(cudaMallocHost(&meta_host_, T * kMetaFields * 4), "pinned metadata");
+  if (opts_.band_gemm && compute_major_ >= 9 && band_parts_env_ != 0) {  // band_parts_serve
+    const auto rows = std::min<size_t>(T, static_cast<size_t>(kBandMaxTokens)) * std::max(qd + 2 * kd, h);
+    KLLM_RETURN_IF_ERROR(band_parts_.allocate(static_cast<size_t>(kBandMaxParts) * rows * 4, "band gemm parts"));
+  }
   if (opts_.staged_gemm && compute_major_ >= 9) {  // staged_serves: TMA needs 9.0
     const int64_t widest = std::max({c.vocab_size, 2 * c.intermediate_size, q_dim_ + 2 * kv_dim_, c.hidden_size});
     const auto counters = static_cast<size_t>(staged_counter_count(widest)) * 4;
@@ -335,6 +342,18 @@ bool CudaBackend::band_serves(int64_t rows, int64_t cols, int64_t n) const {
   // item 30). Not where the staged GEMM serves (proj() asks it first).
   return opts_.band_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && band_supported(dtype_, cols, n) &&
          !staged_serves(rows, cols, n) && (band_all_ || rows >= kBandMinTilesPerSm * 16 * sm_count_);
+}
+
+int CudaBackend::band_parts_serve(int which, int64_t rows, int64_t cols, int64_t n) const {
+  // Past the skinny GEMM's tokens, the projections the band GEMM's plain form does not serve (of
+  // Llama-3.1-8B's, all but gate_up): runs of up to 16 tiles split over several blocks' columns
+  // stream the small matrices where one band per SM cannot (bench/cuda_ops/NOTES.md item 37).
+  if (band_parts_.get() == nullptr || (band_parts_mask_ & which) == 0 || n <= skinny_max_tokens_ ||
+      !band_supported(dtype_, cols, n) || staged_serves(rows, cols, n) || band_serves(rows, cols, n)) {
+    return 0;
+  }
+  return band_parts_env_ > 0 ? band_parts_env_
+                             : band_parts_for(band_config_, dtype_, rows, cols, n, static_cast<int>(sm_count_));
 }
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,

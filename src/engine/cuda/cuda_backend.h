@@ -26,6 +26,9 @@ namespace kernelllm::cuda {
 inline constexpr int64_t kMetaFields = 13;
 // The most tokens the skinny GEMM serves by default (KERNELLLM_CUDA_SKINNY_TOKENS sets 1..32).
 inline constexpr int64_t kSkinnyServedTokens = 16;
+// The projections band_gemm_parts may serve (CudaBackend::band_parts_serve; bits of
+// KERNELLLM_CUDA_BAND_PARTS_MASK).
+inline constexpr int kBandPartsQkv = 1, kBandPartsO = 2, kBandPartsDown = 4;
 
 class CudaBackend final : public Backend {
  public:
@@ -69,6 +72,9 @@ class CudaBackend final : public Backend {
   bool skinny_serves(int64_t cols, int64_t n) const;
   bool staged_serves(int64_t rows, int64_t cols, int64_t n) const;
   bool band_serves(int64_t rows, int64_t cols, int64_t n) const;
+  // The part count of band_gemm_parts for the projection `which` (kBandParts*) of n tokens, or 0
+  // where it does not serve (17..32 tokens on compute capability 9.0+, not where band_serves).
+  int band_parts_serve(int which, int64_t rows, int64_t cols, int64_t n) const;
   // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`. Where the GEMV serves only
   // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
@@ -112,6 +118,11 @@ class CudaBackend final : public Backend {
   // KERNELLLM_CUDA_BAND_RING_KB set its layout (0: chosen).
   bool band_all_ = false;
   BandConfig band_config_;
+  // band_gemm_parts' outputs (kBandMaxParts x kBandMaxTokens rows of the widest of qkv and h) and
+  // its switches: KERNELLLM_CUDA_BAND_PARTS=0 turns it off, =N fixes N parts (measurements; unset:
+  // band_parts_for's choice); KERNELLLM_CUDA_BAND_PARTS_MASK picks the projections (kBandParts* bits).
+  DeviceBuffer band_parts_;
+  int band_parts_env_ = -1, band_parts_mask_ = kBandPartsQkv | kBandPartsO | kBandPartsDown;
   int64_t skinny_max_tokens_ = kSkinnyServedTokens;  // env KERNELLLM_CUDA_SKINNY_TOKENS
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
   size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations

@@ -52,32 +52,59 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   // The cascade's own positions on the tensor cores (suffix_attention_mma), or by the split kernel.
   const bool mma_suffix =
       shared && mma_suffix_ && suffix_mma_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
+  // Where the band GEMM's parts form serves a projection (17..32 tokens, not gate_up): its part
+  // count, else 0. Its parts are added by the consumer: rope_write_kv for qkv, the next norm for
+  // o and down.
+  const int qkv_parts = band_parts_serve(kBandPartsQkv, q_dim_ + 2 * kv_dim_, h, n);
+  const int o_parts = band_parts_serve(kBandPartsO, h, q_dim_, n);
+  const int down_parts = band_parts_serve(kBandPartsDown, h, inter, n);
+  const BandConfig parts_config{0, band_config_.blocks, band_config_.ring_kb};  // (never clusters)
   // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
   // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
-  // kernel of the own positions does not).
-  const bool fused_rope = fused_rope_ && single_token && !tensor_core_attention && !mma_suffix;
+  // kernel of the own positions does not; nor with qkv's parts: the fold reads one qkv array).
+  const bool fused_rope = fused_rope_ && single_token && !tensor_core_attention && !mma_suffix && qkv_parts == 0;
   float* x = x_.as<float>();
-  float* y = proj_.as<float>();
+  float* parts = band_parts_.as<float>();
   const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_};
 
-  // The residual stream x; y_pending: y holds a projection output (the GEMV's) not yet added to
-  // it, which the next norm adds (cuBLASLt's projections accumulate into x themselves).
-  bool y_pending = false;
+  // The residual stream x; pending: a projection output not yet added to it (the GEMV's in proj_,
+  // or pending_parts parts of the band GEMM's), which the next norm adds (cuBLASLt's projections
+  // accumulate into x themselves).
+  const float* pending = nullptr;
+  int pending_parts = 1;
   auto norm = [&](const DeviceBuffer& weight) {
-    if (y_pending) {
-      add_rmsnorm(dtype_, x, y, weight.as<float>(), n, h, eps, xn_.get(), stream_);
+    if (pending != nullptr) {
+      add_rmsnorm(dtype_, x, pending, weight.as<float>(), n, h, eps, xn_.get(), stream_, pending_parts);
     } else {
       rmsnorm(dtype_, x, weight.as<float>(), n, h, eps, nullptr, xn_.get(), stream_);
     }
-    y_pending = false;
+    pending = nullptr;
+  };
+  // o or down (h rows over `cols`): into x, or pending for the next norm.
+  auto residual_proj = [&](const DeviceBuffer& w, int64_t cols, const void* in, int n_parts) -> Status {
+    if (n_parts > 0) {
+      pending = parts;
+      pending_parts = n_parts;
+      return band_gemm_parts(parts_config, dtype_, w.get(), h, cols, in, n, parts, n_parts, sm_count_, stream_);
+    }
+    const bool fresh = gemv_serves(cols, n);
+    pending = fresh ? proj_.as<float>() : nullptr;
+    pending_parts = 1;
+    return proj(w, h, cols, in, n, fresh ? proj_.get() : static_cast<void*>(x), DType::f32, !fresh);
   };
   embedding(dtype_, embed_.get(), ids, n, h, x, stream_);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
     norm(l.in_norm);
-    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it).
-    const DType qkv_type = gemv_serves(h, n) ? DType::f32 : dtype_;
-    KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
+    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it); fp32
+    // from the GEMV and as the band GEMM's parts.
+    const DType qkv_type = gemv_serves(h, n) || qkv_parts > 0 ? DType::f32 : dtype_;
+    if (qkv_parts > 0) {
+      KLLM_RETURN_IF_ERROR(band_gemm_parts(parts_config, dtype_, l.qkv.get(), q_dim_ + 2 * kv_dim_, h, xn_.get(), n,
+                                           parts, qkv_parts, sm_count_, stream_));
+    } else {
+      KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
+    }
     AttentionArgs a;
     a.q = q_.as<float>();
     a.n_tokens = n;
@@ -103,8 +130,9 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.rope_inv_freq = inv_freq_.as<float>();
       a.rope_q_out = shared ? q_.as<float>() : nullptr;  // the prefix kernel reads the rotated queries
     } else {
-      rope_write_kv(dtype_, qkv_type, qkv_.get(), n, c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos,
-                    page, inv_freq_.as<float>(), kv, li, q_.as<float>(), stream_);
+      rope_write_kv(dtype_, qkv_type, qkv_parts > 0 ? static_cast<void*>(parts) : qkv_.get(), n,
+                    c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page, inv_freq_.as<float>(), kv, li,
+                    q_.as<float>(), stream_, std::max(qkv_parts, 1));
     }
     if (tensor_core_attention) {
       prefill_attention(dtype_, a, stream_);
@@ -116,9 +144,9 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     } else {
       attention(dtype_, a, stream_);
     }
-    // o and down: cuBLASLt adds into x in place; the GEMV writes y for the next norm to add.
-    y_pending = gemv_serves(q_dim_, n);
-    KLLM_RETURN_IF_ERROR(proj(l.o, h, q_dim_, att_.get(), n, y_pending ? y : x, DType::f32, !y_pending));
+    // o and down: cuBLASLt adds into x in place; the GEMV and the band GEMM's parts leave their
+    // output for the next norm to add.
+    KLLM_RETURN_IF_ERROR(residual_proj(l.o, q_dim_, att_.get(), o_parts));
     norm(l.post_norm);
     // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
     // linear layers give it): half the bytes written and read back by swiglu. Where the GEMV
@@ -135,15 +163,15 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));
       swiglu(dtype_, gate_up_type, gate_up_.get(), n, inter, act_.get(), stream_);
     }
-    y_pending = gemv_serves(inter, n);
-    KLLM_RETURN_IF_ERROR(proj(l.down, h, inter, act_.get(), n, y_pending ? y : x, DType::f32, !y_pending));
+    KLLM_RETURN_IF_ERROR(residual_proj(l.down, inter, act_.get(), down_parts));
   }
   // The final norm of the rows that produce logits, after the last residual add if one is
   // pending. A pending add is one kernel with the norm: in a pass with its logits (single tokens:
   // every row produces logits, in order) its output is the logits' input; otherwise it goes to
   // xn_ unused (the add into x is what counts) and run_chunk norms the rows.
-  if (y_pending) {
-    add_rmsnorm(dtype_, x, y, final_norm_.as<float>(), n, h, eps, logits_in_pass ? fin_.get() : xn_.get(), stream_);
+  if (pending != nullptr) {
+    add_rmsnorm(dtype_, x, pending, final_norm_.as<float>(), n, h, eps, logits_in_pass ? fin_.get() : xn_.get(),
+                stream_, pending_parts);
   } else if (logits_in_pass) {
     rmsnorm(dtype_, x, final_norm_.as<float>(), r, h, eps, out_rows, fin_.get(), stream_);
   }

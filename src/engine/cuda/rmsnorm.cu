@@ -29,7 +29,7 @@ template <class T, bool kAdd, int kChunks>
 __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restrict__ x, const float* __restrict__ delta,
                                                                 const float* __restrict__ weight, int64_t n, float eps,
                                                                 const int32_t* __restrict__ rows_index,
-                                                                T* __restrict__ out) {
+                                                                T* __restrict__ out, int parts) {
   const int n4 = static_cast<int>(n / 4);
   float4 w[kChunks];
 #pragma unroll
@@ -47,6 +47,36 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
     const int i = threadIdx.x + c * kThreads;
     v[c] = i < n4 ? xr[i] : float4{0.0f, 0.0f, 0.0f, 0.0f};
     if constexpr (kAdd) d[c] = i < n4 ? reinterpret_cast<const float4*>(delta + r * n)[i] : float4{0.0f, 0.0f, 0.0f, 0.0f};
+  }
+  if constexpr (kAdd) {
+    // The delta's further parts (band_gemm_parts' outputs, [rows][n] each), added in order; all
+    // their loads go out before the first add (one round trip), up to 4 chunks a thread.
+    const int64_t part_stride = static_cast<int64_t>(gridDim.x) * n;
+    constexpr int kBatch = kChunks <= 4 ? kMaxDeltaParts - 1 : 1;
+    for (int q0 = 1; q0 < parts; q0 += kBatch) {
+      float4 e[kBatch][kChunks];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int i = threadIdx.x + c * kThreads;
+          const bool in = q0 + b < parts && i < n4;
+          e[b][c] = in ? reinterpret_cast<const float4*>(delta + (q0 + b) * part_stride + r * n)[i]
+                       : float4{0.0f, 0.0f, 0.0f, 0.0f};
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          if (q0 + b >= parts) continue;
+          d[c].x += e[b][c].x;
+          d[c].y += e[b][c].y;
+          d[c].z += e[b][c].z;
+          d[c].w += e[b][c].w;
+        }
+      }
+    }
   }
   float sum_sq = 0.0f;
 #pragma unroll
@@ -77,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
 // Any row length: a strided loop, the row read twice.
 template <class T, bool kAdd>
 __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight, int64_t n, float eps,
-                               const int32_t* rows_index, T* out) {
+                               const int32_t* rows_index, T* out, int parts) {
   wait_for_predecessor();
   const int64_t r = blockIdx.x;
   const int64_t src = rows_index != nullptr ? rows_index[r] : r;
@@ -86,7 +116,9 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight
   for (int64_t i = threadIdx.x; i < n; i += kThreads) {
     float v = xr[i];
     if constexpr (kAdd) {
-      v += delta[r * n + i];
+      float d = delta[r * n + i];
+      for (int q = 1; q < parts; ++q) d += delta[(q * static_cast<int64_t>(gridDim.x) + r) * n + i];
+      v += d;
       xr[i] = v;
     }
     sum_sq += v * v;
@@ -97,9 +129,10 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight
 
 template <class T, bool kAdd>
 void launch_norm(int64_t rows, int64_t n, cudaStream_t stream, float* x, const float* delta, const float* weight,
-                 float eps, const int32_t* rows_index, T* out) {
+                 float eps, const int32_t* rows_index, T* out, int parts) {
   const auto launch = [&](auto kernel) {
-    launch_kernel(kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out);
+    launch_kernel(kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out,
+                  parts);
   };
   // float4 chunks per thread for the register kernel; 0: the row does not fit it.
   const int64_t chunks = n % 4 == 0 ? (n / 4 + kThreads - 1) / kThreads : 0;
@@ -123,16 +156,17 @@ void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int6
   if (rows == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    launch_norm<T, false>(rows, n, stream, const_cast<float*>(x), nullptr, weight, eps, rows_index, static_cast<T*>(out));
+    launch_norm<T, false>(rows, n, stream, const_cast<float*>(x), nullptr, weight, eps, rows_index, static_cast<T*>(out),
+                          1);
   });
 }
 
 void add_rmsnorm(DType type, float* x, const float* delta, const float* weight, int64_t rows, int64_t n, float eps,
-                 void* out, cudaStream_t stream) {
+                 void* out, cudaStream_t stream, int delta_parts) {
   if (rows == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    launch_norm<T, true>(rows, n, stream, x, delta, weight, eps, nullptr, static_cast<T*>(out));
+    launch_norm<T, true>(rows, n, stream, x, delta, weight, eps, nullptr, static_cast<T*>(out), delta_parts);
   });
 }
 

@@ -12,7 +12,7 @@ namespace {
 template <class T, class In>
 __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, int64_t hd, const int32_t* pos,
                                const int32_t* page_of, const float* inv_freq, T* pool, int64_t layers,
-                               int64_t page_tokens, int64_t layer, float* q_out) {
+                               int64_t page_tokens, int64_t layer, float* q_out, int parts) {
   const int64_t t = blockIdx.x;
   const int64_t half = hd / 2, q_dim = heads * hd, kv_dim = kv_heads * hd;
   const int64_t i = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
@@ -22,16 +22,29 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
   wait_for_predecessor();
   if (i >= pairs + kv_dim) return;
   const In* row = qkv + t * (q_dim + 2 * kv_dim);
+  // Element e of the token's row: with parts > 1, the sum in order of the parts' (band_gemm_parts).
+  const int64_t part_stride = static_cast<int64_t>(gridDim.x) * (q_dim + 2 * kv_dim);
+  const auto at = [&](int64_t e) {
+    float part[kMaxQkvParts];  // every part's load out before the first add
+#pragma unroll
+    for (int q = 0; q < kMaxQkvParts; ++q) part[q] = q == 0 || q < parts ? to_f32(row[q * part_stride + e]) : 0.0f;
+    float v = part[0];
+#pragma unroll
+    for (int q = 1; q < kMaxQkvParts; ++q) {
+      if (q < parts) v += part[q];
+    }
+    return v;
+  };
   const int32_t p = pos[t];
   const int64_t page = page_of[t];
   T* k_dst = pool + (((page * layers + layer) * 2 + 0) * page_tokens + p % page_tokens) * kv_dim;
   T* v_dst = pool + (((page * layers + layer) * 2 + 1) * page_tokens + p % page_tokens) * kv_dim;
   if (i >= pairs) {
-    v_dst[i - pairs] = from_f32<T>(to_f32(row[q_dim + kv_dim + (i - pairs)]));
+    v_dst[i - pairs] = from_f32<T>(at(q_dim + kv_dim + (i - pairs)));
     return;
   }
-  const In* src = row + h * hd;  // k heads follow the q heads in the fused row
-  const float2 r = rope_pair(to_f32(src[j]), to_f32(src[j + half]), p, freq);
+  const int64_t src = h * hd;  // k heads follow the q heads in the fused row
+  const float2 r = rope_pair(at(src + j), at(src + j + half), p, freq);
   if (h < heads) {
     q_out[t * q_dim + h * hd + j] = r.x;
     q_out[t * q_dim + h * hd + j + half] = r.y;
@@ -45,7 +58,7 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
 
 void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens, int64_t heads, int64_t kv_heads,
                    int64_t head_dim, const int32_t* pos, const int32_t* page_of, const float* inv_freq,
-                   const KvLayout& kv, int64_t layer, float* q_out, cudaStream_t stream) {
+                   const KvLayout& kv, int64_t layer, float* q_out, cudaStream_t stream, int in_parts) {
   if (n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     dispatch_dtype(in_type, [&](auto di) {
@@ -55,7 +68,7 @@ void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens,
       const dim3 grid(static_cast<unsigned>(n_tokens), blocks_for(items, 256));
       launch_kernel(rope_kv_kernel<T, In>, grid, 256, 0, stream, static_cast<const In*>(qkv), heads, kv_heads,
                     head_dim, pos, page_of, inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer,
-                    q_out);
+                    q_out, in_parts);
     });
   });
 }
