@@ -1,4 +1,6 @@
 // RoPE and the KV write; see rope.cuh. A row of blocks per token, one item per thread.
+#include <type_traits>
+
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/rope.cuh"
@@ -9,7 +11,7 @@ namespace {
 // i < (heads + kv_heads) * half, else one V element. One item per thread, so a token is one
 // round of loads (decode passes are a token or a few: their time is latency); the frequency is
 // constant and is loaded before the wait for the previous kernel.
-template <class T, class In>
+template <class T, class In, bool kParts>
 __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, int64_t hd, const int32_t* pos,
                                const int32_t* page_of, const float* inv_freq, T* pool, int64_t layers,
                                int64_t page_tokens, int64_t layer, float* q_out, int parts) {
@@ -22,18 +24,24 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
   wait_for_predecessor();
   if (i >= pairs + kv_dim) return;
   const In* row = qkv + t * (q_dim + 2 * kv_dim);
-  // Element e of the token's row: with parts > 1, the sum in order of the parts' (band_gemm_parts).
+  // Element e of the token's row: with parts (kParts), the sum in order of the parts'
+  // (band_gemm_parts). A template flag: the single-input instances (prefill, where the kernel is
+  // a stream of 30 MB a layer) keep their one load and their registers.
   const int64_t part_stride = static_cast<int64_t>(gridDim.x) * (q_dim + 2 * kv_dim);
   const auto at = [&](int64_t e) {
-    float part[kMaxQkvParts];  // every part's load out before the first add
+    if constexpr (kParts) {
+      float part[kMaxQkvParts];  // every part's load out before the first add
 #pragma unroll
-    for (int q = 0; q < kMaxQkvParts; ++q) part[q] = q == 0 || q < parts ? to_f32(row[q * part_stride + e]) : 0.0f;
-    float v = part[0];
+      for (int q = 0; q < kMaxQkvParts; ++q) part[q] = q == 0 || q < parts ? row[q * part_stride + e] : 0.0f;
+      float v = part[0];
 #pragma unroll
-    for (int q = 1; q < kMaxQkvParts; ++q) {
-      if (q < parts) v += part[q];
+      for (int q = 1; q < kMaxQkvParts; ++q) {
+        if (q < parts) v += part[q];
+      }
+      return v;
+    } else {
+      return to_f32(row[e]);
     }
-    return v;
   };
   const int32_t p = pos[t];
   const int64_t page = page_of[t];
@@ -66,9 +74,12 @@ void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens,
       using In = decltype(di);
       const int64_t items = (heads + kv_heads) * (head_dim / 2) + kv_heads * head_dim;
       const dim3 grid(static_cast<unsigned>(n_tokens), blocks_for(items, 256));
-      launch_kernel(rope_kv_kernel<T, In>, grid, 256, 0, stream, static_cast<const In*>(qkv), heads, kv_heads,
-                    head_dim, pos, page_of, inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer,
-                    q_out, in_parts);
+      auto kernel = rope_kv_kernel<T, In, false>;
+      if constexpr (std::is_same_v<In, float>) {  // (parts are fp32)
+        if (in_parts > 1) kernel = rope_kv_kernel<T, In, true>;
+      }
+      launch_kernel(kernel, grid, 256, 0, stream, static_cast<const In*>(qkv), heads, kv_heads, head_dim, pos, page_of,
+                    inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer, q_out, in_parts);
     });
   });
 }
