@@ -5,6 +5,7 @@
 // blocks of a cluster take the same tiles and split the columns' stages of 128 (rank r: stages
 // [rS/C, (r+1)S/C)). In the parts form (band_gemm_parts) the C blocks of a run are not a
 // cluster: rank r writes its sums as output part r and the consumer adds the parts.
+//
 // A block streams its stages through a ring in shared memory: per stage,
 // thread 0 asks TMA for two boxes of 64 columns x all the band's rows and two of the token rows
 // (rows past the tokens come as zeros), all counted on the stage's mbarrier. Weights are
