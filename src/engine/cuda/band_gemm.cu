@@ -438,13 +438,17 @@ BandLayout band_parts_layout(const BandConfig& config, [[maybe_unused]] DType ty
 
 int band_parts_for(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms) {
   // A block's stages times its rows per stage (weights, and the token rows from L2 at half), over
-  // the waves, plus a share for each part the consumer reads back (a 16-row stage's worth).
+  // the waves, plus a share for each part the consumer reads back (a 16-row stage's worth); at
+  // most 4 parts: down at 8 (the cost's pick) gave 6.60-6.65 ms a k = 20 step on the H100
+  // against 6.52-6.55 at 4 (NOTES item 37), the consumer's reads and the next kernel's early
+  // fill costing more than the longer runs give.
+  constexpr int kMostChosen = 4;
   const int nt = static_cast<int>((n_tokens + 7) / 8);
   const int64_t stages = (cols + kBK - 1) / kBK;
   const int max_blocks = config.blocks > 0 ? config.blocks : sms;
   int best = 1;
   double best_cost = 0;
-  for (int parts = 1; parts <= kBandMaxParts; ++parts) {
+  for (int parts = 1; parts <= kMostChosen; ++parts) {
     const BandLayout l = band_parts_layout(config, type, rows, cols, n_tokens, sms, parts);
     const int64_t blocks = int64_t{l.clusters} * parts;
     const int64_t waves = (blocks + max_blocks - 1) / max_blocks;
