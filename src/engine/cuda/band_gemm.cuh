@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "engine/cuda/common.cuh"
 #include "kernelllm/base/status.h"
 #include "kernelllm/engine/safetensors.h"
 
@@ -21,7 +22,7 @@ namespace kernelllm::cuda {
 
 inline constexpr int64_t kBandMaxTokens = 32;
 inline constexpr int kBandMaxTiles = 16;  // 16-row tiles per block (8 warps x 2)
-inline constexpr int kBandMaxParts = 8;   // band_gemm_parts' outputs
+inline constexpr int kBandMaxParts = kMaxOutputParts;  // band_gemm_parts' outputs (common.cuh)
 
 // How the kernel covers a matrix. band_layout() fills every field from the request; a caller may
 // set `cluster` (1, 2 or 4; 0 = chosen), `blocks` (the most blocks, 0 = one per SM, at least one

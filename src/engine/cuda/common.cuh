@@ -21,6 +21,10 @@ Status cuda_status(cudaError_t err, const std::string& what);
 // True for the dtypes the backend computes in (f32, f16, bf16).
 bool is_compute_dtype(DType t);
 
+// Split-K parts of one projection's output: band_gemm_parts writes 1..kMaxOutputParts of them,
+// add_rmsnorm (delta parts) and rope_write_kv (qkv parts) add them in order.
+inline constexpr int kMaxOutputParts = 8;
+
 // The current device's multiprocessor count, asked once per process (0 when it cannot be asked).
 int current_sm_count();
 

@@ -27,7 +27,6 @@ namespace kernelllm::cuda {
 namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
-static_assert(kBandMaxParts <= kMaxDeltaParts && kBandMaxParts <= kMaxQkvParts, "band_gemm_parts' consumers");
 constexpr int64_t kStagedMinUnitsPerBlock = 128;
 constexpr int64_t kBandMinTilesPerSm = 8;
 constexpr int64_t kMaxSuffixMin = int64_t{1} << 30;  // the split kernel takes the floor as an int

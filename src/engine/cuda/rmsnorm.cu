@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
     // The delta's further parts (band_gemm_parts' outputs, [rows][n] each), added in order; all
     // their loads go out before the first add (one round trip), up to 4 chunks a thread.
     const int64_t part_stride = static_cast<int64_t>(gridDim.x) * n;
-    constexpr int kBatch = kChunks <= 4 ? kMaxDeltaParts - 1 : 1;
+    constexpr int kBatch = kChunks <= 4 ? kMaxOutputParts - 1 : 1;
     for (int q0 = 1; q0 < parts; q0 += kBatch) {
       float4 e[kBatch][kChunks];
 #pragma unroll

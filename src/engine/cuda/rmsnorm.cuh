@@ -6,18 +6,17 @@
 
 #include <cstdint>
 
+#include "engine/cuda/common.cuh"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
-
-inline constexpr int kMaxDeltaParts = 8;  // add_rmsnorm's delta_parts
 
 // out[r] = norm(x[rows_index ? rows_index[r] : r]) for r < rows; out has `type` elements.
 void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int64_t n, float eps,
              const int32_t* rows_index, void* out, cudaStream_t stream);
 // x[r] += delta[r]; out[r] = norm(x[r]). With delta_parts > 1 the delta is that many [rows][n]
 // arrays one after another (band_gemm_parts' outputs), added to each other in order first.
-// delta_parts: 1..kMaxDeltaParts.
+// delta_parts: 1..kMaxOutputParts (common.cuh).
 void add_rmsnorm(DType type, float* x, const float* delta, const float* weight, int64_t rows, int64_t n, float eps,
                  void* out, cudaStream_t stream, int delta_parts = 1);
 

@@ -30,12 +30,12 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
   const int64_t part_stride = static_cast<int64_t>(gridDim.x) * (q_dim + 2 * kv_dim);
   const auto at = [&](int64_t e) {
     if constexpr (kParts) {
-      float part[kMaxQkvParts];  // every part's load out before the first add
+      float part[kMaxOutputParts];  // every part's load out before the first add
 #pragma unroll
-      for (int q = 0; q < kMaxQkvParts; ++q) part[q] = q == 0 || q < parts ? row[q * part_stride + e] : 0.0f;
+      for (int q = 0; q < kMaxOutputParts; ++q) part[q] = q == 0 || q < parts ? row[q * part_stride + e] : 0.0f;
       float v = part[0];
 #pragma unroll
-      for (int q = 1; q < kMaxQkvParts; ++q) {
+      for (int q = 1; q < kMaxOutputParts; ++q) {
         if (q < parts) v += part[q];
       }
       return v;
