@@ -188,7 +188,7 @@ TEST_P(OpTest, Projections) {
       }
       double eb = -1;
       if (cuda::band_supported(t, cols, n) && major >= 9) {
-        const int sms = cuda::current_sm_count(), chosen = cuda::band_parts_for({}, t, rows, cols, n, sms);
+        const int sms = cuda::current_sm_count(), chosen = cuda::band_parts_for({}, rows, cols, n, sms);
         for (const int parts : {1, 2, 3, 8, chosen}) {
           for (const int blocks : {0, 8}) {
             auto d_parts = poisoned(static_cast<size_t>(parts) * ref.size() * 4);

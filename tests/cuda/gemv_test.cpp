@@ -757,7 +757,7 @@ TEST(BandLayout, InvalidLayoutsShapesAndOutputsRefused) {
   EXPECT_EQ(parts({}, DType::f32, 0, 64, 20, 4), bad);
   EXPECT_EQ(parts({}, DType::bf16, 0, 64, 33, 4), bad);
   EXPECT_EQ(parts({1, 0}, DType::f16, 0, 64, 20, cuda::kBandMaxParts), ErrorCode::ok);
-  EXPECT_EQ(cuda::band_parts_layout({}, DType::bf16, 4096, 4096, 20, 132, 0).clusters, 0);
+  EXPECT_EQ(cuda::band_parts_layout({}, 4096, 20, 132, 0).clusters, 0);
 }
 
 }  // namespace

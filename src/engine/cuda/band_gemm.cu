@@ -423,8 +423,7 @@ BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64
   return best;
 }
 
-BandLayout band_parts_layout(const BandConfig& config, [[maybe_unused]] DType type, int64_t rows,
-                             [[maybe_unused]] int64_t cols, int64_t n_tokens, int sms, int parts) {
+BandLayout band_parts_layout(const BandConfig& config, int64_t rows, int64_t n_tokens, int sms, int parts) {
   // One block per SM at either dtype and any width: without clusters no occupancy query is needed.
   if (parts < 1 || parts > kBandMaxParts) return BandLayout{};
   const int64_t units = (rows + 15) / 16;
@@ -436,7 +435,7 @@ BandLayout band_parts_layout(const BandConfig& config, [[maybe_unused]] DType ty
   return l;
 }
 
-int band_parts_for(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms) {
+int band_parts_for(const BandConfig& config, int64_t rows, int64_t cols, int64_t n_tokens, int sms) {
   // A block's stages times its rows per stage (weights, and the token rows from L2 at half), over
   // the waves, plus a share for each part the consumer reads back (a 16-row stage's worth); at
   // most 4 parts: down at 8 (the cost's pick) gave 6.60-6.65 ms a k = 20 step on the H100
@@ -449,7 +448,7 @@ int band_parts_for(const BandConfig& config, DType type, int64_t rows, int64_t c
   int best = 1;
   double best_cost = 0;
   for (int parts = 1; parts <= kMostChosen; ++parts) {
-    const BandLayout l = band_parts_layout(config, type, rows, cols, n_tokens, sms, parts);
+    const BandLayout l = band_parts_layout(config, rows, n_tokens, sms, parts);
     const int64_t blocks = int64_t{l.clusters} * parts;
     const int64_t waves = (blocks + max_blocks - 1) / max_blocks;
     const int64_t per_block = (l.tiles * 16 + nt * 4) * ((stages + parts - 1) / parts);
@@ -495,7 +494,7 @@ Status launch_band(const BandConfig& config, DType type, const void* w, int64_t 
                    int64_t n_tokens, void* y, DType y_type, bool accumulate, bool swiglu, int sms, cudaStream_t stream,
                    int parts = 0) {
   const char* what = swiglu ? "band gemm swiglu" : parts > 0 ? "band gemm parts" : "band gemm";
-  const BandLayout l = parts > 0 ? band_parts_layout(config, type, w_rows, cols, n_tokens, sms, parts)
+  const BandLayout l = parts > 0 ? band_parts_layout(config, w_rows, n_tokens, sms, parts)
                                  : band_layout(config, type, w_rows, cols, n_tokens, sms, swiglu);
   if (l.clusters == 0) {
     return error(ErrorCode::invalid_argument, std::string(what) + " layout: clusters of " +

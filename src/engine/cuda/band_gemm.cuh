@@ -69,12 +69,11 @@ Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t ro
 // every SM: NOTES item 37. Checks as band_gemm; n_parts 1..kBandMaxParts, cluster 0 or 1.
 Status band_gemm_parts(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
                        int64_t n_tokens, float* parts, int n_parts, int sms, cudaStream_t stream);
-// Its layout for n_parts parts (clusters = runs; empty for a part count out of range), and the part
-// count it chooses for a shape (1..4: the fewest stage rows a block streams, each part counted as
-// one more 16-row stage for the consumer's reads).
-BandLayout band_parts_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens,
-                             int sms, int n_parts);
-int band_parts_for(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms);
+// Its layout for n_parts parts (clusters = runs; empty for a part count out of range; the same at
+// either dtype and any width), and the part count it chooses for a shape (1..4: the fewest stage
+// rows a block streams, each part counted as one more 16-row stage for the consumer's reads).
+BandLayout band_parts_layout(const BandConfig& config, int64_t rows, int64_t n_tokens, int sms, int n_parts);
+int band_parts_for(const BandConfig& config, int64_t rows, int64_t cols, int64_t n_tokens, int sms);
 
 // The MLP's activation straight from its gate and up projections: y[n, inter] = silu(x . Wg^T) *
 // (x . Wu^T) in the weights' dtype, for W = [Wg; Wu] of 2 x inter rows (the fused gate_up

@@ -352,7 +352,7 @@ int CudaBackend::band_parts_serve(int which, int64_t rows, int64_t cols, int64_t
     return 0;
   }
   return band_parts_env_ > 0 ? band_parts_env_
-                             : band_parts_for(band_config_, dtype_, rows, cols, n, static_cast<int>(sm_count_));
+                             : band_parts_for(band_config_, rows, cols, n, static_cast<int>(sm_count_));
 }
 
 Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
