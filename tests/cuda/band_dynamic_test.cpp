@@ -1,8 +1,9 @@
 // band_gemm_swiglu_dynamic (engine/cuda/band_dynamic.cuh) against the float64 silu(gate) * up on
-// the rounded inputs: every unit size (1, 2, 4 pairs) and chunk count (1, 2, 3, 8: one chunk per
-// stage at 1,000 columns), grids of one block (every unit taken from the counter), a few blocks
-// and one per SM, every count of 8-token tiles, gate rows not a multiple of 16 (37: the up rows
-// start mid-tile) and pair groups past the matrix; then the 8B gate_up. The activation depends
+// the rounded inputs: every unit size (1, 2, 4 pairs), chunk count (1, 2, 3, 8: capped at one
+// chunk per stage) and stage width (1, 4, 8 segments of 64 columns; a last stage past the columns
+// at 1,088 and 192), grids of one block (every unit taken from the counter), a few blocks and one
+// per SM, 1, 20 and 32 tokens, gate rows not a multiple of 16 (37: the up rows start mid-tile)
+// and pair groups past the matrix; then the 8B gate_up. The activation depends
 // on the pairs and chunks only, never on the grid or on timing (compared bit for bit), and every
 // call leaves the scratch's counters at zero.
 #include <gtest/gtest.h>
@@ -75,6 +76,14 @@ Scratch make_scratch(const cuda::BandDynamicConfig& c, int64_t inter) {
 }
 
 // The activation's raw bytes (n x inter in g.type) after one call.
+// Whether two stages of the config fit the ring at n tokens (else the call is refused).
+bool fits(const cuda::BandDynamicConfig& c, int64_t n) {
+  const int64_t nt = (n + 7) / 8;                                  // 8-token tiles
+  const int64_t slot = c.segments * (2 * c.pairs * 16 + nt * 8) * 64 * 2;  // weights and tokens, bf16/f16
+  const int64_t sums = 8 * (2 * nt * 4) * 32 * 4;                  // the 8 warps' fp32 sums
+  return 2 * slot <= 220 * 1024 - sums;
+}
+
 std::vector<std::byte> run(const Glu& g, const cuda::BandDynamicConfig& c, const Scratch& sc, int64_t n) {
   const size_t bytes = static_cast<size_t>(n * g.inter) * dtype_size(g.type);
   cuda::DeviceBuffer d_y = poisoned(bytes);
@@ -130,35 +139,45 @@ bool counters_zero(const Scratch& sc) {
 }
 
 std::string name(const cuda::BandDynamicConfig& c) {
-  return "pairs " + std::to_string(c.pairs) + " chunks " + std::to_string(c.chunks) + " blocks " +
-         std::to_string(c.blocks);
+  return "pairs " + std::to_string(c.pairs) + " chunks " + std::to_string(c.chunks) + " segments " +
+         std::to_string(c.segments) + " blocks " + std::to_string(c.blocks);
 }
 
 class BandDynamicTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(BandDynamicTest, SmallShapesEveryUnitAndGrid) {
   const DType t = GetParam();
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {37, 1000}, {300, 2056}, {4500, 136}};
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 64}, {37, 1088}, {300, 2048}, {4500, 192}};
   uint32_t seed = 2100;
   for (auto [inter, cols] : shapes) {
     const Glu g = make_glu(t, inter, cols, seed += 2);
     for (int pairs : {1, 2, 4}) {
       for (int chunks : {1, 2, 3, 8}) {
-        for (int64_t n : {1, 9, 17, 20, 32}) {
-          std::vector<std::byte> first;
-          for (int blocks : {1, 5, 0}) {
-            const cuda::BandDynamicConfig c{pairs, chunks, blocks};
-            const Scratch sc = make_scratch(c, inter);
-            const auto y = run(g, c, sc, n);
-            const auto again = run(g, c, sc, n);  // the counters as the first call left them
-            EXPECT_LT(glu_error(g, y, n), tolerance(t)) << "inter " << inter << " cols " << cols << " " << name(c)
-                                                        << " n " << n;
-            EXPECT_EQ(y, again) << "inter " << inter << " " << name(c) << " n " << n << ": a second call differs";
-            EXPECT_TRUE(counters_zero(sc)) << "inter " << inter << " " << name(c) << " n " << n;
-            if (first.empty()) {
-              first = y;
-            } else {
-              EXPECT_EQ(y, first) << "inter " << inter << " " << name(c) << " n " << n << ": differs by grid";
+        for (int segments : {1, 4, 8}) {
+          for (int64_t n : {1, 20, 32}) {
+            std::vector<std::byte> first;
+            for (int blocks : {1, 5, 0}) {
+              const cuda::BandDynamicConfig c{pairs, chunks, segments, blocks};
+              const Scratch sc = make_scratch(c, inter);
+              if (!fits(c, n)) {
+                EXPECT_EQ(cuda::band_gemm_swiglu_dynamic(c, t, g.d_w.get(), inter, cols, g.d_x.get(), n, nullptr, sc.s,
+                                                         cuda::current_sm_count(), nullptr)
+                              .code(),
+                          ErrorCode::invalid_argument)
+                    << name(c) << " n " << n << ": two stages do not fit, yet the call was taken";
+                continue;
+              }
+              const auto y = run(g, c, sc, n);
+              const auto again = run(g, c, sc, n);  // the counters as the first call left them
+              EXPECT_LT(glu_error(g, y, n), tolerance(t))
+                  << "inter " << inter << " cols " << cols << " " << name(c) << " n " << n;
+              EXPECT_EQ(y, again) << "inter " << inter << " " << name(c) << " n " << n << ": a second call differs";
+              EXPECT_TRUE(counters_zero(sc)) << "inter " << inter << " " << name(c) << " n " << n;
+              if (first.empty()) {
+                first = y;
+              } else {
+                EXPECT_EQ(y, first) << "inter " << inter << " " << name(c) << " n " << n << ": differs by grid";
+              }
             }
           }
         }
@@ -172,7 +191,7 @@ TEST_P(BandDynamicTest, Llama8BGateUp) {
   const Glu g = make_glu(t, 14336, 4096, 2300);
   for (int pairs : {1, 2}) {
     for (int chunks : {1, 2, 4}) {
-      const cuda::BandDynamicConfig c{pairs, chunks, 0};
+      const cuda::BandDynamicConfig c{pairs, chunks, 4, 0};
       const Scratch sc = make_scratch(c, g.inter);
       for (int64_t n : {17, 20, 32}) {
         const auto y = run(g, c, sc, n);
@@ -203,8 +222,11 @@ TEST(BandDynamicLayout, InvalidConfigsShapesAndScratchRefused) {
   EXPECT_EQ(code({0, 1}, DType::bf16, 0, 64, 20, some), bad);
   EXPECT_EQ(code({1, 0}, DType::bf16, 0, 64, 20, some), bad);
   EXPECT_EQ(code({1, 9}, DType::bf16, 0, 64, 20, some), bad);
-  EXPECT_EQ(code({1, 1, -1}, DType::bf16, 0, 64, 20, some), bad);
-  EXPECT_EQ(code({1, 1, 0, 16}, DType::bf16, 0, 64, 20, some), bad);
+  EXPECT_EQ(code({1, 1, 0}, DType::bf16, 0, 64, 20, some), bad);
+  EXPECT_EQ(code({1, 1, 9}, DType::bf16, 0, 64, 20, some), bad);
+  EXPECT_EQ(code({1, 1, 4, -1}, DType::bf16, 0, 64, 20, some), bad);
+  EXPECT_EQ(code({1, 1, 4, 0, 16}, DType::bf16, 0, 64, 20, some), bad);
+  EXPECT_EQ(code({1, 1}, DType::bf16, 0, 1000, 20, some), bad);  // not whole segments
   EXPECT_EQ(code({1, 1}, DType::bf16, 0, 64, 20, some, 0), bad);
   EXPECT_EQ(code({1, 1}, DType::f32, 0, 64, 20, some), bad);
   EXPECT_EQ(code({1, 1}, DType::bf16, 0, 12, 20, some), bad);
@@ -221,7 +243,7 @@ TEST(BandDynamicLayout, InvalidConfigsShapesAndScratchRefused) {
   EXPECT_EQ(cuda::band_dynamic_partials({1, 1}, 14336), 0);
   EXPECT_EQ(cuda::band_dynamic_partials({2, 4}, 14336), 448 * 4 * 2 * 1024);
   // No rows: nothing launched, no scratch needed.
-  EXPECT_EQ(code({4, 8}, DType::f16, 0, 64, 32, {}), ErrorCode::ok);
+  EXPECT_EQ(code({4, 8, 8}, DType::f16, 0, 64, 32, {}), ErrorCode::ok);
 }
 
 }  // namespace

@@ -22,11 +22,13 @@
 namespace kernelllm::cuda {
 
 // pairs: 1, 2 or 4 gate tiles per unit; chunks: 1..8 column ranges (fewer where the columns have
-// fewer 128-column stages); blocks: the grid (0 = one per SM); ring_kb: the ring's shared memory
-// (0 = what is left of 220 KB beside the warps' sums; else 32..220).
+// fewer stages); segments: a stage's columns in 64-column segments (1..8), each stage one TMA copy
+// of the gate tiles, one of the up tiles and one of the tokens; blocks: the grid (0 = one per SM);
+// ring_kb: the ring's shared memory (0 = what is left of 220 KB beside the warps' sums; else 32..220).
 struct BandDynamicConfig {
   int pairs = 1;
   int chunks = 1;
+  int segments = 4;
   int blocks = 0;
   int ring_kb = 0;
 };
@@ -43,7 +45,8 @@ struct BandDynamicScratch {
 int64_t band_dynamic_counters(const BandDynamicConfig& config, int64_t inter);
 int64_t band_dynamic_partials(const BandDynamicConfig& config, int64_t inter);
 
-// Checks as band_gemm_swiglu, plus the config and the scratch's sizes; compute capability 9.0+.
+// Checks as band_gemm_swiglu (but cols a multiple of 64), plus the config and the scratch's sizes;
+// compute capability 9.0+.
 Status band_gemm_swiglu_dynamic(const BandDynamicConfig& config, DType type, const void* w, int64_t inter,
                                 int64_t cols, const void* x, int64_t n_tokens, void* y,
                                 const BandDynamicScratch& scratch, int sms, cudaStream_t stream);

@@ -84,6 +84,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   band_dynamic_.pairs = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_DYN_PAIRS", 0, 4, 0));
   if (band_dynamic_.pairs == 3) band_dynamic_.pairs = 0;
   band_dynamic_.chunks = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_DYN_CHUNKS", 1, 8, 1));
+  band_dynamic_.segments = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_DYN_SEGMENTS", 1, 8, 4));
 }
 
 CudaBackend::~CudaBackend() {
