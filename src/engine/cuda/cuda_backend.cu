@@ -81,10 +81,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   if (band_config_.ring_kb < 32) band_config_.ring_kb = 0;
   band_parts_env_ = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_PARTS", 0, kBandMaxParts, -1));
   band_parts_mask_ = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_PARTS_MASK", 0, 7, band_parts_mask_));
-  band_dynamic_.pairs = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_DYN_PAIRS", 0, 4, 0));
-  if (band_dynamic_.pairs == 3) band_dynamic_.pairs = 0;
-  band_dynamic_.chunks = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_DYN_CHUNKS", 1, 8, 1));
-  band_dynamic_.segments = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_DYN_SEGMENTS", 1, 8, 4));
 }
 
 CudaBackend::~CudaBackend() {
@@ -150,17 +146,6 @@ Status CudaBackend::init() {
   if (opts_.band_gemm && compute_major_ >= 9 && band_parts_env_ != 0) {  // band_parts_serve
     const auto rows = std::min<size_t>(T, static_cast<size_t>(kBandMaxTokens)) * std::max(qd + 2 * kd, h);
     KLLM_RETURN_IF_ERROR(band_parts_.allocate(static_cast<size_t>(kBandMaxParts) * rows * 4, "band gemm parts"));
-  }
-  if (opts_.band_gemm && compute_major_ >= 9 && band_dynamic_.pairs > 0) {  // band_gemm_swiglu_dynamic
-    const int64_t counters = band_dynamic_counters(band_dynamic_, c.intermediate_size);
-    const int64_t partials = band_dynamic_partials(band_dynamic_, c.intermediate_size);
-    KLLM_RETURN_IF_ERROR(band_dyn_counters_.allocate(static_cast<size_t>(counters) * 4, "band gemm dynamic counters"));
-    KLLM_CUDA_RETURN(cudaMemset(band_dyn_counters_.get(), 0, static_cast<size_t>(counters) * 4),
-                     "clearing the band gemm dynamic counters");
-    if (partials > 0) {
-      KLLM_RETURN_IF_ERROR(band_dyn_partials_.allocate(static_cast<size_t>(partials) * 4, "band gemm dynamic sums"));
-    }
-    band_dyn_scratch_ = {band_dyn_counters_.as<int32_t>(), band_dyn_partials_.as<float>(), counters, partials};
   }
   if (opts_.staged_gemm && compute_major_ >= 9) {  // staged_serves: TMA needs 9.0
     const int64_t widest = std::max({c.vocab_size, 2 * c.intermediate_size, q_dim_ + 2 * kv_dim_, c.hidden_size});

@@ -9,7 +9,6 @@
 #include <memory>
 #include <vector>
 
-#include "engine/cuda/band_dynamic.cuh"
 #include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
@@ -124,13 +123,6 @@ class CudaBackend final : public Backend {
   // band_parts_for's choice); KERNELLLM_CUDA_BAND_PARTS_MASK picks the projections (kBandParts* bits).
   DeviceBuffer band_parts_;
   int band_parts_env_ = -1, band_parts_mask_ = kBandPartsQkv | kBandPartsO | kBandPartsDown;
-  // gate_up by band_gemm_swiglu_dynamic where the band GEMM serves it: env
-  // KERNELLLM_CUDA_BAND_DYN_PAIRS=P (1, 2 or 4; 0 or unset: off) and KERNELLLM_CUDA_BAND_DYN_CHUNKS=C
-  // (1..8) set its units, KERNELLLM_CUDA_BAND_DYN_SEGMENTS=S (1..8) its stages' width (measurements);
-  // its counters and partial sums.
-  BandDynamicConfig band_dynamic_{0, 1, 4};
-  DeviceBuffer band_dyn_counters_, band_dyn_partials_;
-  BandDynamicScratch band_dyn_scratch_;
   int64_t skinny_max_tokens_ = kSkinnyServedTokens;  // env KERNELLLM_CUDA_SKINNY_TOKENS
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
   size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations

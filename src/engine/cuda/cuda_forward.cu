@@ -156,14 +156,8 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       gemv_swiglu(dtype_, l.gate_up.get(), inter, h, xn_.get(), n, act_.get(), stream_);
     } else if (fused_swiglu_ && band_serves(2 * inter, h, n)) {
       // Where the band GEMM serves gate_up (17..32 tokens), it writes the activation itself.
-      if (band_dyn_scratch_.counters != nullptr) {
-        KLLM_RETURN_IF_ERROR(band_gemm_swiglu_dynamic(band_dynamic_, dtype_, l.gate_up.get(), inter, h, xn_.get(), n,
-                                                      act_.get(), band_dyn_scratch_, static_cast<int>(sm_count_),
-                                                      stream_));
-      } else {
-        KLLM_RETURN_IF_ERROR(band_gemm_swiglu(band_config_, dtype_, l.gate_up.get(), inter, h, xn_.get(), n,
-                                              act_.get(), static_cast<int>(sm_count_), stream_));
-      }
+      KLLM_RETURN_IF_ERROR(band_gemm_swiglu(band_config_, dtype_, l.gate_up.get(), inter, h, xn_.get(), n,
+                                            act_.get(), static_cast<int>(sm_count_), stream_));
     } else {
       const DType gate_up_type = gemv_gate_up ? DType::f32 : dtype_;
       KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));

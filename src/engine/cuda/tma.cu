@@ -36,21 +36,4 @@ bool tma_map_2d(CUtensorMap& map, DType type, const void* base, int64_t rows, in
   return r == CUDA_SUCCESS;
 }
 
-bool tma_map_segments(CUtensorMap& map, DType type, const void* base, int64_t rows, int64_t cols, int box_rows,
-                      int box_segments) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
-  if (encode == nullptr || cols % kTmaBoxCols != 0) return false;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kTmaBoxCols), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(cols / kTmaBoxCols)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols) * 2, static_cast<cuuint64_t>(kTmaBoxCols) * 2};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kTmaBoxCols), static_cast<cuuint32_t>(box_rows),
-                             static_cast<cuuint32_t>(box_segments)};
-  const cuuint32_t estrides[3] = {1, 1, 1};
-  const auto element = type == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUresult r = encode(&map, element, 3, const_cast<void*>(base), dims, strides, box, estrides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
-}
-
 }  // namespace kernelllm::cuda

@@ -21,28 +21,12 @@ inline constexpr int kTmaBoxCols = 64;
 // point for it or cannot describe the matrix.
 bool tma_map_2d(CUtensorMap& map, DType type, const void* base, int64_t rows, int64_t cols, int box_rows);
 
-// The same matrix (cols a multiple of kTmaBoxCols) seen as segments of kTmaBoxCols columns, so that
-// one box is box_rows rows x box_segments segments side by side (1..256 each): in shared memory
-// segment after segment, each as tma_map_2d's box of those rows at its columns (the same swizzle
-// wherever box_rows is a multiple of 8). One copy instruction for what would be box_segments boxes.
-bool tma_map_segments(CUtensorMap& map, DType type, const void* base, int64_t rows, int64_t cols, int box_rows,
-                      int box_segments);
-
 // Box (col, row) of `map` into shared memory at `dst`, counted on `bar`.
 __device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
           smem_addr(dst)),
       "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// Box (segment, row) of a tma_map_segments map into shared memory at `dst`, counted on `bar`.
-__device__ __forceinline__ void tma_box_segments(void* dst, const CUtensorMap* map, int segment, int row, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(map), "r"(0), "r"(row), "r"(segment), "r"(smem_addr(bar))
       : "memory");
 }
 
