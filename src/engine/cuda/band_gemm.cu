@@ -99,15 +99,69 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
   __syncthreads();
 }
 
-// The attention's end before the o projection (band_gemm_parts_attention): this block's prefix
-// units, then every block's share of the heads' merges, the tokens' rows written for the TMA
-// copies that follow (async proxy) in other blocks.
+// Head th's merge (as merge_head, bit for bit) by one warp, head_dim 128: lane s holds slots s
+// and s + 32's statistics, lane l dims 4l .. 4l + 3, every slot's loads in flight at once (8 at a
+// time), the weights passed by shuffles. Slots come from L2 (other blocks wrote them).
 template <class T>
-__device__ __forceinline__ void attention_phase(const BandAttention& f) {
+__device__ __forceinline__ void merge_head_warp(const AttentionArgs& a, int64_t th, int lane) {
+  constexpr int HD = 128;
+  const int splits = static_cast<int>(a.splits);
+  const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
+  float2 v[2];
+  float mx = -FLT_MAX;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int s = lane + 32 * r;
+    v[r] = s < splits ? __ldcg(ml + s) : float2{-FLT_MAX, 0.0f};
+    if (v[r].y > 0.0f) mx = fmaxf(mx, v[r].x);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0.0f, w[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    w[r] = v[r].y > 0.0f ? __expf(v[r].x - mx) : 0.0f;
+    sum += v[r].y > 0.0f ? v[r].y * w[r] : 0.0f;
+  }
+  const float inv = 1.0f / warp_sum(sum);
+  const float* acc = a.partial_acc + th * splits * HD + 4 * lane;
+  float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int s0 = 0; s0 < splits; s0 += 8) {
+    float4 x[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      x[j] = s0 + j < splits ? __ldcg(reinterpret_cast<const float4*>(acc + static_cast<int64_t>(s0 + j) * HD))
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int s = s0 + j;
+      const float ws = __shfl_sync(0xffffffffu, s < 32 ? w[0] : w[1], s % 32);
+      if (s >= splits) break;
+      o[0] += ws != 0.0f ? x[j].x * ws : 0.0f;
+      o[1] += ws != 0.0f ? x[j].y * ws : 0.0f;
+      o[2] += ws != 0.0f ? x[j].z * ws : 0.0f;
+      o[3] += ws != 0.0f ? x[j].w * ws : 0.0f;
+    }
+  }
+  T* out = static_cast<T*>(a.out) + th * HD + 4 * lane;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) out[e] = from_f32<T>(o[e] * inv);
+}
+
+// The attention's end before the o projection (band_gemm_parts_attention): this block's prefix
+// units (after_wait() once the kernel before has completed), then every warp of the grid one
+// head's merge at a time, the tokens' rows written for the TMA copies that follow (async proxy)
+// in other blocks.
+template <class T, class AfterWait>
+__device__ __forceinline__ void attention_phase(const BandAttention& f, AfterWait&& after_wait) {
   const int units = f.prefix_splits * static_cast<int>(f.a.kv_heads);
   bool waited = false;
   const auto wait = [&] {
-    if (!waited) wait_for_predecessor();
+    if (!waited) {
+      wait_for_predecessor();
+      after_wait();
+    }
     waited = true;
   };
   for (int u = static_cast<int>(blockIdx.x); u < units; u += static_cast<int>(gridDim.x)) {
@@ -116,9 +170,10 @@ __device__ __forceinline__ void attention_phase(const BandAttention& f) {
   }
   wait();
   grid_barrier(f.barrier);
-  for (int64_t th = blockIdx.x; th < f.a.n_tokens * f.a.heads; th += gridDim.x) {
-    merge_head<T, false>(f.a, th);
-    __syncthreads();  // the weights in shared memory are the next head's
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  for (int64_t th = int64_t{blockIdx.x} * warps + threadIdx.x / 32; th < f.a.n_tokens * f.a.heads;
+       th += int64_t{gridDim.x} * warps) {
+    merge_head_warp<T>(f.a, th, static_cast<int>(threadIdx.x % 32));
   }
   asm volatile("fence.proxy.async.global;" ::: "memory");
   grid_barrier(f.barrier);
@@ -198,12 +253,20 @@ __global__ void __launch_bounds__(256, 1)
   }
   __syncthreads();
   const int first = min(p.stages, nst);
-  if (tid == 0) {
-    for (int i = 0; i < first; ++i) load_weights(i);
-  }
+  const auto first_weights = [&] {
+    if (tid == 0) {
+      for (int i = 0; i < first; ++i) load_weights(i);
+    }
+  };
   if constexpr (Att) {
-    attention_phase<T>(att);
+    // The first weights once the kernel before (the own positions, streaming) has completed,
+    // unless weights_first says before.
+    if (att.weights_first) first_weights();
+    attention_phase<T>(att, [&] {
+      if (!att.weights_first) first_weights();
+    });
   } else {
+    first_weights();
     wait_for_predecessor();
   }
   if (tid == 0) {

@@ -97,6 +97,7 @@ struct BandAttention {
   SharedPrefixArgs s;
   int suffix_splits = 0, prefix_splits = 0;
   unsigned* barrier = nullptr;  // two words of device memory, zero before the first launch; left so
+  bool weights_first = false;   // the first weight stages before the wait for the kernel before
 };
 bool band_attention_serves(const BandConfig& config, DType type, const AttentionArgs& a, int64_t rows, int64_t cols,
                            int n_parts, int sms);

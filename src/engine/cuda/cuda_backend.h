@@ -147,7 +147,7 @@ class CudaBackend final : public Backend {
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
   bool mma_suffix_ = true;
-  bool fused_o_ = true;  // band_gemm_parts_attention for a cascade pass's o (KERNELLLM_CUDA_FUSED_O=0: off)
+  int fused_o_ = 1;  // band_gemm_parts_attention for a cascade pass's o (KERNELLLM_CUDA_FUSED_O: 0 off, 2 weights first)
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;

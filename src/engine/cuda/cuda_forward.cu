@@ -66,7 +66,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   o_att.heads = c.num_attention_heads;
   o_att.kv_heads = c.num_key_value_heads;
   o_att.head_dim = c.head_dim;
-  const bool fused_o = shared && fused_o_ && o_parts > 0 && attn_barrier_.get() != nullptr &&
+  const bool fused_o = shared && fused_o_ > 0 && o_parts > 0 && attn_barrier_.get() != nullptr &&
                        band_attention_serves(parts_config, dtype_, o_att, h, q_dim_, o_parts, static_cast<int>(sm_count_));
   // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
   // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
@@ -161,7 +161,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     // output for the next norm to add.
     if (fused_o) {
       const BandAttention att{a, sp, static_cast<int>(suffix_splits), static_cast<int>(prefix_splits),
-                              attn_barrier_.as<unsigned>()};
+                              attn_barrier_.as<unsigned>(), fused_o_ == 2};
       KLLM_RETURN_IF_ERROR(band_gemm_parts_attention(parts_config, dtype_, l.o.get(), h, q_dim_, att, parts, o_parts,
                                                      static_cast<int>(sm_count_), stream_));
       pending = parts;
