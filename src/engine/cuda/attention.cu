@@ -25,6 +25,26 @@ template <int G, int D>
 inline constexpr int kMaxPartialWarps =
     8192 / (G * 32 * D) > 16 ? 16 : (8192 / (G * 32 * D) < 4 ? 4 : 8192 / (G * 32 * D));
 
+// Output d of one head from its slots (weights in w[0 .. splits)), in slot order. Every slot's
+// value is loaded, 8 at a time in flight (a load under `if (w != 0)` waits for the one before
+// it); an empty slot's, which nobody wrote and may be NaN, is then dropped by the select.
+__device__ __forceinline__ float merge_dim(const float* acc, const float* w, int splits, int hd, int d) {
+  float o = 0.0f;
+  int s = 0;
+  for (; s + 8 <= splits; s += 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __ldg(acc + static_cast<int64_t>(s + j) * hd + d);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o += w[s + j] != 0.0f ? v[j] * w[s + j] : 0.0f;
+  }
+  for (; s < splits; ++s) {
+    const float v = __ldg(acc + static_cast<int64_t>(s) * hd + d);
+    o += w[s] != 0.0f ? v * w[s] : 0.0f;
+  }
+  return o;
+}
+
 // Element i of the fused projection rows of a rope-folded pass (AttentionArgs::rope_qkv).
 template <class T>
 __device__ __forceinline__ float rope_in(const AttentionArgs& a, int64_t i) {
@@ -305,11 +325,48 @@ void visit_partial(DType type, const AttentionArgs& args, F&& f) {
   });
 }
 
-// One block per (token, head): merge_head (attention_split.cuh).
+// One block per (token, head). The first warp forms the slots' weights exp(m_s - max) (0 for an
+// empty slot, sum 0, whose output nobody wrote) from one load per slot (lane s holds slots s and
+// s + 32) and 1 / sum of l_s times the weights; then each thread sums its dims over the slots in
+// order.
 template <class T>
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  static_assert(kMaxAttentionSplits <= 64, "two slots per lane");
   wait_for_predecessor();
-  merge_head<T, true>(a, blockIdx.x);
+  const int64_t th = blockIdx.x;  // token * heads + head
+  const int hd = static_cast<int>(a.head_dim), splits = static_cast<int>(a.splits);
+  __shared__ float s_w[kMaxAttentionSplits];
+  __shared__ float s_inv;
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
+    float2 v[2];
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      v[r] = s < splits ? __ldg(ml + s) : float2{-FLT_MAX, 0.0f};
+      if (v[r].y > 0.0f) mx = fmaxf(mx, v[r].x);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int s = lane + 32 * r;
+      const float w = v[r].y > 0.0f ? __expf(v[r].x - mx) : 0.0f;
+      sum += v[r].y > 0.0f ? v[r].y * w : 0.0f;
+      if (s < splits) s_w[s] = w;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) s_inv = 1.0f / sum;
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + th * hd;
+  const float* acc = a.partial_acc + th * splits * hd;
+  for (int d = static_cast<int>(threadIdx.x); d < hd; d += static_cast<int>(blockDim.x)) {
+    out[d] = from_f32<T>(merge_dim(acc, s_w, splits, hd, d) * s_inv);
+  }
 }
 
 }  // namespace

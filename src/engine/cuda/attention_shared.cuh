@@ -49,11 +49,6 @@ bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group);
 bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group);
 void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream);
 
-// The own-position half of shared_prefix_attention (split slots 0..suffix_splits-1), for a pass
-// whose prefix and merge another kernel does (band_gemm_parts_attention, band_gemm.cuh).
-void shared_prefix_own(DType type, const AttentionArgs& args, int64_t suffix_splits, cudaStream_t stream,
-                       bool mma_suffix = true);
-
 // One decode pass: args as for attention() plus ctx_begin (the plan's), with args.splits =
 // suffix_splits + prefix_splits total split slots in the partial buffers (the graph-stable
 // shapes: the grids depend on n_tokens and the split counts only, lengths are read on device).

@@ -1,7 +1,7 @@
 // What the decode kernels that split a token's positions share (nvcc only): the split kernel of
 // attention.cu and the own-position kernel of attention_suffix.cu give one block a split of one
 // token's positions and write its (max, sum, output) into that split's slots; enter_split is how
-// such a block starts, merge_head how the slots of a head are combined.
+// such a block starts.
 #pragma once
 
 #include <cfloat>
@@ -79,81 +79,6 @@ __device__ __forceinline__ void store_split_slots(const AttentionArgs& a, int64_
       a.partial_ml[slot * 2] = Log2 ? mx * kLn2 : mx;
       a.partial_ml[slot * 2 + 1] = sum;
     }
-  }
-}
-
-// The merge's loads: read-only through the non-coherent path (Nc) where an earlier kernel wrote
-// the slots, else from L2 (slots written by other blocks of the same kernel, after a grid barrier).
-template <bool Nc, class V>
-__device__ __forceinline__ V merge_load(const V* p) {
-  if constexpr (Nc) {
-    return __ldg(p);
-  } else {
-    return __ldcg(p);
-  }
-}
-
-// Output d of one head from its slots (weights in w[0 .. splits)), in slot order. Every slot's
-// value is loaded, 8 at a time in flight (a load under `if (w != 0)` waits for the one before
-// it); an empty slot's, which nobody wrote and may be NaN, is then dropped by the select.
-template <bool Nc>
-__device__ __forceinline__ float merge_dim(const float* acc, const float* w, int splits, int hd, int d) {
-  float o = 0.0f;
-  int s = 0;
-  for (; s + 8 <= splits; s += 8) {
-    float v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = merge_load<Nc>(acc + static_cast<int64_t>(s + j) * hd + d);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) o += w[s + j] != 0.0f ? v[j] * w[s + j] : 0.0f;
-  }
-  for (; s < splits; ++s) {
-    const float v = merge_load<Nc>(acc + static_cast<int64_t>(s) * hd + d);
-    o += w[s] != 0.0f ? v * w[s] : 0.0f;
-  }
-  return o;
-}
-
-// Head th (token * heads + head) from its split slots, by the block's threads: the first warp forms
-// the slots' weights exp(m_s - max) (0 for an empty slot, sum 0, whose output nobody wrote) from
-// one load per slot (lane s holds slots s and s + 32) and 1 / sum of l_s times the weights; then
-// each thread sums its dims over the slots in order. A block calling it again first syncs (the
-// weights live in shared memory).
-template <class T, bool Nc>
-__device__ __forceinline__ void merge_head(const AttentionArgs& a, int64_t th) {
-  static_assert(kMaxAttentionSplits <= 64, "two slots per lane");
-  const int hd = static_cast<int>(a.head_dim), splits = static_cast<int>(a.splits);
-  __shared__ float s_w[kMaxAttentionSplits];
-  __shared__ float s_inv;
-  if (threadIdx.x < 32) {
-    const int lane = static_cast<int>(threadIdx.x);
-    const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
-    float2 v[2];
-    float mx = -FLT_MAX;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int s = lane + 32 * r;
-      v[r] = s < splits ? merge_load<Nc>(ml + s) : float2{-FLT_MAX, 0.0f};
-      if (v[r].y > 0.0f) mx = fmaxf(mx, v[r].x);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0.0f;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int s = lane + 32 * r;
-      const float w = v[r].y > 0.0f ? __expf(v[r].x - mx) : 0.0f;
-      sum += v[r].y > 0.0f ? v[r].y * w : 0.0f;
-      if (s < splits) s_w[s] = w;
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) s_inv = 1.0f / sum;
-  }
-  __syncthreads();
-  T* out = static_cast<T*>(a.out) + th * hd;
-  const float* acc = a.partial_acc + th * splits * hd;
-  for (int d = static_cast<int>(threadIdx.x); d < hd; d += static_cast<int>(blockDim.x)) {
-    out[d] = from_f32<T>(merge_dim<Nc>(acc, s_w, splits, hd, d) * s_inv);
   }
 }
 

@@ -33,8 +33,6 @@
 #include <tuple>
 #include <type_traits>
 
-#include "engine/cuda/attention_prefix.cuh"
-#include "engine/cuda/attention_split.cuh"
 #include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
@@ -50,7 +48,6 @@ constexpr int kBK = 128;                     // columns per stage
 constexpr int kBoxes = kBK / kTmaBoxCols;    // boxes per stage, of the weights and of the tokens
 constexpr int kMaxStages = 16;
 constexpr size_t kSmemBudget = 220 * 1024;  // the ring, of the H100's 227 KB per block
-constexpr size_t kAttSmemBudget = 200 * 1024;  // with the prefix units' 17 KB of tiles beside it
 
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -74,112 +71,6 @@ __device__ __forceinline__ float cluster_sum(float* p, int cluster) {
   return v;
 }
 
-// Every block of the grid (all resident) past this point before any goes on; what they wrote
-// before it is visible after it. bar[0] counts arrivals, bar[1] is the generation, read before
-// arriving; the last to arrive resets the count and starts the next generation.
-__device__ __forceinline__ void grid_barrier(unsigned* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned gen;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(bar + 1) : "memory");
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      atomicAdd(bar + 1, 1u);
-    } else {
-      unsigned now = gen;
-      while (now == gen) {
-        __nanosleep(32);
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(bar + 1) : "memory");
-      }
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// Head th's merge (as merge_head, bit for bit) by one warp, head_dim 128: lane s holds slots s
-// and s + 32's statistics, lane l dims 4l .. 4l + 3, every slot's loads in flight at once (8 at a
-// time), the weights passed by shuffles. Slots come from L2 (other blocks wrote them).
-template <class T>
-__device__ __forceinline__ void merge_head_warp(const AttentionArgs& a, int64_t th, int lane) {
-  constexpr int HD = 128;
-  const int splits = static_cast<int>(a.splits);
-  const float2* ml = reinterpret_cast<const float2*>(a.partial_ml) + th * splits;
-  float2 v[2];
-  float mx = -FLT_MAX;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int s = lane + 32 * r;
-    v[r] = s < splits ? __ldcg(ml + s) : float2{-FLT_MAX, 0.0f};
-    if (v[r].y > 0.0f) mx = fmaxf(mx, v[r].x);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float sum = 0.0f, w[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    w[r] = v[r].y > 0.0f ? __expf(v[r].x - mx) : 0.0f;
-    sum += v[r].y > 0.0f ? v[r].y * w[r] : 0.0f;
-  }
-  const float inv = 1.0f / warp_sum(sum);
-  const float* acc = a.partial_acc + th * splits * HD + 4 * lane;
-  float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s0 = 0; s0 < splits; s0 += 8) {
-    float4 x[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      x[j] = s0 + j < splits ? __ldcg(reinterpret_cast<const float4*>(acc + static_cast<int64_t>(s0 + j) * HD))
-                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int s = s0 + j;
-      const float ws = __shfl_sync(0xffffffffu, s < 32 ? w[0] : w[1], s % 32);
-      if (s >= splits) break;
-      o[0] += ws != 0.0f ? x[j].x * ws : 0.0f;
-      o[1] += ws != 0.0f ? x[j].y * ws : 0.0f;
-      o[2] += ws != 0.0f ? x[j].z * ws : 0.0f;
-      o[3] += ws != 0.0f ? x[j].w * ws : 0.0f;
-    }
-  }
-  T* out = static_cast<T*>(a.out) + th * HD + 4 * lane;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) out[e] = from_f32<T>(o[e] * inv);
-}
-
-// The attention's end before the o projection (band_gemm_parts_attention): this block's prefix
-// units (after_wait() once the kernel before has completed), then every warp of the grid one
-// head's merge at a time, the tokens' rows written for the TMA copies that follow (async proxy)
-// in other blocks.
-template <class T, class AfterWait>
-__device__ __forceinline__ void attention_phase(const BandAttention& f, AfterWait&& after_wait) {
-  const int units = f.prefix_splits * static_cast<int>(f.a.kv_heads);
-  bool waited = false;
-  const auto wait = [&] {
-    if (!waited) {
-      wait_for_predecessor();
-      after_wait();
-    }
-    waited = true;
-  };
-  for (int u = static_cast<int>(blockIdx.x); u < units; u += static_cast<int>(gridDim.x)) {
-    prefix_unit<T, 128>(f.a, f.s, f.suffix_splits, u % f.prefix_splits, f.prefix_splits, u / f.prefix_splits, 0, 1,
-                        wait);
-  }
-  wait();
-  grid_barrier(f.barrier);
-  const int warps = static_cast<int>(blockDim.x) / 32;
-  for (int64_t th = int64_t{blockIdx.x} * warps + threadIdx.x / 32; th < f.a.n_tokens * f.a.heads;
-       th += int64_t{gridDim.x} * warps) {
-    merge_head_warp<T>(f.a, th, static_cast<int>(threadIdx.x % 32));
-  }
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-  grid_barrier(f.barrier);
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-}
-
 // rows: the output's rows (with Glu, the gate rows; the up rows follow them in W). tiles_total:
 // the matrix's 16-row tiles (with Glu, its gate tiles); tiles: a cluster's (with Glu, its gate and
 // up tiles together).
@@ -192,13 +83,10 @@ struct Params {
 // Glu (MT = 2, Y = T): the output is silu(x . Wg^T) * (x . Wu^T) for W = [Wg; Wu]. A cluster's run
 // is `tiles / 2` gate tiles and the up tiles of the same rows, one box of each per 64 columns;
 // mt = 0 is a warp's gate tile, mt = 1 the matching up tile, so a thread holds both of each pair.
-// Att (parts form only): attention_phase between the weights' first copies and the tokens'.
-template <class T, class Y, int NT, int MT, bool Glu, bool Att>
+template <class T, class Y, int NT, int MT, bool Glu>
 __global__ void __launch_bounds__(256, 1)
-    band_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, Y* y, Params p,
-                const __grid_constant__ BandAttention att) {
+    band_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, Y* y, Params p) {
   static_assert(!Glu || (MT == 2 && std::is_same_v<Y, T>), "the SwiGLU form pairs two tiles and writes T");
-  static_assert(!Att || (!Glu && std::is_same_v<Y, float>), "the attention form is the parts form");
   constexpr int XR = NT * 8;  // token rows
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1,024 bytes: the ring starts on such a boundary.
@@ -253,22 +141,10 @@ __global__ void __launch_bounds__(256, 1)
   }
   __syncthreads();
   const int first = min(p.stages, nst);
-  const auto first_weights = [&] {
-    if (tid == 0) {
-      for (int i = 0; i < first; ++i) load_weights(i);
-    }
-  };
-  if constexpr (Att) {
-    // The first weights once the kernel before (the own positions, streaming) has completed,
-    // unless weights_first says before.
-    if (att.weights_first) first_weights();
-    attention_phase<T>(att, [&] {
-      if (!att.weights_first) first_weights();
-    });
-  } else {
-    first_weights();
-    wait_for_predecessor();
+  if (tid == 0) {
+    for (int i = 0; i < first; ++i) load_weights(i);
   }
+  wait_for_predecessor();
   if (tid == 0) {
     for (int i = 0; i < first; ++i) load_tokens(i);
   }
@@ -399,22 +275,20 @@ __global__ void __launch_bounds__(256, 1)
 
 using KernelPtr = const void*;
 
-template <class T, class Y, int NT, int MT, bool Glu, bool Att = false>
+template <class T, class Y, int NT, int MT, bool Glu>
 KernelPtr kernel_ptr() {
-  const auto k = band_kernel<T, Y, NT, MT, Glu, Att>;
+  const auto k = band_kernel<T, Y, NT, MT, Glu>;
   static const bool sized = [&] {
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>((Att ? kAttSmemBudget : kSmemBudget) + 1024));
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBudget + 1024));
     return true;
   }();
   (void)sized;
   return reinterpret_cast<KernelPtr>(k);
 }
 
-// Calls f(band_kernel<T, Y, NT, MT, Glu, Att>, its pointer) for the runtime choices (glu: Y = T,
-// MT = 2; att: Y = float, 17..32 tokens).
+// Calls f(band_kernel<T, Y, NT, MT, Glu>, its pointer) for the runtime choices (glu: Y = T, MT = 2).
 template <class F>
-void visit_kernel(DType type, DType y_type, int nt, int mt, bool glu, F&& f, bool att = false) {
+void visit_kernel(DType type, DType y_type, int nt, int mt, bool glu, F&& f) {
   const auto with_t = [&](auto t) {
     using T = decltype(t);
     const auto with_y = [&](auto yv) {
@@ -423,24 +297,14 @@ void visit_kernel(DType type, DType y_type, int nt, int mt, bool glu, F&& f, boo
         constexpr int NT = decltype(ntc)::value;
         if constexpr (std::is_same_v<Y, T>) {
           if (glu) {
-            f(band_kernel<T, T, NT, 2, true, false>, kernel_ptr<T, T, NT, 2, true>());
-            return;
-          }
-        }
-        if constexpr (std::is_same_v<Y, float> && NT >= 3) {
-          if (att) {
-            if (mt == 2) {
-              f(band_kernel<T, Y, NT, 2, false, true>, kernel_ptr<T, Y, NT, 2, false, true>());
-            } else {
-              f(band_kernel<T, Y, NT, 1, false, true>, kernel_ptr<T, Y, NT, 1, false, true>());
-            }
+            f(band_kernel<T, T, NT, 2, true>, kernel_ptr<T, T, NT, 2, true>());
             return;
           }
         }
         if (mt == 2) {
-          f(band_kernel<T, Y, NT, 2, false, false>, kernel_ptr<T, Y, NT, 2, false>());
+          f(band_kernel<T, Y, NT, 2, false>, kernel_ptr<T, Y, NT, 2, false>());
         } else {
-          f(band_kernel<T, Y, NT, 1, false, false>, kernel_ptr<T, Y, NT, 1, false>());
+          f(band_kernel<T, Y, NT, 1, false>, kernel_ptr<T, Y, NT, 1, false>());
         }
       };
       switch (nt) {
@@ -624,26 +488,14 @@ Status check_request(const BandConfig& config, DType type, int64_t rows, int64_t
   return Status::ok_status();
 }
 
-// The attention form's layout: the parts form's with the ring held to kAttSmemBudget.
-BandLayout attention_layout(const BandConfig& config, int64_t rows, int64_t n_tokens, int sms, int parts) {
-  BandConfig c = config;
-  constexpr int kAttRingKb = static_cast<int>(kAttSmemBudget / 1024);
-  c.ring_kb = c.ring_kb > 0 ? std::min(c.ring_kb, kAttRingKb) : kAttRingKb;
-  return band_parts_layout(c, rows, n_tokens, sms, parts);
-}
-
 // Lays out and launches a checked request: W has w_rows rows (with swiglu, 2 x the output's);
-// parts > 0: band_gemm_parts' form, with att its attention form.
+// parts > 0: band_gemm_parts' form.
 Status launch_band(const BandConfig& config, DType type, const void* w, int64_t w_rows, int64_t cols, const void* x,
                    int64_t n_tokens, void* y, DType y_type, bool accumulate, bool swiglu, int sms, cudaStream_t stream,
-                   int parts = 0, const BandAttention* att = nullptr) {
-  const char* what = att != nullptr ? "band gemm parts attention"
-                     : swiglu       ? "band gemm swiglu"
-                     : parts > 0    ? "band gemm parts"
-                                    : "band gemm";
-  const BandLayout l = att != nullptr ? attention_layout(config, w_rows, n_tokens, sms, parts)
-                       : parts > 0    ? band_parts_layout(config, w_rows, n_tokens, sms, parts)
-                                      : band_layout(config, type, w_rows, cols, n_tokens, sms, swiglu);
+                   int parts = 0) {
+  const char* what = swiglu ? "band gemm swiglu" : parts > 0 ? "band gemm parts" : "band gemm";
+  const BandLayout l = parts > 0 ? band_parts_layout(config, w_rows, n_tokens, sms, parts)
+                                 : band_layout(config, type, w_rows, cols, n_tokens, sms, swiglu);
   if (l.clusters == 0) {
     return error(ErrorCode::invalid_argument, std::string(what) + " layout: clusters of " +
                                                   std::to_string(config.cluster) +
@@ -669,16 +521,12 @@ Status launch_band(const BandConfig& config, DType type, const void* w, int64_t 
   p.k_warps = l.k_warps;
   p.stages = l.stages;
   p.accumulate = accumulate;
-  const BandAttention none{};
-  visit_kernel(
-      type, y_type, nt, l.tiles_per_warp, swiglu,
-      [&]<class Y>(void (*kernel)(CUtensorMap, CUtensorMap, Y*, Params, BandAttention), KernelPtr) {
-        launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster * l.parts)),
-                              dim3(static_cast<unsigned>(l.tile_warps * l.k_warps * 32)), l.smem,
-                              static_cast<unsigned>(l.cluster), stream, wmap, xmap, static_cast<Y*>(y), p,
-                              att != nullptr ? *att : none);
-      },
-      att != nullptr);
+  visit_kernel(type, y_type, nt, l.tiles_per_warp, swiglu,
+               [&]<class Y>(void (*kernel)(CUtensorMap, CUtensorMap, Y*, Params), KernelPtr) {
+                 launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster * l.parts)),
+                                       dim3(static_cast<unsigned>(l.tile_warps * l.k_warps * 32)), l.smem,
+                                       static_cast<unsigned>(l.cluster), stream, wmap, xmap, static_cast<Y*>(y), p);
+               });
   return Status::ok_status();
 }
 
@@ -708,41 +556,6 @@ Status band_gemm_parts(const BandConfig& config, DType type, const void* w, int6
   }
   if (rows == 0) return Status::ok_status();
   return launch_band(config, type, w, rows, cols, x, n_tokens, parts, DType::f32, false, false, sms, stream, n_parts);
-}
-
-bool band_attention_serves(const BandConfig& config, DType type, const AttentionArgs& a, int64_t rows, int64_t cols,
-                           int n_parts, int sms) {
-  // The prefix units' instance (head_dim 128), 3 or 4 token tiles (visit_kernel), a.out as the
-  // tokens, and one wave: the barriers need every block resident.
-  if (!band_supported(type, cols, a.n_tokens) || a.n_tokens <= 16 || a.head_dim != 128 || a.kv_heads <= 0 ||
-      a.heads % a.kv_heads != 0 || a.heads / a.kv_heads > 8 || a.heads * a.head_dim != cols || config.cluster > 1 ||
-      n_parts < 1 || n_parts > kBandMaxParts) {
-    return false;
-  }
-  const BandLayout l = attention_layout(config, rows, a.n_tokens, sms, n_parts);
-  const int max_blocks = config.blocks > 0 ? std::min(config.blocks, sms) : sms;
-  return l.clusters > 0 && int64_t{l.clusters} * l.parts <= max_blocks;
-}
-
-Status band_gemm_parts_attention(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols,
-                                 const BandAttention& att, float* parts, int n_parts, int sms, cudaStream_t stream) {
-  KLLM_RETURN_IF_ERROR(check_request(config, type, rows, cols, att.a.n_tokens, sms, "band gemm parts attention"));
-  if (!band_attention_serves(config, type, att.a, rows, cols, n_parts, sms) || att.barrier == nullptr ||
-      att.prefix_splits < 1 || att.suffix_splits < 0 || att.a.splits != att.suffix_splits + att.prefix_splits ||
-      att.a.splits > kMaxAttentionSplits) {
-    return error(ErrorCode::invalid_argument,
-                 "band gemm parts attention: expected 17.." + std::to_string(kBandMaxTokens) +
-                     " tokens, head_dim 128, at most 8 query heads per KV head, heads x head_dim = cols, 1.." +
-                     std::to_string(kBandMaxParts) + " parts in one wave, a barrier and splits = suffix + prefix (<= " +
-                     std::to_string(kMaxAttentionSplits) + "); found " + std::to_string(att.a.n_tokens) +
-                     " tokens, head_dim " + std::to_string(att.a.head_dim) + ", heads " + std::to_string(att.a.heads) +
-                     "/" + std::to_string(att.a.kv_heads) + ", cols " + std::to_string(cols) + ", parts " +
-                     std::to_string(n_parts) + ", splits " + std::to_string(att.a.splits) + " = " +
-                     std::to_string(att.suffix_splits) + " + " + std::to_string(att.prefix_splits));
-  }
-  if (rows == 0) return Status::ok_status();
-  return launch_band(config, type, w, rows, cols, att.a.out, att.a.n_tokens, parts, DType::f32, false, false, sms,
-                     stream, n_parts, &att);
 }
 
 Status band_gemm_swiglu(const BandConfig& config, DType type, const void* w, int64_t inter, int64_t cols,

@@ -14,8 +14,6 @@
 
 #include <cstdint>
 
-#include "engine/cuda/attention.cuh"
-#include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/common.cuh"
 #include "kernelllm/base/status.h"
 #include "kernelllm/engine/safetensors.h"
@@ -84,24 +82,5 @@ int band_parts_for(const BandConfig& config, int64_t rows, int64_t cols, int64_t
 // dropped). Checks as band_gemm; 2 x inter <= 2^30.
 Status band_gemm_swiglu(const BandConfig& config, DType type, const void* w, int64_t inter, int64_t cols,
                         const void* x, int64_t n_tokens, void* y, int sms, cudaStream_t stream);
-
-// The o projection of a cascade decode pass (attention_shared.cuh) with the attention's end in
-// the same grid: the prefix units (unit u = KV head u / prefix_splits, split u % prefix_splits,
-// a block each in turn), a grid-wide barrier, every head's merge into a.out, a second barrier,
-// then band_gemm_parts of W over a.out (a.n_tokens rows). The weights' first stages are asked for
-// before all that, so they load while the prefix units compute (HBM is mostly idle then) instead
-// of after the merge. Needs every block resident at once (one wave), so only where
-// band_attention_serves says so. The own positions' slots are written by the kernel before.
-struct BandAttention {
-  AttentionArgs a;  // as shared_prefix_attention's (a.splits = suffix_splits + prefix_splits)
-  SharedPrefixArgs s;
-  int suffix_splits = 0, prefix_splits = 0;
-  unsigned* barrier = nullptr;  // two words of device memory, zero before the first launch; left so
-  bool weights_first = false;   // the first weight stages before the wait for the kernel before
-};
-bool band_attention_serves(const BandConfig& config, DType type, const AttentionArgs& a, int64_t rows, int64_t cols,
-                           int n_parts, int sms);
-Status band_gemm_parts_attention(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols,
-                                 const BandAttention& att, float* parts, int n_parts, int sms, cudaStream_t stream);
 
 }  // namespace kernelllm::cuda

@@ -62,7 +62,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   fused_swiglu_ = !env_off("KERNELLLM_CUDA_FUSED_SWIGLU");
   fused_rope_ = !env_off("KERNELLLM_CUDA_FUSED_ROPE");
   mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
-  fused_o_ = static_cast<int>(env_int("KERNELLLM_CUDA_FUSED_O", 0, 2, 1));
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
   skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
@@ -147,8 +146,6 @@ Status CudaBackend::init() {
   if (opts_.band_gemm && compute_major_ >= 9 && band_parts_env_ != 0) {  // band_parts_serve
     const auto rows = std::min<size_t>(T, static_cast<size_t>(kBandMaxTokens)) * std::max(qd + 2 * kd, h);
     KLLM_RETURN_IF_ERROR(band_parts_.allocate(static_cast<size_t>(kBandMaxParts) * rows * 4, "band gemm parts"));
-    KLLM_RETURN_IF_ERROR(attn_barrier_.allocate(2 * sizeof(unsigned), "the o projection's grid barrier"));
-    KLLM_CUDA_RETURN(cudaMemset(attn_barrier_.get(), 0, 2 * sizeof(unsigned)), "clearing the grid barrier");
   }
   if (opts_.staged_gemm && compute_major_ >= 9) {  // staged_serves: TMA needs 9.0
     const int64_t widest = std::max({c.vocab_size, 2 * c.intermediate_size, q_dim_ + 2 * kv_dim_, c.hidden_size});

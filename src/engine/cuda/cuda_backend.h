@@ -122,7 +122,6 @@ class CudaBackend final : public Backend {
   // its switches: KERNELLLM_CUDA_BAND_PARTS=0 turns it off, =N fixes N parts (measurements; unset:
   // band_parts_for's choice); KERNELLLM_CUDA_BAND_PARTS_MASK picks the projections (kBandParts* bits).
   DeviceBuffer band_parts_;
-  DeviceBuffer attn_barrier_;  // band_gemm_parts_attention's grid barrier (two words, zeroed once)
   int band_parts_env_ = -1, band_parts_mask_ = kBandPartsQkv | kBandPartsO | kBandPartsDown;
   int64_t skinny_max_tokens_ = kSkinnyServedTokens;  // env KERNELLLM_CUDA_SKINNY_TOKENS
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
@@ -147,7 +146,6 @@ class CudaBackend final : public Backend {
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
   bool mma_suffix_ = true;
-  int fused_o_ = 1;  // band_gemm_parts_attention for a cascade pass's o (KERNELLLM_CUDA_FUSED_O: 0 off, 2 weights first)
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;

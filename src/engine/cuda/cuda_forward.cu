@@ -59,15 +59,6 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const int o_parts = band_parts_serve(kBandPartsO, h, q_dim_, n);
   const int down_parts = band_parts_serve(kBandPartsDown, h, inter, n);
   const BandConfig parts_config{0, band_config_.blocks, band_config_.ring_kb};  // (never clusters)
-  // A cascade pass whose o runs in band_gemm_parts_attention's form: the prefix units and the merge
-  // in o's grid, o's first weights loading while the prefix units compute (NOTES item 40).
-  AttentionArgs o_att;
-  o_att.n_tokens = n;
-  o_att.heads = c.num_attention_heads;
-  o_att.kv_heads = c.num_key_value_heads;
-  o_att.head_dim = c.head_dim;
-  const bool fused_o = shared && fused_o_ > 0 && o_parts > 0 && attn_barrier_.get() != nullptr &&
-                       band_attention_serves(parts_config, dtype_, o_att, h, q_dim_, o_parts, static_cast<int>(sm_count_));
   // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
   // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
   // kernel of the own positions does not; nor with qkv's parts: the fold reads one qkv array).
@@ -149,26 +140,13 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.ctx_begin = ctx_begin;
       a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
-      if (fused_o) {
-        shared_prefix_own(dtype_, a, suffix_splits, stream_, mma_suffix);
-      } else {
-        shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_, mma_suffix);
-      }
+      shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
       attention(dtype_, a, stream_);
     }
     // o and down: cuBLASLt adds into x in place; the GEMV and the band GEMM's parts leave their
     // output for the next norm to add.
-    if (fused_o) {
-      const BandAttention att{a, sp, static_cast<int>(suffix_splits), static_cast<int>(prefix_splits),
-                              attn_barrier_.as<unsigned>(), fused_o_ == 2};
-      KLLM_RETURN_IF_ERROR(band_gemm_parts_attention(parts_config, dtype_, l.o.get(), h, q_dim_, att, parts, o_parts,
-                                                     static_cast<int>(sm_count_), stream_));
-      pending = parts;
-      pending_parts = o_parts;
-    } else {
-      KLLM_RETURN_IF_ERROR(residual_proj(l.o, q_dim_, att_.get(), o_parts));
-    }
+    KLLM_RETURN_IF_ERROR(residual_proj(l.o, q_dim_, att_.get(), o_parts));
     norm(l.post_norm);
     // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
     // linear layers give it): half the bytes written and read back by swiglu. Where the GEMV
