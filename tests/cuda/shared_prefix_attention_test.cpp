@@ -4,8 +4,9 @@
 // sequences in the same pass, GQA groups 1/2/4/8, head_dim 16/64/128, forks owning up to 199
 // positions (several steps of each own-position kernel's warps), prompts of up to 1,000 tokens
 // (16 tiles per prefix block), every case with the own positions by the split kernel and
-// (group <= 4, head_dim 64/128) on the tensor cores; then a CUDA graph captured once and
-// replayed after the lengths and the plan change in device memory.
+// (group <= 4, head_dim 64/128) on the tensor cores, their rows loaded into registers and copied
+// by the TMA; then a CUDA graph captured once and replayed after the lengths and the plan change
+// in device memory (TMA copies where they serve).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,7 +147,7 @@ struct DeviceScene {
     a.pos = pos.as<int32_t>();
     a.block_table = table.as<int32_t>();
     a.table_width = kWidth;
-    a.kv = cuda::KvLayout{pool.get(), kLayers, kPt, s.kv_heads * s.hd};
+    a.kv = cuda::KvLayout{pool.get(), kLayers, kPt, s.kv_heads * s.hd, kPages};
     a.layer = kLayer;
     a.splits = splits;
     a.partial_acc = acc.as<float>();
@@ -195,9 +196,17 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr, false);
   const double e_split_suffix = rel_error(download(d.out, sc.ref.size(), t), sc.ref);
   EXPECT_LT(e_split_suffix, out_tolerance(t));
+  // On the tensor cores with the rows loaded into registers (the pool's page count unknown), then
+  // (where suffix_tma_serves) copied into shared memory by the TMA.
+  const int64_t pool_pages = a.kv.pages;
+  a.kv.pages = 0;
+  cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr, true);
+  const double e_regs = rel_error(download(d.out, sc.ref.size(), t), sc.ref);
+  a.kv.pages = pool_pages;
   cuda::shared_prefix_attention(t, a, d.shared(), suffix_splits, prefix_splits, nullptr, true);
   const auto got = download(d.out, sc.ref.size(), t);
   const bool mma = cuda::suffix_mma_supported(t, s.hd, s.heads / s.kv_heads);
+  const bool tma = mma && cuda::suffix_tma_serves(t, a);
   if (min_positions > 0) {
     // The plain split kernel with the same floor: splits past the positions stay empty.
     cuda::AttentionArgs p = d.args(s, n, suffix_splits + prefix_splits);
@@ -210,12 +219,18 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
     EXPECT_LT(e, out_tolerance(t));
   }
   const double e_ref = rel_error(got, sc.ref), e_plain = rel_error(got, plain), e_old = rel_error(plain, sc.ref);
-  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (own positions %s; by the "
-              "split kernel %.3g; plain split kernel %.3g), vs split kernel %.3g\n",
+  std::printf("[shared prefix %s heads %lld/%lld hd %lld n %lld] rel err vs f64 %.3g (own positions %s; loaded "
+              "into registers %.3g; by the split kernel %.3g; plain split kernel %.3g), vs split kernel %.3g\n",
               std::string(dtype_name(t)).c_str(), static_cast<long long>(s.heads), static_cast<long long>(s.kv_heads),
-              static_cast<long long>(s.hd), static_cast<long long>(n), e_ref, mma ? "on tensor cores" : "split kernel",
-              e_split_suffix, e_old, e_plain);
+              static_cast<long long>(s.hd), static_cast<long long>(n), e_ref,
+              tma ? "on tensor cores, by TMA" : mma ? "on tensor cores" : "split kernel", e_regs, e_split_suffix, e_old,
+              e_plain);
   EXPECT_LT(e_ref, out_tolerance(t));
+  EXPECT_LT(e_regs, 1.5 * e_old + 1e-4);
+  // Same products in the same order: the two loaders differ only where the splits are cut.
+  if (tma) {
+    EXPECT_LT(e_ref, 1.05 * e_regs + 1e-6);
+  }
   EXPECT_LT(e_ref, 1.5 * e_old + 1e-4);
   EXPECT_LT(e_split_suffix, 1.5 * e_old + 1e-4);
   EXPECT_LT(e_plain, out_tolerance(t));

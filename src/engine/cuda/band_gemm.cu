@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(256, 1)
   constexpr int XR = NT * 8;  // token rows
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1,024 bytes: the ring starts on such a boundary.
-  unsigned char* const ring = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
+  unsigned char* const ring = align_1024(smem_raw);
   __shared__ __align__(8) uint64_t full[kMaxStages];  // stage slot s has landed (phase per fill)
 
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;

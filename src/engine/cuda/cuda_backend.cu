@@ -62,6 +62,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   fused_swiglu_ = !env_off("KERNELLLM_CUDA_FUSED_SWIGLU");
   fused_rope_ = !env_off("KERNELLLM_CUDA_FUSED_ROPE");
   mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
+  tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
   skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);

@@ -17,6 +17,7 @@ struct KvLayout {
   int64_t layers = 0;
   int64_t page_tokens = 0;
   int64_t kv_dim = 0;  // kv_heads * head_dim
+  int64_t pages = 0;   // physical pages in the pool (0: unknown, no TMA copies of its rows)
 };
 
 // For each token t: q_out[t] = rope(qkv[t, :q_dim]); K = rope(qkv[t, q_dim : q_dim+kv_dim]),

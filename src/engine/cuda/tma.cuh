@@ -56,6 +56,10 @@ __device__ __forceinline__ void mbar_init_fence() {
 // overwrites the same bytes.
 __device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// The first 1,024-byte boundary at or after p in shared memory (a swizzled box's alignment; ask
+// for 1,024 bytes more than the boxes need).
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) { return p + ((1024 - smem_addr(p) % 1024) % 1024); }
+
 // Where 16-byte chunk c (0..7) of row r lies in a 128-byte swizzled box, in 2-byte elements.
 __device__ __forceinline__ int swizzled_elem(int r, int c) { return (r * 8 + (c ^ (r & 7))) * 8; }
 
