@@ -279,10 +279,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int n = pe - pb;  // this block's pages
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int64_t layer_row = a.layer * 2 * kTmaPageRows;
-  auto issue = [&](int j) {  // page pb + j into slot j % kRing
+  auto issue = [&](int j, int64_t page) {  // page pb + j (physical `page`) into slot j % kRing
     uint64_t* bar = &bars[j % kRing];
     unsigned char* dst = ring + (j % kRing) * kSlot;
-    const auto row = static_cast<int>(static_cast<int64_t>(table[pb + j]) * a.kv.layers * 2 * kTmaPageRows + layer_row);
+    const auto row = static_cast<int>(page * a.kv.layers * 2 * kTmaPageRows + layer_row);
     mbar_expect_tx(bar, kSlot);
 #pragma unroll
     for (int b = 0; b < kBoxes; ++b) {
@@ -290,11 +290,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       tma_box(dst + (kBoxes + b) * kBoxBytes, &map, g * HD + b * kTmaBoxCols, row + kTmaPageRows, bar);
     }
   };
+  // The first fill by warp 0, lane j asking for page pb + j (its page-table entries read side by
+  // side, not one round trip after another).
+  int64_t first_page = 0;
   if (n > 0) {
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < kRing; ++s) mbar_init(&bars[s], 1);
-      mbar_init_fence();
-      for (int j = 0; j < n && j < kRing && pb + j < pl; ++j) issue(j);
+    if (warp == 0) {
+      if (lane == 0) {
+        for (int s = 0; s < kRing; ++s) mbar_init(&bars[s], 1);
+        mbar_init_fence();
+      }
+      __syncwarp();
+      if (lane < n && lane < kRing) {
+        first_page = table[pb + lane];
+        if (pb + lane < pl) issue(lane, first_page);
+      }
     }
     if (n > kRing) {
       const int64_t lo = static_cast<int64_t>(pb + kRing) * kTmaPageRows;
@@ -315,12 +324,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     return;
   }
-  if (threadIdx.x == 0 && pl < pe && pl - pb < kRing) issue(pl - pb);  // the token's page, written by now
+  if (warp == 0 && lane == pl - pb && pl < pe && lane < kRing) issue(lane, first_page);  // the token's page
   const int begin = max(first, pb * kTmaPageRows), end = min(n_ctx, pe * kTmaPageRows);
   Lane ln;
   ln.init(a, t, g, group, lane);
   for (int j = warp; j < n; j += kWarps) {
     const int slot = j % kRing;
+    const bool refill = lane == 0 && j + kRing < n;
+    const int64_t next_page = refill ? table[pb + j + kRing] : 0;  // read while the page is used
     mbar_wait(&bars[slot], static_cast<unsigned>((j / kRing) & 1));
     const auto* ks = reinterpret_cast<const T*>(ring + slot * kSlot);
     const T* vs = ks + kBoxes * kBoxBytes / static_cast<int>(sizeof(T));
@@ -351,9 +362,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     ln.step(kr, vr, base, begin, end);
     __syncwarp();
-    if (lane == 0 && j + kRing < n) {
+    if (refill) {
       async_proxy_fence();
-      issue(j + kRing);
+      issue(j + kRing, next_page);
     }
   }
   __syncthreads();  // every page read: the ring's bytes hold the warps' statistics from here on
