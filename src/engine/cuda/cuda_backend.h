@@ -147,7 +147,8 @@ class CudaBackend final : public Backend {
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
   bool mma_suffix_ = true;
   // Their K and V rows by TMA copies into shared memory (suffix_tma_serves); env
-  // KERNELLLM_CUDA_SUFFIX_TMA=0 keeps the loads into registers (measurements).
+  // KERNELLLM_CUDA_SUFFIX_TMA=0 keeps the loads into registers (measurements). Only beside the band
+  // GEMM (cuda_forward.cu).
   bool tma_suffix_ = true;
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.

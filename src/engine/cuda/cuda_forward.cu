@@ -65,9 +65,12 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const bool fused_rope = fused_rope_ && single_token && !tensor_core_attention && !mma_suffix && qkv_parts == 0;
   float* x = x_.as<float>();
   float* parts = band_parts_.as<float>();
-  // The pool's page count lets the own-position kernel copy its rows by TMA (suffix_tma_serves).
+  // The pool's page count lets the own-position kernel copy its rows by TMA (suffix_tma_serves):
+  // only where the band GEMM streams qkv (17..32 tokens). Beside the skinny GEMM's register loads
+  // its early bulk copies cost far more than they save (k = 10: 6.61 against 6.12 ms a step,
+  // bench/cuda_ops/NOTES.md item 41).
   const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_,
-                    tma_suffix_ ? pages_->num_pages() : 0};
+                    tma_suffix_ && qkv_parts > 0 ? pages_->num_pages() : 0};
 
   // The residual stream x; pending: a projection output not yet added to it (the GEMV's in proj_,
   // or pending_parts parts of the band GEMM's), which the next norm adds (cuBLASLt's projections
