@@ -361,7 +361,8 @@ int main() {
       };
       const dim3 grid(kForks, kKvHeads, splits);
       auto geo = [&](int layer) { return Geo{pool, d_table, pages_per_fork, kPrompt / kPt * kPt, kPrompt + gen, layer, sink}; };
-      auto engine = [&](int layer, int64_t pages_known) {
+      // The engine's arguments for one layer (pages_known 0: the register loads).
+      auto args = [&](int layer, int64_t pages_known) {
         AttentionArgs a;
         a.q = q;
         a.n_tokens = kForks;
@@ -378,29 +379,16 @@ int main() {
         a.partial_acc = acc;
         a.partial_ml = ml;
         a.ctx_begin = ctx;
-        suffix_attention_mma(DType::bf16, a, splits, nullptr);
+        return a;
+      };
+      auto engine = [&](int layer, int64_t pages_known) {
+        suffix_attention_mma(DType::bf16, args(layer, pages_known), splits, nullptr);
       };
       time("engine", [&](int layer) { engine(layer, 0); });
       time("eng tma", [&](int layer) { engine(layer, pages); });
       if (splits == 2) {
         auto part = [&](auto kernel, int layer) {
-          AttentionArgs a;
-          a.q = q;
-          a.n_tokens = kForks;
-          a.heads = kHeads;
-          a.kv_heads = kKvHeads;
-          a.head_dim = kHd;
-          a.seq = seq;
-          a.pos = pos;
-          a.block_table = d_table;
-          a.table_width = pages_per_fork;
-          a.kv = KvLayout{pool, kLayers, kPt, kKvDim, pages};
-          a.layer = layer;
-          a.splits = slots;
-          a.partial_acc = acc;
-          a.partial_ml = ml;
-          a.ctx_begin = ctx;
-          kernel<<<grid, kPThreads, 8 * 8192 + 1024>>>(a, map);
+          kernel<<<grid, kPThreads, 8 * 8192 + 1024>>>(args(layer, pages), map);
         };
         time("part 7", [&](int layer) { part(part_kernel<7>, layer); });
         time("part 3", [&](int layer) { part(part_kernel<3>, layer); });
