@@ -193,12 +193,7 @@ __global__ void __launch_bounds__(kPThreads, 3)
   const int t = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int group = static_cast<int>(a.heads / a.kv_heads);
-  const int n_ctx = a.pos[t] + 1;
-  const int first = a.ctx_begin[t];
-  const int pf = first / kTmaPageRows, pl = (n_ctx - 1) / kTmaPageRows;
-  const int z = static_cast<int>(gridDim.z);
-  const int chunk = (pl - pf + 1 + z - 1) / z;
-  const int pb = pf + split * chunk, pe = min(pb + chunk, pl + 1);
+  const auto [n_ctx, first, pl, pb, pe] = own_pages(a, t, split);
   const int n = pe - pb;
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int64_t layer_row = a.layer * 2 * kTmaPageRows;
@@ -219,7 +214,7 @@ __global__ void __launch_bounds__(kPThreads, 3)
     for (int j = 0; j < n && j < kRingP; ++j) issue(j);
   }
   __syncthreads();
-  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
+  const int64_t slot0 = split_slot0(a, t, g, split);
   if (n <= 0) return;
   const int begin = max(first, pb * kTmaPageRows), end = min(n_ctx, pe * kTmaPageRows);
   Lane ln;

@@ -23,6 +23,22 @@ struct SplitBlock {
   int64_t slot0;
 };
 
+// The split slot of block (t, g, split)'s first head; the group's others are a.splits apart.
+__device__ __forceinline__ int64_t split_slot0(const AttentionArgs& a, int t, int g, int split) {
+  const int64_t group = a.heads / a.kv_heads;
+  return (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
+}
+
+// Empty statistics in the group's slots from slot0 on (a split without positions; the merge
+// skips them). Threads 0..group-1 write them.
+__device__ __forceinline__ void write_empty_split(const AttentionArgs& a, int64_t slot0) {
+  const auto h = static_cast<int64_t>(threadIdx.x);
+  if (h < a.heads / a.kv_heads) {
+    a.partial_ml[(slot0 + h * a.splits) * 2] = -FLT_MAX;
+    a.partial_ml[(slot0 + h * a.splits) * 2 + 1] = 0.0f;
+  }
+}
+
 // Enters block (t, g, split) of a split kernel of `threads` threads: the metadata (positions,
 // page tables) is uploaded before the pass and the cache rows before the token's were written by
 // earlier passes, so the block's K and V rows (head_dim elements of KV head g) are fetched into L2
@@ -43,12 +59,8 @@ __device__ __forceinline__ SplitBlock enter_split(const AttentionArgs& a, int t,
                    a.kv.layers, a.layer, a.kv.kv_dim, static_cast<int64_t>(g) * head_dim, head_dim,
                    static_cast<int>(threadIdx.x), threads);
   wait_for_predecessor();
-  const int group = static_cast<int>(a.heads / a.kv_heads);
-  b.slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
-  if (b.begin >= b.end && static_cast<int>(threadIdx.x) < group) {
-    a.partial_ml[(b.slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
-    a.partial_ml[(b.slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
-  }
+  b.slot0 = split_slot0(a, t, g, split);
+  if (b.begin >= b.end) write_empty_split(a, b.slot0);
   return b;
 }
 

@@ -196,7 +196,8 @@ struct OwnLane {
   }
 };
 
-// The rows of V for positions base + tq + kVRow[r] (the pairs O^T's A operand takes).
+// Row (position - base) of the V words vr[r] a lane loads: tq, tq + 8, tq + 4, tq + 12 (the pairs
+// O^T's A operand takes).
 __device__ __forceinline__ int v_row(int tq, int r) { return tq + (r == 1 ? 8 : r == 2 ? 4 : r == 3 ? 12 : 0); }
 
 // Loads from global memory: a block per (token, KV head, split) of the split kernel's ranges;
@@ -250,6 +251,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) suffix_kernel(AttentionA
 template <int HD>
 constexpr int kTmaSlotBytes = 2 * (HD / kTmaBoxCols) * kTmaPageRows * 128;
 
+// Token t's own positions [first, n_ctx) by pages (kTmaPageRows positions; pl holds the token's
+// own position) and split `split`'s share of them, pages [pb, pe): the pages split evenly over
+// gridDim.z, at least min_split_positions' worth each (the last splits may get none).
+struct OwnPages {
+  int n_ctx, first, pl, pb, pe;
+};
+__device__ __forceinline__ OwnPages own_pages(const AttentionArgs& a, int t, int split) {
+  OwnPages o;
+  o.n_ctx = a.pos[t] + 1;
+  o.first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
+  const int pf = o.first / kTmaPageRows;
+  o.pl = (o.n_ctx - 1) / kTmaPageRows;  // n_ctx > first
+  const int z = static_cast<int>(gridDim.z);
+  const int even = (o.pl - pf + 1 + z - 1) / z;
+  const int floor_pages = static_cast<int>((a.min_split_positions + kTmaPageRows - 1) / kTmaPageRows);
+  const int chunk = even > floor_pages ? even : floor_pages;
+  o.pb = pf + split * chunk;
+  o.pe = min(o.pb + chunk, o.pl + 1);
+  return o;
+}
+
 // Loads by the TMA: the own pages (16 positions each, page-aligned since ctx_begin is) split
 // evenly over gridDim.z; a block's pages go through a ring of kRing slots, warp w taking pages
 // w, w + 4, ... (slot j % kRing, refilled with page j + kRing once the warp has read it). The
@@ -268,14 +290,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int t = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int group = static_cast<int>(a.heads / a.kv_heads);
-  const int n_ctx = a.pos[t] + 1;
-  const int first = a.ctx_begin != nullptr ? a.ctx_begin[t] : 0;
-  const int pf = first / kTmaPageRows, pl = (n_ctx - 1) / kTmaPageRows;  // n_ctx > first
-  const int z = static_cast<int>(gridDim.z);
-  const int even = (pl - pf + 1 + z - 1) / z;
-  const int floor_pages = static_cast<int>((a.min_split_positions + kTmaPageRows - 1) / kTmaPageRows);
-  const int chunk = even > floor_pages ? even : floor_pages;
-  const int pb = pf + split * chunk, pe = min(pb + chunk, pl + 1);
+  const auto [n_ctx, first, pl, pb, pe] = own_pages(a, t, split);
   const int n = pe - pb;  // this block's pages
   const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
   const int64_t layer_row = a.layer * 2 * kTmaPageRows;
@@ -316,12 +331,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   __syncthreads();
   wait_for_predecessor();
-  const int64_t slot0 = (static_cast<int64_t>(t) * a.heads + static_cast<int64_t>(g) * group) * a.splits + split;
+  const int64_t slot0 = split_slot0(a, t, g, split);
   if (n <= 0) {
-    if (static_cast<int>(threadIdx.x) < group) {
-      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2] = -FLT_MAX;
-      a.partial_ml[(slot0 + static_cast<int64_t>(threadIdx.x) * a.splits) * 2 + 1] = 0.0f;
-    }
+    write_empty_split(a, slot0);
     return;
   }
   if (warp == 0 && lane == pl - pb && pl < pe && lane < kRing) issue(lane, first_page);  // the token's page
@@ -393,10 +405,10 @@ template <class T, int HD>
 void launch_suffix(const AttentionArgs& args, int64_t splits, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.n_tokens), static_cast<unsigned>(args.kv_heads),
                   static_cast<unsigned>(splits));
+  constexpr DType type = std::is_same_v<T, __half> ? DType::f16 : DType::bf16;
   CUtensorMap map;
-  if (args.kv.pages > 0 && args.kv.page_tokens == kTmaPageRows &&
-      tma_map_2d(map, std::is_same_v<T, __half> ? DType::f16 : DType::bf16, args.kv.pool,
-                 args.kv.pages * args.kv.layers * 2 * kTmaPageRows, args.kv.kv_dim, kTmaPageRows)) {
+  if (suffix_tma_serves(type, args) && tma_map_2d(map, type, args.kv.pool, args.kv.pages * args.kv.layers * 2 * kTmaPageRows,
+                                                  args.kv.kv_dim, kTmaPageRows)) {
     const auto k = suffix_tma_kernel<T, HD>;
     constexpr size_t smem = static_cast<size_t>(kRing) * kTmaSlotBytes<HD> + 1024;
     static const bool sized = [&] {
