@@ -1,6 +1,7 @@
 // The CUDA backend (bf16) against HF transformers on a random model with the full
 // Llama-3.1-8B layer shapes and 2 layers, made by tests/cuda/make_hf_8b_shape.py into
-// $KERNELLLM_HF8B_DIR (a failure when unset). Tolerances (normalized logits error, last 64 of
+// $KERNELLLM_HF8B_DIR (ctest's make_hf_8b_shape fixture makes it and sets it; a failure when
+// unset). Tolerances (normalized logits error, last 64 of
 // 300 positions): 1.5e-2 against HF on the same weights in fp32 (our bf16 rounding of matmul
 // inputs and KV only: the residual stream stays fp32); 3e-2 against HF bf16, which also rounds
 // the residual stream and every intermediate to bf16.
