@@ -125,7 +125,12 @@ Status CudaBackend::init() {
   }
   const std::vector<float> inv = cpu::rope_inv_freq(c);
   KLLM_RETURN_IF_ERROR(inv_freq_.allocate(inv.size() * 4, "rope inv_freq"));
-  KLLM_CUDA_RETURN(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq");
+  // Every copy and memset goes on stream_: it is non-blocking, so the legacy stream's cudaMemcpy
+  // and cudaMemset are not ordered before its kernels, and a copy from pageable memory may return
+  // before its DMA lands (seen as wrong logits when other processes shared the GPU).
+  KLLM_CUDA_RETURN(cudaMemcpyAsync(inv_freq_.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice, stream_),
+                   "inv_freq");
+  KLLM_CUDA_RETURN(cudaStreamSynchronize(stream_), "inv_freq");  // (inv is freed on return)
 
   const auto T = static_cast<size_t>(max_tokens_);
   KLLM_RETURN_IF_ERROR(x_.allocate(T * h * 4, "residual"));
@@ -154,7 +159,8 @@ Status CudaBackend::init() {
     KLLM_RETURN_IF_ERROR(staged_partials_.allocate(static_cast<size_t>(staged_partial_floats(sm_count_)) * 4,
                                                    "staged gemm partial sums"));
     KLLM_RETURN_IF_ERROR(staged_counters_.allocate(counters, "staged gemm counters"));
-    KLLM_CUDA_RETURN(cudaMemset(staged_counters_.get(), 0, counters), "clearing the staged gemm counters");
+    KLLM_CUDA_RETURN(cudaMemsetAsync(staged_counters_.get(), 0, counters, stream_),
+                     "clearing the staged gemm counters");
   }
   return Status::ok_status();
 }
@@ -167,7 +173,8 @@ Status CudaBackend::load(const WeightStore& store) {
   auto put = [&](const std::string& name, std::vector<int64_t> shape, void* dst, int64_t at, DType dst_type) -> Status {
     KLLM_ASSIGN_OR_RETURN(TensorView t, store.get_float(name, shape));
     if (staging.bytes() < t.data.size()) KLLM_RETURN_IF_ERROR(staging.allocate(t.data.size(), "upload staging"));
-    KLLM_CUDA_RETURN(cudaMemcpy(staging.get(), t.data.data(), t.data.size(), cudaMemcpyHostToDevice), "upload " + name);
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(staging.get(), t.data.data(), t.data.size(), cudaMemcpyHostToDevice, stream_),
+                     "upload " + name);
     convert(dst_type, static_cast<char*>(dst) + static_cast<size_t>(at) * dtype_size(dst_type), t.dtype,
             staging.get(), t.numel(), stream_);
     KLLM_CUDA_RETURN(cudaStreamSynchronize(stream_), "convert " + name);
