@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -95,31 +96,58 @@ print(json.dumps({'uid': os.getuid(), 'ro': ro, 'ifs': ifs, 'homes': homes}))
 
 }  // namespace
 
+Result<std::vector<std::string>> make_fresh_dirs(const std::vector<std::string>& parents,
+                                                 const std::function<std::string()>& next_name, int tries) {
+  std::string last;
+  for (int t = 0; t < tries; ++t) {
+    last = next_name();
+    std::vector<std::string> made;
+    bool taken = false;
+    for (const std::string& parent : parents) {
+      const std::string d = parent + "/" + last;
+      if (::mkdir(d.c_str(), 0755) == 0) {
+        made.push_back(d);
+        continue;
+      }
+      const int err = errno;
+      for (const std::string& m : made) ::rmdir(m.c_str());
+      if (err != EEXIST) return error(ErrorCode::io_error, "mkdir " + d + " failed: " + std::strerror(err));
+      taken = true;
+      break;
+    }
+    if (!taken) return made;
+  }
+  return error(ErrorCode::io_error, fmt::format("no free directory name under {} after {} tries (the last: {})",
+                                                parents.empty() ? std::string("-") : parents[0], tries, last));
+}
+
 Result<std::unique_ptr<CgroupLease>> Sandbox::make_cgroup() const {
   auto lease = std::make_unique<CgroupLease>();
   if (!probe_.cgroup_memory && !probe_.cgroup_pids) return lease;
-  std::string name = unique_name();
-  if (probe_.cgroup_kind == "v2") {
-    std::string d = "/sys/fs/cgroup/" + name;
-    if (::mkdir(d.c_str(), 0755) != 0) return error(ErrorCode::io_error, "cgroup v2: mkdir " + d + " failed");
-    lease->dirs.push_back(d);
+  const bool v2 = probe_.cgroup_kind == "v2";
+  std::vector<std::string> parents;
+  if (v2) parents.push_back("/sys/fs/cgroup");
+  if (!v2 && probe_.cgroup_memory) parents.push_back("/sys/fs/cgroup/memory");
+  if (!v2 && probe_.cgroup_pids) parents.push_back("/sys/fs/cgroup/pids");
+  auto dirs = make_fresh_dirs(parents, unique_name);
+  if (!dirs.ok()) return error(ErrorCode::io_error, "cgroup " + probe_.cgroup_kind + ": " + dirs.status().message());
+  lease->dirs = std::move(dirs).value();
+  if (v2) {
+    const std::string& d = lease->dirs[0];
     if (probe_.cgroup_memory) write_file(d + "/memory.max", std::to_string(settings_.memory_bytes));
     if (probe_.cgroup_memory) write_file(d + "/memory.swap.max", "0");
     if (probe_.cgroup_pids) write_file(d + "/pids.max", std::to_string(settings_.max_tasks));
     return lease;
   }
+  size_t i = 0;
   if (probe_.cgroup_memory) {
-    std::string d = "/sys/fs/cgroup/memory/" + name;
-    if (::mkdir(d.c_str(), 0755) != 0) return error(ErrorCode::io_error, "cgroup v1: mkdir " + d + " failed");
-    lease->dirs.push_back(d);
+    const std::string& d = lease->dirs[i++];
     if (!write_file(d + "/memory.limit_in_bytes", std::to_string(settings_.memory_bytes))) {
       return error(ErrorCode::io_error, "cgroup v1: cannot set " + d + "/memory.limit_in_bytes");
     }
   }
   if (probe_.cgroup_pids) {
-    std::string d = "/sys/fs/cgroup/pids/" + name;
-    if (::mkdir(d.c_str(), 0755) != 0) return error(ErrorCode::io_error, "cgroup v1: mkdir " + d + " failed");
-    lease->dirs.push_back(d);
+    const std::string& d = lease->dirs[i];
     if (!write_file(d + "/pids.max", std::to_string(settings_.max_tasks))) {
       return error(ErrorCode::io_error, "cgroup v1: cannot set " + d + "/pids.max");
     }
@@ -246,8 +274,9 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
   if (::access("/sys/fs/cgroup/cgroup.controllers", R_OK) == 0) {
     auto subtree = read_text_file("/sys/fs/cgroup/cgroup.subtree_control", size_t{1} << 16);
     const std::string ctl = subtree.ok() ? *subtree : std::string();
-    std::string d = "/sys/fs/cgroup/" + unique_name();
-    if (::mkdir(d.c_str(), 0755) == 0) {
+    auto made = make_fresh_dirs({"/sys/fs/cgroup"}, unique_name);
+    if (made.ok()) {
+      const std::string d = made->front();
       p.cgroup_kind = "v2";
       p.cgroup_memory = ctl.find("memory") != std::string::npos && ::access((d + "/memory.max").c_str(), W_OK) == 0;
       p.cgroup_pids = ctl.find("pids") != std::string::npos && ::access((d + "/pids.max").c_str(), W_OK) == 0;
@@ -256,8 +285,9 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
   } else {
     p.cgroup_kind = "v1";
     for (const char* ctl : {"memory", "pids"}) {
-      std::string d = fmt::format("/sys/fs/cgroup/{}/{}", ctl, unique_name());
-      if (::mkdir(d.c_str(), 0755) == 0) {
+      auto made = make_fresh_dirs({fmt::format("/sys/fs/cgroup/{}", ctl)}, unique_name);
+      if (made.ok()) {
+        const std::string d = made->front();
         bool ok = ::access((d + (std::string(ctl) == "memory" ? "/memory.limit_in_bytes" : "/pids.max")).c_str(), W_OK) == 0;
         (std::string(ctl) == "memory" ? p.cgroup_memory : p.cgroup_pids) = ok;
         ::rmdir(d.c_str());

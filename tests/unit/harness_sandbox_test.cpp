@@ -33,6 +33,37 @@ TEST(Sandbox, DisabledSaysSoLoudly) {
   EXPECT_NE(box.summary().find("DISABLED"), std::string::npos);
 }
 
+// Per-candidate cgroups get a fresh name: one left behind by a killed run (its pid now ours) or
+// taken under any of the v1 hierarchies is skipped, and what was made for it is given back.
+TEST(Sandbox, FreshDirsSkipTakenNames) {
+  const fs::path root = fs::temp_directory_path() / ("kllm-fresh-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::vector<std::string> parents = {(root / "memory").string(), (root / "pids").string()};
+  for (const std::string& p : parents) fs::create_directories(p);
+  fs::create_directory(root / "memory" / "stale-0");  // taken under the first parent
+  fs::create_directory(root / "pids" / "stale-1");    // taken under the second only
+  int n = 0;
+  auto next = [&] { return "stale-" + std::to_string(n++); };
+  auto made = make_fresh_dirs(parents, next);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_EQ(*made, (std::vector<std::string>{parents[0] + "/stale-2", parents[1] + "/stale-2"}));
+  EXPECT_FALSE(fs::exists(root / "memory" / "stale-1")) << "made under the first parent, then given back";
+  EXPECT_TRUE(fs::is_directory(root / "memory" / "stale-0"));  // others' directories are left alone
+
+  // Every name taken: an error that says so, nothing made.
+  auto same = [] { return std::string("stale-0"); };
+  auto none = make_fresh_dirs(parents, same, 4);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no free directory name"), std::string::npos) << none.status().to_string();
+  EXPECT_FALSE(fs::exists(root / "pids" / "stale-0"));
+
+  // A parent that cannot hold it: mkdir's own reason, not a retry.
+  auto bad = make_fresh_dirs({(root / "missing").string()}, next);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("No such file or directory"), std::string::npos) << bad.status().to_string();
+  fs::remove_all(root);
+}
+
 TEST(Sandbox, MissingBwrapIsReportedInactive) {
   SandboxSettings s = settings();
   s.bwrap = "/nonexistent/bwrap";

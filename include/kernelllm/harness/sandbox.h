@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,13 @@ class Sandbox {
   SandboxProbe probe_;
   bool probing_ = false;  // prepare() wraps in bwrap even before the probe succeeded
 };
+
+// Makes one directory of a fresh name under each of `parents` (the same name under all, as the
+// v1 hierarchies need), drawing names from `next_name`: a name already taken under any parent (a
+// group left by a killed run whose pid this process now has) is given back and the next one tried,
+// up to `tries` names. Returns the directories made, in the order of `parents`.
+Result<std::vector<std::string>> make_fresh_dirs(const std::vector<std::string>& parents,
+                                                 const std::function<std::string()>& next_name, int tries = 32);
 
 // Finds an executable on PATH (or returns `name` if it contains a '/'); empty when absent.
 std::string find_executable(const std::string& name);
