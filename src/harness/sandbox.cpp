@@ -133,21 +133,21 @@ Result<std::unique_ptr<CgroupLease>> Sandbox::make_cgroup() const {
   if (!dirs.ok()) return error(ErrorCode::io_error, "cgroup " + probe_.cgroup_kind + ": " + dirs.status().message());
   lease->dirs = std::move(dirs).value();
   if (v2) {
-    const std::string& d = lease->dirs[0];
+    const std::string& d = lease->dirs.front();
     if (probe_.cgroup_memory) write_file(d + "/memory.max", std::to_string(settings_.memory_bytes));
     if (probe_.cgroup_memory) write_file(d + "/memory.swap.max", "0");
     if (probe_.cgroup_pids) write_file(d + "/pids.max", std::to_string(settings_.max_tasks));
     return lease;
   }
-  size_t i = 0;
+  // v1: the memory group first, the pids group last (make_fresh_dirs keeps the parents' order).
   if (probe_.cgroup_memory) {
-    const std::string& d = lease->dirs[i++];
+    const std::string& d = lease->dirs.front();
     if (!write_file(d + "/memory.limit_in_bytes", std::to_string(settings_.memory_bytes))) {
       return error(ErrorCode::io_error, "cgroup v1: cannot set " + d + "/memory.limit_in_bytes");
     }
   }
   if (probe_.cgroup_pids) {
-    const std::string& d = lease->dirs[i];
+    const std::string& d = lease->dirs.back();
     if (!write_file(d + "/pids.max", std::to_string(settings_.max_tasks))) {
       return error(ErrorCode::io_error, "cgroup v1: cannot set " + d + "/pids.max");
     }

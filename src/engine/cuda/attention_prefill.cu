@@ -184,10 +184,7 @@ __global__ void prefill_kernel(AttentionArgs a) {
 template <class T, int HD, int MT>
 void launch_as(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t bytes = smem_bytes<HD>();
-  // Above the default 48 KB of dynamic shared memory: allowed once per kernel instance.
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(prefill_kernel<T, HD, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  (void)attr;  // a failure shows as the launch error the caller checks
+  allow_dynamic_smem<prefill_kernel<T, HD, MT>>(bytes);
   const auto group = static_cast<unsigned>(a.heads / a.kv_heads);
   const dim3 grid(static_cast<unsigned>(a.n_q_blocks), static_cast<unsigned>(a.kv_heads),
                   static_cast<unsigned>(kPrefillQueryBlock / (16 * MT)));

@@ -348,17 +348,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const auto* ks = reinterpret_cast<const T*>(ring + slot * kSlot);
     const T* vs = ks + kBoxes * kBoxBytes / static_cast<int>(sizeof(T));
     const int base = (pb + j) * kTmaPageRows;
+    // Dims d .. d + 7 of row r: box d / 64, swizzled chunk (d % 64) / 8 (tma.cuh).
+    const auto chunk = [](const T* rows, int r, int d) {
+      return *reinterpret_cast<const uint4*>(rows + (d / kTmaBoxCols) * kBoxBytes / static_cast<int>(sizeof(T)) +
+                                             swizzled_elem(r, (d % kTmaBoxCols) / 8));
+    };
     uint4 kr[2][Lane::KC], vr[4][Lane::VC];
-    // Dims d of row r sit in box d / 64 at swizzled chunk (d % 64) / 8 (tma.cuh).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = ln.gq + 8 * r;
 #pragma unroll
-      for (int c = 0; c < Lane::KC; ++c) {
-        const int d = ln.tq * Lane::QD + c * 8;
-        kr[r][c] = *reinterpret_cast<const uint4*>(ks + (d / kTmaBoxCols) * kBoxBytes / static_cast<int>(sizeof(T)) +
-                                                   swizzled_elem(row, (d % kTmaBoxCols) / 8));
-      }
+      for (int c = 0; c < Lane::KC; ++c) kr[r][c] = chunk(ks, ln.gq + 8 * r, ln.tq * Lane::QD + c * 8);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -366,9 +365,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const bool in = p >= begin && p < end;
 #pragma unroll
       for (int c = 0; c < Lane::VC; ++c) {
-        const int d = ln.gq * Lane::VD + c * 8;
-        const uint4 v = *reinterpret_cast<const uint4*>(vs + (d / kTmaBoxCols) * kBoxBytes / static_cast<int>(sizeof(T)) +
-                                                        swizzled_elem(row, (d % kTmaBoxCols) / 8));
+        const uint4 v = chunk(vs, row, ln.gq * Lane::VD + c * 8);
         vr[r][c] = in ? v : make_uint4(0, 0, 0, 0);
       }
     }
@@ -409,14 +406,9 @@ void launch_suffix(const AttentionArgs& args, int64_t splits, cudaStream_t strea
   CUtensorMap map;
   if (suffix_tma_serves(type, args) && tma_map_2d(map, type, args.kv.pool, args.kv.pages * args.kv.layers * 2 * kTmaPageRows,
                                                   args.kv.kv_dim, kTmaPageRows)) {
-    const auto k = suffix_tma_kernel<T, HD>;
     constexpr size_t smem = static_cast<size_t>(kRing) * kTmaSlotBytes<HD> + 1024;
-    static const bool sized = [&] {
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      return true;
-    }();
-    (void)sized;
-    launch_kernel(k, grid, kThreads, smem, stream, args, map);
+    allow_dynamic_smem<suffix_tma_kernel<T, HD>>(smem);
+    launch_kernel(suffix_tma_kernel<T, HD>, grid, kThreads, smem, stream, args, map);
   } else {
     launch_kernel(suffix_kernel<T, HD>, grid, kThreads, 0, stream, args);
   }

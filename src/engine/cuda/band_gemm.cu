@@ -277,13 +277,8 @@ using KernelPtr = const void*;
 
 template <class T, class Y, int NT, int MT, bool Glu>
 KernelPtr kernel_ptr() {
-  const auto k = band_kernel<T, Y, NT, MT, Glu>;
-  static const bool sized = [&] {
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBudget + 1024));
-    return true;
-  }();
-  (void)sized;
-  return reinterpret_cast<KernelPtr>(k);
+  allow_dynamic_smem<band_kernel<T, Y, NT, MT, Glu>>(kSmemBudget + 1024);
+  return reinterpret_cast<KernelPtr>(band_kernel<T, Y, NT, MT, Glu>);
 }
 
 // Calls f(band_kernel<T, Y, NT, MT, Glu>, its pointer) for the runtime choices (glu: Y = T, MT = 2).

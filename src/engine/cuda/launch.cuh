@@ -101,6 +101,16 @@ void launch_row_clusters(int64_t rows, int cluster, int threads, cudaStream_t st
                         static_cast<unsigned>(cluster), stream, std::forward<Args>(args)...);
 }
 
+// Lets Kernel take `bytes` of dynamic shared memory (past the default 48 KB), once per kernel
+// instance: a later call with other bytes changes nothing. A failure shows as the launch error the
+// caller checks.
+template <auto Kernel>
+void allow_dynamic_smem(size_t bytes) {
+  static const cudaError_t set =
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  (void)set;
+}
+
 template <class... Params, class... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    Args&&... args) {

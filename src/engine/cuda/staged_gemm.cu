@@ -230,11 +230,7 @@ template <class T, class Y, int NT, int BK>
 void launch(const CUtensorMap& map, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
             bool accumulate, const StagedScratch& s, cudaStream_t stream) {
   const auto kernel = staged_kernel<T, Y, NT, BK>;
-  static const bool sized = [&] {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes(NT)));
-    return true;
-  }();
-  (void)sized;
+  allow_dynamic_smem<staged_kernel<T, Y, NT, BK>>(smem_bytes(NT));
   const int64_t units = units_of(rows, cols, BK);
   // Every block must own a unit (an empty block between a band's pieces would never count in).
   const auto grid = static_cast<unsigned>(std::min(s.blocks, units));
