@@ -207,6 +207,15 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   const auto got = download(d.out, sc.ref.size(), t);
   const bool mma = cuda::suffix_mma_supported(t, s.hd, s.heads / s.kv_heads);
   const bool tma = mma && cuda::suffix_tma_serves(t, a);
+  {
+    // The next weights asked into L2 by the prefix kernel's idle warps (4,096 rows of 8 KB in 4
+    // parts, 1 KB of each): a hint, so the output has the same bits.
+    const cuda::DeviceBuffer next = poisoned(size_t{4096} * 8192);
+    cuda::SharedPrefixArgs with_next = d.shared();
+    with_next.next_weights = cuda::L2Prefetch{next.get(), 4096, 8192, 4, 1024};
+    cuda::shared_prefix_attention(t, a, with_next, suffix_splits, prefix_splits, nullptr, true);
+    EXPECT_EQ(download(d.out, sc.ref.size(), t), got);
+  }
   if (min_positions > 0) {
     // The plain split kernel with the same floor: splits past the positions stay empty.
     cuda::AttentionArgs p = d.args(s, n, suffix_splits + prefix_splits);

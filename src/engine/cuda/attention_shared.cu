@@ -64,6 +64,20 @@ struct TileLoader {
   }
 };
 
+// Tile `tile` of `tiles` of block b's share of pf (segments b, b + blocks, ...: a part of a row
+// each), asked into L2 by threads `thread` of `threads`.
+__device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, int64_t blocks, int64_t tile,
+                                               int64_t tiles, int thread, int threads) {
+  const int64_t segs = pf.rows * pf.parts;
+  const int64_t count = (segs - b + blocks - 1) / blocks;
+  const auto* base = static_cast<const unsigned char*>(pf.base);
+  const int64_t part_bytes = pf.row_bytes / pf.parts;
+  for (int64_t k = count * tile / tiles + thread; k < count * (tile + 1) / tiles; k += threads) {
+    const int64_t i = b + k * blocks;
+    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * part_bytes, pf.bytes);
+  }
+}
+
 // Grid: (prefix split, KV head, item stride); a block takes items blockIdx.z, + gridDim.z, ...
 // up to the first unused one, so the grid stays small and fixed while the plan changes.
 template <class T, int HD>
@@ -163,7 +177,17 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
       next.store(sK, sV);
       __syncthreads();
       if (tile + kTile < end) next.load(a, table, g, tile + kTile, end);
-      if (!active) continue;
+      if (!active) {
+        // Idle warps: a share of the next weights into L2 (the first item of blocks of z 0).
+        if (s.next_weights.base != nullptr && item == blockIdx.z && blockIdx.z == 0) {
+          const int idle_from = (it.rows + 15) / 16 * 32;
+          prefetch_share(s.next_weights, static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                         static_cast<int64_t>(gridDim.x) * gridDim.y, (tile - begin) / kTile,
+                         (end - begin + kTile - 1) / kTile, static_cast<int>(threadIdx.x) - idle_from,
+                         kThreads - idle_from);
+        }
+        continue;
+      }
 
       float sc[NB][4];
 #pragma unroll

@@ -17,6 +17,18 @@ namespace kernelllm::cuda {
 inline constexpr int64_t kSharedRows = 128;         // query rows (forks x group) per prefix block
 inline constexpr int64_t kSharedPrefixSplits = 16;  // chunks of the prefix computed in parallel
 
+// Weights the prefix kernel asks into L2 for the projection after the attention (o), while its
+// rows compute and HBM is mostly idle: the first `bytes` of each of `parts` equal parts of each of
+// `rows` rows of `row_bytes` at `base`, which are the first stages every block of the band GEMM's
+// parts form streams (band_gemm.cu: part r of a row is its columns' r-th share). Only the kernel's
+// idle warps (those no query row needs) ask, a share at each tile after the tile's own loads, so
+// that the asks do not queue ahead of them (bench/cuda_ops/NOTES.md item 43). base null: none.
+struct L2Prefetch {
+  const void* base = nullptr;
+  int64_t rows = 0, row_bytes = 0;
+  int parts = 1, bytes = 0;
+};
+
 // The prefix work of one pass, as device arrays of n_tokens entries (an "item" is a set of
 // tokens that read positions [0, item_prefix) through the block-table row item_seq; unused
 // items have count 0). Every token of the pass is a member of exactly one item.
@@ -26,6 +38,7 @@ struct SharedPrefixArgs {
   const int32_t* item_first = nullptr;  // offset of the item's first member in members
   const int32_t* item_count = nullptr;
   const int32_t* members = nullptr;     // token indices, grouped by item
+  L2Prefetch next_weights;
 };
 
 // The host-side plan for one single-token-per-sequence pass, from each token's page list and

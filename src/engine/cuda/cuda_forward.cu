@@ -145,7 +145,15 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.ctx_begin = ctx_begin;
       a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
-      shared_prefix_attention(dtype_, a, sp, suffix_splits, prefix_splits, stream_, mma_suffix);
+      // Where the band GEMM's parts form serves o, the first stages of its blocks into L2 while the
+      // prefix kernel computes.
+      SharedPrefixArgs with_o = sp;
+      if (o_parts > 0 && o_prefetch_bytes_ > 0) {
+        const int64_t row_bytes = q_dim_ * static_cast<int64_t>(dtype_size(dtype_));
+        with_o.next_weights = L2Prefetch{l.o.get(), h, row_bytes, o_parts,
+                                         static_cast<int>(std::min(o_prefetch_bytes_, row_bytes / o_parts / 16 * 16))};
+      }
+      shared_prefix_attention(dtype_, a, with_o, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
       attention(dtype_, a, stream_);
     }

@@ -105,6 +105,16 @@ __device__ __forceinline__ float2 rope_pair(float x0, float x1, int p, float fre
 // Brings the 128-byte line holding `p` into L2 (no registers, nothing waits for it). Always safe,
 // also for data another kernel is still writing: L2 is where the writes land.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+// `bytes` (a multiple of 16) from p (16-byte aligned) into L2 by one bulk request (compute
+// capability 9.0+; a no-op before).
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 // Prefetches into L2 the K and V rows of positions [begin, end) of one KV head (its first
 // element `head_offset` into the row, `head_dim` elements), threads `thread`, + `stride`, ...
