@@ -212,7 +212,7 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
     // parts, 1 KB of each): a hint, so the output has the same bits.
     const cuda::DeviceBuffer next = poisoned(size_t{4096} * 8192);
     cuda::SharedPrefixArgs with_next = d.shared();
-    with_next.next_weights = cuda::L2Prefetch{next.get(), 4096, 8192, 4, 1024};
+    with_next.next_weights = cuda::L2Prefetch{next.get(), 4096, 8192, 2048, 4, 1024};
     cuda::shared_prefix_attention(t, a, with_next, suffix_splits, prefix_splits, nullptr, true);
     EXPECT_EQ(download(d.out, sc.ref.size(), t), got);
   }

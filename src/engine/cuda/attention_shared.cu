@@ -71,10 +71,9 @@ __device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, 
   const int64_t segs = pf.rows * pf.parts;
   const int64_t count = (segs - b + blocks - 1) / blocks;
   const auto* base = static_cast<const unsigned char*>(pf.base);
-  const int64_t part_bytes = pf.row_bytes / pf.parts;
   for (int64_t k = count * tile / tiles + thread; k < count * (tile + 1) / tiles; k += threads) {
     const int64_t i = b + k * blocks;
-    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * part_bytes, pf.bytes);
+    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * pf.part_stride, pf.bytes);
   }
 }
 

@@ -18,14 +18,15 @@ inline constexpr int64_t kSharedRows = 128;         // query rows (forks x group
 inline constexpr int64_t kSharedPrefixSplits = 16;  // chunks of the prefix computed in parallel
 
 // Weights the prefix kernel asks into L2 for the projection after the attention (o), while its
-// rows compute and HBM is mostly idle: the first `bytes` of each of `parts` equal parts of each of
-// `rows` rows of `row_bytes` at `base`, which are the first stages every block of the band GEMM's
-// parts form streams (band_gemm.cu: part r of a row is its columns' r-th share). Only the kernel's
-// idle warps (those no query row needs) ask, a share at each tile after the tile's own loads, so
-// that the asks do not queue ahead of them (bench/cuda_ops/NOTES.md item 43). base null: none.
+// rows compute and HBM is mostly idle: in each of `rows` rows of `row_bytes` at `base`, `bytes`
+// from each of `parts` offsets part_stride apart, which are the first stages every block of the
+// band GEMM's parts form streams (band_gemm.cu: part r of a row starts at its stage r * stages /
+// parts). Only the kernel's idle warps (those no query row needs) ask, a share at each tile after
+// the tile's own loads, so that the asks do not queue ahead of them (bench/cuda_ops/NOTES.md item
+// 43). base null: none; base, row_bytes and part_stride 16-byte aligned, bytes a multiple of 16.
 struct L2Prefetch {
   const void* base = nullptr;
-  int64_t rows = 0, row_bytes = 0;
+  int64_t rows = 0, row_bytes = 0, part_stride = 0;
   int parts = 1, bytes = 0;
 };
 

@@ -149,9 +149,15 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       // prefix kernel computes.
       SharedPrefixArgs with_o = sp;
       if (o_parts > 0 && o_prefetch_bytes_ > 0) {
-        const int64_t row_bytes = q_dim_ * static_cast<int64_t>(dtype_size(dtype_));
-        with_o.next_weights = L2Prefetch{l.o.get(), h, row_bytes, o_parts,
-                                         static_cast<int>(std::min(o_prefetch_bytes_, row_bytes / o_parts / 16 * 16))};
+        // Part r starts at stage floor(r * stages / parts) of 128 columns: a part's stride rounded
+        // down to whole stages (exact where the parts split the stages evenly, as for the 8B o).
+        const int64_t esize = static_cast<int64_t>(dtype_size(dtype_));
+        const int64_t stages = (q_dim_ + 127) / 128;
+        const int64_t stride = stages / o_parts * 128 * esize;
+        const int64_t bytes = std::min(o_prefetch_bytes_, stride) / 16 * 16;
+        if (bytes > 0) {
+          with_o.next_weights = L2Prefetch{l.o.get(), h, q_dim_ * esize, stride, o_parts, static_cast<int>(bytes)};
+        }
       }
       shared_prefix_attention(dtype_, a, with_o, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
