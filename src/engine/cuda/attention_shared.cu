@@ -177,8 +177,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
       __syncthreads();
       if (tile + kTile < end) next.load(a, table, g, tile + kTile, end);
       if (!active) {
-        // Idle warps: a share of the next weights into L2 (the first item of blocks of z 0).
-        if (s.next_weights.base != nullptr && item == blockIdx.z && blockIdx.z == 0) {
+        // Idle warps: a share of the next weights into L2 (the first item, so blocks of z 0).
+        if (s.next_weights.base != nullptr && item == 0) {
           const int idle_from = (it.rows + 15) / 16 * 32;
           prefetch_share(s.next_weights, static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
                          static_cast<int64_t>(gridDim.x) * gridDim.y, (tile - begin) / kTile,

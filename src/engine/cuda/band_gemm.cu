@@ -44,7 +44,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kBK = 128;                     // columns per stage
+constexpr int kBK = kBandStageCols;          // columns per stage
 constexpr int kBoxes = kBK / kTmaBoxCols;    // boxes per stage, of the weights and of the tokens
 constexpr int kMaxStages = 16;
 constexpr size_t kSmemBudget = 220 * 1024;  // the ring, of the H100's 227 KB per block

@@ -23,6 +23,15 @@ namespace kernelllm::cuda {
 inline constexpr int64_t kBandMaxTokens = 32;
 inline constexpr int kBandMaxTiles = 16;  // 16-row tiles per block (8 warps x 2)
 inline constexpr int kBandMaxParts = kMaxOutputParts;  // band_gemm_parts' outputs (common.cuh)
+inline constexpr int kBandStageCols = 128;  // columns per stage of a block's ring
+
+// Where share `part` of band_gemm_parts' n_parts shares of `cols` columns starts: at its stage
+// part * stages / n_parts (at `cols` where it has none).
+inline int64_t band_part_first_col(int64_t cols, int n_parts, int part) {
+  const int64_t stages = (cols + kBandStageCols - 1) / kBandStageCols;
+  const int64_t col = part * stages / n_parts * kBandStageCols;
+  return col < cols ? col : cols;
+}
 
 // How the kernel covers a matrix. band_layout() fills every field from the request; a caller may
 // set `cluster` (1, 2 or 4; 0 = chosen), `blocks` (the most blocks, 0 = one per SM, at least one

@@ -59,6 +59,16 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const int o_parts = band_parts_serve(kBandPartsO, h, q_dim_, n);
   const int down_parts = band_parts_serve(kBandPartsDown, h, inter, n);
   const BandConfig parts_config{0, band_config_.blocks, band_config_.ring_kb};  // (never clusters)
+  // Where the parts form serves o, the prefix kernel asks the first stages of its blocks into L2
+  // (L2Prefetch; base set per layer): o_prefetch_bytes_ of each part, the parts' offsets a share's
+  // width apart (exact where the shares are equal, as for the 8B o).
+  L2Prefetch o_prefetch;
+  if (shared && o_parts > 0 && o_prefetch_bytes_ > 0) {
+    const auto esize = static_cast<int64_t>(dtype_size(dtype_));
+    const int64_t stride = band_part_first_col(q_dim_, o_parts, 1) * esize;
+    o_prefetch = L2Prefetch{nullptr, h, q_dim_ * esize, stride, o_parts,
+                            static_cast<int>(std::min(o_prefetch_bytes_, stride) / 16 * 16)};
+  }
   // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
   // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
   // kernel of the own positions does not; nor with qkv's parts: the fold reads one qkv array).
@@ -145,20 +155,9 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.ctx_begin = ctx_begin;
       a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
-      // Where the band GEMM's parts form serves o, the first stages of its blocks into L2 while the
-      // prefix kernel computes.
+      if (o_prefetch.bytes > 0) o_prefetch.base = l.o.get();
       SharedPrefixArgs with_o = sp;
-      if (o_parts > 0 && o_prefetch_bytes_ > 0) {
-        // Part r starts at stage floor(r * stages / parts) of 128 columns: a part's stride rounded
-        // down to whole stages (exact where the parts split the stages evenly, as for the 8B o).
-        const int64_t esize = static_cast<int64_t>(dtype_size(dtype_));
-        const int64_t stages = (q_dim_ + 127) / 128;
-        const int64_t stride = stages / o_parts * 128 * esize;
-        const int64_t bytes = std::min(o_prefetch_bytes_, stride) / 16 * 16;
-        if (bytes > 0) {
-          with_o.next_weights = L2Prefetch{l.o.get(), h, q_dim_ * esize, stride, o_parts, static_cast<int>(bytes)};
-        }
-      }
+      with_o.next_weights = o_prefetch;
       shared_prefix_attention(dtype_, a, with_o, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
       attention(dtype_, a, stream_);
