@@ -5,13 +5,13 @@
 // the staged GEMM (one block per SM, both stage widths) next to cuBLASLt and the skinny GEMM at
 // n = 8..32,
 // cuBLASLt at n = 1, 20 and 1500, attention for decode (n = 1, 20 at 1,500 context) and prefill
-// (1,500 tokens: the split kernel and the tensor-core prefill kernel), and decode attention of 20
+// (1,500 tokens: the split kernel and each tensor-core prefill kernel), and decode attention of 20
 // forks of one 1,500-token prompt: split kernel vs shared-prefix kernel (its own positions by the
 // split kernel and on the tensor cores). Prints one line per op with time and achieved GB/s or
-// TB/s (weights + KV bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines only, `band` the band
-// GEMM's (its chosen layout and each cluster size at n = 17, 20, 32, next to cuBLASLt and the
-// staged GEMM), `forks` the 20 forks' attention (own positions by the split kernel and on the
-// tensor cores).
+// TB/s (weights + KV bytes read). `kernelllm_cuda_ops_bench staged` runs the staged GEMM's lines
+// only, `band` the band GEMM's (its chosen layout and each cluster size at n = 17, 20, 32, next to
+// cuBLASLt and the staged GEMM), `forks` the 20 forks' attention (own positions by the split
+// kernel and on the tensor cores), `prefill` the prefill attention's.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   const bool staged_only = argc > 1 && std::strcmp(argv[1], "staged") == 0;
   const bool band_only = argc > 1 && std::strcmp(argv[1], "band") == 0;
   const bool forks_only = argc > 1 && std::strcmp(argv[1], "forks") == 0;
+  const bool prefill_only = argc > 1 && std::strcmp(argv[1], "prefill") == 0;
   const DType t = DType::bf16;
   const int64_t h = 4096;
   Gemm gemm;
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
   cudaMemset(counters.get(), 0, static_cast<size_t>(staged_counter_count(128256)) * 4);
   const StagedScratch scratch{partials.as<float>(), counters.as<int32_t>(), sms};
   for (const Shape& s : shapes) {
-    if (forks_only) break;
+    if (forks_only || prefill_only) break;
     std::vector<DeviceBuffer> w(kCopies);
     for (auto& b : w) {
       (void)b.allocate(static_cast<size_t>(s.rows * s.cols) * 2, "w");
@@ -194,7 +195,9 @@ int main(int argc, char** argv) {
   if (staged_only || band_only) return 0;
   // Attention: 8 KV heads x 128, 32 query heads, one layer of a 2-layer pool, page 16.
   const int64_t pt = 16, ctx = 1500, kv_dim = 1024, layers = 2;
-  for (int64_t n : forks_only ? std::vector<int64_t>{} : std::vector<int64_t>{1, 20, 1500}) {
+  for (int64_t n : forks_only     ? std::vector<int64_t>{}
+                   : prefill_only ? std::vector<int64_t>{1500}
+                                  : std::vector<int64_t>{1, 20, 1500}) {
     const bool prefill = n == 1500;
     const int64_t seqs = prefill ? 1 : n;
     const int64_t pages_per_seq = (ctx + pt - 1) / pt + 1;
@@ -270,13 +273,29 @@ int main(int argc, char** argv) {
       a.n_q_blocks = static_cast<int64_t>(qb_start.size());
       // Causal: 32 heads x sum over queries of (pos + 1) positions x 128 dims x 2 products x 2 flops.
       const double flop = 32.0 * (static_cast<double>(n) * static_cast<double>(n + 1) / 2) * 128 * 4;
-      for (int row_tiles : {1, 2}) {
-        const float ms = median_ms([&](int) { prefill_attention(t, a, nullptr, row_tiles); });
-        std::printf("prefill attention (tensor cores) n=%lld row tiles %d %8.1f us  %6.0f TFLOP/s\n",
-                    static_cast<long long>(n), row_tiles, ms * 1e3, flop / ms / 1e9);
+      // The head-rows kernel's split query blocks merge through the split-0 slots and counters.
+      DeviceBuffer q_counters;
+      (void)q_counters.allocate(qb_start.size() * 8 * 4, "q block counters");
+      cudaMemset(q_counters.get(), 0, qb_start.size() * 8 * 4);
+      a.partial_acc = acc.as<float>();
+      a.partial_ml = ml.as<float>();
+      a.q_block_counters = q_counters.as<int32_t>();
+      struct Form { PrefillKernel kernel; int64_t split_tiles; const char* name; };
+      const Form forms[] = {{PrefillKernel::row_tile, 0, "row tile"},
+                            {PrefillKernel::row_tiles2, 0, "row tiles 2"},
+                            {PrefillKernel::head_rows, 0, "head rows"},
+                            {PrefillKernel::head_rows, 8, "head rows, split past 8 tiles"},
+                            {PrefillKernel::head_rows, kPrefillSplitTiles, "head rows, split past 12 tiles"},
+                            {PrefillKernel::head_rows, 16, "head rows, split past 16 tiles"}};
+      for (const Form& f : forms) {
+        a.prefill_split_tiles = f.split_tiles;
+        const float ms = median_ms([&](int) { prefill_attention(t, a, nullptr, f.kernel); });
+        std::printf("prefill attention (tensor cores) n=%lld %-30s %8.1f us  %6.0f TFLOP/s\n",
+                    static_cast<long long>(n), f.name, ms * 1e3, flop / ms / 1e9);
       }
     }
   }
+  if (prefill_only) return 0;
   // 20 forks of a 1,500-token prompt: pages 0..92 shared, the partial page and the generated
   // tokens private; the fork's token at 1,500 + gen. Split kernel (4 splits) vs shared prefix.
   for (int64_t gen : {int64_t{0}, int64_t{256}, int64_t{512}}) {

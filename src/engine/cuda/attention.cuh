@@ -36,6 +36,12 @@ struct AttentionArgs {
   const int32_t* q_block_start = nullptr;  // [n_q_blocks] first token
   const int32_t* q_block_len = nullptr;    // [n_q_blocks] 1..kPrefillQueryBlock
   int64_t n_q_blocks = 0;
+  // The head-rows prefill kernel: a query block of more than this many K/V tiles (64 positions)
+  // is served by two blocks, each over half its tiles, the later of them merging both through
+  // partial_acc / partial_ml (one slot per token and head, as split 0 of a decode pass) and
+  // q_block_counters ([n_q_blocks, kv_heads], zero before the launch and left zero); 0: none.
+  int64_t prefill_split_tiles = 0;
+  int32_t* q_block_counters = nullptr;
   // Decode passes whose leading positions another kernel covers (attention_shared.cuh): the
   // split kernel then takes positions ctx_begin[t]..pos[t] only; null means from 0.
   const int32_t* ctx_begin = nullptr;
@@ -72,12 +78,25 @@ void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream)
 bool attention_partial_folds_rope(DType type, const AttentionArgs& args, int64_t grid_splits, int warps = 0);
 
 // The tensor-core path for passes with many tokens per sequence (no splits, no scratch):
-// bf16/f16 caches, head_dim 16/32/64/128, at most 8 query heads per KV head. `row_tiles`
-// (1 or 2; 0 picks 2 where the group allows) is how many 16-row tiles of a query block one
-// thread block takes: 2 halves the K/V tile traffic, 1 gives smaller blocks (the ops bench times
-// both); groups of more than 4 query heads always take 1 (at most 8 warps per block).
+// bf16/f16 caches, head_dim 16/32/64/128, at most 8 query heads per KV head, over query blocks of
+// up to kPrefillQueryBlock tokens. Its kernels (attention_prefill.cu; equal outputs, bit for bit):
+// - row_tile: a warp per 16-row tile of a query head, one tile per query head in a block;
+// - row_tiles2: the same with two tiles per query head in a block, halving the K/V tile traffic
+//   (groups of at most 4 query heads: at most 8 warps per block);
+// - head_rows: a warp per query head with both 16-row tiles of the query block, so every K/V
+//   fragment read from shared memory feeds two products (groups of 1, 2, 4 or 8);
+//   Only it splits long query blocks (AttentionArgs::prefill_split_tiles): the causal
+//   triangle's longest blocks otherwise set the kernel's end (kPrefillSplitTiles);
+// - automatic: head_rows for groups of 4 (Llama-3's), else row_tiles2 where it serves.
+// A kernel that does not serve the group falls back to row_tile. The ops bench times each.
 inline constexpr int64_t kPrefillQueryBlock = 32;
+// The backend's prefill_split_tiles: a 1,500-token prompt's longest query block has 24 tiles, the
+// average over its blocks 12.5 (bench/cuda_ops/NOTES.md item 44).
+inline constexpr int64_t kPrefillSplitTiles = 12;
+enum class PrefillKernel { automatic, row_tile, row_tiles2, head_rows };
 bool prefill_attention_supported(DType type, int64_t head_dim, int64_t group);
-void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream, int row_tiles = 0);
+bool prefill_kernel_serves(PrefillKernel kernel, int64_t group);
+void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream,
+                       PrefillKernel kernel = PrefillKernel::automatic);
 
 }  // namespace kernelllm::cuda
