@@ -273,24 +273,13 @@ int main(int argc, char** argv) {
       a.n_q_blocks = static_cast<int64_t>(qb_start.size());
       // Causal: 32 heads x sum over queries of (pos + 1) positions x 128 dims x 2 products x 2 flops.
       const double flop = 32.0 * (static_cast<double>(n) * static_cast<double>(n + 1) / 2) * 128 * 4;
-      // The head-rows kernel's split query blocks merge through the split-0 slots and counters.
-      DeviceBuffer q_counters;
-      (void)q_counters.allocate(qb_start.size() * 8 * 4, "q block counters");
-      cudaMemset(q_counters.get(), 0, qb_start.size() * 8 * 4);
-      a.partial_acc = acc.as<float>();
-      a.partial_ml = ml.as<float>();
-      a.q_block_counters = q_counters.as<int32_t>();
-      struct Form { PrefillKernel kernel; int64_t split_tiles; const char* name; };
-      const Form forms[] = {{PrefillKernel::row_tile, 0, "row tile"},
-                            {PrefillKernel::row_tiles2, 0, "row tiles 2"},
-                            {PrefillKernel::head_rows, 0, "head rows"},
-                            {PrefillKernel::head_rows, 8, "head rows, split past 8 tiles"},
-                            {PrefillKernel::head_rows, kPrefillSplitTiles, "head rows, split past 12 tiles"},
-                            {PrefillKernel::head_rows, 16, "head rows, split past 16 tiles"}};
+      struct Form { PrefillKernel kernel; const char* name; };
+      const Form forms[] = {{PrefillKernel::row_tile, "row tile"},
+                            {PrefillKernel::row_tiles2, "row tiles 2"},
+                            {PrefillKernel::head_rows, "head rows"}};
       for (const Form& f : forms) {
-        a.prefill_split_tiles = f.split_tiles;
         const float ms = median_ms([&](int) { prefill_attention(t, a, nullptr, f.kernel); });
-        std::printf("prefill attention (tensor cores) n=%lld %-30s %8.1f us  %6.0f TFLOP/s\n",
+        std::printf("prefill attention (tensor cores) n=%lld %-12s %8.1f us  %6.0f TFLOP/s\n",
                     static_cast<long long>(n), f.name, ms * 1e3, flop / ms / 1e9);
       }
     }

@@ -433,7 +433,6 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
                                                                  {cuda::PrefillKernel::head_rows, "head rows"}};
   for (const auto& [kernel, name] : kernels) {
     if (!cuda::prefill_kernel_serves(kernel, group)) continue;
-    a.prefill_split_tiles = 0;
     cuda::prefill_attention(t, a, nullptr, kernel);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const double e2 = rel_error(download(d_out2, ref.size(), t), ref);
@@ -450,39 +449,6 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
     }
     // Poison again so the next kernel cannot pass on this one's output.
     ASSERT_EQ(cudaMemset(d_out2.get(), 0xff, out_bytes), cudaSuccess);
-  }
-  // The head-rows kernel with its query blocks of more than 1 or 2 tiles split in two, the halves
-  // merged through the split-0 slots: within the tolerance (another order of sums), every split
-  // block's counter back at zero, and a second launch over the same counters equal bit for bit.
-  auto d_counters = poisoned(qb_start.size() * static_cast<size_t>(kv_heads) * 4);
-  ASSERT_EQ(cudaMemset(d_counters.get(), 0, qb_start.size() * static_cast<size_t>(kv_heads) * 4), cudaSuccess);
-  a.q_block_counters = d_counters.as<int32_t>();
-  for (int64_t split_tiles : {int64_t{1}, int64_t{2}}) {
-    a.prefill_split_tiles = split_tiles;
-    std::vector<unsigned char> split_bits;
-    for (int launch = 0; launch < 2; ++launch) {
-      cuda::prefill_attention(t, a, nullptr, cuda::PrefillKernel::head_rows);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const double e3 = rel_error(download(d_out2, ref.size(), t), ref);
-      if (launch == 0) {
-        std::printf("[prefill attention %s heads %lld/%lld hd %lld head rows split past %lld tiles] rel err %.3g\n",
-                    std::string(dtype_name(t)).c_str(), static_cast<long long>(heads),
-                    static_cast<long long>(kv_heads), static_cast<long long>(hd), static_cast<long long>(split_tiles),
-                    e3);
-      }
-      EXPECT_LT(e3, 2 * out_tolerance(t));
-      std::vector<int32_t> counters(qb_start.size() * static_cast<size_t>(kv_heads));
-      ASSERT_EQ(cudaMemcpy(counters.data(), d_counters.get(), counters.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<std::ptrdiff_t>(counters.size()));
-      std::vector<unsigned char> bits(out_bytes);
-      ASSERT_EQ(cudaMemcpy(bits.data(), d_out2.get(), out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-      if (launch == 0) {
-        split_bits = bits;
-      } else {
-        EXPECT_TRUE(bits == split_bits) << "a second launch over the same counters differs";
-      }
-      ASSERT_EQ(cudaMemset(d_out2.get(), 0xff, out_bytes), cudaSuccess);
-    }
   }
 }
 

@@ -36,12 +36,6 @@ struct AttentionArgs {
   const int32_t* q_block_start = nullptr;  // [n_q_blocks] first token
   const int32_t* q_block_len = nullptr;    // [n_q_blocks] 1..kPrefillQueryBlock
   int64_t n_q_blocks = 0;
-  // The head-rows prefill kernel: a query block of more than this many K/V tiles (64 positions)
-  // is served by two blocks, each over half its tiles, the later of them merging both through
-  // partial_acc / partial_ml (one slot per token and head, as split 0 of a decode pass) and
-  // q_block_counters ([n_q_blocks, kv_heads], zero before the launch and left zero); 0: none.
-  int64_t prefill_split_tiles = 0;
-  int32_t* q_block_counters = nullptr;
   // Decode passes whose leading positions another kernel covers (attention_shared.cuh): the
   // split kernel then takes positions ctx_begin[t]..pos[t] only; null means from 0.
   const int32_t* ctx_begin = nullptr;
@@ -85,14 +79,9 @@ bool attention_partial_folds_rope(DType type, const AttentionArgs& args, int64_t
 //   (groups of at most 4 query heads: at most 8 warps per block);
 // - head_rows: a warp per query head with both 16-row tiles of the query block, so every K/V
 //   fragment read from shared memory feeds two products (groups of 1, 2, 4 or 8);
-//   Only it splits long query blocks (AttentionArgs::prefill_split_tiles): the causal
-//   triangle's longest blocks otherwise set the kernel's end (kPrefillSplitTiles);
 // - automatic: head_rows for groups of 4 (Llama-3's), else row_tiles2 where it serves.
 // A kernel that does not serve the group falls back to row_tile. The ops bench times each.
 inline constexpr int64_t kPrefillQueryBlock = 32;
-// The backend's prefill_split_tiles: a 1,500-token prompt's longest query block has 24 tiles, the
-// average over its blocks 12.5 (bench/cuda_ops/NOTES.md item 44).
-inline constexpr int64_t kPrefillSplitTiles = 12;
 enum class PrefillKernel { automatic, row_tile, row_tiles2, head_rows };
 bool prefill_attention_supported(DType type, int64_t head_dim, int64_t group);
 bool prefill_kernel_serves(PrefillKernel kernel, int64_t group);

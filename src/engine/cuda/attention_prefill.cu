@@ -306,21 +306,13 @@ __global__ void __launch_bounds__(32 * G, G <= 4 ? 2 : 1) prefill_head_kernel(At
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int64_t g = blockIdx.y, h = g * G + warp;
-  // With splits, blocks 2i and 2i + 1 are the halves of query block n - 1 - i.
-  const bool split_grid = a.prefill_split_tiles > 0;
-  const int64_t qb = a.n_q_blocks - 1 - (split_grid ? blockIdx.x / 2 : blockIdx.x);
-  const int half = split_grid ? static_cast<int>(blockIdx.x % 2) : 0;
+  const int64_t qb = a.n_q_blocks - 1 - blockIdx.x;
   const int64_t start = a.q_block_start[qb], len = a.q_block_len[qb];
   const int64_t pos0 = a.pos[start], max_pos = pos0 + len - 1;
   const int64_t n_tiles = max_pos / kTile + 1;
-  const bool split = split_grid && n_tiles > a.prefill_split_tiles;
-  if (split_grid && !split && half == 1) return;  // a query block short enough for one block
-  // Tiles [it_begin, it_end): all, or the first or second half.
-  const int64_t it_begin = split && half == 1 ? n_tiles / 2 : 0;
-  const int64_t it_end = split && half == 0 ? n_tiles / 2 : n_tiles;
   const BlockKv<T> kv = block_kv<T>(a, start, g, HD);
   const float scale_log2 = scale_log2_for(HD);
-  load_kv_tile<T, HD>(kv, sK, sV, it_begin * kTile, max_pos, 0, 32 * G);
+  load_kv_tile<T, HD>(kv, sK, sV, 0, max_pos, 0, 32 * G);
 
   // This warp's queries, rounded to T, rows past len zero; only this warp reads them.
   Row* q_rows = sV + 2 * kTile + warp * kHeadRows;
@@ -346,9 +338,9 @@ __global__ void __launch_bounds__(32 * G, G <= 4 ? 2 : 1) prefill_head_kernel(At
   const Row* q_lane = q_rows + lane % 16;
   const int q_col = (lane / 16) * 8;
 
-  for (int64_t it = it_begin; it < it_end; ++it) {
-    const int buf = static_cast<int>((it - it_begin) & 1);
-    if (it + 1 < it_end) {
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    const int buf = static_cast<int>(it & 1);
+    if (it + 1 < n_tiles) {
       load_kv_tile<T, HD>(kv, sK, sV, (it + 1) * kTile, max_pos, buf ^ 1, 32 * G);
     } else {
       cp_async_commit();  // an empty group, so "all but the newest" is always this tile
@@ -418,76 +410,8 @@ __global__ void __launch_bounds__(32 * G, G <= 4 ? 2 : 1) prefill_head_kernel(At
     }
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
-  if (!split) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) write_rows<T, HD>(a, start, len, mt * 16, h, gq, tq, l[mt], o[mt]);
-    return;
-  }
-  // The two halves meet: the first to finish leaves its rows' unnormalized outputs and (m, l) in
-  // the partial slots of its (token, head) rows; the other merges them with its own and writes.
-  // The counter goes 0 -> 1 (first here) -> 2 (second here) -> 3 (partial written), in either
-  // order of the middle two, and the merging block sets it back to 0 for the next launch.
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
-      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
-    }
-  }
-  __shared__ int ticket;
-  int32_t* counter = a.q_block_counters + qb * a.kv_heads + g;
-  __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(counter, 1);
-  __syncthreads();
-  if (ticket == 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t row = mt * 16 + gq + r * 8;
-        if (row >= len) continue;
-        float* acc = a.partial_acc + (start + row) * a.heads * HD + h * HD + 2 * tq;
-#pragma unroll
-        for (int nd = 0; nd < ND; ++nd) {
-          __stcg(reinterpret_cast<float2*>(acc + nd * 8), make_float2(o[mt][nd][2 * r], o[mt][nd][2 * r + 1]));
-        }
-        if (tq == 0) __stcg(reinterpret_cast<float2*>(a.partial_ml + ((start + row) * a.heads + h) * 2),
-                            make_float2(m[mt][r], l[mt][r]));
-      }
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) atomicAdd(counter, 1);
-    return;
-  }
-  if (threadIdx.x == 0) {
-    // The first block has taken its ticket, so it is running and will publish; wait for it.
-    while (ld_acquire_gpu(counter) != 3) {
-    }
-    *counter = 0;
-  }
-  __syncthreads();
-  T* out = static_cast<T*>(a.out);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = mt * 16 + gq + r * 8;
-      if (row >= len) continue;
-      const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.partial_ml + ((start + row) * a.heads + h) * 2));
-      const float mx = fmaxf(ml.x, m[mt][r]);
-      const float ca = exp2_ftz(ml.x - mx), cb = exp2_ftz(m[mt][r] - mx);
-      const float inv = 1.0f / (ml.y * ca + l[mt][r] * cb);
-      const float* acc = a.partial_acc + (start + row) * a.heads * HD + h * HD + 2 * tq;
-      uint32_t* dst = reinterpret_cast<uint32_t*>(out + (start + row) * a.heads * HD + h * HD + 2 * tq);
-#pragma unroll
-      for (int nd = 0; nd < ND; ++nd) {
-        const float2 pa = __ldcg(reinterpret_cast<const float2*>(acc + nd * 8));
-        dst[nd * 4] = pack2<T>((pa.x * ca + o[mt][nd][2 * r] * cb) * inv, (pa.y * ca + o[mt][nd][2 * r + 1] * cb) * inv);
-      }
-    }
-  }
+  for (int mt = 0; mt < MT; ++mt) write_rows<T, HD>(a, start, len, mt * 16, h, gq, tq, l[mt], o[mt]);
 }
 
 template <class T, int HD, int MT>
@@ -504,8 +428,7 @@ template <class T, int HD, int G>
 void launch_head_rows(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t bytes = smem_bytes<HD>(G * kHeadRows);
   allow_dynamic_smem<prefill_head_kernel<T, HD, G>>(bytes);
-  const int64_t blocks = a.prefill_split_tiles > 0 ? 2 * a.n_q_blocks : a.n_q_blocks;
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.kv_heads));
+  const dim3 grid(static_cast<unsigned>(a.n_q_blocks), static_cast<unsigned>(a.kv_heads));
   launch_kernel(prefill_head_kernel<T, HD, G>, grid, 32 * G, bytes, stream, a);
 }
 

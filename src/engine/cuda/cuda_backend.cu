@@ -64,7 +64,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
   tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
-  prefill_split_tiles_ = env_int("KERNELLLM_CUDA_PREFILL_SPLIT_TILES", 0, int64_t{1} << 20, kPrefillSplitTiles);
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
   skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
@@ -146,11 +145,6 @@ Status CudaBackend::init() {
   KLLM_RETURN_IF_ERROR(act_.allocate(T * inter * es, "mlp act"));
   KLLM_RETURN_IF_ERROR(part_acc_.allocate(T * qd * 4, "attention partials"));
   KLLM_RETURN_IF_ERROR(part_ml_.allocate(T * static_cast<size_t>(c.num_attention_heads) * 2 * 4, "attention stats"));
-  // A pass has at most one query block per token; the prefill kernel leaves its counters zero.
-  const size_t q_block_counters = T * static_cast<size_t>(c.num_key_value_heads) * 4;
-  KLLM_RETURN_IF_ERROR(q_block_counters_.allocate(q_block_counters, "prefill attention counters"));
-  KLLM_CUDA_RETURN(cudaMemsetAsync(q_block_counters_.get(), 0, q_block_counters, stream_),
-                   "clearing the prefill attention counters");
   const auto R = static_cast<size_t>(max_logit_rows_);
   KLLM_RETURN_IF_ERROR(fin_.allocate(R * h * es, "final norm rows"));
   KLLM_RETURN_IF_ERROR(logits_dev_.allocate(R * vocab * 4, "logits"));

@@ -135,7 +135,6 @@ class CudaBackend final : public Backend {
 
   // Activations, sized for max_tokens_.
   DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_, ids_dev_;
-  DeviceBuffer q_block_counters_;  // [max_tokens_, kv_heads] int32, zero between launches
   // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len, then
   // the shared-prefix plan: ctx_begin, item seq, item prefix, item first, item count, members.
   DeviceBuffer meta_;
@@ -156,10 +155,8 @@ class CudaBackend final : public Backend {
   // GEMM (cuda_forward.cu).
   bool tma_suffix_ = true;
   // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
-  // row-tile kernel where head rows would serve. Its query blocks of more K/V tiles than
-  // prefill_split_tiles_ are split in two (AttentionArgs); KERNELLLM_CUDA_PREFILL_SPLIT_TILES, 0: none.
+  // two-row-tile kernel where head rows would serve (measurements).
   PrefillKernel prefill_kernel_ = PrefillKernel::automatic;
-  int64_t prefill_split_tiles_ = kPrefillSplitTiles;
   // Single-token passes: RoPE and the KV write folded into the split attention kernel
   // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
   bool fused_rope_ = true;

@@ -150,8 +150,6 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
                     q_.as<float>(), stream_, std::max(qkv_parts, 1));
     }
     if (tensor_core_attention) {
-      a.prefill_split_tiles = prefill_split_tiles_;
-      a.q_block_counters = q_block_counters_.as<int32_t>();
       prefill_attention(dtype_, a, stream_, prefill_kernel_);
     } else if (shared) {
       a.ctx_begin = ctx_begin;

@@ -83,14 +83,6 @@ __device__ __forceinline__ const T* paged_k_row(const T* pool, const int32_t* ta
   return pool + (((page * layers + layer) * 2) * page_tokens + pp.offset) * kv_dim;
 }
 
-// A 32-bit load with acquire semantics at GPU scope: what the block that released the value
-// wrote before it is visible after this load (spin-waits on another block's flag).
-__device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // 16 bytes from global memory that is read once: non-coherent path, not kept in L1. volatile: the
 // load is only ever issued where the code issues it (never hoisted out of its bounds check).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
