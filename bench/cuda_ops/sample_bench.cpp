@@ -1,8 +1,9 @@
 // Device sampler timings (engine/cuda/sample.cuh) at Llama-3's vocabulary (128,256): one draw
 // and 20 draws (a row each), on flat rows (a random-weight model's logits, std 0.3) and on
 // peaked ones (std 2.5 with a few tokens far above), for several sampling settings and blocks per
-// draw (the backend's choice named), next to the greedy argmax kernel. CUDA events, median of
-// 50 after 5 warm-up launches.
+// draw (the backend's choice named), next to the greedy argmax kernel; each sampled setting by
+// the coarse buckets (the default) and by radix selection over the row (kForceRadix). CUDA
+// events, median of 50 after 5 warm-up launches.
 // Usage: kernelllm_cuda_sample_bench
 #include <cuda_runtime_api.h>
 
@@ -73,20 +74,25 @@ int main() {
       }
       std::printf("   (the backend takes %d)\n", cluster_blocks_per_row(major, sms, n));
       for (const Setting& s : settings) {
-        std::vector<sample_block::Draw> d;
-        for (int64_t r = 0; r < n; ++r) {
-          d.push_back(sample_block::Draw{r, s.temperature, s.top_p, s.top_k, 11, static_cast<uint64_t>(r), 3});
+        for (const uint32_t flags : {0u, sample_block::kForceRadix}) {
+          if (flags != 0 && s.temperature == 0.0f) continue;
+          std::vector<sample_block::Draw> d;
+          for (int64_t r = 0; r < n; ++r) {
+            d.push_back(
+                sample_block::Draw{r, s.temperature, s.top_p, s.top_k, 11, static_cast<uint64_t>(r), 3, flags});
+          }
+          cudaMemcpy(draws.get(), d.data(), d.size() * sizeof(d[0]), cudaMemcpyHostToDevice);
+          std::printf("%s n=%-2lld %-11s %-7s", kind.name, static_cast<long long>(n), s.name,
+                      flags != 0 ? "radix" : "buckets");
+          for (const int blocks : {1, 4, 8, 16}) {
+            if (blocks > 1 && major < 9) continue;
+            std::printf("  %2d blocks %8.1f us", blocks, median_us([&] {
+                          sample_rows(logits.as<float>(), kVocab, draws.as<sample_block::Draw>(), n,
+                                      ids.as<int32_t>(), blocks, nullptr);
+                        }));
+          }
+          std::printf("   (the backend takes %d)\n", cluster_blocks_per_row(major, sms, n));
         }
-        cudaMemcpy(draws.get(), d.data(), d.size() * sizeof(d[0]), cudaMemcpyHostToDevice);
-        std::printf("%s n=%-2lld %-11s", kind.name, static_cast<long long>(n), s.name);
-        for (const int blocks : {1, 4, 8, 16}) {
-          if (blocks > 1 && major < 9) continue;
-          std::printf("  %2d blocks %8.1f us", blocks, median_us([&] {
-                        sample_rows(logits.as<float>(), kVocab, draws.as<sample_block::Draw>(), n,
-                                    ids.as<int32_t>(), blocks, nullptr);
-                      }));
-        }
-        std::printf("   (the backend takes %d)\n", cluster_blocks_per_row(major, sms, n));
       }
     }
   }

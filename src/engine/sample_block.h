@@ -15,9 +15,13 @@
 //    2^-40 of the largest (e^-27.7) is never drawn.
 //  - the order is the logits' (descending, lower id first among equal logits); sampler.h
 //    orders by logit / T, which can make two close logits equal.
-//  - the k-th largest, the top-p cut and the drawn token are found by radix selection on a
-//    32-bit order key, 8 bits a pass over the row, with a histogram of counts or weights,
-//    rather than by sorting.
+//  - the k-th largest is found by radix selection on a 32-bit order key, 8 bits a pass over the
+//    row, with a histogram of counts. The top-p cut and the drawn token come from one pass that
+//    adds every weight into coarse buckets of (logit - max) / T (the buckets follow the order,
+//    so the cut and the draw each fall in a known bucket), then one pass that gathers the items
+//    of those buckets (a few hundred on a 128K row) into shared memory, where they are sorted
+//    and their weights summed exactly. Where a bucket holds more items than the list takes
+//    (rows with many equal logits), radix selection over the row finds the same tokens.
 // So a draw equals sample_token's except where u, or top_p, falls within a few 1e-6 of a step
 // of the cumulative distribution. Rows with non-finite logits: NaN logits are never drawn
 // (last in the order, weight 0) and a row of NaNs draws 0; when the largest logit is infinite,
@@ -43,6 +47,15 @@ constexpr uint32_t kNanKey = 0xFFFFFFFFu;
 // load where the row allows), kUnroll chunks loaded before any is used.
 constexpr int kChunk = 4;
 constexpr int kUnroll = 4;
+// The coarse buckets of the weighted pass, and the most items (of the whole group) the draw
+// gathers and sorts in shared memory; a power of two.
+constexpr int kCoarse = 2048;
+constexpr int kListCap = 4096;
+// The coarse buckets split (max - the smallest logit) / T, at most this (weights below e^-28 are 0).
+constexpr float kWeightRange = 28.0f;
+// Draw::flags: the radix selection over the row also where the coarse buckets serve (tests,
+// measurements).
+constexpr uint32_t kForceRadix = 1;
 
 // One token to draw; the kernel's argument, one per thread block.
 struct Draw {
@@ -53,16 +66,35 @@ struct Draw {
   uint64_t seed = 0;
   uint64_t index = 0;  // sample index and step: the RNG counter
   uint64_t step = 0;
+  uint32_t flags = 0;  // kForceRadix
+};
+
+// The weighted pass's buckets (see draw_token): per bucket the sum of the weights, the item
+// count and the smallest and largest key, then the sum of the buckets before it.
+struct Coarse {
+  uint64_t weight[kCoarse];
+  uint32_t count[kCoarse];
+  uint32_t min_key[kCoarse];
+  uint32_t max_key[kCoarse];
+  uint64_t below[kCoarse];
 };
 
 // The block's shared memory.
 struct Shared {
-  uint64_t hist[kCopies][kBuckets];
+  union {  // the radix selection's histograms, or the coarse buckets (never both at once)
+    uint64_t hist[kCopies][kBuckets];
+    Coarse coarse;
+  };
   uint64_t scan[2][kMaxThreads];
+  // Gathered items, (key << 32) | id: this block's, then the group's (in rank order, then sorted).
+  uint64_t own[kListCap];
+  uint64_t list[kListCap];
+  uint32_t n_own, n_list;
   uint64_t pick_below;  // find_bucket's result: the sum of the buckets before pick
   uint32_t pick;
   uint32_t min_key;
   uint32_t min_id;
+  uint32_t max_key_inv;  // ~(the largest key other than kNanKey), by min()
 };
 
 // The order key: ascending key = descending logit, -0 as +0, NaN last.
@@ -83,10 +115,11 @@ KLLM_HD float logit_of(uint32_t key) {
 // floor(e^((logit - max_logit) / temperature) * 2^40) for logit <= max_logit, temperature > 0;
 // exactly 2^40 for logit == max_logit (an infinite max included), 0 below e^-28 or for NaN.
 // e^d = 2^k e^r, |r| <= ln 2 / 2, e^r by its Taylor series to r^6 (truncation < 2e-7, float
-// rounding ~1e-6).
-KLLM_HD uint64_t weight_of(float logit, float max_logit, float temperature) {
+// rounding ~1e-6). `d` gets (logit - max_logit) / temperature as rounded here (0 for the max).
+KLLM_HD uint64_t weight_and_d(float logit, float max_logit, float temperature, float& d) {
+  d = 0.0f;
   if (logit == max_logit) return uint64_t{1} << kWeightBits;
-  const float d = hd::div_rn(hd::sub_rn(logit, max_logit), temperature);
+  d = hd::div_rn(hd::sub_rn(logit, max_logit), temperature);
   if (!(d > -28.0f)) return 0;
   const float k = hd::round_even(hd::mul_rn(d, 1.44269504f));        // in [-40, 0]
   float r = hd::fma_rn(-k, 0.693145752f, d);                            // ln 2 in two parts
@@ -101,6 +134,11 @@ KLLM_HD uint64_t weight_of(float logit, float max_logit, float temperature) {
   const auto m = static_cast<uint64_t>(hd::mul_rn(p, 16777216.0f));     // exact: p * 2^24
   const int shift = kWeightBits - 24 + static_cast<int>(k);             // in [-24, 16]
   return shift >= 0 ? m << shift : m >> -shift;
+}
+
+KLLM_HD uint64_t weight_of(float logit, float max_logit, float temperature) {
+  float d;
+  return weight_and_d(logit, max_logit, temperature, d);
 }
 
 // ceil(top_p * total), at least 1, for top_p in (0, 1) and total < 2^62: the mass the top-p
@@ -314,6 +352,219 @@ struct DrawNeed {
   KLLM_HD uint64_t operator()(uint64_t total) const { return draw_target(u24, mass != 0 ? mass : total); }
 };
 
+// The coarse bucket of a token of positive weight and d = (logit - max) / T (weight_and_d's):
+// floor(-d * scale) held below kCoarse, 0 for the largest logit. It never decreases along the
+// order (keys ascending), so every bucket's tokens are one run of the order, between its
+// smallest and largest key.
+KLLM_HD uint32_t coarse_bucket(float d, float scale) {
+  const float x = hd::mul_rn(-d, scale);
+  return x < static_cast<float>(kCoarse - 1) ? static_cast<uint32_t>(x) : static_cast<uint32_t>(kCoarse - 1);
+}
+
+// kCoarse over the span of d on the row (from the smallest non-NaN logit), at most kWeightRange.
+KLLM_HD float coarse_scale(float min_logit, float max_logit, float temperature) {
+  float span = -hd::div_rn(hd::sub_rn(min_logit, max_logit), temperature);
+  if (!(span > 0.0f) || span > kWeightRange) span = kWeightRange;
+  return hd::div_rn(static_cast<float>(kCoarse), span);
+}
+
+// The weighted pass: every token of positive weight (key <= w.limit) into sh.coarse, the
+// group's sums in every block, then c.below[b], the weight of the buckets before b. Returns the
+// total weight.
+template <class Ctx>
+KLLM_HD uint64_t coarse_pass(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, const WeightItem& w,
+                             float scale) {
+  Coarse& c = sh.coarse;
+  for (int b = ctx.tid(); b < kCoarse; b += ctx.threads()) {
+    c.weight[b] = 0;
+    c.count[b] = 0;
+    c.min_key[b] = kNanKey;
+    c.max_key[b] = 0;
+  }
+  ctx.sync();
+  for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
+    const uint32_t key = key_of(logit);
+    uint64_t v = 0;
+    uint32_t bucket = 0;
+    if (i < n && key <= w.limit && key != kNanKey) {
+      float d;
+      v = weight_and_d(logit, w.max_logit, w.temperature, d);
+      bucket = coarse_bucket(d, scale);
+    }
+    ctx.coarse_add(c, bucket, v, key);
+  });
+  ctx.sync();
+  ctx.combine_coarse(sh);
+  const int t = ctx.tid(), nt = ctx.threads();
+  const int per = (kCoarse + nt - 1) / nt;
+  const int b0 = t * per < kCoarse ? t * per : kCoarse;
+  const int b1 = b0 + per < kCoarse ? b0 + per : kCoarse;
+  uint64_t local = 0;
+  for (int b = b0; b < b1; ++b) local += c.weight[b];
+  uint64_t total = 0;
+  uint64_t run = block_inclusive_scan(ctx, sh, local, total) - local;
+  for (int b = b0; b < b1; ++b) {
+    c.below[b] = run;
+    run += c.weight[b];
+  }
+  ctx.sync();
+  return total;
+}
+
+// The first coarse bucket whose weight, with the buckets' before it, reaches t (1 <= t <= total).
+KLLM_HD int coarse_find(const Coarse& c, uint64_t t) {
+  int lo = 0, hi = kCoarse - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (c.below[mid] + c.weight[mid] >= t) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// The tokens in coarse buckets [b0, b1], counted to just past kListCap.
+KLLM_HD uint64_t coarse_count(const Coarse& c, int b0, int b1) {
+  uint64_t k = 0;
+  for (int b = b0; b <= b1 && k <= static_cast<uint64_t>(kListCap); ++b) k += c.count[b];
+  return k;
+}
+
+// Every token of coarse buckets [a0, a1] or [b0, b1] (a0 <= b0, a1 <= b1; each range nonempty at
+// both ends; at most kListCap tokens) into sh.list as (key << 32) | id, sorted (the order, ties
+// by id) in every block of the group, so that where a1 < b0 the first range's tokens come first.
+// Returns their count.
+template <class Ctx>
+KLLM_HD uint32_t gather_sorted(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, int a0, int a1, int b0,
+                               int b1) {
+  // A range's tokens are exactly those with keys between its first bucket's smallest and its last
+  // bucket's largest: all eligible, of positive weight.
+  const uint32_t lo1 = sh.coarse.min_key[a0], hi1 = sh.coarse.max_key[a1];
+  const uint32_t lo2 = sh.coarse.min_key[b0], hi2 = sh.coarse.max_key[b1];
+  if (ctx.tid() == 0) sh.n_own = 0;
+  ctx.sync();
+  for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
+    const uint32_t key = key_of(logit);
+    const bool take = i < n && ((key >= lo1 && key <= hi1) || (key >= lo2 && key <= hi2));
+    ctx.append(sh, take, (uint64_t{key} << 32) | static_cast<uint32_t>(i));
+  });
+  ctx.sync();
+  ctx.merge_lists(sh);
+  const uint32_t m = sh.n_list;
+  const auto t = static_cast<uint32_t>(ctx.tid()), nt = static_cast<uint32_t>(ctx.threads());
+  uint32_t p = 1;
+  while (p < m) p <<= 1;
+  for (uint32_t i = m + t; i < p; i += nt) sh.list[i] = ~uint64_t{0};
+  ctx.sync();
+  // Bitonic sort of the p items.
+  for (uint32_t k = 2; k <= p; k <<= 1) {
+    for (uint32_t j = k >> 1; j > 0; j >>= 1) {
+      for (uint32_t i = t; i < p; i += nt) {
+        const uint32_t l = i ^ j;
+        if (l > i) {
+          const uint64_t a = sh.list[i], b = sh.list[l];
+          if ((i & k) == 0 ? a > b : a < b) {
+            sh.list[i] = b;
+            sh.list[l] = a;
+          }
+        }
+      }
+      ctx.sync();
+    }
+  }
+  return m;
+}
+
+// In sh.list[begin, end) (sorted), the first item whose running weight, counted on from `base`,
+// reaches t; its running weight (inclusive) into `reached`; `end` where none does. Every thread
+// gets the same.
+template <class Ctx>
+KLLM_HD uint32_t first_reaching(Ctx& ctx, Shared& sh, uint32_t begin, uint32_t end, const WeightItem& w,
+                                uint64_t base, uint64_t t, uint64_t& reached) {
+  const auto tid = static_cast<uint32_t>(ctx.tid()), nt = static_cast<uint32_t>(ctx.threads());
+  const uint32_t m = end - begin, per = (m + nt - 1) / nt;
+  const uint32_t i0 = begin + (tid * per < m ? tid * per : m);
+  const uint32_t i1 = i0 + per < end ? i0 + per : end;
+  uint64_t local = 0;
+  for (uint32_t i = i0; i < i1; ++i) local += w.value(static_cast<uint32_t>(sh.list[i] >> 32));
+  if (tid == 0) sh.min_id = end;
+  uint64_t total = 0;
+  uint64_t run = base + block_inclusive_scan(ctx, sh, local, total) - local;  // its syncs order min_id's reset
+  uint32_t mine = end;
+  uint64_t mine_run = 0;
+  for (uint32_t i = i0; i < i1; ++i) {
+    run += w.value(static_cast<uint32_t>(sh.list[i] >> 32));
+    if (run >= t) {
+      mine = i;
+      mine_run = run;
+      break;
+    }
+  }
+  ctx.min(&sh.min_id, mine);
+  ctx.sync();
+  const uint32_t found = sh.min_id;
+  if (found < end && mine == found) sh.pick_below = mine_run;
+  ctx.sync();
+  reached = sh.pick_below;
+  ctx.sync();  // before sh.pick_below or sh.min_id is written again
+  return found;
+}
+
+// The drawn token (after top-k's limit, in w) from the coarse buckets: one weighted pass, then
+// the top-p cut and the draw among the gathered tokens of the buckets they fall in. False where
+// the buckets hold more than kListCap tokens (the caller then selects by radix over the row).
+template <class Ctx>
+KLLM_HD bool draw_from_buckets(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, const WeightItem& w,
+                               float min_logit, const Draw& d, uint32_t u24, int32_t& token) {
+  const uint64_t total =
+      coarse_pass(ctx, sh, row, n, aligned, w, coarse_scale(min_logit, w.max_logit, w.temperature));
+  const Coarse& c = sh.coarse;
+  constexpr auto kCap = static_cast<uint64_t>(kListCap);
+  uint64_t mass = total, reached = 0;
+  // The draw's buckets [dl, dh] where gathered with the cut's (draw_end: their tokens' end in the
+  // list), else none (dl > dh).
+  int dl = 1, dh = 0;
+  uint32_t draw_end = 0;
+  if (d.top_p < 1.0f) {
+    uint64_t need = top_p_target(d.top_p, total);
+    if (need > total) need = total;
+    // The cut lies in bucket bp; the mass it keeps is in [need, through bp], so the draw target
+    // is in [draw_target(u, need), draw_target(u, through bp)]: buckets [dl, dh]. One gather for
+    // both where they fit, else the cut's bucket alone first.
+    const int bp = coarse_find(c, need);
+    dl = coarse_find(c, draw_target(u24, need));
+    dh = coarse_find(c, draw_target(u24, c.below[bp] + c.weight[bp]));
+    if (dh + 1 >= bp) dh = bp;  // one run of buckets
+    const uint64_t cut_count = coarse_count(c, bp, bp);
+    if (cut_count > kCap) return false;
+    if (coarse_count(c, dl, dh) + (dh < bp ? cut_count : 0) > kCap) {
+      dl = 1;
+      dh = 0;
+    }
+    const int a0 = dl <= dh ? dl : bp, a1 = dl <= dh ? dh : bp;
+    const uint32_t m = gather_sorted(ctx, sh, row, n, aligned, a0, a1, bp, bp);
+    // The cut's tokens are the list's last cut_count (all of it where the ranges are one).
+    const auto cut_begin = static_cast<uint32_t>(a1 < bp ? m - cut_count : 0);
+    draw_end = a1 < bp ? cut_begin : m;
+    // mass: through the last kept token.
+    if (first_reaching(ctx, sh, cut_begin, m, w, c.below[a1 < bp ? bp : a0], need, mass) >= m) return false;
+  }
+  const uint64_t t = draw_target(u24, mass);
+  const int bd = coarse_find(c, t);
+  uint32_t end = draw_end;
+  if (!(dl <= bd && bd <= dh)) {  // never where the draw's buckets were gathered
+    if (coarse_count(c, bd, bd) > kCap) return false;
+    dl = bd;
+    end = gather_sorted(ctx, sh, row, n, aligned, bd, bd, bd, bd);
+  }
+  const uint32_t i = first_reaching(ctx, sh, 0, end, w, c.below[dl], t, reached);
+  if (i >= end) return false;  // never: the target lies in the gathered buckets
+  token = static_cast<int32_t>(static_cast<uint32_t>(sh.list[i]));
+  return true;
+}
+
 KLLM_HD int bit_width(uint64_t x) {
   int w = 0;
   while (x != 0) {
@@ -333,22 +584,32 @@ KLLM_HD int bit_width(uint64_t x) {
 //  - hist_add(hist, bucket, v): hist[c][bucket] += v for one of the kCopies copies c, unless v
 //    is 0 (every thread calls it as often, so a warp can add up its equal buckets first);
 //  - combine_hist(sh, nb), combine_min(uint32_t* p) (called after a sync, return after one):
-//    sh.hist[0][0, nb) and *p become the sum and the min over the group's blocks.
+//    sh.hist[0][0, nb) and *p become the sum and the min over the group's blocks;
+//  - coarse_add(c, bucket, v, key): adds v to c.weight[bucket] and 1 to c.count[bucket] and
+//    takes key into c.min_key / c.max_key, unless v is 0 (called as hist_add is);
+//    combine_coarse(sh) (as combine_hist): sh.coarse's weights and counts summed and its keys'
+//    min / max taken over the group;
+//  - append(sh, take, item): where take, item into sh.own[sh.n_own++] (called as hist_add is);
+//    merge_lists(sh) (called after a sync, returns after one): sh.list[0, sh.n_list) becomes the
+//    group's sh.own lists one after the other in block order.
 template <class Ctx>
 KLLM_HD int32_t draw_token(Ctx& ctx, Shared& sh, const float* row, int64_t n, const Draw& d) {
   ctx.sync();  // `sh` may still be read by a previous call
   if (ctx.tid() == 0) {
     sh.min_key = kNanKey;
     sh.min_id = 0xFFFFFFFFu;
+    sh.max_key_inv = 0xFFFFFFFFu;
   }
   ctx.sync();
   const bool aligned = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
-  uint32_t local = kNanKey;
+  uint32_t local = kNanKey, local_inv = 0xFFFFFFFFu;
   for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
     const uint32_t k = i < n ? key_of(logit) : kNanKey;
     local = k < local ? k : local;
+    if (k != kNanKey && ~k < local_inv) local_inv = ~k;
   });
   ctx.min(&sh.min_key, local);
+  ctx.min(&sh.max_key_inv, local_inv);
   ctx.sync();
   ctx.combine_min(&sh.min_key);
   const uint32_t top = sh.min_key;
@@ -371,6 +632,13 @@ KLLM_HD int32_t draw_token(Ctx& ctx, Shared& sh, const float* row, int64_t n, co
     limit = radix_select(ctx, sh, row, n, aligned, 32, CountItem{}, Fixed{static_cast<uint64_t>(d.top_k)}).key;
   }
   const WeightItem weights{limit, logit_of(top), d.temperature};
+  const uint32_t u24 = philox_u24(d.seed, d.index, d.step);
+  if ((d.flags & kForceRadix) == 0) {
+    ctx.combine_min(&sh.max_key_inv);  // the smallest non-NaN logit, for the buckets' scale
+    int32_t token = 0;
+    if (draw_from_buckets(ctx, sh, row, n, aligned, weights, logit_of(~sh.max_key_inv), d, u24, token)) return token;
+    ctx.sync();  // every thread is done with sh.coarse before the radix selection's histograms take its place
+  }
   uint64_t mass = 0;
   if (d.top_p < 1.0f) {
     const Selected cut = radix_select(ctx, sh, row, n, aligned, 32, weights, TopPNeed{d.top_p});
@@ -378,7 +646,7 @@ KLLM_HD int32_t draw_token(Ctx& ctx, Shared& sh, const float* row, int64_t n, co
     mass = cut.below + ties_taken(cut, v) * v;  // through the last kept token
   }
   const Selected drawn =
-      radix_select(ctx, sh, row, n, aligned, 32, weights, DrawNeed{philox_u24(d.seed, d.index, d.step), mass});
+      radix_select(ctx, sh, row, n, aligned, 32, weights, DrawNeed{u24, mass});
   // Among tokens of equal logit (equal weight v), the j-th by id.
   const uint64_t j = ties_taken(drawn, weights.value(drawn.key));
   const int id_bits = n > 1 ? bit_width(static_cast<uint64_t>(n - 1)) : 1;

@@ -1,6 +1,7 @@
 // The device sampler (engine/cuda/sample.cuh) against the same code run on the host
-// (unit/sample_block_host.h): identical tokens for every draw, greedy and sampled, on Llama-3
-// sized rows and small ones, with one block per draw and with clusters of 2 to 16; and the CUDA
+// (unit/sample_block_host.h): identical tokens for every draw, greedy and sampled (by the coarse
+// buckets and by radix selection over the row), on Llama-3 sized rows and small ones, with one
+// block per draw and with clusters of 2 to 16; and the CUDA
 // backend's forward_sample with device_sampling against its host draws on a tiny checkpoint
 // ($KERNELLLM_TESTDATA).
 #include <gtest/gtest.h>
@@ -52,7 +53,12 @@ void make_case(int64_t vocab, int64_t rows, uint64_t seed, std::vector<float>& l
   for (int64_t r = 0; r < rows; ++r) {
     for (float t : temps) {
       for (float p : top_ps) {
-        for (int32_t k : top_ks) draws.push_back(Draw{r, t, p, k, 77, index++, static_cast<uint64_t>(r)});
+        for (int32_t k : top_ks) {
+          // Both selections of sample_block.h: the coarse buckets and radix selection over the row.
+          for (uint32_t flags : {0u, sample_block::kForceRadix}) {
+            draws.push_back(Draw{r, t, p, k, 77, index++, static_cast<uint64_t>(r), flags});
+          }
+        }
       }
     }
   }

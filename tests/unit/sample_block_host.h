@@ -39,6 +39,19 @@ class HostGroupThread {
     while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
     }
   }
+  void coarse_add(sample_block::Coarse& c, uint32_t bucket, uint64_t v, uint32_t key) {
+    if (v == 0) return;
+    std::atomic_ref<uint64_t>(c.weight[bucket]).fetch_add(v, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(c.count[bucket]).fetch_add(1, std::memory_order_relaxed);
+    min(&c.min_key[bucket], key);
+    std::atomic_ref<uint32_t> hi(c.max_key[bucket]);
+    uint32_t cur = hi.load(std::memory_order_relaxed);
+    while (key > cur && !hi.compare_exchange_weak(cur, key, std::memory_order_relaxed)) {
+    }
+  }
+  void append(sample_block::Shared& sh, bool take, uint64_t item) {
+    if (take) sh.own[std::atomic_ref<uint32_t>(sh.n_own).fetch_add(1, std::memory_order_relaxed)] = item;
+  }
   // Reads every block's copy between two group barriers, then writes its own.
   void combine_hist(sample_block::Shared& sh, int nb) {
     if (shared_.size() == 1) return;
@@ -52,6 +65,49 @@ class HostGroupThread {
     group_.arrive_and_wait();
     size_t j = 0;
     for (int b = tid_; b < nb; b += threads_) sh.hist[0][b] = sums[j++];
+    sync();
+  }
+  // As combine_hist, for the coarse buckets: sums, and the keys' min / max.
+  void combine_coarse(sample_block::Shared& sh) {
+    if (shared_.size() == 1) return;
+    group_.arrive_and_wait();
+    struct Bucket {
+      uint64_t weight;
+      uint32_t count, min_key, max_key;
+    };
+    std::vector<Bucket> sums;
+    for (int b = tid_; b < sample_block::kCoarse; b += threads_) {
+      Bucket s{0, 0, sample_block::kNanKey, 0};
+      for (const sample_block::Shared& other : shared_) {
+        s.weight += other.coarse.weight[b];
+        s.count += other.coarse.count[b];
+        s.min_key = std::min(s.min_key, other.coarse.min_key[b]);
+        s.max_key = std::max(s.max_key, other.coarse.max_key[b]);
+      }
+      sums.push_back(s);
+    }
+    group_.arrive_and_wait();
+    size_t j = 0;
+    for (int b = tid_; b < sample_block::kCoarse; b += threads_, ++j) {
+      sh.coarse.weight[b] = sums[j].weight;
+      sh.coarse.count[b] = sums[j].count;
+      sh.coarse.min_key[b] = sums[j].min_key;
+      sh.coarse.max_key[b] = sums[j].max_key;
+    }
+    sync();
+  }
+  // Every block's own list, in block order, into this block's list.
+  void merge_lists(sample_block::Shared& sh) {
+    group_.arrive_and_wait();
+    uint32_t off = 0;
+    for (const sample_block::Shared& other : shared_) {
+      for (uint32_t i = static_cast<uint32_t>(tid_); i < other.n_own; i += static_cast<uint32_t>(threads_)) {
+        sh.list[off + i] = other.own[i];
+      }
+      off += other.n_own;
+    }
+    if (tid_ == 0) sh.n_list = off;
+    group_.arrive_and_wait();
     sync();
   }
   void combine_min(uint32_t* p) {

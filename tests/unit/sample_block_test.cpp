@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "engine/philox.h"
@@ -241,6 +242,47 @@ TEST(SampleBlock, TokensDoNotDependOnHowManyBlocksShareTheRow) {
   for (const auto& [threads, blocks] : {std::pair{8, 2}, {5, 3}, {4, 8}, {32, 16}}) {
     EXPECT_EQ(testing::host_draw_tokens(logits, kVocab, draws, threads, blocks), one)
         << threads << " threads x " << blocks << " blocks";
+  }
+}
+
+TEST(SampleBlock, BucketsGiveTheRadixSelectionsTokens) {
+  // The coarse buckets and the gathered lists (the default) against radix selection over the
+  // whole row (kForceRadix): the same token for every draw, on rows of Llama-3's vocabulary
+  // from flat (a random-weight model's) to peaked, with the top-p cut and the draw in one
+  // gather or two, top-k before them, and rows where a bucket holds more tokens than the list
+  // takes (many equal logits: the radix path serves). One block and groups of blocks.
+  constexpr int64_t kVocab = 128256;
+  std::mt19937_64 rng(21);
+  std::vector<float> logits;
+  for (float spread : {0.02f, 0.3f, 2.5f}) {
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (int64_t i = 0; i < kVocab; ++i) logits.push_back(normal(rng));
+  }
+  for (int j = 0; j < 5; ++j) logits[static_cast<size_t>(2 * kVocab) + rng() % kVocab] = 12.0f + static_cast<float>(j);
+  for (int64_t i = 0; i < kVocab; ++i) logits.push_back(static_cast<float>(rng() % 5) * 0.25f);  // 5 values
+  // Mostly one value, a few above it: every token of positive weight but those in one bucket.
+  for (int64_t i = 0; i < kVocab; ++i) logits.push_back(i % 997 == 0 ? 1.0f + static_cast<float>(i % 7) * 0.01f : 0.5f);
+  const int64_t rows = static_cast<int64_t>(logits.size()) / kVocab;
+  std::vector<Draw> draws;
+  uint64_t index = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (const auto& [t, p, k] : {std::tuple{0.6f, 0.95f, 0}, {1.0f, 0.97f, 0}, {0.6f, 1.0f, 0}, {0.6f, 0.95f, 50},
+                                  {1.3f, 0.5f, 0}, {0.2f, 0.999f, 0}, {0.6f, 0.05f, 0}, {0.6f, 0.95f, 20000}}) {
+      for (int s = 0; s < 3; ++s) draws.push_back(Draw{r, t, p, k, 99, index++, static_cast<uint64_t>(s)});
+    }
+  }
+  std::vector<Draw> radix = draws;
+  for (Draw& d : radix) d.flags = sample_block::kForceRadix;
+  const std::vector<int32_t> want = testing::host_draw_tokens(logits, kVocab, radix, 32);
+  ASSERT_EQ(want.size(), draws.size());
+  for (const auto& [threads, blocks] : {std::pair{32, 1}, {16, 4}, {8, 16}}) {
+    const std::vector<int32_t> got = testing::host_draw_tokens(logits, kVocab, draws, threads, blocks);
+    ASSERT_EQ(got.size(), draws.size()) << threads << " threads x " << blocks << " blocks: threads disagree";
+    for (size_t i = 0; i < draws.size(); ++i) {
+      EXPECT_EQ(got[i], want[i]) << "draw " << i << ": row " << draws[i].row << " T " << draws[i].temperature
+                                 << " top_p " << draws[i].top_p << " top_k " << draws[i].top_k << ", " << threads
+                                 << " threads x " << blocks << " blocks";
+    }
   }
 }
 

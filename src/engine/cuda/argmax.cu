@@ -99,7 +99,7 @@ void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
   if (rows == 0) return;
   dispatch_row_cluster(blocks_per_row, [&](auto b) {
     constexpr int B = decltype(b)::value;
-    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, logits, vocab, ids);
+    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, 0, logits, vocab, ids);
   });
 }
 

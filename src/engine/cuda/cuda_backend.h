@@ -174,6 +174,9 @@ class CudaBackend final : public Backend {
   int compute_major_ = 0, sm_count_ = 0;
   size_t draw_capacity_ = 0;
   sample_block::Draw* draws_host_ = nullptr;
+  // sample_block::Draw::flags of every device draw: KERNELLLM_CUDA_SAMPLE_RADIX=1 sets kForceRadix
+  // (the radix selection over the row instead of the coarse buckets; measurements).
+  uint32_t sample_flags_ = 0;
   int32_t* draw_ids_host_ = nullptr;
   DeviceBuffer draws_dev_, draw_ids_dev_;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 2 * token count + shared

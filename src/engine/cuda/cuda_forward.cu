@@ -301,8 +301,8 @@ Status CudaBackend::draw_on_device(int64_t row0, int64_t rn) {
   if (b == e) return Status::ok_status();
   for (size_t j = b; j < e; ++j) {
     const RowDraw& d = draws_[draw_order_[j]];
-    draws_host_[j] = sample_block::Draw{d.row - row0,      d.params.temperature, d.params.top_p, d.params.top_k,
-                                        d.params.seed,     d.index,              d.step};
+    draws_host_[j] = sample_block::Draw{d.row - row0,  d.params.temperature, d.params.top_p, d.params.top_k,
+                                        d.params.seed, d.index,              d.step,         sample_flags_};
   }
   auto* dev = draws_dev_.as<sample_block::Draw>();
   KLLM_CUDA_RETURN(cudaMemcpyAsync(dev + b, draws_host_ + b, (e - b) * sizeof(sample_block::Draw),

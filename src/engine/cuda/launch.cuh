@@ -88,16 +88,17 @@ void dispatch_row_cluster(int blocks_per_row, F&& launch) {
   }
 }
 
-// Kernel over `rows` rows, a cluster of `cluster` blocks of `threads` each per row; clusters past
-// 8 blocks (the portable size) are opted into once per kernel.
+// Kernel over `rows` rows, a cluster of `cluster` blocks of `threads` each per row, `smem` bytes
+// of dynamic shared memory a block; clusters past 8 blocks (the portable size) are opted into
+// once per kernel.
 template <auto Kernel, class... Args>
-void launch_row_clusters(int64_t rows, int cluster, int threads, cudaStream_t stream, Args&&... args) {
+void launch_row_clusters(int64_t rows, int cluster, int threads, cudaStream_t stream, size_t smem, Args&&... args) {
   if (cluster > 8) {
     static const bool allowed =
         cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
     (void)allowed;
   }
-  launch_cluster_kernel(Kernel, dim3(static_cast<unsigned>(rows * cluster)), dim3(static_cast<unsigned>(threads)), 0,
+  launch_cluster_kernel(Kernel, dim3(static_cast<unsigned>(rows * cluster)), dim3(static_cast<unsigned>(threads)), smem,
                         static_cast<unsigned>(cluster), stream, std::forward<Args>(args)...);
 }
 

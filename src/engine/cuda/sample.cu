@@ -65,6 +65,46 @@ struct DeviceGroup {
     (void)v;
 #endif
   }
+  // As hist_add, for the coarse buckets: the peers' weights added exactly, their count, and the
+  // min and max of their keys, by one lane.
+  __host__ __device__ void coarse_add(sample_block::Coarse& c, uint32_t bucket, uint64_t v, uint32_t key) const {
+#if defined(__CUDA_ARCH__)
+    if (__all_sync(0xFFFFFFFFu, v == 0)) return;
+    const uint32_t k = v != 0 ? bucket : 0xFFFFFFFFu;
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, k);
+    if (k == 0xFFFFFFFFu) return;
+    const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(v & 0x1FFFFFu));
+    const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(v >> 21));
+    const unsigned kmin = __reduce_min_sync(peers, key), kmax = __reduce_max_sync(peers, key);
+    if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(&c.weight[bucket]), (static_cast<unsigned long long>(hi) << 21) + lo);
+      atomicAdd(&c.count[bucket], static_cast<unsigned>(__popc(peers)));
+      atomicMin(&c.min_key[bucket], kmin);
+      atomicMax(&c.max_key[bucket], kmax);
+    }
+#else
+    (void)c;
+    (void)bucket;
+    (void)v;
+    (void)key;
+#endif
+  }
+  // The warp's takers get consecutive places from one atomic add.
+  __host__ __device__ void append(sample_block::Shared& sh, bool take, uint64_t item) const {
+#if defined(__CUDA_ARCH__)
+    const unsigned mask = __ballot_sync(0xFFFFFFFFu, take);
+    if (mask == 0) return;
+    const int lane = static_cast<int>(threadIdx.x & 31), leader = __ffs(mask) - 1;
+    unsigned base = 0;
+    if (lane == leader) base = atomicAdd(&sh.n_own, static_cast<unsigned>(__popc(mask)));
+    base = __shfl_sync(0xFFFFFFFFu, base, leader);
+    if (take) sh.own[base + static_cast<unsigned>(__popc(mask & ((1u << lane) - 1)))] = item;
+#else
+    (void)sh;
+    (void)take;
+    (void)item;
+#endif
+  }
   __host__ __device__ void min(uint32_t* p, uint32_t v) const {
 #if defined(__CUDA_ARCH__)
     atomicMin(p, v);
@@ -105,6 +145,82 @@ struct DeviceGroup {
     (void)sh;
     (void)nb;
   }
+  // As combine_hist, for the coarse buckets: sums, and the keys' min / max.
+  __host__ __device__ void combine_coarse(sample_block::Shared& sh) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (kBlocks > 1) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      constexpr int kPer = (sample_block::kCoarse + kThreads - 1) / kThreads;
+      sample_block::Coarse& c = sh.coarse;
+      uint64_t weight[kPer];
+      uint32_t count[kPer], lo[kPer], hi[kPer];
+      cluster.sync();
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int b = static_cast<int>(threadIdx.x) + j * kThreads;
+        weight[j] = 0;
+        count[j] = 0;
+        lo[j] = sample_block::kNanKey;
+        hi[j] = 0;
+        if (b < sample_block::kCoarse) {
+#pragma unroll 4
+          for (int r = 0; r < kBlocks; ++r) {
+            const sample_block::Coarse& o = *cluster.map_shared_rank(&c, r);
+            weight[j] += o.weight[b];
+            count[j] += o.count[b];
+            lo[j] = ::min(lo[j], o.min_key[b]);
+            hi[j] = ::max(hi[j], o.max_key[b]);
+          }
+        }
+      }
+      cluster.sync();
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int b = static_cast<int>(threadIdx.x) + j * kThreads;
+        if (b < sample_block::kCoarse) {
+          c.weight[b] = weight[j];
+          c.count[b] = count[j];
+          c.min_key[b] = lo[j];
+          c.max_key[b] = hi[j];
+        }
+      }
+      __syncthreads();
+    }
+#elif defined(__CUDA_ARCH__)
+    if constexpr (kBlocks > 1) __trap();
+#endif
+    (void)sh;
+  }
+  // The cluster's own lists, in rank order, into this block's list; a cluster barrier after the
+  // reads, so no block gathers anew while another still reads its list.
+  __host__ __device__ void merge_lists(sample_block::Shared& sh) const {
+#if defined(__CUDA_ARCH__)
+    if constexpr (kBlocks > 1) {
+#if __CUDA_ARCH__ >= 900
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      uint32_t off = 0;
+      for (int r = 0; r < kBlocks; ++r) {
+        const sample_block::Shared& o = *cluster.map_shared_rank(&sh, r);
+        const uint32_t cnt = o.n_own;
+        for (uint32_t i = threadIdx.x; i < cnt; i += kThreads) sh.list[off + i] = o.own[i];
+        off += cnt;
+      }
+      if (threadIdx.x == 0) sh.n_list = off;
+      cluster.sync();
+#else
+      __trap();  // clusters need compute capability 9.0
+#endif
+    } else {
+      for (uint32_t i = threadIdx.x; i < sh.n_own; i += kThreads) sh.list[i] = sh.own[i];
+      if (threadIdx.x == 0) sh.n_list = sh.n_own;
+      __syncthreads();
+    }
+#endif
+    (void)sh;
+  }
   __host__ __device__ void combine_min(uint32_t* p) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (kBlocks > 1) {
@@ -131,7 +247,8 @@ template <int kBlocks>
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(const float* logits, int64_t vocab, const sample_block::Draw* draws, int32_t* ids) {
   wait_for_predecessor();
-  __shared__ sample_block::Shared sh;
+  extern __shared__ __align__(16) unsigned char smem[];  // sizeof(Shared): past the static 48 KB
+  sample_block::Shared& sh = *reinterpret_cast<sample_block::Shared*>(smem);
   DeviceGroup<kBlocks> ctx;
   const unsigned draw = blockIdx.x / kBlocks;
   const sample_block::Draw d = draws[draw];
@@ -146,7 +263,9 @@ void sample_rows(const float* logits, int64_t vocab, const sample_block::Draw* d
   if (n_draws == 0) return;
   dispatch_row_cluster(blocks_per_draw, [&](auto b) {
     constexpr int B = decltype(b)::value;
-    launch_row_clusters<sample_kernel<B>>(n_draws, B, kThreads, stream, logits, vocab, draws, ids);
+    allow_dynamic_smem<sample_kernel<B>>(sizeof(sample_block::Shared));
+    launch_row_clusters<sample_kernel<B>>(n_draws, B, kThreads, stream, sizeof(sample_block::Shared), logits, vocab,
+                                          draws, ids);
   });
 }
 
