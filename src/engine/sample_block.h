@@ -69,13 +69,13 @@ struct Draw {
   uint32_t flags = 0;  // kForceRadix
 };
 
-// The weighted pass's buckets (see draw_token): per bucket the sum of the weights, the item
-// count and the smallest and largest key, then the sum of the buckets before it.
+// The weighted pass's buckets (see draw_token): per bucket the sum of the weights, added as
+// 32-bit parts (shared-memory atomics of 32 bits are native, of 64 bits compare-and-swap
+// loops): the low words, the carries out of them and the high words; then the sum as one
+// number, and the sum of the buckets before it.
 struct Coarse {
+  uint32_t lo[kCoarse], carry[kCoarse], hi[kCoarse];
   uint64_t weight[kCoarse];
-  uint32_t count[kCoarse];
-  uint32_t min_key[kCoarse];
-  uint32_t max_key[kCoarse];
   uint64_t below[kCoarse];
 };
 
@@ -89,7 +89,7 @@ struct Shared {
   // Gathered items, (key << 32) | id: this block's, then the group's (in rank order, then sorted).
   uint64_t own[kListCap];
   uint64_t list[kListCap];
-  uint32_t n_own, n_list;
+  uint32_t n_own, n_own_low, n_list, n_list_low;  // items offered (past kListCap: not kept), of the lower range
   uint64_t pick_below;  // find_bucket's result: the sum of the buckets before pick
   uint32_t pick;
   uint32_t min_key;
@@ -116,11 +116,14 @@ KLLM_HD float logit_of(uint32_t key) {
 // exactly 2^40 for logit == max_logit (an infinite max included), 0 below e^-28 or for NaN.
 // e^d = 2^k e^r, |r| <= ln 2 / 2, e^r by its Taylor series to r^6 (truncation < 2e-7, float
 // rounding ~1e-6). `d` gets (logit - max_logit) / temperature as rounded here (0 for the max).
+KLLM_HD float d_of(float logit, float max_logit, float temperature) {
+  return logit == max_logit ? 0.0f : hd::div_rn(hd::sub_rn(logit, max_logit), temperature);
+}
+KLLM_HD bool weight_is_zero(float logit, float max_logit, float d) { return logit != max_logit && !(d > -28.0f); }
 KLLM_HD uint64_t weight_and_d(float logit, float max_logit, float temperature, float& d) {
-  d = 0.0f;
+  d = d_of(logit, max_logit, temperature);
   if (logit == max_logit) return uint64_t{1} << kWeightBits;
-  d = hd::div_rn(hd::sub_rn(logit, max_logit), temperature);
-  if (!(d > -28.0f)) return 0;
+  if (weight_is_zero(logit, max_logit, d)) return 0;
   const float k = hd::round_even(hd::mul_rn(d, 1.44269504f));        // in [-40, 0]
   float r = hd::fma_rn(-k, 0.693145752f, d);                            // ln 2 in two parts
   r = hd::fma_rn(-k, 1.42860677e-6f, r);
@@ -368,6 +371,12 @@ KLLM_HD float coarse_scale(float min_logit, float max_logit, float temperature) 
   return hd::div_rn(static_cast<float>(kCoarse), span);
 }
 
+// The coarse bucket of a token with key <= w.limit, not NaN; kCoarse where its weight is 0.
+KLLM_HD uint32_t coarse_bucket_of(float logit, const WeightItem& w, float scale) {
+  const float d = d_of(logit, w.max_logit, w.temperature);
+  return weight_is_zero(logit, w.max_logit, d) ? static_cast<uint32_t>(kCoarse) : coarse_bucket(d, scale);
+}
+
 // The weighted pass: every token of positive weight (key <= w.limit) into sh.coarse, the
 // group's sums in every block, then c.below[b], the weight of the buckets before b. Returns the
 // total weight.
@@ -375,24 +384,21 @@ template <class Ctx>
 KLLM_HD uint64_t coarse_pass(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, const WeightItem& w,
                              float scale) {
   Coarse& c = sh.coarse;
-  for (int b = ctx.tid(); b < kCoarse; b += ctx.threads()) {
-    c.weight[b] = 0;
-    c.count[b] = 0;
-    c.min_key[b] = kNanKey;
-    c.max_key[b] = 0;
-  }
+  for (int b = ctx.tid(); b < kCoarse; b += ctx.threads()) c.lo[b] = c.carry[b] = c.hi[b] = 0;
   ctx.sync();
   for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
     const uint32_t key = key_of(logit);
-    uint64_t v = 0;
-    uint32_t bucket = 0;
     if (i < n && key <= w.limit && key != kNanKey) {
       float d;
-      v = weight_and_d(logit, w.max_logit, w.temperature, d);
-      bucket = coarse_bucket(d, scale);
+      const uint64_t v = weight_and_d(logit, w.max_logit, w.temperature, d);
+      if (v != 0) ctx.coarse_add(c, coarse_bucket(d, scale), v);
     }
-    ctx.coarse_add(c, bucket, v, key);
   });
+  ctx.sync();
+  // Sums < 2^62: the high words and carries (< 2^9 and 1 an item, at most 2^21 items) fit 32 bits.
+  for (int b = ctx.tid(); b < kCoarse; b += ctx.threads()) {
+    c.weight[b] = (uint64_t{c.hi[b] + c.carry[b]} << 32) + c.lo[b];
+  }
   ctx.sync();
   ctx.combine_coarse(sh);
   const int t = ctx.tid(), nt = ctx.threads();
@@ -425,34 +431,26 @@ KLLM_HD int coarse_find(const Coarse& c, uint64_t t) {
   return lo;
 }
 
-// The tokens in coarse buckets [b0, b1], counted to just past kListCap.
-KLLM_HD uint64_t coarse_count(const Coarse& c, int b0, int b1) {
-  uint64_t k = 0;
-  for (int b = b0; b <= b1 && k <= static_cast<uint64_t>(kListCap); ++b) k += c.count[b];
-  return k;
-}
-
-// Every token of coarse buckets [a0, a1] or [b0, b1] (a0 <= b0, a1 <= b1; each range nonempty at
-// both ends; at most kListCap tokens) into sh.list as (key << 32) | id, sorted (the order, ties
-// by id) in every block of the group, so that where a1 < b0 the first range's tokens come first.
-// Returns their count.
+// Every token of coarse buckets [a0, a1] or [b0, b1] (a0 <= b0, a1 <= b1) into sh.list as
+// (key << 32) | id, sorted (the order, ties by id) in every block of the group, so that where
+// a1 < b0 the sh.n_list_low tokens of the first range come first. Returns their count, which is
+// past kListCap (and the list not made) where they do not fit.
 template <class Ctx>
-KLLM_HD uint32_t gather_sorted(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, int a0, int a1, int b0,
-                               int b1) {
-  // A range's tokens are exactly those with keys between its first bucket's smallest and its last
-  // bucket's largest: all eligible, of positive weight.
-  const uint32_t lo1 = sh.coarse.min_key[a0], hi1 = sh.coarse.max_key[a1];
-  const uint32_t lo2 = sh.coarse.min_key[b0], hi2 = sh.coarse.max_key[b1];
-  if (ctx.tid() == 0) sh.n_own = 0;
+KLLM_HD uint32_t gather_sorted(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, const WeightItem& w,
+                               float scale, uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1) {
+  if (ctx.tid() == 0) sh.n_own = sh.n_own_low = 0;
   ctx.sync();
   for_items(ctx, row, n, aligned, [&](int64_t i, float logit) {
     const uint32_t key = key_of(logit);
-    const bool take = i < n && ((key >= lo1 && key <= hi1) || (key >= lo2 && key <= hi2));
-    ctx.append(sh, take, (uint64_t{key} << 32) | static_cast<uint32_t>(i));
+    uint32_t b = kCoarse;
+    if (i < n && key <= w.limit && key != kNanKey) b = coarse_bucket_of(logit, w, scale);
+    const bool low = b >= a0 && b <= a1;
+    ctx.append(sh, low || (b >= b0 && b <= b1), low, (uint64_t{key} << 32) | static_cast<uint32_t>(i));
   });
   ctx.sync();
   ctx.merge_lists(sh);
   const uint32_t m = sh.n_list;
+  if (m > static_cast<uint32_t>(kListCap)) return m;
   const auto t = static_cast<uint32_t>(ctx.tid()), nt = static_cast<uint32_t>(ctx.threads());
   uint32_t p = 1;
   while (p < m) p <<= 1;
@@ -514,17 +512,17 @@ KLLM_HD uint32_t first_reaching(Ctx& ctx, Shared& sh, uint32_t begin, uint32_t e
 
 // The drawn token (after top-k's limit, in w) from the coarse buckets: one weighted pass, then
 // the top-p cut and the draw among the gathered tokens of the buckets they fall in. False where
-// the buckets hold more than kListCap tokens (the caller then selects by radix over the row).
+// those buckets hold more than kListCap tokens (the caller then selects by radix over the row).
 template <class Ctx>
 KLLM_HD bool draw_from_buckets(Ctx& ctx, Shared& sh, const float* row, int64_t n, bool aligned, const WeightItem& w,
                                float min_logit, const Draw& d, uint32_t u24, int32_t& token) {
-  const uint64_t total =
-      coarse_pass(ctx, sh, row, n, aligned, w, coarse_scale(min_logit, w.max_logit, w.temperature));
+  const float scale = coarse_scale(min_logit, w.max_logit, w.temperature);
+  const uint64_t total = coarse_pass(ctx, sh, row, n, aligned, w, scale);
   const Coarse& c = sh.coarse;
-  constexpr auto kCap = static_cast<uint64_t>(kListCap);
+  constexpr auto kCap = static_cast<uint32_t>(kListCap);
   uint64_t mass = total, reached = 0;
-  // The draw's buckets [dl, dh] where gathered with the cut's (draw_end: their tokens' end in the
-  // list), else none (dl > dh).
+  // The draw's buckets [dl, dh] where gathered with the cut's (their tokens: the list's first
+  // draw_end), else none (dl > dh).
   int dl = 1, dh = 0;
   uint32_t draw_end = 0;
   if (d.top_p < 1.0f) {
@@ -537,27 +535,32 @@ KLLM_HD bool draw_from_buckets(Ctx& ctx, Shared& sh, const float* row, int64_t n
     dl = coarse_find(c, draw_target(u24, need));
     dh = coarse_find(c, draw_target(u24, c.below[bp] + c.weight[bp]));
     if (dh + 1 >= bp) dh = bp;  // one run of buckets
-    const uint64_t cut_count = coarse_count(c, bp, bp);
-    if (cut_count > kCap) return false;
-    if (coarse_count(c, dl, dh) + (dh < bp ? cut_count : 0) > kCap) {
+    const auto ubp = static_cast<uint32_t>(bp);
+    uint32_t m = gather_sorted(ctx, sh, row, n, aligned, w, scale, static_cast<uint32_t>(dl),
+                               static_cast<uint32_t>(dh), ubp, ubp);
+    if (m > kCap) {
       dl = 1;
       dh = 0;
+      m = gather_sorted(ctx, sh, row, n, aligned, w, scale, ubp, ubp, ubp, ubp);
+      if (m > kCap) return false;
     }
-    const int a0 = dl <= dh ? dl : bp, a1 = dl <= dh ? dh : bp;
-    const uint32_t m = gather_sorted(ctx, sh, row, n, aligned, a0, a1, bp, bp);
-    // The cut's tokens are the list's last cut_count (all of it where the ranges are one).
-    const auto cut_begin = static_cast<uint32_t>(a1 < bp ? m - cut_count : 0);
-    draw_end = a1 < bp ? cut_begin : m;
-    // mass: through the last kept token.
-    if (first_reaching(ctx, sh, cut_begin, m, w, c.below[a1 < bp ? bp : a0], need, mass) >= m) return false;
+    // The cut's tokens: past the draw's where those are a range of their own, else all.
+    const bool apart = dl <= dh && dh < bp;
+    const uint32_t cut_begin = apart ? sh.n_list_low : 0;
+    draw_end = apart ? cut_begin : m;
+    // mass: through the last kept token. (The token is always found; the test keeps a miscount
+    // from reading past the list.)
+    const uint64_t base = c.below[dl <= dh ? dl : bp];
+    if (first_reaching(ctx, sh, cut_begin, m, w, apart ? c.below[bp] : base, need, mass) >= m) return false;
   }
   const uint64_t t = draw_target(u24, mass);
   const int bd = coarse_find(c, t);
   uint32_t end = draw_end;
   if (!(dl <= bd && bd <= dh)) {  // never where the draw's buckets were gathered
-    if (coarse_count(c, bd, bd) > kCap) return false;
     dl = bd;
-    end = gather_sorted(ctx, sh, row, n, aligned, bd, bd, bd, bd);
+    const auto ubd = static_cast<uint32_t>(bd);
+    end = gather_sorted(ctx, sh, row, n, aligned, w, scale, ubd, ubd, ubd, ubd);
+    if (end > kCap) return false;
   }
   const uint32_t i = first_reaching(ctx, sh, 0, end, w, c.below[dl], t, reached);
   if (i >= end) return false;  // never: the target lies in the gathered buckets
@@ -585,13 +588,14 @@ KLLM_HD int bit_width(uint64_t x) {
 //    is 0 (every thread calls it as often, so a warp can add up its equal buckets first);
 //  - combine_hist(sh, nb), combine_min(uint32_t* p) (called after a sync, return after one):
 //    sh.hist[0][0, nb) and *p become the sum and the min over the group's blocks;
-//  - coarse_add(c, bucket, v, key): adds v to c.weight[bucket] and 1 to c.count[bucket] and
-//    takes key into c.min_key / c.max_key, unless v is 0 (called as hist_add is);
-//    combine_coarse(sh) (as combine_hist): sh.coarse's weights and counts summed and its keys'
-//    min / max taken over the group;
-//  - append(sh, take, item): where take, item into sh.own[sh.n_own++] (called as hist_add is);
-//    merge_lists(sh) (called after a sync, returns after one): sh.list[0, sh.n_list) becomes the
-//    group's sh.own lists one after the other in block order.
+//  - coarse_add(c, bucket, v): adds v > 0 to bucket's sum in 32-bit parts: the low word to
+//    c.lo, a carry out of it to c.carry, the high word to c.hi;
+//    combine_coarse(sh) (as combine_hist): sh.coarse.weight summed over the group;
+//  - append(sh, take, low, item): where take, item into sh.own[sh.n_own++] (kept only below
+//    kListCap; counted past it), and sh.n_own_low counts those with low (every thread calls it
+//    as often); merge_lists(sh) (called after a sync, returns after one): sh.n_list and
+//    sh.n_list_low become the group's sums and, where n_list <= kListCap, sh.list[0, n_list)
+//    the group's sh.own lists one after the other in block order.
 template <class Ctx>
 KLLM_HD int32_t draw_token(Ctx& ctx, Shared& sh, const float* row, int64_t n, const Draw& d) {
   ctx.sync();  // `sh` may still be read by a previous call

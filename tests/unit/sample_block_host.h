@@ -39,20 +39,18 @@ class HostGroupThread {
     while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
     }
   }
-  void coarse_add(sample_block::Coarse& c, uint32_t bucket, uint64_t v, uint32_t key) {
-    if (v == 0) return;
-    std::atomic_ref<uint64_t>(c.weight[bucket]).fetch_add(v, std::memory_order_relaxed);
-    std::atomic_ref<uint32_t>(c.count[bucket]).fetch_add(1, std::memory_order_relaxed);
-    min(&c.min_key[bucket], key);
-    std::atomic_ref<uint32_t> hi(c.max_key[bucket]);
-    uint32_t cur = hi.load(std::memory_order_relaxed);
-    while (key > cur && !hi.compare_exchange_weak(cur, key, std::memory_order_relaxed)) {
-    }
+  void coarse_add(sample_block::Coarse& c, uint32_t bucket, uint64_t v) {
+    const auto lo = static_cast<uint32_t>(v);
+    const uint32_t old = std::atomic_ref<uint32_t>(c.lo[bucket]).fetch_add(lo, std::memory_order_relaxed);
+    if (static_cast<uint32_t>(old + lo) < old) std::atomic_ref<uint32_t>(c.carry[bucket]).fetch_add(1, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(c.hi[bucket]).fetch_add(static_cast<uint32_t>(v >> 32), std::memory_order_relaxed);
   }
-  void append(sample_block::Shared& sh, bool take, uint64_t item) {
-    if (take) sh.own[std::atomic_ref<uint32_t>(sh.n_own).fetch_add(1, std::memory_order_relaxed)] = item;
+  void append(sample_block::Shared& sh, bool take, bool low, uint64_t item) {
+    if (!take) return;
+    const uint32_t at = std::atomic_ref<uint32_t>(sh.n_own).fetch_add(1, std::memory_order_relaxed);
+    if (low) std::atomic_ref<uint32_t>(sh.n_own_low).fetch_add(1, std::memory_order_relaxed);
+    if (at < static_cast<uint32_t>(sample_block::kListCap)) sh.own[at] = item;
   }
-  // Reads every block's copy between two group barriers, then writes its own.
   void combine_hist(sample_block::Shared& sh, int nb) {
     if (shared_.size() == 1) return;
     group_.arrive_and_wait();
@@ -67,46 +65,42 @@ class HostGroupThread {
     for (int b = tid_; b < nb; b += threads_) sh.hist[0][b] = sums[j++];
     sync();
   }
-  // As combine_hist, for the coarse buckets: sums, and the keys' min / max.
+  // As combine_hist, for the coarse buckets' sums.
   void combine_coarse(sample_block::Shared& sh) {
     if (shared_.size() == 1) return;
     group_.arrive_and_wait();
-    struct Bucket {
-      uint64_t weight;
-      uint32_t count, min_key, max_key;
-    };
-    std::vector<Bucket> sums;
+    std::vector<uint64_t> sums;
     for (int b = tid_; b < sample_block::kCoarse; b += threads_) {
-      Bucket s{0, 0, sample_block::kNanKey, 0};
-      for (const sample_block::Shared& other : shared_) {
-        s.weight += other.coarse.weight[b];
-        s.count += other.coarse.count[b];
-        s.min_key = std::min(s.min_key, other.coarse.min_key[b]);
-        s.max_key = std::max(s.max_key, other.coarse.max_key[b]);
-      }
-      sums.push_back(s);
+      uint64_t sum = 0;
+      for (const sample_block::Shared& other : shared_) sum += other.coarse.weight[b];
+      sums.push_back(sum);
     }
     group_.arrive_and_wait();
     size_t j = 0;
-    for (int b = tid_; b < sample_block::kCoarse; b += threads_, ++j) {
-      sh.coarse.weight[b] = sums[j].weight;
-      sh.coarse.count[b] = sums[j].count;
-      sh.coarse.min_key[b] = sums[j].min_key;
-      sh.coarse.max_key[b] = sums[j].max_key;
-    }
+    for (int b = tid_; b < sample_block::kCoarse; b += threads_) sh.coarse.weight[b] = sums[j++];
     sync();
   }
-  // Every block's own list, in block order, into this block's list.
+  // Every block's own list, in block order, into this block's list (where they all fit).
   void merge_lists(sample_block::Shared& sh) {
     group_.arrive_and_wait();
-    uint32_t off = 0;
+    uint32_t total = 0, low = 0;
     for (const sample_block::Shared& other : shared_) {
-      for (uint32_t i = static_cast<uint32_t>(tid_); i < other.n_own; i += static_cast<uint32_t>(threads_)) {
-        sh.list[off + i] = other.own[i];
-      }
-      off += other.n_own;
+      total += other.n_own;
+      low += other.n_own_low;
     }
-    if (tid_ == 0) sh.n_list = off;
+    if (total <= static_cast<uint32_t>(sample_block::kListCap)) {
+      uint32_t off = 0;
+      for (const sample_block::Shared& other : shared_) {
+        for (uint32_t i = static_cast<uint32_t>(tid_); i < other.n_own; i += static_cast<uint32_t>(threads_)) {
+          sh.list[off + i] = other.own[i];
+        }
+        off += other.n_own;
+      }
+    }
+    if (tid_ == 0) {
+      sh.n_list = total;
+      sh.n_list_low = low;
+    }
     group_.arrive_and_wait();
     sync();
   }

@@ -65,43 +65,39 @@ struct DeviceGroup {
     (void)v;
 #endif
   }
-  // As hist_add, for the coarse buckets: the peers' weights added exactly, their count, and the
-  // min and max of their keys, by one lane.
-  __host__ __device__ void coarse_add(sample_block::Coarse& c, uint32_t bucket, uint64_t v, uint32_t key) const {
+  // The low word's add returns the old word, so the lane whose add wraps it counts the carry.
+  __host__ __device__ void coarse_add(sample_block::Coarse& c, uint32_t bucket, uint64_t v) const {
 #if defined(__CUDA_ARCH__)
-    if (__all_sync(0xFFFFFFFFu, v == 0)) return;
-    const uint32_t k = v != 0 ? bucket : 0xFFFFFFFFu;
-    const unsigned peers = __match_any_sync(0xFFFFFFFFu, k);
-    if (k == 0xFFFFFFFFu) return;
-    const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(v & 0x1FFFFFu));
-    const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(v >> 21));
-    const unsigned kmin = __reduce_min_sync(peers, key), kmax = __reduce_max_sync(peers, key);
-    if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(&c.weight[bucket]), (static_cast<unsigned long long>(hi) << 21) + lo);
-      atomicAdd(&c.count[bucket], static_cast<unsigned>(__popc(peers)));
-      atomicMin(&c.min_key[bucket], kmin);
-      atomicMax(&c.max_key[bucket], kmax);
-    }
+    const auto lo = static_cast<unsigned>(v);
+    const unsigned old = atomicAdd(&c.lo[bucket], lo);
+    if (old + lo < old) atomicAdd(&c.carry[bucket], 1u);
+    const auto hi = static_cast<unsigned>(v >> 32);
+    if (hi != 0) atomicAdd(&c.hi[bucket], hi);
 #else
     (void)c;
     (void)bucket;
     (void)v;
-    (void)key;
 #endif
   }
-  // The warp's takers get consecutive places from one atomic add.
-  __host__ __device__ void append(sample_block::Shared& sh, bool take, uint64_t item) const {
+  // The warp's takers get consecutive places from one atomic add; those past kListCap only count.
+  __host__ __device__ void append(sample_block::Shared& sh, bool take, bool low, uint64_t item) const {
 #if defined(__CUDA_ARCH__)
     const unsigned mask = __ballot_sync(0xFFFFFFFFu, take);
     if (mask == 0) return;
+    const unsigned low_mask = __ballot_sync(0xFFFFFFFFu, take && low);
     const int lane = static_cast<int>(threadIdx.x & 31), leader = __ffs(mask) - 1;
     unsigned base = 0;
-    if (lane == leader) base = atomicAdd(&sh.n_own, static_cast<unsigned>(__popc(mask)));
+    if (lane == leader) {
+      base = atomicAdd(&sh.n_own, static_cast<unsigned>(__popc(mask)));
+      if (low_mask != 0) atomicAdd(&sh.n_own_low, static_cast<unsigned>(__popc(low_mask)));
+    }
     base = __shfl_sync(0xFFFFFFFFu, base, leader);
-    if (take) sh.own[base + static_cast<unsigned>(__popc(mask & ((1u << lane) - 1)))] = item;
+    const unsigned at = base + static_cast<unsigned>(__popc(mask & ((1u << lane) - 1)));
+    if (take && at < static_cast<unsigned>(sample_block::kListCap)) sh.own[at] = item;
 #else
     (void)sh;
     (void)take;
+    (void)low;
     (void)item;
 #endif
   }
@@ -145,45 +141,29 @@ struct DeviceGroup {
     (void)sh;
     (void)nb;
   }
-  // As combine_hist, for the coarse buckets: sums, and the keys' min / max.
+  // As combine_hist, for the coarse buckets' sums.
   __host__ __device__ void combine_coarse(sample_block::Shared& sh) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (kBlocks > 1) {
       namespace cg = cooperative_groups;
       cg::cluster_group cluster = cg::this_cluster();
       constexpr int kPer = (sample_block::kCoarse + kThreads - 1) / kThreads;
-      sample_block::Coarse& c = sh.coarse;
-      uint64_t weight[kPer];
-      uint32_t count[kPer], lo[kPer], hi[kPer];
+      uint64_t sums[kPer];
       cluster.sync();
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int b = static_cast<int>(threadIdx.x) + j * kThreads;
-        weight[j] = 0;
-        count[j] = 0;
-        lo[j] = sample_block::kNanKey;
-        hi[j] = 0;
+        sums[j] = 0;
         if (b < sample_block::kCoarse) {
 #pragma unroll 4
-          for (int r = 0; r < kBlocks; ++r) {
-            const sample_block::Coarse& o = *cluster.map_shared_rank(&c, r);
-            weight[j] += o.weight[b];
-            count[j] += o.count[b];
-            lo[j] = ::min(lo[j], o.min_key[b]);
-            hi[j] = ::max(hi[j], o.max_key[b]);
-          }
+          for (int r = 0; r < kBlocks; ++r) sums[j] += *cluster.map_shared_rank(&sh.coarse.weight[b], r);
         }
       }
       cluster.sync();
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int b = static_cast<int>(threadIdx.x) + j * kThreads;
-        if (b < sample_block::kCoarse) {
-          c.weight[b] = weight[j];
-          c.count[b] = count[j];
-          c.min_key[b] = lo[j];
-          c.max_key[b] = hi[j];
-        }
+        if (b < sample_block::kCoarse) sh.coarse.weight[b] = sums[j];
       }
       __syncthreads();
     }
@@ -192,32 +172,51 @@ struct DeviceGroup {
 #endif
     (void)sh;
   }
-  // The cluster's own lists, in rank order, into this block's list; a cluster barrier after the
-  // reads, so no block gathers anew while another still reads its list.
+  // The cluster's own lists, in rank order, into this block's list where they all fit; a cluster
+  // barrier after the reads, so no block gathers anew while another still reads its list.
   __host__ __device__ void merge_lists(sample_block::Shared& sh) const {
 #if defined(__CUDA_ARCH__)
+    constexpr auto kCap = static_cast<uint32_t>(sample_block::kListCap);
     if constexpr (kBlocks > 1) {
 #if __CUDA_ARCH__ >= 900
       namespace cg = cooperative_groups;
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();
-      uint32_t off = 0;
+      uint32_t total = 0, low = 0;
+#pragma unroll
       for (int r = 0; r < kBlocks; ++r) {
         const sample_block::Shared& o = *cluster.map_shared_rank(&sh, r);
-        const uint32_t cnt = o.n_own;
-        for (uint32_t i = threadIdx.x; i < cnt; i += kThreads) sh.list[off + i] = o.own[i];
-        off += cnt;
+        total += o.n_own;
+        low += o.n_own_low;
       }
-      if (threadIdx.x == 0) sh.n_list = off;
+      if (total <= kCap) {
+        uint32_t off = 0;
+        for (int r = 0; r < kBlocks; ++r) {
+          const sample_block::Shared& o = *cluster.map_shared_rank(&sh, r);
+          const uint32_t cnt = o.n_own;
+          for (uint32_t i = threadIdx.x; i < cnt; i += kThreads) sh.list[off + i] = o.own[i];
+          off += cnt;
+        }
+      }
       cluster.sync();
+      if (threadIdx.x == 0) {
+        sh.n_list = total;
+        sh.n_list_low = low;
+      }
 #else
       __trap();  // clusters need compute capability 9.0
 #endif
     } else {
-      for (uint32_t i = threadIdx.x; i < sh.n_own; i += kThreads) sh.list[i] = sh.own[i];
-      if (threadIdx.x == 0) sh.n_list = sh.n_own;
-      __syncthreads();
+      if (sh.n_own <= kCap) {
+        for (uint32_t i = threadIdx.x; i < sh.n_own; i += kThreads) sh.list[i] = sh.own[i];
+      }
+      __syncthreads();  // every thread has read n_own before thread 0 copies it
+      if (threadIdx.x == 0) {
+        sh.n_list = sh.n_own;
+        sh.n_list_low = sh.n_own_low;
+      }
     }
+    __syncthreads();
 #endif
     (void)sh;
   }
