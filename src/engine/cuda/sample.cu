@@ -109,13 +109,15 @@ struct DeviceGroup {
     (void)v;
 #endif
   }
-  // Every block reads the cluster's copies between two cluster barriers, then writes its own.
-  __host__ __device__ void combine_hist(sample_block::Shared& sh, int nb) const {
+  // a[0, nb) (nb <= kMax) summed over the cluster in every block: each block reads the cluster's
+  // copies between two cluster barriers, then writes its own.
+  template <int kMax>
+  __host__ __device__ static void cluster_sum(uint64_t* a, int nb) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (kBlocks > 1) {
       namespace cg = cooperative_groups;
       cg::cluster_group cluster = cg::this_cluster();
-      constexpr int kPer = (sample_block::kBuckets + kThreads - 1) / kThreads;
+      constexpr int kPer = (kMax + kThreads - 1) / kThreads;
       uint64_t sums[kPer];
       cluster.sync();
 #pragma unroll
@@ -124,53 +126,28 @@ struct DeviceGroup {
         sums[j] = 0;
         if (b < nb) {
 #pragma unroll 4
-          for (int r = 0; r < kBlocks; ++r) sums[j] += *cluster.map_shared_rank(&sh.hist[0][b], r);
+          for (int r = 0; r < kBlocks; ++r) sums[j] += *cluster.map_shared_rank(&a[b], r);
         }
       }
       cluster.sync();
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int b = static_cast<int>(threadIdx.x) + j * kThreads;
-        if (b < nb) sh.hist[0][b] = sums[j];
+        if (b < nb) a[b] = sums[j];
       }
       __syncthreads();
     }
 #elif defined(__CUDA_ARCH__)
     if constexpr (kBlocks > 1) __trap();  // clusters need compute capability 9.0
 #endif
-    (void)sh;
+    (void)a;
     (void)nb;
   }
-  // As combine_hist, for the coarse buckets' sums.
+  __host__ __device__ void combine_hist(sample_block::Shared& sh, int nb) const {
+    cluster_sum<sample_block::kBuckets>(sh.hist[0], nb);
+  }
   __host__ __device__ void combine_coarse(sample_block::Shared& sh) const {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (kBlocks > 1) {
-      namespace cg = cooperative_groups;
-      cg::cluster_group cluster = cg::this_cluster();
-      constexpr int kPer = (sample_block::kCoarse + kThreads - 1) / kThreads;
-      uint64_t sums[kPer];
-      cluster.sync();
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int b = static_cast<int>(threadIdx.x) + j * kThreads;
-        sums[j] = 0;
-        if (b < sample_block::kCoarse) {
-#pragma unroll 4
-          for (int r = 0; r < kBlocks; ++r) sums[j] += *cluster.map_shared_rank(&sh.coarse.weight[b], r);
-        }
-      }
-      cluster.sync();
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int b = static_cast<int>(threadIdx.x) + j * kThreads;
-        if (b < sample_block::kCoarse) sh.coarse.weight[b] = sums[j];
-      }
-      __syncthreads();
-    }
-#elif defined(__CUDA_ARCH__)
-    if constexpr (kBlocks > 1) __trap();
-#endif
-    (void)sh;
+    cluster_sum<sample_block::kCoarse>(sh.coarse.weight, sample_block::kCoarse);
   }
   // The cluster's own lists, in rank order, into this block's list where they all fit; a cluster
   // barrier after the reads, so no block gathers anew while another still reads its list.
