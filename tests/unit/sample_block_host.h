@@ -51,35 +51,27 @@ class HostGroupThread {
     if (low) std::atomic_ref<uint32_t>(sh.n_own_low).fetch_add(1, std::memory_order_relaxed);
     if (at < static_cast<uint32_t>(sample_block::kListCap)) sh.own[at] = item;
   }
-  void combine_hist(sample_block::Shared& sh, int nb) {
+  // a[0, nb) (a field of this block's Shared) summed over the group's blocks in every block:
+  // each reads every block's copy between two group barriers, then writes its own.
+  void group_sum(uint64_t* a, int nb) {
     if (shared_.size() == 1) return;
+    const auto offset = reinterpret_cast<const char*>(a) - reinterpret_cast<const char*>(&shared_[static_cast<size_t>(rank_)]);
     group_.arrive_and_wait();
     std::vector<uint64_t> sums;
     for (int b = tid_; b < nb; b += threads_) {
       uint64_t s = 0;
-      for (const sample_block::Shared& other : shared_) s += other.hist[0][b];
+      for (const sample_block::Shared& other : shared_) {
+        s += reinterpret_cast<const uint64_t*>(reinterpret_cast<const char*>(&other) + offset)[b];
+      }
       sums.push_back(s);
     }
     group_.arrive_and_wait();
     size_t j = 0;
-    for (int b = tid_; b < nb; b += threads_) sh.hist[0][b] = sums[j++];
+    for (int b = tid_; b < nb; b += threads_) a[b] = sums[j++];
     sync();
   }
-  // As combine_hist, for the coarse buckets' sums.
-  void combine_coarse(sample_block::Shared& sh) {
-    if (shared_.size() == 1) return;
-    group_.arrive_and_wait();
-    std::vector<uint64_t> sums;
-    for (int b = tid_; b < sample_block::kCoarse; b += threads_) {
-      uint64_t sum = 0;
-      for (const sample_block::Shared& other : shared_) sum += other.coarse.weight[b];
-      sums.push_back(sum);
-    }
-    group_.arrive_and_wait();
-    size_t j = 0;
-    for (int b = tid_; b < sample_block::kCoarse; b += threads_) sh.coarse.weight[b] = sums[j++];
-    sync();
-  }
+  void combine_hist(sample_block::Shared& sh, int nb) { group_sum(sh.hist[0], nb); }
+  void combine_coarse(sample_block::Shared& sh) { group_sum(sh.coarse.weight, sample_block::kCoarse); }
   // Every block's own list, in block order, into this block's list (where they all fit).
   void merge_lists(sample_block::Shared& sh) {
     group_.arrive_and_wait();

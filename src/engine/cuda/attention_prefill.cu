@@ -124,13 +124,7 @@ __device__ __forceinline__ void scores_to_weights(float (&s)[NB][4], int64_t til
   if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] *= corr[r];
-#pragma unroll
-    for (int nd = 0; nd < ND; ++nd) {
-      o[nd][0] *= corr[0];
-      o[nd][1] *= corr[0];
-      o[nd][2] *= corr[1];
-      o[nd][3] *= corr[1];
-    }
+    rescale_rows(o, corr);
   }
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {

@@ -115,6 +115,18 @@ __device__ __forceinline__ void online_softmax_step(float (&row_max)[2], float (
   }
 }
 
+// The output accumulators of rows gq (r = 0) and gq + 8 (r = 1) times their rows' factors.
+template <int ND>
+__device__ __forceinline__ void rescale_rows(float (&o)[ND][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int nd = 0; nd < ND; ++nd) {
+    o[nd][0] *= corr[0];
+    o[nd][1] *= corr[0];
+    o[nd][2] *= corr[1];
+    o[nd][3] *= corr[1];
+  }
+}
+
 // The rest of a tile's online-softmax step once its scores are in (base-2 units, -inf where
 // masked) and this thread's part of each row's tile maximum is in row_max: the running m and l
 // updated, the output accumulators o (rows gq, gq + 8 as in the scores) rescaled, and the scores
@@ -124,13 +136,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NB][4], float (&row_max)
                                              float (&o)[ND][4]) {
   float corr[2], base[2];
   online_softmax_step(row_max, m, l, corr, base);
-#pragma unroll
-  for (int nd = 0; nd < ND; ++nd) {
-    o[nd][0] *= corr[0];
-    o[nd][1] *= corr[0];
-    o[nd][2] *= corr[1];
-    o[nd][3] *= corr[1];
-  }
+  rescale_rows(o, corr);
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
 #pragma unroll
