@@ -67,6 +67,8 @@ Result<DecodeRun> decode_run(Backend& backend, std::span<const int32_t> prompt, 
   std::vector<RowDraw> draws;
   for (int64_t i = 0; i < n; ++i) draws.push_back(RowDraw{0, params, static_cast<uint64_t>(i), 0});
   std::vector<int32_t> next, ids;  // the batch reads next; the pass writes ids
+  // A decode step the previous run's last call launched ahead must not count as this prefill's.
+  KLLM_RETURN_IF_ERROR(backend.settle());
   const auto t0 = Clock::now();
   KLLM_ASSIGN_OR_RETURN(SeqId p, backend.create_sequence());
   seqs.push_back(p);

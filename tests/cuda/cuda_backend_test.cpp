@@ -166,6 +166,117 @@ TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
   }
 }
 
+// Decode steps as generator.cpp takes them (forward_sample, one draw per row, the drawn tokens
+// fed back): five forks of a 21-token prompt, sample i stopping at step 4 + 4i (sample 1's
+// sequence released as it stops), a running sample forked at step 10 (the fork joins the
+// batch). Returns every sample's tokens, the committed lengths seen, and the logits of the
+// first stopped sample fed one more token afterwards (its step launched ahead taken back).
+struct ChainTrace {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<int64_t> lengths;
+  std::vector<float> continued;
+};
+
+ChainTrace chain_scenario(Backend& b, bool sampled) {
+  ChainTrace t;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back((i * 977 + 5) % 128000);
+  SamplingParams sp;
+  sp.temperature = sampled ? 0.8f : 0.0f;
+  sp.top_p = 0.9f;
+  sp.seed = 3;
+  constexpr uint64_t kSamples = 5;
+  std::vector<RowDraw> draws;
+  for (uint64_t i = 0; i < kSamples; ++i) draws.push_back(RowDraw{0, sp, i, 0});
+  const SeqId p = *b.create_sequence();
+  const ForwardRequest pre{p, prompt, false};
+  std::vector<int32_t> drawn;
+  const Status ps = b.forward_sample({&pre, 1}, draws, drawn);
+  EXPECT_TRUE(ps.ok()) << ps.to_string();
+  if (!ps.ok()) return t;
+  struct Sample {
+    SeqId seq;
+    uint64_t index;
+    std::vector<int32_t> toks;
+    bool alive;
+    int stop;
+  };
+  std::vector<Sample> s;
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    s.push_back(Sample{*b.fork_sequence(p), i, {drawn[i]}, true, 4 + 4 * static_cast<int>(i)});
+  }
+  b.release_sequence(p);
+  for (int step = 1; step <= 24; ++step) {
+    if (step == 10) {  // sample 4 is in the step launched ahead: the fork must not see that position
+      Sample f = s[4];
+      f.seq = *b.fork_sequence(s[4].seq);
+      f.index = kSamples;
+      f.stop = 1000;
+      EXPECT_EQ(b.sequence_length(f.seq), b.sequence_length(s[4].seq));
+      s.push_back(f);
+    }
+    std::vector<ForwardRequest> batch;
+    std::vector<RowDraw> d;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i].alive && step >= s[i].stop) {
+        s[i].alive = false;
+        if (i == 1) b.release_sequence(s[i].seq);
+      }
+      if (!s[i].alive) continue;
+      t.lengths.push_back(b.sequence_length(s[i].seq));
+      EXPECT_EQ(t.lengths.back(), static_cast<int64_t>(prompt.size() + s[i].toks.size() - 1)) << "step " << step;
+      d.push_back(RowDraw{static_cast<int64_t>(batch.size()), sp, s[i].index, static_cast<uint64_t>(step)});
+      batch.push_back(ForwardRequest{s[i].seq, {&s[i].toks.back(), 1}, false});
+      who.push_back(i);
+    }
+    std::vector<int32_t> out;
+    const Status st = b.forward_sample(batch, d, out);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    if (!st.ok()) return t;
+    for (size_t j = 0; j < who.size(); ++j) s[who[j]].toks.push_back(out[j]);
+  }
+  EXPECT_EQ(b.sequence_length(s[0].seq), static_cast<int64_t>(prompt.size() + s[0].toks.size() - 1));
+  t.continued = run(b, s[0].seq, {7});
+  for (const Sample& x : s) {
+    t.tokens.push_back(x.toks);
+    if (x.seq != s[1].seq) b.release_sequence(x.seq);
+  }
+  return t;
+}
+
+// The decode chain (CudaBackend launching the next step before the caller asks, decode_chain.h)
+// changes no token: the scenario above with it on and off (KERNELLLM_CUDA_CHAIN=0), greedy and
+// sampled, in f32 and bf16 (the cascade attention); the committed lengths the caller sees and
+// a stopped sample's next logits are those of the backend without it.
+TEST_P(TinyModels, DecodeChainChangesNoToken) {
+  TinyLlama m;
+  ASSERT_TRUE(testing::load_tiny_llama(GetParam(), m));
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (bool sampled : {false, true}) {
+      CudaBackendOptions o;
+      o.dtype = dt;
+      o.kv_capacity_tokens = 1024;
+      auto chained = gpu_backend(m, o);
+      setenv("KERNELLLM_CUDA_CHAIN", "0", 1);
+      auto plain = gpu_backend(m, o);
+      unsetenv("KERNELLLM_CUDA_CHAIN");  // read when the backend is made
+      ASSERT_TRUE(chained && plain);
+      const ChainTrace a = chain_scenario(*chained, sampled), b = chain_scenario(*plain, sampled);
+      const std::string what = std::string(dtype_name(dt)) + (sampled ? " sampled" : " greedy");
+      ASSERT_EQ(a.tokens.size(), 6u) << what;
+      ASSERT_EQ(a.tokens.size(), b.tokens.size()) << what;
+      for (size_t i = 0; i < a.tokens.size(); ++i) EXPECT_EQ(a.tokens[i], b.tokens[i]) << what << ", sample " << i;
+      EXPECT_EQ(a.lengths, b.lengths) << what;
+      ASSERT_FALSE(a.continued.empty());
+      const double e = rel_error(a.continued, b.continued);
+      std::printf("[%s %s] chain on/off: %zu samples, %zu tokens each at most, continued logits rel err %.3g\n",
+                  GetParam().c_str(), what.c_str(), a.tokens.size(), a.tokens.back().size(), e);
+      EXPECT_LT(e, 1e-5) << what;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Checkpoints, TinyModels, ::testing::Values("tiny-f32-gqa", "tiny-f32-tied"),
                          [](const auto& p) {
                            std::string n = p.param;

@@ -72,6 +72,11 @@ class Backend {
   // several rows in parallel). Bad draws (validate_draws) are errors before anything runs.
   virtual Status forward_sample(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
                                 std::vector<int32_t>& tokens);
+
+  // Finishes and takes back work queued ahead of the caller (the CUDA backend's next decode
+  // step, launched before it is asked for); nothing the caller sees changes. Timing code calls
+  // it before starting a clock. The default has no such work.
+  virtual Status settle() { return Status::ok_status(); }
 };
 
 struct CpuBackendOptions {

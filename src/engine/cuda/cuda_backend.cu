@@ -75,6 +75,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
     staged_all_ = std::string(staged) == "all";
   }
   if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
+  chain_ = !env_off("KERNELLLM_CUDA_CHAIN");
   if (const char* band = std::getenv("KERNELLLM_CUDA_BAND")) {
     if (std::string(band) == "0") opts_.band_gemm = false;
     band_all_ = std::string(band) == "all";
@@ -88,7 +89,13 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
 }
 
 CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // a decode step launched ahead
   for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
+  for (int b = 0; b < 2; ++b) {
+    if (chain_done_[b] != nullptr) cudaEventDestroy(chain_done_[b]);
+    if (chain_draws_host_[b] != nullptr) cudaFreeHost(chain_draws_host_[b]);
+    if (chain_ids_host_[b] != nullptr) cudaFreeHost(chain_ids_host_[b]);
+  }
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
   if (draws_host_ != nullptr) cudaFreeHost(draws_host_);
   if (draw_ids_host_ != nullptr) cudaFreeHost(draw_ids_host_);
@@ -151,7 +158,15 @@ Status CudaBackend::init() {
   KLLM_RETURN_IF_ERROR(logits_dev_.allocate(R * vocab * 4, "logits"));
   KLLM_RETURN_IF_ERROR(ids_dev_.allocate(R * 4, "greedy ids"));
   KLLM_RETURN_IF_ERROR(meta_.allocate(T * kMetaFields * 4, "batch metadata"));
-  KLLM_CUDA_RETURN(cudaMallocHost(&meta_host_, T * kMetaFields * 4), "pinned metadata");
+  KLLM_CUDA_RETURN(cudaMallocHost(&meta_host_, 2 * T * kMetaFields * 4), "pinned metadata");
+  // The decode chain's steps (at most max_logit_rows_ rows): two buffer sets, the device draws'
+  // room reserved now so that it never moves under a step in flight.
+  for (int b = 0; b < 2; ++b) {
+    KLLM_CUDA_RETURN(cudaMallocHost(&chain_draws_host_[b], R * sizeof(sample_block::Draw)), "pinned chain draws");
+    KLLM_CUDA_RETURN(cudaMallocHost(&chain_ids_host_[b], R * 4), "pinned chain ids");
+    KLLM_CUDA_RETURN(cudaEventCreateWithFlags(&chain_done_[b], cudaEventDisableTiming), "chain event");
+  }
+  KLLM_RETURN_IF_ERROR(reserve_draws(R));
   if (opts_.band_gemm && compute_major_ >= 9 && band_parts_env_ != 0) {  // band_parts_serve
     const auto rows = std::min<size_t>(T, static_cast<size_t>(kBandMaxTokens)) * std::max(qd + 2 * kd, h);
     KLLM_RETURN_IF_ERROR(band_parts_.allocate(static_cast<size_t>(kBandMaxParts) * rows * 4, "band gemm parts"));
@@ -261,6 +276,10 @@ Status CudaBackend::init_kv() {
 }
 
 Result<SeqId> CudaBackend::fork_sequence(SeqId parent) {
+  // A fork copies the parent's pages and length: not a position launched ahead.
+  if (ahead_ && std::any_of(ahead_->rows.begin(), ahead_->rows.end(), [&](const ChainRow& r) { return r.seq == parent; })) {
+    KLLM_RETURN_IF_ERROR(cancel_ahead());
+  }
   KLLM_ASSIGN_OR_RETURN(SeqId id, pages_->fork(parent));
   const std::vector<int32_t>& pages = pages_->pages(id);
   if (!pages.empty()) {
@@ -270,6 +289,26 @@ Result<SeqId> CudaBackend::fork_sequence(SeqId parent) {
                      "fork block table");
   }
   return id;
+}
+
+void CudaBackend::release_sequence(SeqId seq) {
+  // A step launched ahead may still write the sequence's last position: the pages go back to
+  // the pool now, and any later use of them is queued on the same stream after that step.
+  if (ahead_) {
+    for (ChainRow& r : ahead_->rows) {
+      if (r.seq == seq) r.seq = -1;
+    }
+  }
+  pages_->release(seq);
+}
+
+int64_t CudaBackend::sequence_length(SeqId seq) const {
+  const int64_t n = pages_->length(seq);
+  if (n > 0 && ahead_ &&
+      std::any_of(ahead_->rows.begin(), ahead_->rows.end(), [&](const ChainRow& r) { return r.seq == seq; })) {
+    return n - 1;
+  }
+  return n;
 }
 
 Status CudaBackend::upload_table(SeqId seq, int64_t first_page) {

@@ -7,14 +7,16 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/band_gemm.cuh"
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
-#include "engine/cuda/kv_pages.h"
 #include "engine/cuda/staged_gemm.cuh"
+#include "engine/decode_chain.h"
+#include "engine/kv_pages.h"
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/cuda_backend.h"
 
@@ -24,7 +26,7 @@ struct Draw;
 
 namespace kernelllm::cuda {
 
-inline constexpr int64_t kMetaFields = 13;
+inline constexpr int64_t kMetaFields = 14;
 // The most tokens the skinny GEMM serves by default (KERNELLLM_CUDA_SKINNY_TOKENS sets 1..32).
 inline constexpr int64_t kSkinnyServedTokens = 16;
 // The projections band_gemm_parts may serve (CudaBackend::band_parts_serve; bits of
@@ -47,14 +49,18 @@ class CudaBackend final : public Backend {
   const ModelConfig& config() const override { return config_; }
   Result<SeqId> create_sequence() override { return pages_->create(); }
   Result<SeqId> fork_sequence(SeqId parent) override;
-  void release_sequence(SeqId seq) override { pages_->release(seq); }
-  int64_t sequence_length(SeqId seq) const override { return pages_->length(seq); }
+  void release_sequence(SeqId seq) override;
+  // The tokens the caller has fed (a step launched ahead is not counted).
+  int64_t sequence_length(SeqId seq) const override;
   Status forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) override;
   Status forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens) override;
   // Greedy-only draws: the device argmax. Others: on the device (sample.cuh) with the option
-  // device_sampling, else forward() and the host's draws (Backend::forward_sample).
+  // device_sampling, else forward() and the host's draws (Backend::forward_sample). Decode steps
+  // with one draw per row go through the chain: the step after is launched (ahead_) before this
+  // one's tokens are read.
   Status forward_sample(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
                         std::vector<int32_t>& tokens) override;
+  Status settle() override { return cancel_ahead(); }
 
   int64_t kv_capacity_tokens() const { return pages_->num_pages() * pages_->page_tokens(); }
   int64_t kv_free_tokens() const { return pages_->free_pages() * pages_->page_tokens(); }
@@ -96,6 +102,41 @@ class CudaBackend final : public Backend {
   // forward(), forward_argmax() and forward_sample(): rows of logits, or of ids when `ids`, or
   // with neither the draws in draws_.
   Status forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits, std::vector<int32_t>* ids);
+  // The KV pages' copies-on-write that KvPages::extend asked for.
+  Status copy_pages(std::span<const KvPages::Copy> copies);
+  // A single-token pass of n tokens whose metadata m (pinned, fields of max_tokens_) has its pos
+  // and seq fields: where forks share their prompt's pages, the cascade attention's plan into
+  // fields 7..12 and true; else false.
+  bool plan_shared_pass(int64_t n, int32_t* m) const;
+  // The device work of a single-token pass of n tokens whose metadata is in meta_ (with logits):
+  // its CUDA graph (captured on the second use of a batch size) or the kernels one by one.
+  Status launch_decode_layers(int64_t n, bool shared);
+
+  // Decode steps launched one ahead (decode_chain.h; KERNELLLM_CUDA_CHAIN=0 turns it off). A
+  // step of the chain uses one of two sets of pinned buffers (its metadata, draws and ids) and
+  // records chain_done_[buf] once its ids are on the host.
+  struct ChainStep {
+    std::vector<ChainRow> rows;
+    std::vector<int32_t> fed;  // each row's input token, known once the step before is read
+    bool greedy = true;
+    int buf = 0;
+  };
+  // Queues a step of the chain: extends each row's sequence by one position, uploads the
+  // metadata (tokens from `tokens`, or on the device from the previous step's ids at rows
+  // `from_rows`, which are argmax ids if `from_greedy`), the pass, its draws (argmax if greedy)
+  // and the ids' copy into chain_ids_host_[buf].
+  Status launch_chain_step(std::span<const ChainRow> rows, const int32_t* tokens, std::span<const int64_t> from_rows,
+                           bool from_greedy, bool greedy, int buf);
+  // Launches the step after (batch, draws) as ahead_, its tokens from rows `from_rows` of the
+  // step in flight, if every sequence has a position left and the pool a page for it; else none.
+  Status launch_ahead(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
+                      std::span<const int64_t> from_rows, bool from_greedy, bool greedy);
+  // The tokens of the step in buffer `buf` once it is done (tokens[j] for draws[j], request i
+  // being that step's row rows[i]); ahead_, if any, learns its rows' input tokens.
+  Status read_chain_step(int buf, std::span<const int64_t> rows, std::span<const RowDraw> draws,
+                         std::vector<int32_t>& tokens);
+  // Waits for a step launched ahead and takes it back: its sequences lose that position.
+  Status cancel_ahead();
   // The draws of pass rows [row0, row0 + rn) (logits_dev_ rows 0..rn-1): their tokens to
   // draw_ids_host_ once the stream is done.
   Status draw_on_device(int64_t row0, int64_t rn);
@@ -138,7 +179,7 @@ class CudaBackend final : public Backend {
   // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len, then
   // the shared-prefix plan: ctx_begin, item seq, item prefix, item first, item count, members.
   DeviceBuffer meta_;
-  int32_t* meta_host_ = nullptr;    // pinned mirror
+  int32_t* meta_host_ = nullptr;    // pinned mirror (two: the decode chain's buffer sets)
   bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off
   // The cascade pass's split kernel over the forks' own positions: env KERNELLLM_CUDA_SUFFIX_SPLITS=N
   // (1..16) sets its splits and KERNELLLM_CUDA_SUFFIX_MIN=P the fewest positions a split takes
@@ -181,6 +222,15 @@ class CudaBackend final : public Backend {
   DeviceBuffer draws_dev_, draw_ids_dev_;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 2 * token count + shared
   std::map<int64_t, int> graph_seen_;
+  // The decode chain: on unless KERNELLLM_CUDA_CHAIN=0; the step launched ahead, if any; the
+  // buffer set the next step takes; per set, pinned draws and ids (the metadata's is
+  // meta_host_ + set * kMetaFields * max_tokens_) and the event of its last step.
+  bool chain_ = true;
+  std::optional<ChainStep> ahead_;
+  int chain_buf_ = 0;
+  sample_block::Draw* chain_draws_host_[2] = {nullptr, nullptr};
+  int32_t* chain_ids_host_[2] = {nullptr, nullptr};
+  cudaEvent_t chain_done_[2] = {nullptr, nullptr};
 };
 
 }  // namespace kernelllm::cuda

@@ -200,6 +200,36 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   return cuda_status(cudaGetLastError(), "launching the forward pass");
 }
 
+Status CudaBackend::launch_decode_layers(int64_t n, bool shared) {
+  if (!opts_.cuda_graphs || n > std::min(kMaxGraphTokens, max_logit_rows_)) {
+    return run_layers(n, n, 0, true, shared, true);
+  }
+  const int64_t key = 2 * n + (shared ? 1 : 0);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end() && graph_seen_[key]++ >= 1) {
+    // Captured on its second use: the first ran eagerly, so lazy library setup is done. The
+    // capture starts on an idle stream (a decode step may be in flight when the chain launches
+    // the next one).
+    KLLM_CUDA_RETURN(cudaStreamSynchronize(stream_), "before a graph capture");
+    cudaGraph_t g = nullptr;
+    KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+    const Status s = run_layers(n, n, 0, true, shared, true);
+    const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+    KLLM_RETURN_IF_ERROR(s);
+    KLLM_CUDA_RETURN(end, "end capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    KLLM_CUDA_RETURN(inst, "instantiate graph");
+    it = graphs_.emplace(key, exec).first;
+  }
+  if (it != graphs_.end()) {
+    KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
+    return Status::ok_status();
+  }
+  return run_layers(n, n, 0, true, shared, true);
+}
+
 Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out) {
   const int64_t vocab = config_.vocab_size;
   if (logits_out == nullptr && ids_out == nullptr) return draw_on_device(draw_row0_ + r0, rn);
@@ -228,27 +258,7 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
                    "metadata upload");
   const bool graph = opts_.cuda_graphs && single_token && n == r && n <= std::min(kMaxGraphTokens, max_logit_rows_);
   if (graph) {
-    const int64_t key = 2 * n + (shared ? 1 : 0);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end() && graph_seen_[key]++ >= 1) {
-      // Captured on its second use: the first ran eagerly, so lazy library setup is done.
-      cudaGraph_t g = nullptr;
-      KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-      const Status s = run_layers(n, r, 0, true, shared, true);
-      const cudaError_t end = cudaStreamEndCapture(stream_, &g);
-      KLLM_RETURN_IF_ERROR(s);
-      KLLM_CUDA_RETURN(end, "end capture");
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
-      cudaGraphDestroy(g);
-      KLLM_CUDA_RETURN(inst, "instantiate graph");
-      it = graphs_.emplace(key, exec).first;
-    }
-    if (it != graphs_.end()) {
-      KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
-    } else {
-      KLLM_RETURN_IF_ERROR(run_layers(n, r, 0, true, shared, true));
-    }
+    KLLM_RETURN_IF_ERROR(launch_decode_layers(n, shared));
     KLLM_RETURN_IF_ERROR(download_rows(r, 0, logits_out, ids_out));
     return cuda_status(cudaStreamSynchronize(stream_), "decode step");
   }
@@ -268,10 +278,12 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
 }
 
 Status CudaBackend::forward(std::span<const ForwardRequest> batch, std::vector<float>& logits) {
+  KLLM_RETURN_IF_ERROR(cancel_ahead());
   return forward_rows(batch, &logits, nullptr);
 }
 
 Status CudaBackend::forward_argmax(std::span<const ForwardRequest> batch, std::vector<int32_t>& tokens) {
+  KLLM_RETURN_IF_ERROR(cancel_ahead());
   return forward_rows(batch, nullptr, &tokens);
 }
 
@@ -322,6 +334,42 @@ Status CudaBackend::forward_sample(std::span<const ForwardRequest> batch, std::s
   KLLM_RETURN_IF_ERROR(validate_draws(batch, draws));
   const bool greedy =
       std::all_of(draws.begin(), draws.end(), [](const RowDraw& d) { return d.params.temperature == 0.0f; });
+  const bool on_device = greedy || (opts_.device_sampling && config_.vocab_size <= sample_block::kMaxVocab);
+  const bool chained = chain_ && on_device &&
+                       static_cast<int64_t>(batch.size()) <= std::min(max_logit_rows_, max_tokens_) &&
+                       chain_serves(batch, draws);
+  if (ahead_) {
+    // The step launched ahead is this one, perhaps without the rows of samples that stopped.
+    const auto rows =
+        chained && ahead_->greedy == greedy ? chain_match(ahead_->rows, ahead_->fed, batch, draws) : std::nullopt;
+    if (rows) {
+      const ChainStep step = std::move(*ahead_);
+      ahead_.reset();
+      std::vector<bool> kept(step.rows.size(), false);
+      for (int64_t r : *rows) kept[static_cast<size_t>(r)] = true;
+      for (size_t r = 0; r < step.rows.size(); ++r) {
+        const SeqId s = step.rows[r].seq;
+        if (!kept[r] && s >= 0) pages_->truncate(s, pages_->length(s) - 1);  // (a stopped sample's position)
+      }
+      KLLM_RETURN_IF_ERROR(launch_ahead(batch, draws, *rows, step.greedy, greedy));
+      return read_chain_step(step.buf, *rows, draws, tokens);
+    }
+    KLLM_RETURN_IF_ERROR(cancel_ahead());
+  }
+  if (chained) {
+    KLLM_RETURN_IF_ERROR(validate(batch));
+    std::vector<int32_t> fed(batch.size());
+    std::vector<int64_t> rows(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      fed[i] = batch[i].tokens[0];
+      rows[i] = static_cast<int64_t>(i);
+    }
+    const int buf = chain_buf_;
+    chain_buf_ ^= 1;
+    KLLM_RETURN_IF_ERROR(launch_chain_step(chain_rows(batch, draws), fed.data(), {}, false, greedy, buf));
+    KLLM_RETURN_IF_ERROR(launch_ahead(batch, draws, rows, greedy, greedy));
+    return read_chain_step(buf, rows, draws, tokens);
+  }
   if (greedy) {
     std::vector<int32_t> ids;
     KLLM_RETURN_IF_ERROR(forward_argmax(batch, ids));
@@ -344,6 +392,137 @@ Status CudaBackend::forward_sample(std::span<const ForwardRequest> batch, std::s
   tokens.resize(draws.size());
   for (size_t j = 0; j < draws.size(); ++j) tokens[draw_order_[j]] = draw_ids_host_[j];
   return Status::ok_status();
+}
+
+Status CudaBackend::copy_pages(std::span<const KvPages::Copy> copies) {
+  const size_t page_bytes = static_cast<size_t>(config_.num_hidden_layers * 2 * opts_.kv_page_tokens * kv_dim_) *
+                            dtype_size(dtype_);
+  for (const KvPages::Copy& cp : copies) {
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(kv_pool_.as<char>() + static_cast<size_t>(cp.dst) * page_bytes,
+                                     kv_pool_.as<char>() + static_cast<size_t>(cp.src) * page_bytes, page_bytes,
+                                     cudaMemcpyDeviceToDevice, stream_),
+                     "copy-on-write of a KV page");
+  }
+  return Status::ok_status();
+}
+
+bool CudaBackend::plan_shared_pass(int64_t n, int32_t* m) const {
+  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+  if (n < 2 || !shared_prefix_ || prefix_splits_for(n) <= 0 ||
+      !shared_prefix_supported(dtype_, config_.head_dim, group)) {
+    return false;
+  }
+  std::vector<const std::vector<int32_t>*> tok_pages;
+  std::vector<int32_t> tok_pos(m + max_tokens_, m + max_tokens_ + n), tok_seq(m + 2 * max_tokens_, m + 2 * max_tokens_ + n);
+  for (int32_t s : tok_seq) tok_pages.push_back(&pages_->pages(s));
+  SharedPrefixPlan plan;
+  plan_shared_prefix(tok_pages, tok_pos, tok_seq, opts_.kv_page_tokens, group, plan);
+  if (plan.shared) {
+    const std::vector<int32_t>* fields[] = {&plan.ctx_begin,  &plan.item_seq,   &plan.item_prefix,
+                                            &plan.item_first, &plan.item_count, &plan.members};
+    for (size_t f = 0; f < 6; ++f) std::copy(fields[f]->begin(), fields[f]->end(), m + (7 + f) * max_tokens_);
+  }
+  return plan.shared;
+}
+
+Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int32_t* tokens,
+                                      std::span<const int64_t> from_rows, bool from_greedy, bool greedy, int buf) {
+  const auto n = static_cast<int64_t>(rows.size());
+  // The set's last step was read before the step in flight was launched: done, but to be sure.
+  KLLM_CUDA_RETURN(cudaEventSynchronize(chain_done_[buf]), "a decode step");
+  int32_t* m = meta_host_ + static_cast<size_t>(buf) * static_cast<size_t>(kMetaFields * max_tokens_);
+  // Every row's position first (extend cannot fail), so that the step is taken back whole.
+  std::vector<KvPages::Copy> copies;
+  std::vector<int64_t> changed(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) changed[static_cast<size_t>(i)] = pages_->extend(rows[static_cast<size_t>(i)].seq, 1, copies);
+  for (int64_t i = 0; i < n; ++i) {
+    const SeqId s = rows[static_cast<size_t>(i)].seq;
+    const int64_t pos = pages_->length(s) - 1;
+    KLLM_RETURN_IF_ERROR(upload_table(s, changed[static_cast<size_t>(i)]));
+    m[i] = tokens != nullptr ? tokens[i] : 0;
+    m[max_tokens_ + i] = static_cast<int32_t>(pos);
+    m[2 * max_tokens_ + i] = s;
+    m[3 * max_tokens_ + i] = pages_->pages(s)[static_cast<size_t>(pos / opts_.kv_page_tokens)];
+    m[4 * max_tokens_ + i] = static_cast<int32_t>(i);  // out row
+    m[5 * max_tokens_ + i] = static_cast<int32_t>(i);  // query block start
+    m[6 * max_tokens_ + i] = 1;                        // and length
+    m[13 * max_tokens_ + i] = from_rows.empty() ? 0 : static_cast<int32_t>(from_rows[static_cast<size_t>(i)]);
+  }
+  KLLM_RETURN_IF_ERROR(copy_pages(copies));
+  const bool shared = plan_shared_pass(n, m);
+  const auto pitch = static_cast<size_t>(max_tokens_) * 4;
+  KLLM_CUDA_RETURN(cudaMemcpy2DAsync(meta_.get(), pitch, m, pitch, static_cast<size_t>(n) * 4,
+                                     static_cast<size_t>(kMetaFields), cudaMemcpyHostToDevice, stream_),
+                   "metadata upload");
+  int32_t* ids = meta_.as<int32_t>();
+  if (!from_rows.empty()) {
+    gather_ids(from_greedy ? ids_dev_.as<int32_t>() : draw_ids_dev_.as<int32_t>(), ids + 13 * max_tokens_, n, ids,
+               stream_);
+  }
+  KLLM_RETURN_IF_ERROR(launch_decode_layers(n, shared));
+  const int blocks = cluster_blocks_per_row(compute_major_, sm_count_, n);
+  const int32_t* drawn = nullptr;
+  if (greedy) {
+    argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(), blocks, stream_);
+    drawn = ids_dev_.as<int32_t>();
+  } else {
+    sample_block::Draw* d = chain_draws_host_[buf];
+    for (int64_t i = 0; i < n; ++i) {
+      const RowDraw& r = rows[static_cast<size_t>(i)].draw;
+      d[i] = sample_block::Draw{i, r.params.temperature, r.params.top_p, r.params.top_k, r.params.seed,
+                                r.index, r.step, sample_flags_};
+    }
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(draws_dev_.get(), d, static_cast<size_t>(n) * sizeof(sample_block::Draw),
+                                     cudaMemcpyHostToDevice, stream_),
+                     "draws upload");
+    sample_rows(logits_dev_.as<float>(), config_.vocab_size, draws_dev_.as<sample_block::Draw>(), n,
+                draw_ids_dev_.as<int32_t>(), blocks, stream_);
+    drawn = draw_ids_dev_.as<int32_t>();
+  }
+  KLLM_CUDA_RETURN(cudaMemcpyAsync(chain_ids_host_[buf], drawn, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost,
+                                   stream_),
+                   "drawn ids download");
+  KLLM_CUDA_RETURN(cudaEventRecord(chain_done_[buf], stream_), "a decode step's event");
+  return cuda_status(cudaGetLastError(), "launching a decode step");
+}
+
+Status CudaBackend::launch_ahead(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws,
+                                 std::span<const int64_t> from_rows, bool from_greedy, bool greedy) {
+  std::vector<ChainRow> next = chain_next(batch, draws);
+  int64_t pages_needed = 0;
+  for (const ChainRow& r : next) {
+    if (pages_->length(r.seq) >= config_.max_position_embeddings) return Status::ok_status();
+    pages_needed += pages_->pages_needed(r.seq, 1);
+  }
+  if (pages_needed > pages_->free_pages()) return Status::ok_status();
+  const int buf = chain_buf_;
+  chain_buf_ ^= 1;
+  const Status s = launch_chain_step(next, nullptr, from_rows, from_greedy, greedy, buf);
+  ahead_ = ChainStep{std::move(next), {}, greedy, buf};  // (launched or not, its positions are taken)
+  return s;
+}
+
+Status CudaBackend::read_chain_step(int buf, std::span<const int64_t> rows, std::span<const RowDraw> draws,
+                                    std::vector<int32_t>& tokens) {
+  KLLM_CUDA_RETURN(cudaEventSynchronize(chain_done_[buf]), "a decode step");
+  const int32_t* ids = chain_ids_host_[buf];
+  tokens.resize(draws.size());
+  for (size_t j = 0; j < draws.size(); ++j) tokens[j] = ids[rows[static_cast<size_t>(draws[j].row)]];
+  if (ahead_) {
+    ahead_->fed.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) ahead_->fed[i] = ids[rows[i]];
+  }
+  return Status::ok_status();
+}
+
+Status CudaBackend::cancel_ahead() {
+  if (!ahead_) return Status::ok_status();
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  for (const ChainRow& r : ahead_->rows) {
+    if (r.seq >= 0) pages_->truncate(r.seq, pages_->length(r.seq) - 1);
+  }
+  ahead_.reset();
+  return cuda_status(e, "a decode step launched ahead");
 }
 
 Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits,
@@ -369,21 +548,13 @@ Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vec
                       pages[static_cast<size_t>(p / opts_.kv_page_tokens)], req.all_logits || i == n - 1});
     }
   }
-  const size_t page_bytes = static_cast<size_t>(config_.num_hidden_layers * 2 * opts_.kv_page_tokens * kv_dim_) *
-                            dtype_size(dtype_);
-  for (const KvPages::Copy& cp : copies) {
-    KLLM_CUDA_RETURN(cudaMemcpyAsync(kv_pool_.as<char>() + static_cast<size_t>(cp.dst) * page_bytes,
-                                     kv_pool_.as<char>() + static_cast<size_t>(cp.src) * page_bytes, page_bytes,
-                                     cudaMemcpyDeviceToDevice, stream_),
-                     "copy-on-write of a KV page");
-  }
+  KLLM_RETURN_IF_ERROR(copy_pages(copies));
   int64_t total_rows = 0;
   for (const Tok& t : toks) total_rows += t.out ? 1 : 0;
   if (ids != nullptr) ids->resize(static_cast<size_t>(total_rows));
   if (logits != nullptr) logits->resize(static_cast<size_t>(total_rows * config_.vocab_size));
 
   int64_t done_rows = 0;
-  SharedPrefixPlan plan;
   for (size_t t0 = 0; t0 < toks.size(); t0 += static_cast<size_t>(max_tokens_)) {
     const size_t t1 = std::min(toks.size(), t0 + static_cast<size_t>(max_tokens_));
     int32_t* m = meta_host_;
@@ -404,27 +575,8 @@ Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vec
         len[blocks++] = 1;
       }
     }
-    // Decode passes where forks share their prompt's pages: the cascade attention.
     const auto n = static_cast<int64_t>(t1 - t0);
-    const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
-    bool shared = false;
-    if (single_token && n >= 2 && shared_prefix_ && prefix_splits_for(n) > 0 &&
-        shared_prefix_supported(dtype_, config_.head_dim, group)) {
-      std::vector<const std::vector<int32_t>*> tok_pages;
-      std::vector<int32_t> tok_pos, tok_seq;
-      for (size_t t = t0; t < t1; ++t) {
-        tok_pages.push_back(&pages_->pages(toks[t].seq));
-        tok_pos.push_back(toks[t].pos);
-        tok_seq.push_back(toks[t].seq);
-      }
-      plan_shared_prefix(tok_pages, tok_pos, tok_seq, opts_.kv_page_tokens, group, plan);
-      shared = plan.shared;
-      if (shared) {
-        const std::vector<int32_t>* fields[] = {&plan.ctx_begin,  &plan.item_seq,   &plan.item_prefix,
-                                                &plan.item_first, &plan.item_count, &plan.members};
-        for (size_t f = 0; f < 6; ++f) std::copy(fields[f]->begin(), fields[f]->end(), m + (7 + f) * max_tokens_);
-      }
-    }
+    const bool shared = single_token && plan_shared_pass(n, m);
     float* logits_out = logits != nullptr ? logits->data() + done_rows * config_.vocab_size : nullptr;
     int32_t* ids_out = ids != nullptr ? ids->data() + done_rows : nullptr;
     draw_row0_ = done_rows;

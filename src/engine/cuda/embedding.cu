@@ -30,7 +30,20 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
     }
   }
 }
+
+__global__ void gather_ids_kernel(const int32_t* __restrict__ drawn, const int32_t* __restrict__ from, int64_t n,
+                                  int32_t* __restrict__ ids) {
+  wait_for_predecessor();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < n) ids[t] = drawn[from[t]];
+}
 }  // namespace
+
+void gather_ids(const int32_t* drawn, const int32_t* from, int64_t n_tokens, int32_t* ids, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  launch_kernel(gather_ids_kernel, static_cast<unsigned>((n_tokens + 255) / 256), 256, 0, stream, drawn, from,
+                n_tokens, ids);
+}
 
 void embedding(DType type, const void* table, const int32_t* ids, int64_t n_tokens, int64_t hidden, float* out,
                cudaStream_t stream) {

@@ -1,7 +1,8 @@
 // Host bookkeeping of the CUDA backend's paged KV cache: a fixed pool of device pages, each
 // sequence a list of page indices plus a length, pages refcounted so forks share them; the
 // first write into a shared, partially filled page asks for a copy (copy-on-write).
-// The device memory itself belongs to the backend; this class only decides page numbers.
+// The device memory itself belongs to the backend; this class only decides page numbers (plain
+// host code, so the unit tests cover it without a GPU).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include "kernelllm/base/status.h"
 #include "kernelllm/engine/backend.h"
 
-namespace kernelllm::cuda {
+namespace kernelllm {
 
 class KvPages {
  public:
@@ -36,6 +37,10 @@ class KvPages {
   // checked pages_needed against free_pages. Appends the page copies to do to `copies` and
   // returns the first logical page index whose physical page changed.
   int64_t extend(SeqId seq, int64_t n, std::vector<Copy>& copies);
+  // Takes back extend(): length becomes `length` and the pages past it are released (a length
+  // outside [0, length(seq)) changes nothing). A page that extend() copied stays the sequence's
+  // own copy; its rows before `length` are those of the page it copied.
+  void truncate(SeqId seq, int64_t length);
   const std::vector<int32_t>& pages(SeqId seq) const { return seqs_[static_cast<size_t>(seq)]->pages; }
   int32_t refcount(int32_t page) const { return refcount_[static_cast<size_t>(page)]; }
 
@@ -54,4 +59,4 @@ class KvPages {
   std::vector<std::optional<Sequence>> seqs_;
 };
 
-}  // namespace kernelllm::cuda
+}  // namespace kernelllm

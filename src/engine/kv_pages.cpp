@@ -1,9 +1,9 @@
 // Paged KV bookkeeping; see kv_pages.h.
-#include "engine/cuda/kv_pages.h"
+#include "engine/kv_pages.h"
 
 #include <string>
 
-namespace kernelllm::cuda {
+namespace kernelllm {
 
 KvPages::KvPages(int64_t num_pages, int64_t page_tokens, int64_t max_sequences)
     : num_pages_(num_pages), page_tokens_(page_tokens), max_sequences_(max_sequences),
@@ -92,4 +92,15 @@ int64_t KvPages::extend(SeqId seq, int64_t n, std::vector<Copy>& copies) {
   return first_changed;
 }
 
-}  // namespace kernelllm::cuda
+void KvPages::truncate(SeqId seq, int64_t length) {
+  Sequence& s = *seqs_[static_cast<size_t>(seq)];
+  if (length < 0 || length >= s.length) return;
+  const auto keep = static_cast<size_t>((length + page_tokens_ - 1) / page_tokens_);
+  while (s.pages.size() > keep) {
+    unref(s.pages.back());
+    s.pages.pop_back();
+  }
+  s.length = length;
+}
+
+}  // namespace kernelllm
