@@ -428,13 +428,14 @@ bool CudaBackend::plan_shared_pass(int64_t n, int32_t* m) const {
 Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int32_t* tokens,
                                       std::span<const int64_t> from_rows, bool from_greedy, bool greedy, int buf) {
   const auto n = static_cast<int64_t>(rows.size());
-  // The set's last step was read before the step in flight was launched: done, but to be sure.
-  KLLM_CUDA_RETURN(cudaEventSynchronize(chain_done_[buf]), "a decode step");
-  int32_t* m = meta_host_ + static_cast<size_t>(buf) * static_cast<size_t>(kMetaFields * max_tokens_);
-  // Every row's position first (extend cannot fail), so that the step is taken back whole.
+  // Every row's position first (extend cannot fail): a step once asked for holds all of them,
+  // so that cancel_ahead takes it back whole.
   std::vector<KvPages::Copy> copies;
   std::vector<int64_t> changed(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) changed[static_cast<size_t>(i)] = pages_->extend(rows[static_cast<size_t>(i)].seq, 1, copies);
+  // The set's last step was read before the step in flight was launched: done, but to be sure.
+  KLLM_CUDA_RETURN(cudaEventSynchronize(chain_done_[buf]), "a decode step");
+  int32_t* m = meta_host_ + static_cast<size_t>(buf) * static_cast<size_t>(kMetaFields * max_tokens_);
   for (int64_t i = 0; i < n; ++i) {
     const SeqId s = rows[static_cast<size_t>(i)].seq;
     const int64_t pos = pages_->length(s) - 1;
@@ -498,7 +499,7 @@ Status CudaBackend::launch_ahead(std::span<const ForwardRequest> batch, std::spa
   const int buf = chain_buf_;
   chain_buf_ ^= 1;
   const Status s = launch_chain_step(next, nullptr, from_rows, from_greedy, greedy, buf);
-  ahead_ = ChainStep{std::move(next), {}, greedy, buf};  // (launched or not, its positions are taken)
+  ahead_ = ChainStep{std::move(next), {}, greedy, buf};  // (its positions are taken even if the launch failed)
   return s;
 }
 
