@@ -35,10 +35,10 @@ std::atomic<bool> g_programmatic_launch{false};
 void set_programmatic_launch(bool on) { g_programmatic_launch.store(on, std::memory_order_relaxed); }
 bool programmatic_launch() { return g_programmatic_launch.load(std::memory_order_relaxed); }
 
-int cluster_blocks_per_row(int compute_major, int sm_count, int64_t rows) {
+int cluster_blocks_per_row(int compute_major, int sm_count, int64_t rows, int per_sm) {
   if (compute_major < 9) return 1;
   int b = 16;
-  while (b > 1 && static_cast<int64_t>(b) * rows > sm_count) b /= 2;
+  while (b > 1 && static_cast<int64_t>(b) * rows > static_cast<int64_t>(sm_count) * per_sm) b /= 2;
   return b;
 }
 

@@ -30,8 +30,10 @@ int current_sm_count();
 
 // Blocks per row for kernels that give each row of a batch one cluster of blocks (the device
 // draws, the greedy argmax): 1 below compute capability 9.0 (no clusters), else the largest of
-// 16, 8, 4, 2 with one block per SM for every row's blocks, or 1.
-int cluster_blocks_per_row(int compute_major, int sm_count, int64_t rows);
+// 16, 8, 4, 2 that fits every row's blocks at `per_sm` blocks per SM, or 1.
+int cluster_blocks_per_row(int compute_major, int sm_count, int64_t rows, int per_sm = 1);
+// The greedy argmax's blocks (512 threads, few registers) fit four to an SM.
+inline constexpr int kArgmaxBlocksPerSm = 4;
 
 class DeviceBuffer {
  public:

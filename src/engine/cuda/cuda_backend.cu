@@ -95,6 +95,7 @@ CudaBackend::~CudaBackend() {
     if (chain_done_[b] != nullptr) cudaEventDestroy(chain_done_[b]);
     if (chain_draws_host_[b] != nullptr) cudaFreeHost(chain_draws_host_[b]);
     if (chain_ids_host_[b] != nullptr) cudaFreeHost(chain_ids_host_[b]);
+    if (chain_patches_host_[b] != nullptr) cudaFreeHost(chain_patches_host_[b]);
   }
   if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
   if (draws_host_ != nullptr) cudaFreeHost(draws_host_);
@@ -164,6 +165,7 @@ Status CudaBackend::init() {
   for (int b = 0; b < 2; ++b) {
     KLLM_CUDA_RETURN(cudaMallocHost(&chain_draws_host_[b], R * sizeof(sample_block::Draw)), "pinned chain draws");
     KLLM_CUDA_RETURN(cudaMallocHost(&chain_ids_host_[b], R * 4), "pinned chain ids");
+    KLLM_CUDA_RETURN(cudaMallocHost(&chain_patches_host_[b], 2 * R * 4), "pinned chain page-table patches");
     KLLM_CUDA_RETURN(cudaEventCreateWithFlags(&chain_done_[b], cudaEventDisableTiming), "chain event");
   }
   KLLM_RETURN_IF_ERROR(reserve_draws(R));

@@ -113,18 +113,20 @@ class CudaBackend final : public Backend {
   Status launch_decode_layers(int64_t n, bool shared);
 
   // Decode steps launched one ahead (decode_chain.h; KERNELLLM_CUDA_CHAIN=0 turns it off). A
-  // step of the chain uses one of two sets of pinned buffers (its metadata, draws and ids) and
-  // records chain_done_[buf] once its ids are on the host.
+  // step of the chain uses one of two sets of pinned buffers (its metadata, page-table patches,
+  // draws and ids); chain_done_[buf] is recorded once its ids are on the host: written there by
+  // the next step's chain_prep kernel, or copied when no step follows (read_chain_step).
   struct ChainStep {
     std::vector<ChainRow> rows;
     std::vector<int32_t> fed;  // each row's input token, known once the step before is read
     bool greedy = true;
     int buf = 0;
   };
-  // Queues a step of the chain: extends each row's sequence by one position, uploads the
-  // metadata (tokens from `tokens`, or on the device from the previous step's ids at rows
-  // `from_rows`, which are argmax ids if `from_greedy`), the pass, its draws (argmax if greedy)
-  // and the ids' copy into chain_ids_host_[buf].
+  // Queues a step of the chain: extends each row's sequence by one position; chain_prep puts
+  // its metadata and page-table entries on the device (tokens from `tokens`, or from the
+  // previous step's ids at rows `from_rows`, which are argmax ids if `from_greedy`) and
+  // publishes the previous step's ids; then the pass and its draws (argmax if greedy). Its own
+  // ids wait in pending_publish_.
   Status launch_chain_step(std::span<const ChainRow> rows, const int32_t* tokens, std::span<const int64_t> from_rows,
                            bool from_greedy, bool greedy, int buf);
   // Launches the step after (batch, draws) as ahead_, its tokens from rows `from_rows` of the
@@ -230,7 +232,16 @@ class CudaBackend final : public Backend {
   int chain_buf_ = 0;
   sample_block::Draw* chain_draws_host_[2] = {nullptr, nullptr};
   int32_t* chain_ids_host_[2] = {nullptr, nullptr};
+  int32_t* chain_patches_host_[2] = {nullptr, nullptr};
   cudaEvent_t chain_done_[2] = {nullptr, nullptr};
+  // The last chained step, whose ids are not yet on their way to the host: its buffer set, its
+  // rows and where its ids are on the device.
+  struct Unpublished {
+    int buf = 0;
+    int64_t n = 0;
+    const int32_t* ids = nullptr;
+  };
+  std::optional<Unpublished> pending_publish_;
 };
 
 }  // namespace kernelllm::cuda

@@ -3,6 +3,7 @@
 // single-token passes, and the public factory functions.
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/attention.cuh"
@@ -235,7 +236,7 @@ Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int
   if (logits_out == nullptr && ids_out == nullptr) return draw_on_device(draw_row0_ + r0, rn);
   if (ids_out != nullptr) {
     argmax_rows(logits_dev_.as<float>(), rn, vocab, ids_dev_.as<int32_t>(),
-                cluster_blocks_per_row(compute_major_, sm_count_, rn), stream_);
+                cluster_blocks_per_row(compute_major_, sm_count_, rn, kArgmaxBlocksPerSm), stream_);
     KLLM_CUDA_RETURN(cudaMemcpyAsync(ids_out + r0, ids_dev_.get(), static_cast<size_t>(rn) * 4,
                                      cudaMemcpyDeviceToHost, stream_),
                      "greedy ids download");
@@ -436,35 +437,52 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   // The set's last step was read before the step in flight was launched: done, but to be sure.
   KLLM_CUDA_RETURN(cudaEventSynchronize(chain_done_[buf]), "a decode step");
   int32_t* m = meta_host_ + static_cast<size_t>(buf) * static_cast<size_t>(kMetaFields * max_tokens_);
+  int32_t* patches = chain_patches_host_[buf];
+  int64_t n_patches = 0;  // (one token more changes at most one page of a sequence)
   for (int64_t i = 0; i < n; ++i) {
     const SeqId s = rows[static_cast<size_t>(i)].seq;
     const int64_t pos = pages_->length(s) - 1;
-    KLLM_RETURN_IF_ERROR(upload_table(s, changed[static_cast<size_t>(i)]));
+    const std::vector<int32_t>& pages = pages_->pages(s);
+    for (auto p = static_cast<size_t>(changed[static_cast<size_t>(i)]); p < pages.size(); ++p) {
+      patches[2 * n_patches] = static_cast<int32_t>(s * table_width_ + static_cast<int64_t>(p));
+      patches[2 * n_patches++ + 1] = pages[p];
+    }
     m[i] = tokens != nullptr ? tokens[i] : 0;
     m[max_tokens_ + i] = static_cast<int32_t>(pos);
     m[2 * max_tokens_ + i] = s;
-    m[3 * max_tokens_ + i] = pages_->pages(s)[static_cast<size_t>(pos / opts_.kv_page_tokens)];
+    m[3 * max_tokens_ + i] = pages[static_cast<size_t>(pos / opts_.kv_page_tokens)];
     m[4 * max_tokens_ + i] = static_cast<int32_t>(i);  // out row
     m[5 * max_tokens_ + i] = static_cast<int32_t>(i);  // query block start
     m[6 * max_tokens_ + i] = 1;                        // and length
     m[13 * max_tokens_ + i] = from_rows.empty() ? 0 : static_cast<int32_t>(from_rows[static_cast<size_t>(i)]);
   }
   KLLM_RETURN_IF_ERROR(copy_pages(copies));
-  const bool shared = plan_shared_pass(n, m);
-  const auto pitch = static_cast<size_t>(max_tokens_) * 4;
-  KLLM_CUDA_RETURN(cudaMemcpy2DAsync(meta_.get(), pitch, m, pitch, static_cast<size_t>(n) * 4,
-                                     static_cast<size_t>(kMetaFields), cudaMemcpyHostToDevice, stream_),
-                   "metadata upload");
-  int32_t* ids = meta_.as<int32_t>();
-  if (!from_rows.empty()) {
-    gather_ids(from_greedy ? ids_dev_.as<int32_t>() : draw_ids_dev_.as<int32_t>(), ids + 13 * max_tokens_, n, ids,
-               stream_);
+  ChainPrep prep;
+  prep.host_meta = m;
+  prep.meta = meta_.as<int32_t>();
+  prep.pitch = max_tokens_;
+  prep.fields = kMetaFields;
+  prep.n = n;
+  prep.patches = patches;
+  prep.n_patches = n_patches;
+  prep.table = block_table_.as<int32_t>();
+  prep.from_field = 13;
+  if (!from_rows.empty()) prep.drawn = from_greedy ? ids_dev_.as<int32_t>() : draw_ids_dev_.as<int32_t>();
+  // The step whose ids feed this one is the last one launched: its ids go to the host now.
+  const std::optional<Unpublished> publish = std::exchange(pending_publish_, std::nullopt);
+  if (publish) {
+    prep.publish_from = publish->ids;
+    prep.publish = chain_ids_host_[publish->buf];
+    prep.n_publish = publish->n;
   }
+  const bool shared = plan_shared_pass(n, m);
+  chain_prep(prep, stream_);
+  if (publish) KLLM_CUDA_RETURN(cudaEventRecord(chain_done_[publish->buf], stream_), "a decode step's event");
   KLLM_RETURN_IF_ERROR(launch_decode_layers(n, shared));
-  const int blocks = cluster_blocks_per_row(compute_major_, sm_count_, n);
   const int32_t* drawn = nullptr;
   if (greedy) {
-    argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(), blocks, stream_);
+    argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
+                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];
@@ -477,13 +495,10 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
                                      cudaMemcpyHostToDevice, stream_),
                      "draws upload");
     sample_rows(logits_dev_.as<float>(), config_.vocab_size, draws_dev_.as<sample_block::Draw>(), n,
-                draw_ids_dev_.as<int32_t>(), blocks, stream_);
+                draw_ids_dev_.as<int32_t>(), cluster_blocks_per_row(compute_major_, sm_count_, n), stream_);
     drawn = draw_ids_dev_.as<int32_t>();
   }
-  KLLM_CUDA_RETURN(cudaMemcpyAsync(chain_ids_host_[buf], drawn, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost,
-                                   stream_),
-                   "drawn ids download");
-  KLLM_CUDA_RETURN(cudaEventRecord(chain_done_[buf], stream_), "a decode step's event");
+  pending_publish_ = Unpublished{buf, n, drawn};
   return cuda_status(cudaGetLastError(), "launching a decode step");
 }
 
@@ -505,6 +520,13 @@ Status CudaBackend::launch_ahead(std::span<const ForwardRequest> batch, std::spa
 
 Status CudaBackend::read_chain_step(int buf, std::span<const int64_t> rows, std::span<const RowDraw> draws,
                                     std::vector<int32_t>& tokens) {
+  if (pending_publish_ && pending_publish_->buf == buf) {  // no step follows it: copy its ids
+    KLLM_CUDA_RETURN(cudaMemcpyAsync(chain_ids_host_[buf], pending_publish_->ids,
+                                     static_cast<size_t>(pending_publish_->n) * 4, cudaMemcpyDeviceToHost, stream_),
+                     "drawn ids download");
+    KLLM_CUDA_RETURN(cudaEventRecord(chain_done_[buf], stream_), "a decode step's event");
+    pending_publish_.reset();
+  }
   KLLM_CUDA_RETURN(cudaEventSynchronize(chain_done_[buf]), "a decode step");
   const int32_t* ids = chain_ids_host_[buf];
   tokens.resize(draws.size());
@@ -523,6 +545,7 @@ Status CudaBackend::cancel_ahead() {
     if (r.seq >= 0) pages_->truncate(r.seq, pages_->length(r.seq) - 1);
   }
   ahead_.reset();
+  pending_publish_.reset();  // (the ids of the step taken back)
   return cuda_status(e, "a decode step launched ahead");
 }
 

@@ -31,18 +31,42 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
   }
 }
 
-__global__ void gather_ids_kernel(const int32_t* __restrict__ drawn, const int32_t* __restrict__ from, int64_t n,
-                                  int32_t* __restrict__ ids) {
+// One block of 512 threads. The host reads are PCIe round trips, so each thread issues its loads
+// (up to 4 metadata items, a page-table patch, an id to publish) before it stores anything.
+__global__ void __launch_bounds__(512) chain_prep_kernel(ChainPrep p) {
+  constexpr int kPer = 4;
   wait_for_predecessor();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < n) ids[t] = drawn[from[t]];
+  const int64_t tid = threadIdx.x, items = p.fields * p.n;
+  int32_t patch_at = 0, patch_page = 0, published = 0;
+  if (tid < p.n_patches) {
+    patch_at = p.patches[2 * tid];
+    patch_page = p.patches[2 * tid + 1];
+  }
+  if (tid < p.n_publish) published = p.publish_from[tid];
+  for (int64_t k0 = 0; k0 < items; k0 += kPer * blockDim.x) {
+    int32_t v[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t k = k0 + j * blockDim.x + tid;
+      v[j] = k < items ? p.host_meta[(k / p.n) * p.pitch + k % p.n] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t k = k0 + j * blockDim.x + tid;
+      if (k >= items) continue;
+      const int64_t f = k / p.n, t = k % p.n;
+      // Field 0, the tokens: from the step before's draws where it gives them.
+      if (f == 0 && p.drawn != nullptr) v[j] = p.drawn[p.host_meta[p.from_field * p.pitch + t]];
+      p.meta[f * p.pitch + t] = v[j];
+    }
+  }
+  if (tid < p.n_patches) p.table[patch_at] = patch_page;
+  if (tid < p.n_publish) p.publish[tid] = published;
 }
 }  // namespace
 
-void gather_ids(const int32_t* drawn, const int32_t* from, int64_t n_tokens, int32_t* ids, cudaStream_t stream) {
-  if (n_tokens == 0) return;
-  launch_kernel(gather_ids_kernel, static_cast<unsigned>((n_tokens + 255) / 256), 256, 0, stream, drawn, from,
-                n_tokens, ids);
+void chain_prep(const ChainPrep& p, cudaStream_t stream) {
+  launch_kernel(chain_prep_kernel, 1, 512, 0, stream, p);
 }
 
 void embedding(DType type, const void* table, const int32_t* ids, int64_t n_tokens, int64_t hidden, float* out,
