@@ -33,9 +33,14 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
 
 // One block of 512 threads. The host reads are PCIe round trips, so each thread issues its loads
 // (up to 4 metadata items, a page-table patch, an id to publish) before it stores anything.
+// It waits for its predecessor (the step before's draws) but does not let the next kernel launch
+// early: the pass's kernels read its metadata and page tables before their own waits
+// (launch.cuh), so where they are launched one by one (a batch size's first pass, before its
+// graph) they must start only once this kernel is done. (Letting them start early gave wrong
+// cascade-attention passes: cuda_backend_test's DecodeChainChangesNoToken.)
 __global__ void __launch_bounds__(512) chain_prep_kernel(ChainPrep p) {
   constexpr int kPer = 4;
-  wait_for_predecessor();
+  grid_dependency_wait();
   const int64_t tid = threadIdx.x, items = p.fields * p.n;
   int32_t patch_at = 0, patch_page = 0, published = 0;
   if (tid < p.n_patches) {
