@@ -5,7 +5,8 @@
 // Every kernel started through launch_kernel calls wait_for_predecessor() before it reads or
 // writes anything an earlier kernel touches (only data no kernel of the pass writes may be read
 // before it: weights, and the pass's metadata and page tables, which host copies upload before
-// the pass; an L2 prefetch of anything is safe). That call first lets the next kernel launch,
+// the pass, or the decode chain's chain_prep writes, which therefore never lets the next kernel
+// launch before it ends; an L2 prefetch of anything is safe). That call first lets the next kernel launch,
 // then waits: so several kernels may be resident ahead of the one computing, each issuing its
 // constant loads (the GEMVs' first weights) into the gaps, and each still starts its real work
 // only after its predecessor completed, which completed only after its own wait returned, so
