@@ -40,6 +40,11 @@ std::string format_bench_table(const Json& r) {
   out += temperature > 0 ? fmt::format("draws: sampled, temperature {:g}, top_p {:g}, top_k {}\n", temperature,
                                        opt.value("top_p", 1.0), opt.value("top_k", int64_t{0}))
                          : std::string("draws: greedy\n");
+  if (const Json& env = r["machine"].value("environment", Json::object()); !env.empty()) {
+    std::string vars;
+    for (const auto& [k, v] : env.items()) vars += (vars.empty() ? "" : " ") + k + "=" + v.get<std::string>();
+    out += "environment: " + vars + "\n";
+  }
   const Json& pf = r["prefill"];
   out += fmt::format("prefill: {} ms median ({} tok/s)\n", cell(num(pf, "ms_median"), "{:.2f}"), cell(num(pf, "tok_s"), "{:.0f}"));
   const Json& bw = r["copy_bandwidth"];

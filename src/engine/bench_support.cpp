@@ -136,6 +136,16 @@ std::string git_commit_of(const std::filesystem::path& source_dir) {
   return hex && v.size() >= 7 && v.size() <= 40 ? v : std::string{};
 }
 
+Json kernelllm_environment() {
+  Json env = Json::object();
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos && kv.rfind("KERNELLLM_", 0) == 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
 Json machine_facts(const Device& device) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -146,6 +156,8 @@ Json machine_facts(const Device& device) {
       {"kernelllm_version", KERNELLLM_VERSION},
       {"git_commit", nullptr},
       {"gpu", nullptr},
+      // The run's KERNELLLM_* switches (e.g. KERNELLLM_CUDA_CHAIN=0): what was measured.
+      {"environment", kernelllm_environment()},
   };
   if (const std::string commit = git_commit_of(find_source_dir()); !commit.empty()) m["git_commit"] = commit;
   if (device.cuda) {

@@ -111,7 +111,9 @@ BenchOptions tiny_cpu(int64_t prompt_tokens, int64_t new_tokens, std::vector<int
 TEST(Bench, TinyCpuRunReportsEveryField) {
   BenchOptions o = tiny_cpu(12, 5, {1, 3}, 1);
   o.command_line = "bench_test";
+  setenv("KERNELLLM_BENCH_TEST_SWITCH", "7", 1);  // a run's KERNELLLM_* switches are recorded
   auto r = run_bench(o);
+  unsetenv("KERNELLLM_BENCH_TEST_SWITCH");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   const Json& j = *r;
   EXPECT_EQ(j["command"], "bench_test");
@@ -142,9 +144,11 @@ TEST(Bench, TinyCpuRunReportsEveryField) {
     EXPECT_DOUBLE_EQ(e["kv_bytes_per_step"].get<double>(),
                      static_cast<double>(n) * 14.5 * static_cast<double>(kv_bytes_per_token(c, 4)));
   }
+  EXPECT_EQ(j["machine"]["environment"].value("KERNELLLM_BENCH_TEST_SWITCH", std::string()), "7");
   const std::string table = format_bench_table(j);
   EXPECT_NE(table.find("prefill:"), std::string::npos);
   EXPECT_NE(table.find("tok/s/seq"), std::string::npos);
+  EXPECT_NE(table.find("KERNELLLM_BENCH_TEST_SWITCH=7"), std::string::npos) << table;
 }
 
 TEST(Bench, RunThatDoesNotFitIsAClearError) {
