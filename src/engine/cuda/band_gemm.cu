@@ -78,6 +78,7 @@ struct Params {
   int64_t rows, cols;
   int n_tokens, tiles_total, tiles, cluster, parts, tile_cap, k_warps, stages;
   bool accumulate;
+  bool evict_first;  // weights_evict_first()
 };
 
 // Glu (MT = 2, Y = T): the output is silu(x . Wg^T) * (x . Wu^T) for W = [Wg; Wu]. A cluster's run
@@ -122,10 +123,10 @@ __global__ void __launch_bounds__(256, 1)
     mbar_expect_tx(&full[slot], static_cast<unsigned>(slot_bytes));
 #pragma unroll
     for (int j = 0; j < kBoxes; ++j) {
-      tma_box(slot_w(slot) + j * w_box_elems, &wmap, col + j * kTmaBoxCols, t0 * 16, &full[slot]);
+      weight_box(slot_w(slot) + j * w_box_elems, &wmap, col + j * kTmaBoxCols, t0 * 16, &full[slot], p.evict_first);
       if constexpr (Glu) {
-        tma_box(slot_w(slot) + j * w_box_elems + run * 16 * kTmaBoxCols, &wmap, col + j * kTmaBoxCols,
-                static_cast<int>(p.rows) + t0 * 16, &full[slot]);
+        weight_box(slot_w(slot) + j * w_box_elems + run * 16 * kTmaBoxCols, &wmap, col + j * kTmaBoxCols,
+                   static_cast<int>(p.rows) + t0 * 16, &full[slot], p.evict_first);
       }
     }
   };
@@ -516,6 +517,7 @@ Status launch_band(const BandConfig& config, DType type, const void* w, int64_t 
   p.k_warps = l.k_warps;
   p.stages = l.stages;
   p.accumulate = accumulate;
+  p.evict_first = weights_evict_first();
   visit_kernel(type, y_type, nt, l.tiles_per_warp, swiglu,
                [&]<class Y>(void (*kernel)(CUtensorMap, CUtensorMap, Y*, Params), KernelPtr) {
                  launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(l.clusters * l.cluster * l.parts)),

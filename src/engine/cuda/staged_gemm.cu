@@ -60,7 +60,7 @@ __device__ __forceinline__ int swizzled(int r, int c) {
 template <class T, class Y, int NT, int BK>
 __global__ void __launch_bounds__(kThreads, 1)
     staged_kernel(const __grid_constant__ CUtensorMap wmap, int64_t rows, int64_t cols, const T* __restrict__ x,
-                  int n_tokens, Y* y, bool accumulate, float* partials, int32_t* counters) {
+                  int n_tokens, Y* y, bool accumulate, float* partials, int32_t* counters, bool evict_first) {
   constexpr int S = kRingCols / BK;  // stages in the ring
   constexpr int CPR = BK / 8;        // 16-byte chunks per stage row
   constexpr int XR = NT * 8;         // token rows
@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_expect_tx(&full[slot], BK / kBoxCols * kBoxBytes);
 #pragma unroll
       for (int j = 0; j < BK / kBoxCols; ++j) {
-        tma_box(sw + j * kBM * kBoxCols, &wmap, static_cast<int>(k0 + j * kBoxCols), static_cast<int>(row0),
-                &full[slot]);
+        weight_box(sw + j * kBM * kBoxCols, &wmap, static_cast<int>(k0 + j * kBoxCols), static_cast<int>(row0),
+                   &full[slot], evict_first);
       }
     }
     if (tokens) {
@@ -235,7 +235,8 @@ void launch(const CUtensorMap& map, int64_t rows, int64_t cols, const void* x, i
   // Every block must own a unit (an empty block between a band's pieces would never count in).
   const auto grid = static_cast<unsigned>(std::min(s.blocks, units));
   launch_kernel(kernel, grid, kThreads, smem_bytes(NT), stream, map, rows, cols, static_cast<const T*>(x),
-                static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, s.partials, s.counters);
+                static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, s.partials, s.counters,
+                weights_evict_first());
 }
 
 template <class T, class Y>

@@ -1,6 +1,8 @@
 // Tensor maps for the TMA; see tma.cuh.
 #include <cudaTypedefs.h>
 
+#include <atomic>
+
 #include "engine/cuda/tma.cuh"
 
 namespace kernelllm::cuda {
@@ -20,7 +22,12 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
+std::atomic<bool> g_weights_evict_first{false};
+
 }  // namespace
+
+void set_weights_evict_first(bool on) { g_weights_evict_first.store(on, std::memory_order_relaxed); }
+bool weights_evict_first() { return g_weights_evict_first.load(std::memory_order_relaxed); }
 
 bool tma_map_2d(CUtensorMap& map, DType type, const void* base, int64_t rows, int64_t cols, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();

@@ -30,6 +30,30 @@ __device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int c
       : "memory");
 }
 
+// Process-wide switch, off by default: the CUDA backend turns it on unless
+// KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST=0. With it the band and staged GEMMs read their weights
+// with an L2 evict-first policy (weight_box): a pass reads each weight once, so its 15 GB stream
+// should not push out of L2 what the small kernels read back (activations, partial sums, K/V and
+// logits written or prefetched moments before).
+void set_weights_evict_first(bool on);
+bool weights_evict_first();
+
+// tma_box for weights: with `evict_first`, under an L2 evict-first policy.
+__device__ __forceinline__ void weight_box(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar,
+                                           bool evict_first) {
+  if (!evict_first) {
+    tma_box(dst, map, col, row, bar);
+    return;
+  }
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
