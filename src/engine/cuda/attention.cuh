@@ -54,6 +54,9 @@ struct AttentionArgs {
   bool rope_qkv_f32 = false;
   const float* rope_inv_freq = nullptr;  // [head_dim / 2]
   float* rope_q_out = nullptr;           // [T, heads * head_dim] or null
+  // The cascade's own positions by TMA: their K/V rows under an L2 evict-first policy (each is
+  // read once a pass; tma.cuh's tma_box_once).
+  bool kv_evict_first = false;
 };
 
 // Scratch floats needed: acc T*heads*splits*head_dim, ml T*heads*splits*2. `warps`: the partial

@@ -301,8 +301,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     mbar_expect_tx(bar, kSlot);
 #pragma unroll
     for (int b = 0; b < kBoxes; ++b) {
-      tma_box(dst + b * kBoxBytes, &map, g * HD + b * kTmaBoxCols, row, bar);
-      tma_box(dst + (kBoxes + b) * kBoxBytes, &map, g * HD + b * kTmaBoxCols, row + kTmaPageRows, bar);
+      tma_box_once(dst + b * kBoxBytes, &map, g * HD + b * kTmaBoxCols, row, bar, a.kv_evict_first);
+      tma_box_once(dst + (kBoxes + b) * kBoxBytes, &map, g * HD + b * kTmaBoxCols, row + kTmaPageRows, bar,
+                   a.kv_evict_first);
     }
   };
   // The first fill by warp 0, lane j asking for page pb + j (its page-table entries read side by

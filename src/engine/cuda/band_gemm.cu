@@ -123,10 +123,11 @@ __global__ void __launch_bounds__(256, 1)
     mbar_expect_tx(&full[slot], static_cast<unsigned>(slot_bytes));
 #pragma unroll
     for (int j = 0; j < kBoxes; ++j) {
-      weight_box(slot_w(slot) + j * w_box_elems, &wmap, col + j * kTmaBoxCols, t0 * 16, &full[slot], p.evict_first);
+      tma_box_once(slot_w(slot) + j * w_box_elems, &wmap, col + j * kTmaBoxCols, t0 * 16, &full[slot],
+                   p.evict_first);
       if constexpr (Glu) {
-        weight_box(slot_w(slot) + j * w_box_elems + run * 16 * kTmaBoxCols, &wmap, col + j * kTmaBoxCols,
-                   static_cast<int>(p.rows) + t0 * 16, &full[slot], p.evict_first);
+        tma_box_once(slot_w(slot) + j * w_box_elems + run * 16 * kTmaBoxCols, &wmap, col + j * kTmaBoxCols,
+                     static_cast<int>(p.rows) + t0 * 16, &full[slot], p.evict_first);
       }
     }
   };

@@ -64,6 +64,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   fused_rope_ = !env_off("KERNELLLM_CUDA_FUSED_ROPE");
   mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
   tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
+  kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;

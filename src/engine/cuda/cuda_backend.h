@@ -197,6 +197,9 @@ class CudaBackend final : public Backend {
   // KERNELLLM_CUDA_SUFFIX_TMA=0 keeps the loads into registers (measurements). Only beside the band
   // GEMM (cuda_forward.cu).
   bool tma_suffix_ = true;
+  // Those rows under an L2 evict-first policy (AttentionArgs::kv_evict_first); env
+  // KERNELLLM_CUDA_KV_EVICT_FIRST=0 turns it off (measurements).
+  bool kv_evict_first_ = true;
   // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
   // two-row-tile kernel where head rows would serve (measurements).
   PrefillKernel prefill_kernel_ = PrefillKernel::automatic;

@@ -140,6 +140,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     a.q_block_start = qb_start;
     a.q_block_len = qb_len;
     a.n_q_blocks = q_blocks;
+    a.kv_evict_first = kv_evict_first_;
     if (fused_rope && attention_partial_folds_rope(dtype_, a, shared ? suffix_splits : a.splits)) {
       a.rope_qkv = qkv_.get();
       a.rope_qkv_f32 = qkv_type == DType::f32;

@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_expect_tx(&full[slot], BK / kBoxCols * kBoxBytes);
 #pragma unroll
       for (int j = 0; j < BK / kBoxCols; ++j) {
-        weight_box(sw + j * kBM * kBoxCols, &wmap, static_cast<int>(k0 + j * kBoxCols), static_cast<int>(row0),
-                   &full[slot], evict_first);
+        tma_box_once(sw + j * kBM * kBoxCols, &wmap, static_cast<int>(k0 + j * kBoxCols), static_cast<int>(row0),
+                     &full[slot], evict_first);
       }
     }
     if (tokens) {

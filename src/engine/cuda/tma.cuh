@@ -32,15 +32,16 @@ __device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int c
 
 // Process-wide switch, off by default: the CUDA backend turns it on unless
 // KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST=0. With it the band and staged GEMMs read their weights
-// with an L2 evict-first policy (weight_box): a pass reads each weight once, so its 15 GB stream
-// should not push out of L2 what the small kernels read back (activations, partial sums, K/V and
-// logits written or prefetched moments before).
+// with an L2 evict-first policy (tma_box_once): a pass reads each weight once, so its 15 GB
+// stream should not push out of L2 what the small kernels read back (activations, partial sums,
+// K/V and logits written or prefetched moments before).
 void set_weights_evict_first(bool on);
 bool weights_evict_first();
 
-// tma_box for weights: with `evict_first`, under an L2 evict-first policy.
-__device__ __forceinline__ void weight_box(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar,
-                                           bool evict_first) {
+// tma_box for data a pass reads once (weights; the forks' own K/V rows): with `evict_first`,
+// under an L2 evict-first policy.
+__device__ __forceinline__ void tma_box_once(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar,
+                                             bool evict_first) {
   if (!evict_first) {
     tma_box(dst, map, col, row, bar);
     return;
