@@ -5,10 +5,15 @@ namespace kernelllm {
 
 namespace {
 
-// The draw of each row (draws[i].row = r gives by_row[r] = i), or nothing when a row has none
-// or several.
-std::optional<std::vector<size_t>> draws_by_row(size_t rows, std::span<const RowDraw> draws) {
-  if (draws.size() != rows) return std::nullopt;
+// Where chain_serves(batch, draws): the draw of each row (draws[i].row = r gives by_row[r] = i);
+// else nothing.
+std::optional<std::vector<size_t>> draws_by_row(std::span<const ForwardRequest> batch,
+                                                std::span<const RowDraw> draws) {
+  const size_t rows = batch.size();
+  if (rows == 0 || draws.size() != rows) return std::nullopt;
+  for (const ForwardRequest& r : batch) {
+    if (r.tokens.size() != 1 || r.all_logits) return std::nullopt;
+  }
   std::vector<size_t> by_row(rows, rows);
   for (size_t i = 0; i < draws.size(); ++i) {
     const int64_t r = draws[i].row;
@@ -27,16 +32,12 @@ bool same_draw(const RowDraw& a, const RowDraw& b) {
 }  // namespace
 
 bool chain_serves(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws) {
-  if (batch.empty()) return false;
-  for (const ForwardRequest& r : batch) {
-    if (r.tokens.size() != 1 || r.all_logits) return false;
-  }
-  return draws_by_row(batch.size(), draws).has_value();
+  return draws_by_row(batch, draws).has_value();
 }
 
 std::vector<ChainRow> chain_rows(std::span<const ForwardRequest> batch, std::span<const RowDraw> draws) {
   std::vector<ChainRow> rows;
-  const auto by_row = draws_by_row(batch.size(), draws);
+  const auto by_row = draws_by_row(batch, draws);
   if (!by_row) return rows;
   for (size_t i = 0; i < batch.size(); ++i) {
     RowDraw d = draws[(*by_row)[i]];
@@ -55,8 +56,8 @@ std::vector<ChainRow> chain_next(std::span<const ForwardRequest> batch, std::spa
 std::optional<std::vector<int64_t>> chain_match(std::span<const ChainRow> ahead, std::span<const int32_t> fed,
                                                 std::span<const ForwardRequest> batch,
                                                 std::span<const RowDraw> draws) {
-  if (fed.size() != ahead.size() || !chain_serves(batch, draws)) return std::nullopt;
-  const auto by_row = draws_by_row(batch.size(), draws);
+  const auto by_row = draws_by_row(batch, draws);
+  if (fed.size() != ahead.size() || !by_row) return std::nullopt;
   std::vector<bool> taken(ahead.size(), false);
   std::vector<int64_t> rows(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {

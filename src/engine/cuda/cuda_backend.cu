@@ -284,9 +284,7 @@ Status CudaBackend::init_kv() {
 
 Result<SeqId> CudaBackend::fork_sequence(SeqId parent) {
   // A fork copies the parent's pages and length: not a position launched ahead.
-  if (ahead_ && std::any_of(ahead_->rows.begin(), ahead_->rows.end(), [&](const ChainRow& r) { return r.seq == parent; })) {
-    KLLM_RETURN_IF_ERROR(cancel_ahead());
-  }
+  if (ahead_holds(parent)) KLLM_RETURN_IF_ERROR(cancel_ahead());
   KLLM_ASSIGN_OR_RETURN(SeqId id, pages_->fork(parent));
   const std::vector<int32_t>& pages = pages_->pages(id);
   if (!pages.empty()) {
@@ -311,11 +309,11 @@ void CudaBackend::release_sequence(SeqId seq) {
 
 int64_t CudaBackend::sequence_length(SeqId seq) const {
   const int64_t n = pages_->length(seq);
-  if (n > 0 && ahead_ &&
-      std::any_of(ahead_->rows.begin(), ahead_->rows.end(), [&](const ChainRow& r) { return r.seq == seq; })) {
-    return n - 1;
-  }
-  return n;
+  return n > 0 && ahead_holds(seq) ? n - 1 : n;
+}
+
+bool CudaBackend::ahead_holds(SeqId seq) const {
+  return ahead_ && std::any_of(ahead_->rows.begin(), ahead_->rows.end(), [&](const ChainRow& r) { return r.seq == seq; });
 }
 
 Status CudaBackend::upload_table(SeqId seq, int64_t first_page) {

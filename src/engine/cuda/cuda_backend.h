@@ -27,6 +27,8 @@ struct Draw;
 namespace kernelllm::cuda {
 
 inline constexpr int64_t kMetaFields = 14;
+// The decode chain's field of them: each token's row in the step before, whose draw it is fed.
+inline constexpr int64_t kMetaChainFrom = 13;
 // The most tokens the skinny GEMM serves by default (KERNELLLM_CUDA_SKINNY_TOKENS sets 1..32).
 inline constexpr int64_t kSkinnyServedTokens = 16;
 // The projections band_gemm_parts may serve (CudaBackend::band_parts_serve; bits of
@@ -139,6 +141,12 @@ class CudaBackend final : public Backend {
                          std::vector<int32_t>& tokens);
   // Waits for a step launched ahead and takes it back: its sequences lose that position.
   Status cancel_ahead();
+  // Whether the step launched ahead extends `seq`.
+  bool ahead_holds(SeqId seq) const;
+  // The position a chained step gave `seq` (released: -1, nothing) back to the pool.
+  void take_back_position(SeqId seq);
+  // The device sampler's form of `d`, drawing from row `row` of logits_dev_.
+  sample_block::Draw device_draw(const RowDraw& d, int64_t row) const;
   // The draws of pass rows [row0, row0 + rn) (logits_dev_ rows 0..rn-1): their tokens to
   // draw_ids_host_ once the stream is done.
   Status draw_on_device(int64_t row0, int64_t rn);
@@ -179,7 +187,8 @@ class CudaBackend final : public Backend {
   // Activations, sized for max_tokens_.
   DeviceBuffer x_, xn_, qkv_, q_, att_, proj_, gate_up_, act_, part_acc_, part_ml_, fin_, logits_dev_, ids_dev_;
   // int32 [kMetaFields][max_tokens_]: ids, pos, seq, page, out_row, block start, block len, then
-  // the shared-prefix plan: ctx_begin, item seq, item prefix, item first, item count, members.
+  // the shared-prefix plan: ctx_begin, item seq, item prefix, item first, item count, members;
+  // then the decode chain's kMetaChainFrom.
   DeviceBuffer meta_;
   int32_t* meta_host_ = nullptr;    // pinned mirror (two: the decode chain's buffer sets)
   bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off

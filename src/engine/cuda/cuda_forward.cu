@@ -315,8 +315,7 @@ Status CudaBackend::draw_on_device(int64_t row0, int64_t rn) {
   if (b == e) return Status::ok_status();
   for (size_t j = b; j < e; ++j) {
     const RowDraw& d = draws_[draw_order_[j]];
-    draws_host_[j] = sample_block::Draw{d.row - row0,  d.params.temperature, d.params.top_p, d.params.top_k,
-                                        d.params.seed, d.index,              d.step,         sample_flags_};
+    draws_host_[j] = device_draw(d, d.row - row0);
   }
   auto* dev = draws_dev_.as<sample_block::Draw>();
   KLLM_CUDA_RETURN(cudaMemcpyAsync(dev + b, draws_host_ + b, (e - b) * sizeof(sample_block::Draw),
@@ -350,8 +349,7 @@ Status CudaBackend::forward_sample(std::span<const ForwardRequest> batch, std::s
       std::vector<bool> kept(step.rows.size(), false);
       for (int64_t r : *rows) kept[static_cast<size_t>(r)] = true;
       for (size_t r = 0; r < step.rows.size(); ++r) {
-        const SeqId s = step.rows[r].seq;
-        if (!kept[r] && s >= 0) pages_->truncate(s, pages_->length(s) - 1);  // (a stopped sample's position)
+        if (!kept[r]) take_back_position(step.rows[r].seq);  // (a stopped sample's)
       }
       KLLM_RETURN_IF_ERROR(launch_ahead(batch, draws, *rows, step.greedy, greedy));
       return read_chain_step(step.buf, *rows, draws, tokens);
@@ -455,7 +453,8 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
     m[4 * max_tokens_ + i] = static_cast<int32_t>(i);  // out row
     m[5 * max_tokens_ + i] = static_cast<int32_t>(i);  // query block start
     m[6 * max_tokens_ + i] = 1;                        // and length
-    m[13 * max_tokens_ + i] = from_rows.empty() ? 0 : static_cast<int32_t>(from_rows[static_cast<size_t>(i)]);
+    m[kMetaChainFrom * max_tokens_ + i] =
+        from_rows.empty() ? 0 : static_cast<int32_t>(from_rows[static_cast<size_t>(i)]);
   }
   KLLM_RETURN_IF_ERROR(copy_pages(copies));
   ChainPrep prep;
@@ -467,7 +466,7 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   prep.patches = patches;
   prep.n_patches = n_patches;
   prep.table = block_table_.as<int32_t>();
-  prep.from_field = 13;
+  prep.from_field = kMetaChainFrom;
   if (!from_rows.empty()) prep.drawn = from_greedy ? ids_dev_.as<int32_t>() : draw_ids_dev_.as<int32_t>();
   // The step whose ids feed this one is the last one launched: its ids go to the host now.
   const std::optional<Unpublished> publish = std::exchange(pending_publish_, std::nullopt);
@@ -487,11 +486,7 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];
-    for (int64_t i = 0; i < n; ++i) {
-      const RowDraw& r = rows[static_cast<size_t>(i)].draw;
-      d[i] = sample_block::Draw{i, r.params.temperature, r.params.top_p, r.params.top_k, r.params.seed,
-                                r.index, r.step, sample_flags_};
-    }
+    for (int64_t i = 0; i < n; ++i) d[i] = device_draw(rows[static_cast<size_t>(i)].draw, i);
     KLLM_CUDA_RETURN(cudaMemcpyAsync(draws_dev_.get(), d, static_cast<size_t>(n) * sizeof(sample_block::Draw),
                                      cudaMemcpyHostToDevice, stream_),
                      "draws upload");
@@ -542,12 +537,19 @@ Status CudaBackend::read_chain_step(int buf, std::span<const int64_t> rows, std:
 Status CudaBackend::cancel_ahead() {
   if (!ahead_) return Status::ok_status();
   const cudaError_t e = cudaStreamSynchronize(stream_);
-  for (const ChainRow& r : ahead_->rows) {
-    if (r.seq >= 0) pages_->truncate(r.seq, pages_->length(r.seq) - 1);
-  }
+  for (const ChainRow& r : ahead_->rows) take_back_position(r.seq);
   ahead_.reset();
   pending_publish_.reset();  // (the ids of the step taken back)
   return cuda_status(e, "a decode step launched ahead");
+}
+
+void CudaBackend::take_back_position(SeqId seq) {
+  if (seq >= 0) pages_->truncate(seq, pages_->length(seq) - 1);
+}
+
+sample_block::Draw CudaBackend::device_draw(const RowDraw& d, int64_t row) const {
+  return sample_block::Draw{row, d.params.temperature, d.params.top_p, d.params.top_k, d.params.seed,
+                            d.index, d.step, sample_flags_};
 }
 
 Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits,
