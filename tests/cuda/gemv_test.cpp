@@ -407,6 +407,38 @@ TEST_P(SkinnyTest, Llama8BShapes) {
   }
 }
 
+// The weights' L2 evict-first policy (common.cuh's weights_evict_first, on in the backend) is a
+// cache hint: the GEMV's and the skinny GEMM's outputs keep their bits with it.
+TEST_P(SkinnyTest, EvictFirstHintKeepsBits) {
+  const DType t = GetParam();
+  const Problem p = large_problem(t, 4096, 4096, 91, kSkinnyTokens);
+  const auto outputs = [&] {
+    std::vector<std::vector<float>> all;
+    for (int64_t n : {1, 2}) {
+      auto d_y = poisoned(static_cast<size_t>(n * p.rows) * 4);
+      cuda::gemv(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.as<float>(), nullptr);
+      all.push_back(download(d_y, static_cast<size_t>(n * p.rows)));
+    }
+    for (int64_t n : {2, 16}) {
+      auto d_y = poisoned(static_cast<size_t>(n * p.rows) * 4);
+      cuda::skinny_gemm(p.type, p.d_w.get(), p.rows, p.cols, p.d_x.get(), n, d_y.get(), DType::f32, false, nullptr);
+      all.push_back(download(d_y, static_cast<size_t>(n * p.rows)));
+    }
+    return all;
+  };
+  const bool was = cuda::weights_evict_first();
+  cuda::set_weights_evict_first(false);
+  const auto plain = outputs();
+  cuda::set_weights_evict_first(true);
+  const auto hinted = outputs();
+  cuda::set_weights_evict_first(was);
+  ASSERT_EQ(plain.size(), hinted.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i], hinted[i]) << "output " << i;
+    for (float v : hinted[i]) ASSERT_TRUE(std::isfinite(v)) << "output " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, SkinnyTest, ::testing::Values(DType::bf16, DType::f16),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 

@@ -37,7 +37,16 @@ struct Scene {
   std::vector<std::vector<int32_t>> pages;
   cuda::SharedPrefixPlan plan;
   std::vector<float> q, ref;
+  // FlashAttention's arithmetic in float64 otherwise: q rounded to the dtype, each weight
+  // p = exp(s - max) rounded to it for P.V while the sum takes p unrounded, the output rounded.
+  std::vector<float> flash;
 };
+
+float round_to(float x, DType t) {
+  if (t == DType::bf16) return cpu::bf16_to_float(to_bf16_bits(x));
+  if (t == DType::f16) return cpu::f16_to_float(to_f16_bits(x));
+  return x;
+}
 
 Scene make_scene(DType t, const Shape& s, const std::vector<std::pair<int64_t, std::vector<int64_t>>>& prompts,
                  uint32_t seed) {
@@ -75,6 +84,7 @@ Scene make_scene(DType t, const Shape& s, const std::vector<std::pair<int64_t, s
   const int64_t q_dim = s.heads * s.hd, group = s.heads / s.kv_heads;
   sc.q = random_vector(static_cast<size_t>(n * q_dim), seed + 1, 2.0f);
   sc.ref.assign(sc.q.size(), 0.0f);
+  sc.flash.assign(sc.q.size(), 0.0f);
   auto at = [&](int64_t i, int64_t p, int64_t kv, int64_t g, int64_t d) {
     const int64_t page = sc.pages[static_cast<size_t>(i)][static_cast<size_t>(p / kPt)];
     return static_cast<double>(
@@ -84,21 +94,30 @@ Scene make_scene(DType t, const Shape& s, const std::vector<std::pair<int64_t, s
     const int64_t len = sc.pos[static_cast<size_t>(i)] + 1;
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t g = h / group;
-      std::vector<double> w(static_cast<size_t>(len));
-      double mx = -1e300, tot = 0;
+      std::vector<double> w(static_cast<size_t>(len)), wf(static_cast<size_t>(len));
+      double mx = -1e300, tot = 0, mxf = -1e300, totf = 0;
       for (int64_t p = 0; p < len; ++p) {
-        double dot = 0;
+        double dot = 0, dotf = 0;
         for (int64_t d = 0; d < s.hd; ++d) {
-          dot += static_cast<double>(sc.q[static_cast<size_t>(i * q_dim + h * s.hd + d)]) * at(i, p, 0, g, d);
+          const float qv = sc.q[static_cast<size_t>(i * q_dim + h * s.hd + d)];
+          dot += static_cast<double>(qv) * at(i, p, 0, g, d);
+          dotf += static_cast<double>(round_to(qv, t)) * at(i, p, 0, g, d);
         }
         w[static_cast<size_t>(p)] = dot / std::sqrt(static_cast<double>(s.hd));
+        wf[static_cast<size_t>(p)] = dotf / std::sqrt(static_cast<double>(s.hd));
         mx = std::max(mx, w[static_cast<size_t>(p)]);
+        mxf = std::max(mxf, wf[static_cast<size_t>(p)]);
       }
       for (double& x : w) tot += (x = std::exp(x - mx));
+      for (double& x : wf) totf += (x = std::exp(x - mxf));
       for (int64_t d = 0; d < s.hd; ++d) {
-        double o = 0;
-        for (int64_t p = 0; p < len; ++p) o += w[static_cast<size_t>(p)] * at(i, p, 1, g, d);
+        double o = 0, of = 0;
+        for (int64_t p = 0; p < len; ++p) {
+          o += w[static_cast<size_t>(p)] * at(i, p, 1, g, d);
+          of += static_cast<double>(round_to(static_cast<float>(wf[static_cast<size_t>(p)]), t)) * at(i, p, 1, g, d);
+        }
         sc.ref[static_cast<size_t>(i * q_dim + h * s.hd + d)] = static_cast<float>(o / tot);
+        sc.flash[static_cast<size_t>(i * q_dim + h * s.hd + d)] = round_to(static_cast<float>(of / totf), t);
       }
     }
   }
@@ -243,6 +262,22 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
   EXPECT_LT(e_ref, 1.5 * e_old + 1e-4);
   EXPECT_LT(e_split_suffix, 1.5 * e_old + 1e-4);
   EXPECT_LT(e_plain, out_tolerance(t));
+
+  // The prefix kernel with its operands rounded to the dtype (SharedPrefixArgs::low_halves off):
+  // no less accurate than FlashAttention's arithmetic on the same data, and the register-capped
+  // build of it gives the same bits.
+  cuda::SharedPrefixArgs rounded = d.shared();
+  rounded.low_halves = false;
+  cuda::shared_prefix_attention(t, a, rounded, suffix_splits, prefix_splits, nullptr, true);
+  const auto got_rounded = download(d.out, sc.ref.size(), t);
+  rounded.capped_registers = true;
+  cuda::shared_prefix_attention(t, a, rounded, suffix_splits, prefix_splits, nullptr, true);
+  EXPECT_EQ(download(d.out, sc.ref.size(), t), got_rounded);
+  const double e_rounded = rel_error(got_rounded, sc.ref), e_flash = rel_error(sc.flash, sc.ref);
+  std::printf("[shared prefix %s, operands rounded] rel err vs f64 %.3g (FlashAttention's arithmetic %.3g)\n",
+              std::string(dtype_name(t)).c_str(), e_rounded, e_flash);
+  EXPECT_LT(e_rounded, out_tolerance(t));
+  EXPECT_LT(e_rounded, 1.25 * e_flash + 1e-4);
 }
 
 TEST_P(SharedPrefix, MatchesReferenceAndSplitKernel) {

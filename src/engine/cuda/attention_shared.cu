@@ -79,8 +79,10 @@ __device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, 
 
 // Grid: (prefix split, KV head, item stride); a block takes items blockIdx.z, + gridDim.z, ...
 // up to the first unused one, so the grid stays small and fixed while the plan changes.
-template <class T, int HD>
-__global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
+// kLow: Q and P as high and low halves in T (two products each, about fp32 accuracy); without it
+// both are rounded to T once, the operands of FlashAttention's arithmetic (SharedPrefixArgs).
+template <class T, int HD, bool kLow>
+__device__ __forceinline__ void prefix_body(const AttentionArgs& a, const SharedPrefixArgs& s, int suffix_splits) {
   constexpr int KS = HD / 16;  // k-steps over head dims
   constexpr int ND = HD / 8;   // output n-tiles
   constexpr int NB = kTile / 8;
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&sK[nb * 8 + gq][ks * 16 + 2 * tq]);
           const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&sK[nb * 8 + gq][ks * 16 + 2 * tq + 8]);
           mma<T>(sc[nb], qh[ks], b0, b1);
-          mma<T>(sc[nb], ql[ks], b0, b1);
+          if constexpr (kLow) mma<T>(sc[nb], ql[ks], b0, b1);
         }
       }
       float row_max[2] = {-INFINITY, -INFINITY};
@@ -227,9 +229,9 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
           uint32_t b[4];
           ldmatrix_x4_trans(b, &sV[prow][nd * 8 + pcol]);
           mma<T>(o[nd], ph, b[0], b[1]);
-          mma<T>(o[nd], pl, b[0], b[1]);
+          if constexpr (kLow) mma<T>(o[nd], pl, b[0], b[1]);
           mma<T>(o[nd + 1], ph, b[2], b[3]);
-          mma<T>(o[nd + 1], pl, b[2], b[3]);
+          if constexpr (kLow) mma<T>(o[nd + 1], pl, b[2], b[3]);
         }
       }
     }
@@ -257,17 +259,39 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
   }
 }
 
-template <class T>
+template <class T, int HD, bool kLow>
+__global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
+  prefix_body<T, HD, kLow>(a, s, suffix_splits);
+}
+
+// The rounded form held to kCappedRegs registers a thread (no spills at head_dim 128), so that an
+// own-position block (4 warps of <= 144) fits beside a prefix block on one SM.
+constexpr int kCappedRegs = 184;
+template <class T, int HD>
+__global__ void __maxnreg__(kCappedRegs) prefix_kernel_capped(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
+  prefix_body<T, HD, false>(a, s, suffix_splits);
+}
+
+template <class T, bool kLow>
 void launch_prefix(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t suffix_splits, int64_t prefix_splits,
                    cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(prefix_splits), static_cast<unsigned>(a.kv_heads),
                   static_cast<unsigned>(std::min(kSharedItemBlocks, a.n_tokens)));
   const int ss = static_cast<int>(suffix_splits);
+  if (!kLow && s.capped_registers) {
+    switch (a.head_dim) {
+      case 16: launch_kernel(prefix_kernel_capped<T, 16>, grid, kThreads, 0, stream, a, s, ss); break;
+      case 32: launch_kernel(prefix_kernel_capped<T, 32>, grid, kThreads, 0, stream, a, s, ss); break;
+      case 64: launch_kernel(prefix_kernel_capped<T, 64>, grid, kThreads, 0, stream, a, s, ss); break;
+      default: launch_kernel(prefix_kernel_capped<T, 128>, grid, kThreads, 0, stream, a, s, ss); break;
+    }
+    return;
+  }
   switch (a.head_dim) {
-    case 16: launch_kernel(prefix_kernel<T, 16>, grid, kThreads, 0, stream, a, s, ss); break;
-    case 32: launch_kernel(prefix_kernel<T, 32>, grid, kThreads, 0, stream, a, s, ss); break;
-    case 64: launch_kernel(prefix_kernel<T, 64>, grid, kThreads, 0, stream, a, s, ss); break;
-    default: launch_kernel(prefix_kernel<T, 128>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 16: launch_kernel(prefix_kernel<T, 16, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 32: launch_kernel(prefix_kernel<T, 32, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 64: launch_kernel(prefix_kernel<T, 64, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
+    default: launch_kernel(prefix_kernel<T, 128, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
   }
 }
 
@@ -341,10 +365,13 @@ void shared_prefix_attention(DType type, const AttentionArgs& args, const Shared
   } else {
     attention_partial(type, args, suffix_splits, stream);
   }
+  const bool low = shared.low_halves;
   if (type == DType::f16) {
-    launch_prefix<__half>(args, shared, suffix_splits, prefix_splits, stream);
+    (low ? launch_prefix<__half, true> : launch_prefix<__half, false>)(args, shared, suffix_splits, prefix_splits,
+                                                                        stream);
   } else {
-    launch_prefix<__nv_bfloat16>(args, shared, suffix_splits, prefix_splits, stream);
+    (low ? launch_prefix<__nv_bfloat16, true> : launch_prefix<__nv_bfloat16, false>)(args, shared, suffix_splits,
+                                                                                      prefix_splits, stream);
   }
   attention_merge(type, args, stream);
 }

@@ -40,6 +40,13 @@ struct SharedPrefixArgs {
   const int32_t* item_count = nullptr;
   const int32_t* members = nullptr;     // token indices, grouped by item
   L2Prefetch next_weights;
+  // The prefix kernel's queries and softmax weights P as high and low halves in the cache dtype
+  // (two products each: S and O about as exact as with fp32 operands); false rounds each to the
+  // cache dtype once, with fp32 accumulation, as FlashAttention and PyTorch's SDPA compute.
+  bool low_halves = true;
+  // Without the low halves: the kernel held to fewer registers (attention_shared.cu's
+  // kCappedRegs), so that an own-position block fits beside each prefix block.
+  bool capped_registers = false;
 };
 
 // The host-side plan for one single-token-per-sequence pass, from each token's page list and

@@ -93,6 +93,25 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
+// An L2 evict-first cache policy for createpolicy's users (weights a pass reads once).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// load_stream for weights: with `hinted` under `policy` (evict_first_policy), so that a pass's
+// weight stream does not push out of L2 what the small kernels read back (tma.cuh's
+// weights_evict_first, which the GEMMs' TMA copies follow too).
+__device__ __forceinline__ uint4 load_stream(const void* p, bool hinted, uint64_t policy) {
+  if (!hinted) return load_stream(p);
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+
 // RoPE (rotate-half) of the pair (x0, x1) = dims (j, j + head_dim / 2) of a head at position p,
 // j's frequency `freq`: the rotated dims j (.x) and j + head_dim / 2 (.y). rope_write_kv and the
 // rope-folded split attention kernel both rotate through it, so their K rows agree bit for bit.

@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/cuda/common.cuh"
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/launch.cuh"
@@ -108,7 +109,8 @@ struct SwigluOut {
 // early: all reach the __syncthreads before the cross-warp sum.
 template <class T, int N, int R, class Out>
 __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restrict__ w, int64_t cols,
-                                                              const T* __restrict__ x, Out out, int warps_per_row) {
+                                                              const T* __restrict__ x, Out out, int warps_per_row,
+                                                              bool evict_first) {
   static_assert(!Out::kPaired || R % 2 == 0, "a paired output takes whole pairs");
   constexpr int V = Vec16<T>::kN;
   constexpr int U = kUnroll / R;  // chunk positions per batch; U * R loads in flight
@@ -137,6 +139,7 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
   }
 
   const int64_t stride = static_cast<int64_t>(U) * tpg;
+  const uint64_t policy = evict_first ? evict_first_policy() : 0;
   uint4 raw[U][R];
   auto load_batch = [&](int64_t base) {
 #pragma unroll
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
       const int64_t k = base + static_cast<int64_t>(u) * tpg;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        raw[u][r] = (valid[r] && k < chunks) ? load_stream(wr[r] + k * V) : make_uint4(0u, 0u, 0u, 0u);
+        raw[u][r] = (valid[r] && k < chunks) ? load_stream(wr[r] + k * V, evict_first, policy) : make_uint4(0u, 0u, 0u, 0u);
       }
     }
   };
@@ -227,7 +230,7 @@ void launch_split(const GemvConfig& c, const void* w, int64_t rows, int64_t cols
   const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock / c.warps_per_row) * R;
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
   launch_kernel(gemv_split_kernel<T, N, R, Out>, blocks, kThreads, 0, stream, static_cast<const T*>(w), cols,
-                static_cast<const T*>(x), out, c.warps_per_row);
+                static_cast<const T*>(x), out, c.warps_per_row, weights_evict_first());
 }
 
 // make_out(T{}) gives the kernel's Out for element type T.

@@ -18,6 +18,7 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/cuda/common.cuh"
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/mma.cuh"
@@ -47,7 +48,7 @@ __device__ __forceinline__ uint4 swap_halves(uint4 v) {
 template <class T, class Y, int MT, int NT>
 __global__ void __launch_bounds__(kMaxKWarps * 32, MT <= 2 ? 2 : 1)
     skinny_kernel(const T* __restrict__ w, int64_t rows, int64_t cols, const T* __restrict__ x, int n_tokens, Y* y,
-                  bool accumulate, int64_t steps, bool dealt) {
+                  bool accumulate, int64_t steps, bool dealt, bool evict_first) {
   constexpr int U = MT == 1 ? kLoadsPerThread / 4 : 1;  // chunks per batch
   extern __shared__ float red[];                          // [k_warps][MT][NT][4][32]
   const int warp = static_cast<int>(threadIdx.x) / 32;
@@ -99,6 +100,7 @@ __global__ void __launch_bounds__(kMaxKWarps * 32, MT <= 2 ? 2 : 1)
 
   using Batch = uint4[U][MT][4];
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint64_t policy = evict_first ? evict_first_policy() : 0;
   const auto load_weights = [&](Batch& a, int64_t c) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kMaxKWarps * 32, MT <= 2 ? 2 : 1)
         const bool in = chunk_in(c + u) && chunk * kChunkCols + 32 * w_half[i] + 8 * q < cols;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          a[u][mt][i] = in && w_ok[mt][i] ? load_stream(wr[mt][i] + chunk * kChunkCols) : zero;
+          a[u][mt][i] = in && w_ok[mt][i] ? load_stream(wr[mt][i] + chunk * kChunkCols, evict_first, policy) : zero;
         }
       }
     }
@@ -203,7 +205,7 @@ void launch(const SkinnyConfig& c, const void* w, int64_t rows, int64_t cols, co
   const size_t smem = static_cast<size_t>(c.k_warps) * MT * NT * 4 * 32 * sizeof(float);
   launch_kernel(skinny_kernel<T, Y, MT, NT>, blocks, c.k_warps * 32, smem, stream, static_cast<const T*>(w), rows,
                 cols, static_cast<const T*>(x), static_cast<int>(n_tokens), static_cast<Y*>(y), accumulate, per_warp,
-                c.dealt);
+                c.dealt, weights_evict_first());
 }
 
 template <class T, class Y>

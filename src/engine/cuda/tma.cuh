@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "engine/cuda/common.cuh"
 #include "engine/cuda/mma.cuh"
 #include "kernelllm/engine/safetensors.h"
 
@@ -30,13 +31,7 @@ __device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int c
       : "memory");
 }
 
-// Process-wide switch, off by default: the CUDA backend turns it on unless
-// KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST=0. With it the band and staged GEMMs read their weights
-// with an L2 evict-first policy (tma_box_once): a pass reads each weight once, so its 15 GB
-// stream should not push out of L2 what the small kernels read back (activations, partial sums,
-// K/V and logits written or prefetched moments before).
-void set_weights_evict_first(bool on);
-bool weights_evict_first();
+// The weights' evict-first switch (set_weights_evict_first) is in common.cuh.
 
 // tma_box for data a pass reads once (weights; the forks' own K/V rows): with `evict_first`,
 // under an L2 evict-first policy.
