@@ -44,9 +44,10 @@ struct SharedPrefixArgs {
   // (two products each: S and O about as exact as with fp32 operands); false rounds each to the
   // cache dtype once, with fp32 accumulation, as FlashAttention and PyTorch's SDPA compute.
   bool low_halves = true;
-  // Without the low halves: the kernel held to fewer registers (attention_shared.cu's
-  // kCappedRegs), so that an own-position block fits beside each prefix block.
-  bool capped_registers = false;
+  // Up to this many bytes of the next layer's K and V pages of the tokens' own positions (the
+  // own-position kernel's reads there) asked into L2 by the prefix kernel's idle warps, a share at
+  // each tile as next_weights; 0: none.
+  int64_t own_prefetch_bytes = 0;
 };
 
 // The host-side plan for one single-token-per-sequence pass, from each token's page list and

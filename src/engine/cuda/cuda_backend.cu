@@ -65,7 +65,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
   tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
   kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
-  prefix_operands_ = static_cast<int>(env_int("KERNELLLM_CUDA_PREFIX_OPERANDS", 0, 2, 0));
+  prefix_operands_ = static_cast<int>(env_int("KERNELLLM_CUDA_PREFIX_OPERANDS", 0, 1, 0));
+  own_prefetch_bytes_ = env_int("KERNELLLM_CUDA_OWN_PREFETCH_MB", 0, 1024, 0) << 20;
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;

@@ -209,10 +209,11 @@ class CudaBackend final : public Backend {
   // Those rows under an L2 evict-first policy (AttentionArgs::kv_evict_first); env
   // KERNELLLM_CUDA_KV_EVICT_FIRST=0 turns it off (measurements).
   bool kv_evict_first_ = true;
-  // The prefix kernel's operands (SharedPrefixArgs::low_halves, capped_registers): 0 Q and P as
-  // high and low halves, 1 rounded to the cache dtype, 2 rounded with the registers capped; env
-  // KERNELLLM_CUDA_PREFIX_OPERANDS (measurements).
+  // The prefix kernel's operands (SharedPrefixArgs::low_halves): 0 Q and P as high and low
+  // halves, 1 rounded to the cache dtype; env KERNELLLM_CUDA_PREFIX_OPERANDS (measurements).
   int prefix_operands_ = 0;
+  // SharedPrefixArgs::own_prefetch_bytes; env KERNELLLM_CUDA_OWN_PREFETCH_MB (measurements).
+  int64_t own_prefetch_bytes_ = 0;
   // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
   // two-row-tile kernel where head rows would serve (measurements).
   PrefillKernel prefill_kernel_ = PrefillKernel::automatic;
