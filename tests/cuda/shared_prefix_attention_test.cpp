@@ -234,18 +234,6 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
     with_next.next_weights = cuda::L2Prefetch{next.get(), 4096, 8192, 2048, 4, 1024};
     cuda::shared_prefix_attention(t, a, with_next, suffix_splits, prefix_splits, nullptr, true);
     EXPECT_EQ(download(d.out, sc.ref.size(), t), got);
-    // The next layer's own K/V pages asked into L2 as well: a pass over layer 0 (whose next layer
-    // is kLayer) gives the same bits with and without them, all or a budget of two pages a token.
-    cuda::AttentionArgs first_layer = a;
-    first_layer.layer = 0;
-    cuda::shared_prefix_attention(t, first_layer, d.shared(), suffix_splits, prefix_splits, nullptr, true);
-    const auto layer0 = download(d.out, sc.ref.size(), t);
-    for (int64_t budget : {int64_t{1} << 30, 2 * n * 2 * kPt * s.kv_heads * s.hd * int64_t{2}}) {
-      cuda::SharedPrefixArgs with_own = with_next;
-      with_own.own_prefetch_bytes = budget;
-      cuda::shared_prefix_attention(t, first_layer, with_own, suffix_splits, prefix_splits, nullptr, true);
-      EXPECT_EQ(download(d.out, sc.ref.size(), t), layer0) << "budget " << budget;
-    }
   }
   if (min_positions > 0) {
     // The plain split kernel with the same floor: splits past the positions stay empty.

@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "engine/cuda/argmax.cuh"
+#include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 
 namespace kernelllm::cuda {
@@ -31,11 +32,14 @@ __device__ __forceinline__ void see(Best& b, float v, int32_t i) {
 }
 
 template <int kBlocks>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* ids) {
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* ids,
+                                                          L2Prefetch next) {
   wait_for_predecessor();
   const int64_t row_index = blockIdx.x / kBlocks;
   const int rank = static_cast<int>(blockIdx.x % kBlocks);
   const float* row = logits + row_index * vocab;
+  // Index 0's logit for the NaN rule at the end, read now so that it is not a round trip there.
+  const float first = rank == 0 && threadIdx.x == 0 ? row[0] : 0.0f;
   Best b{-INFINITY, INT32_MAX};  // a row of -inf takes its first index (equal, lower index)
   // This block's slice of the row's items: 16-byte chunks of 4 logits, or single logits.
   const bool by4 = vocab % 4 == 0;
@@ -64,6 +68,10 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
   __shared__ Best block_best;
   if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = b;
   __syncthreads();
+  // The block's loads are done: its share of the next weights into L2.
+  if (next.base != nullptr) {
+    prefetch_share(next, blockIdx.x, gridDim.x, 0, 1, static_cast<int>(threadIdx.x), kThreads);
+  }
   if (threadIdx.x == 0) {
     Best r = warp_best[0];
     for (int w = 1; w < kThreads / 32; ++w) r = better(r, warp_best[w]);
@@ -74,10 +82,15 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every block's result is in its shared memory
-    if (rank == 0 && threadIdx.x == 0) {
-      Best r = block_best;
-      for (int k = 1; k < kBlocks; ++k) r = better(r, *cluster.map_shared_rank(&block_best, k));
-      block_best = r;
+    if (rank == 0 && threadIdx.x < 32) {
+      // Lane k reads block k's result (all at once), then the warp reduces them.
+      const int k = static_cast<int>(threadIdx.x);
+      Best r = k < kBlocks ? *cluster.map_shared_rank(&block_best, k) : Best{-INFINITY, INT32_MAX};
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        r = better(r, Best{__shfl_xor_sync(0xffffffffu, r.v, o), __shfl_xor_sync(0xffffffffu, r.i, o)});
+      }
+      if (k == 0) block_best = r;
     }
     cluster.sync();  // block 0 has read the others' shared memory: they may exit
 #elif defined(__CUDA_ARCH__)
@@ -88,18 +101,18 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
   }
   if (rank == 0 && threadIdx.x == 0) {
     // A NaN at index 0 wins (the host's one-pass loop never replaces it); only NaNs: 0.
-    ids[row_index] = (isnan(row[0]) || block_best.i == INT32_MAX) ? 0 : block_best.i;
+    ids[row_index] = (isnan(first) || block_best.i == INT32_MAX) ? 0 : block_best.i;
   }
 }
 
 }  // namespace
 
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, int blocks_per_row,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const L2Prefetch& next) {
   if (rows == 0) return;
   dispatch_row_cluster(blocks_per_row, [&](auto b) {
     constexpr int B = decltype(b)::value;
-    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, 0, logits, vocab, ids);
+    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, 0, logits, vocab, ids, next);
   });
 }
 

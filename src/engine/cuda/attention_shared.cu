@@ -64,67 +64,12 @@ struct TileLoader {
   }
 };
 
-// Tile `tile` of `tiles` of block b's share of pf (segments b, b + blocks, ...: a part of a row
-// each), asked into L2 by threads `thread` of `threads`.
-__device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, int64_t blocks, int64_t tile,
-                                               int64_t tiles, int thread, int threads) {
-  const int64_t segs = pf.rows * pf.parts;
-  const int64_t count = (segs - b + blocks - 1) / blocks;
-  const auto* base = static_cast<const unsigned char*>(pf.base);
-  for (int64_t k = count * tile / tiles + thread; k < count * (tile + 1) / tiles; k += threads) {
-    const int64_t i = b + k * blocks;
-    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * pf.part_stride, pf.bytes);
-  }
-}
-
-// The next layer's K and V pages of every token's own positions (ctx_begin[t] ..= pos[t]) into
-// L2, up to s.own_prefetch_bytes of them: units of 16 KB, numbered token by token, those of
-// tile `tile` of `tiles` ([total * tile / tiles, total * (tile + 1) / tiles)) dealt out over the
-// blocks' idle threads (worker thread * blocks + b of blocks * threads).
-template <class T>
-__device__ __forceinline__ void prefetch_next_own(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t b,
-                                                  int64_t blocks, int64_t tile, int64_t tiles, int thread,
-                                                  int threads) {
-  const int64_t layer = a.layer + 1;
-  if (layer >= a.kv.layers || a.ctx_begin == nullptr || thread < 0) return;
-  constexpr int64_t kUnit = 16384;
-  const int64_t pt = a.kv.page_tokens;
-  const int64_t page_bytes = 2 * pt * a.kv.kv_dim * static_cast<int64_t>(sizeof(T));  // K and V of a layer
-  const int64_t units_per_page = (page_bytes + kUnit - 1) / kUnit;
-  const int64_t cap = s.own_prefetch_bytes / (a.n_tokens * page_bytes);  // pages a token
-  if (cap <= 0) return;
-  const auto pages_of = [&](int64_t t) {
-    return min(cap, static_cast<int64_t>(a.pos[t]) / pt - static_cast<int64_t>(a.ctx_begin[t]) / pt + 1);
-  };
-  int64_t total = 0;
-  for (int64_t t = 0; t < a.n_tokens; ++t) total += pages_of(t) * units_per_page;
-  const int64_t workers = blocks * threads, w = static_cast<int64_t>(thread) * blocks + b;
-  const int64_t lo = total * tile / tiles, hi = total * (tile + 1) / tiles;
-  const auto* pool = static_cast<const unsigned char*>(a.kv.pool);
-  int64_t off = 0;
-  for (int64_t t = 0; t < a.n_tokens && off < hi; ++t) {
-    const int64_t units = pages_of(t) * units_per_page;
-    const int64_t from = max(off, lo), to = min(off + units, hi);
-    if (from < to) {
-      const int32_t* table = a.block_table + static_cast<int64_t>(a.seq[t]) * a.table_width;
-      const int64_t first_page = a.ctx_begin[t] / pt;
-      for (int64_t u = from + ((w - from) % workers + workers) % workers; u < to; u += workers) {
-        const int64_t local = u - off, part = local % units_per_page;
-        const int64_t page = table[first_page + local / units_per_page];
-        const unsigned char* at = pool + (page * a.kv.layers + layer) * page_bytes + part * kUnit;
-        prefetch_l2_bulk(at, static_cast<int>(min(kUnit, page_bytes - part * kUnit)));
-      }
-    }
-    off += units;
-  }
-}
-
 // Grid: (prefix split, KV head, item stride); a block takes items blockIdx.z, + gridDim.z, ...
 // up to the first unused one, so the grid stays small and fixed while the plan changes.
 // kLow: Q and P as high and low halves in T (two products each, about fp32 accuracy); without it
 // both are rounded to T once, the operands of FlashAttention's arithmetic (SharedPrefixArgs).
 template <class T, int HD, bool kLow>
-__device__ __forceinline__ void prefix_body(const AttentionArgs& a, const SharedPrefixArgs& s, int suffix_splits) {
+__global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
   constexpr int KS = HD / 16;  // k-steps over head dims
   constexpr int ND = HD / 8;   // output n-tiles
   constexpr int NB = kTile / 8;
@@ -222,16 +167,12 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
       if (tile + kTile < end) next.load(a, table, g, tile + kTile, end);
       if (!active) {
         // Idle warps: a share of the next weights into L2 (the first item, so blocks of z 0).
-        if (item == 0) {
+        if (s.next_weights.base != nullptr && item == 0) {
           const int idle_from = (it.rows + 15) / 16 * 32;
-          const int64_t b = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-          const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
-          const int64_t tile_index = (tile - begin) / kTile, tiles = (end - begin + kTile - 1) / kTile;
-          const int thread = static_cast<int>(threadIdx.x) - idle_from, threads = kThreads - idle_from;
-          if (s.next_weights.base != nullptr) {
-            prefetch_share(s.next_weights, b, blocks, tile_index, tiles, thread, threads);
-          }
-          if (s.own_prefetch_bytes > 0) prefetch_next_own<T>(a, s, b, blocks, tile_index, tiles, thread, threads);
+          prefetch_share(s.next_weights, static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                         static_cast<int64_t>(gridDim.x) * gridDim.y, (tile - begin) / kTile,
+                         (end - begin + kTile - 1) / kTile, static_cast<int>(threadIdx.x) - idle_from,
+                         kThreads - idle_from);
         }
         continue;
       }
@@ -303,11 +244,6 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
       }
     }
   }
-}
-
-template <class T, int HD, bool kLow>
-__global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
-  prefix_body<T, HD, kLow>(a, s, suffix_splits);
 }
 
 template <class T, bool kLow>

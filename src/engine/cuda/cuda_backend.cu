@@ -66,7 +66,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
   kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
   prefix_operands_ = static_cast<int>(env_int("KERNELLLM_CUDA_PREFIX_OPERANDS", 0, 1, 0));
-  own_prefetch_bytes_ = env_int("KERNELLLM_CUDA_OWN_PREFETCH_MB", 0, 1024, 0) << 20;
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
@@ -74,6 +73,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
   suffix_min_env_ = env_int("KERNELLLM_CUDA_SUFFIX_MIN", 0, kMaxSuffixMin, 0);
   o_prefetch_bytes_ = env_int("KERNELLLM_CUDA_O_PREFETCH", 0, 1 << 20, 1024) / 16 * 16;
+  qkv_prefetch_bytes_ = env_int("KERNELLLM_CUDA_QKV_PREFETCH", 0, 1 << 20, 0) / 16 * 16;
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;
     staged_all_ = std::string(staged) == "all";
