@@ -234,6 +234,10 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
     with_next.next_weights = cuda::L2Prefetch{next.get(), 4096, 8192, 2048, 4, 1024};
     cuda::shared_prefix_attention(t, a, with_next, suffix_splits, prefix_splits, nullptr, true);
     EXPECT_EQ(download(d.out, sc.ref.size(), t), got);
+    // The prefix rows' loads under the evict-first policy: a hint too.
+    with_next.kv_evict_first = true;
+    cuda::shared_prefix_attention(t, a, with_next, suffix_splits, prefix_splits, nullptr, true);
+    EXPECT_EQ(download(d.out, sc.ref.size(), t), got);
   }
   if (min_positions > 0) {
     // The plain split kernel with the same floor: splits past the positions stay empty.

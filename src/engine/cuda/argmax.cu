@@ -8,7 +8,6 @@
 #include <climits>
 
 #include "engine/cuda/argmax.cuh"
-#include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 
 namespace kernelllm::cuda {
@@ -32,8 +31,7 @@ __device__ __forceinline__ void see(Best& b, float v, int32_t i) {
 }
 
 template <int kBlocks>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* ids,
-                                                          L2Prefetch next) {
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* ids) {
   wait_for_predecessor();
   const int64_t row_index = blockIdx.x / kBlocks;
   const int rank = static_cast<int>(blockIdx.x % kBlocks);
@@ -68,10 +66,6 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
   __shared__ Best block_best;
   if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = b;
   __syncthreads();
-  // The block's loads are done: its share of the next weights into L2.
-  if (next.base != nullptr) {
-    prefetch_share(next, blockIdx.x, gridDim.x, 0, 1, static_cast<int>(threadIdx.x), kThreads);
-  }
   if (threadIdx.x == 0) {
     Best r = warp_best[0];
     for (int w = 1; w < kThreads / 32; ++w) r = better(r, warp_best[w]);
@@ -108,11 +102,11 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
 }  // namespace
 
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, int blocks_per_row,
-                 cudaStream_t stream, const L2Prefetch& next) {
+                 cudaStream_t stream) {
   if (rows == 0) return;
   dispatch_row_cluster(blocks_per_row, [&](auto b) {
     constexpr int B = decltype(b)::value;
-    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, 0, logits, vocab, ids, next);
+    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, 0, logits, vocab, ids);
   });
 }
 

@@ -6,16 +6,12 @@
 
 #include <cstdint>
 
-#include "engine/cuda/common.cuh"
-
 namespace kernelllm::cuda {
 
 // ids[r] = argmax(logits[r * vocab, (r + 1) * vocab)) for r < rows, with `blocks_per_row` blocks
 // per row (1, or 2, 4, 8, 16 from compute capability 9.0: a cluster; common.cuh's
 // cluster_blocks_per_row is the backend's choice). The ids do not depend on it.
-// `next`: weights the blocks ask into L2 once their own loads are done (common.cuh's L2Prefetch;
-// the decode chain's next step starts with them), a share each; base null: none.
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, int blocks_per_row,
-                 cudaStream_t stream, const L2Prefetch& next = {});
+                 cudaStream_t stream);
 
 }  // namespace kernelllm::cuda

@@ -32,8 +32,9 @@ struct TileLoader {
   static constexpr int kChunks = kTile * HD / 8;
   static constexpr int kPer = (kChunks + kThreads - 1) / kThreads;
   uint4 k[kPer], v[kPer];
+  // evict_first: under `policy` (the rows are read once a pass).
   __device__ __forceinline__ void load(const AttentionArgs& a, const int32_t* table, int64_t g, int64_t tile,
-                                       int64_t end) {
+                                       int64_t end, bool evict_first, uint64_t policy) {
     const T* pool = static_cast<const T*>(a.kv.pool);
     const int64_t kv_dim = a.kv.kv_dim, pt = a.kv.page_tokens;
 #pragma unroll
@@ -46,8 +47,13 @@ struct TileLoader {
         const T* kp =
             paged_k_row(pool, table, static_cast<int>(pos), static_cast<int>(pt), a.kv.layers, a.layer, kv_dim) +
             g * HD + d0;
-        k[i] = *reinterpret_cast<const uint4*>(kp);
-        v[i] = *reinterpret_cast<const uint4*>(kp + pt * kv_dim);
+        if (evict_first) {
+          k[i] = load_stream(kp, true, policy);
+          v[i] = load_stream(kp + pt * kv_dim, true, policy);
+        } else {
+          k[i] = *reinterpret_cast<const uint4*>(kp);
+          v[i] = *reinterpret_cast<const uint4*>(kp + pt * kv_dim);
+        }
       }
     }
   }
@@ -63,6 +69,19 @@ struct TileLoader {
     }
   }
 };
+
+// Tile `tile` of `tiles` of block b's share of pf (segments b, b + blocks, ...: a part of a row
+// each), asked into L2 by threads `thread` of `threads`.
+__device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, int64_t blocks, int64_t tile,
+                                               int64_t tiles, int thread, int threads) {
+  const int64_t segs = pf.rows * pf.parts;
+  const int64_t count = (segs - b + blocks - 1) / blocks;
+  const auto* base = static_cast<const unsigned char*>(pf.base);
+  for (int64_t k = count * tile / tiles + thread; k < count * (tile + 1) / tiles; k += threads) {
+    const int64_t i = b + k * blocks;
+    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * pf.part_stride, pf.bytes);
+  }
+}
 
 // Grid: (prefix split, KV head, item stride); a block takes items blockIdx.z, + gridDim.z, ...
 // up to the first unused one, so the grid stays small and fixed while the plan changes.
@@ -109,6 +128,8 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
   // first item's plan and its first K and V tile are loaded (the rest of its rows fetched into
   // L2) while the previous kernel still runs. Only the queries wait.
   TileLoader<T, HD> next;
+  const bool ef = s.kv_evict_first;
+  const uint64_t policy = ef ? evict_first_policy() : 0;
   Item it{};
   const bool first = blockIdx.z < a.n_tokens && s.item_count[blockIdx.z] > 0;
   if (first) {
@@ -116,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     prefetch_kv_rows(static_cast<const T*>(a.kv.pool), it.table, it.begin, it.end,
                      static_cast<int>(a.kv.page_tokens), a.kv.layers, a.layer, a.kv.kv_dim, g * HD, HD,
                      static_cast<int>(threadIdx.x), kThreads);
-    next.load(a, it.table, g, it.begin, it.end);
+    next.load(a, it.table, g, it.begin, it.end, ef, policy);
   }
   wait_for_predecessor();
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
@@ -125,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
     if (item != blockIdx.z) {
       if (s.item_count[item] == 0) break;  // items are packed: the rest are unused
       it = plan_item(item);
-      next.load(a, it.table, g, it.begin, it.end);
+      next.load(a, it.table, g, it.begin, it.end, ef, policy);
     }
     const int64_t begin = it.begin, end = it.end;
     if (begin >= end) {  // nothing here: empty statistics, which the merge skips
@@ -164,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, Share
       __syncthreads();  // the previous tile (or item) is done with sK / sV
       next.store(sK, sV);
       __syncthreads();
-      if (tile + kTile < end) next.load(a, table, g, tile + kTile, end);
+      if (tile + kTile < end) next.load(a, table, g, tile + kTile, end, ef, policy);
       if (!active) {
         // Idle warps: a share of the next weights into L2 (the first item, so blocks of z 0).
         if (s.next_weights.base != nullptr && item == 0) {

@@ -44,20 +44,6 @@ inline constexpr int kArgmaxBlocksPerSm = 4;
 void set_weights_evict_first(bool on);
 bool weights_evict_first();
 
-// Weights asked into L2 ahead of the projection that reads them, while HBM is mostly idle: in
-// each of `rows` rows of `row_bytes` at `base`, `bytes` from each of `parts` offsets part_stride
-// apart, which are the first stages every block of the band GEMM's parts form streams
-// (band_gemm.cu: part r of a row starts at its stage r * stages / parts). The prefix kernel's
-// idle warps ask for o's (attention_shared.cuh: a share at each of its tiles after the tile's own
-// loads, so that the asks do not queue ahead of them; bench/cuda_ops/NOTES.md item 43), the
-// greedy argmax for the first layer's qkv (argmax.cuh). base null: none; base, row_bytes and
-// part_stride 16-byte aligned, bytes a multiple of 16.
-struct L2Prefetch {
-  const void* base = nullptr;
-  int64_t rows = 0, row_bytes = 0, part_stride = 0;
-  int parts = 1, bytes = 0;
-};
-
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

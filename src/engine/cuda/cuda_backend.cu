@@ -66,6 +66,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
   kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
   prefix_operands_ = static_cast<int>(env_int("KERNELLLM_CUDA_PREFIX_OPERANDS", 0, 1, 0));
+  prefix_kv_evict_first_ = env_int("KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST", 0, 1, 0) == 1;
+  prefix_splits_env_ = env_int("KERNELLLM_CUDA_PREFIX_SPLITS", 0, kSharedPrefixSplits, 0);
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
@@ -73,7 +75,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
   suffix_min_env_ = env_int("KERNELLLM_CUDA_SUFFIX_MIN", 0, kMaxSuffixMin, 0);
   o_prefetch_bytes_ = env_int("KERNELLLM_CUDA_O_PREFETCH", 0, 1 << 20, 1024) / 16 * 16;
-  qkv_prefetch_bytes_ = env_int("KERNELLLM_CUDA_QKV_PREFETCH", 0, 1 << 20, 0) / 16 * 16;
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;
     staged_all_ = std::string(staged) == "all";
@@ -370,7 +371,8 @@ int64_t CudaBackend::splits_for(int64_t n) const {
 }
 
 int64_t CudaBackend::prefix_splits_for(int64_t n) const {
-  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, kSharedPrefixSplits);
+  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0,
+                             prefix_splits_env_ > 0 ? prefix_splits_env_ : kSharedPrefixSplits);
 }
 
 bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {

@@ -84,9 +84,6 @@ class CudaBackend final : public Backend {
   // The part count of band_gemm_parts for the projection `which` (kBandParts*) of n tokens, or 0
   // where it does not serve (17..32 tokens on compute capability 9.0+, not where band_serves).
   int band_parts_serve(int which, int64_t rows, int64_t cols, int64_t n) const;
-  // The first layer's qkv stages a pass of n tokens streams first, qkv_prefetch_bytes_ of each
-  // band-GEMM part of every row (L2Prefetch); none where the parts form does not serve qkv.
-  L2Prefetch qkv_prefetch(int64_t n) const;
   // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`. Where the GEMV serves only
   // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
   Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
@@ -200,11 +197,8 @@ class CudaBackend final : public Backend {
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
   // Bytes of each part of every row of o's weights the prefix kernel asks into L2 (L2Prefetch in
-  // common.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH, bench/cuda_ops/NOTES.md item 43.
+  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH, bench/cuda_ops/NOTES.md item 43.
   int64_t o_prefetch_bytes_ = 1024;
-  // Likewise for the first layer's qkv, asked by a chained greedy step's argmax for the step after
-  // it (qkv_prefetch); KERNELLLM_CUDA_QKV_PREFETCH.
-  int64_t qkv_prefetch_bytes_ = 0;
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
   bool mma_suffix_ = true;
@@ -218,6 +212,11 @@ class CudaBackend final : public Backend {
   // The prefix kernel's operands (SharedPrefixArgs::low_halves): 0 Q and P as high and low
   // halves, 1 rounded to the cache dtype; env KERNELLLM_CUDA_PREFIX_OPERANDS (measurements).
   int prefix_operands_ = 0;
+  // SharedPrefixArgs::kv_evict_first; env KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST (measurements).
+  bool prefix_kv_evict_first_ = false;
+  // The prefix kernel's splits at most this many (0: kSharedPrefixSplits); env
+  // KERNELLLM_CUDA_PREFIX_SPLITS (measurements).
+  int64_t prefix_splits_env_ = 0;
   // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
   // two-row-tile kernel where head rows would serve (measurements).
   PrefillKernel prefill_kernel_ = PrefillKernel::automatic;

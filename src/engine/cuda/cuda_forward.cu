@@ -42,6 +42,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   sp.item_count = sp.item_first + max_tokens_;
   sp.members = sp.item_count + max_tokens_;
   sp.low_halves = prefix_operands_ == 0;
+  sp.kv_evict_first = prefix_kv_evict_first_;
   // The forks' own positions (suffix) are few next to the prompt's: half the splits of a plain
   // pass (2 at n = 20; bench/cuda_ops/NOTES.md item 18).
   const int64_t prefix_splits = shared ? prefix_splits_for(n) : 0;
@@ -231,16 +232,6 @@ Status CudaBackend::launch_decode_layers(int64_t n, bool shared) {
     return Status::ok_status();
   }
   return run_layers(n, n, 0, true, shared, true);
-}
-
-L2Prefetch CudaBackend::qkv_prefetch(int64_t n) const {
-  const int64_t rows = q_dim_ + 2 * kv_dim_, h = config_.hidden_size;
-  const int parts = band_parts_serve(kBandPartsQkv, rows, h, n);
-  if (qkv_prefetch_bytes_ <= 0 || parts <= 0 || layers_.empty()) return {};
-  const auto esize = static_cast<int64_t>(dtype_size(dtype_));
-  const int64_t stride = band_part_first_col(h, parts, 1) * esize;
-  return L2Prefetch{layers_.front().qkv.get(), rows, h * esize, stride, parts,
-                    static_cast<int>(std::min(qkv_prefetch_bytes_, stride) / 16 * 16)};
 }
 
 Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out) {
@@ -493,7 +484,7 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   const int32_t* drawn = nullptr;
   if (greedy) {
     argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
-                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_, qkv_prefetch(n));
+                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];

@@ -5,7 +5,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "engine/cuda/common.cuh"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
@@ -150,19 +149,6 @@ __device__ __forceinline__ void prefetch_kv_rows(const T* pool, const int32_t* t
                   head_offset + (i % lines) * kLineElems;
     prefetch_l2(kp);
     prefetch_l2(kp + static_cast<int64_t>(page_tokens) * kv_dim);
-  }
-}
-
-// Tile `tile` of `tiles` of block b's share of pf (segments b, b + blocks, ...: a part of a row
-// each), asked into L2 by threads `thread` of `threads`.
-__device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, int64_t blocks, int64_t tile,
-                                               int64_t tiles, int thread, int threads) {
-  const int64_t segs = pf.rows * pf.parts;
-  const int64_t count = (segs - b + blocks - 1) / blocks;
-  const auto* base = static_cast<const unsigned char*>(pf.base);
-  for (int64_t k = count * tile / tiles + thread; k < count * (tile + 1) / tiles; k += threads) {
-    const int64_t i = b + k * blocks;
-    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * pf.part_stride, pf.bytes);
   }
 }
 
