@@ -67,6 +67,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
   prefix_operands_ = static_cast<int>(env_int("KERNELLLM_CUDA_PREFIX_OPERANDS", 0, 1, 0));
   prefix_kv_evict_first_ = env_int("KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST", 0, 1, 0) == 1;
+  prefix_first_ = env_int("KERNELLLM_CUDA_PREFIX_FIRST", 0, 1, 0) == 1;
   prefix_splits_env_ = env_int("KERNELLLM_CUDA_PREFIX_SPLITS", 0, kSharedPrefixSplits, 0);
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;

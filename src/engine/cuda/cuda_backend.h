@@ -214,6 +214,8 @@ class CudaBackend final : public Backend {
   int prefix_operands_ = 0;
   // SharedPrefixArgs::kv_evict_first; env KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST (measurements).
   bool prefix_kv_evict_first_ = false;
+  // SharedPrefixArgs::prefix_first; env KERNELLLM_CUDA_PREFIX_FIRST (measurements).
+  bool prefix_first_ = false;
   // The prefix kernel's splits at most this many (0: kSharedPrefixSplits); env
   // KERNELLLM_CUDA_PREFIX_SPLITS (measurements).
   int64_t prefix_splits_env_ = 0;
