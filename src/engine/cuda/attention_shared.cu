@@ -83,14 +83,12 @@ __device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, 
   }
 }
 
-// Grid: (prefix split, KV head, item stride); a block takes items z, z + (item stride), ... up to
-// the first unused one, so the grid stays small and fixed while the plan changes. With
-// s.prefix_first the grid is (item stride, prefix split, KV head), so that the blocks of unused
-// items, which then leave before their wait, come between the others and not after them all.
+// Grid: (prefix split, KV head, item stride); a block takes items blockIdx.z, + gridDim.z, ...
+// up to the first unused one, so the grid stays small and fixed while the plan changes.
 // kLow: Q and P as high and low halves in T (two products each, about fp32 accuracy); without it
 // both are rounded to T once, the operands of FlashAttention's arithmetic (SharedPrefixArgs).
 template <class T, int HD, bool kLow>
-__device__ __forceinline__ void prefix_body(const AttentionArgs& a, const SharedPrefixArgs& s, int suffix_splits) {
+__global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
   constexpr int KS = HD / 16;  // k-steps over head dims
   constexpr int ND = HD / 8;   // output n-tiles
   constexpr int NB = kTile / 8;
@@ -99,10 +97,7 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
   __shared__ __align__(16) T sV[kTile][HD + kPad];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int group = static_cast<int>(a.heads / a.kv_heads), heads = static_cast<int>(a.heads);
-  const bool zx = s.prefix_first;
-  const int64_t split = zx ? blockIdx.y : blockIdx.x, g = zx ? blockIdx.z : blockIdx.y;
-  const int64_t splits = zx ? gridDim.y : gridDim.x, kv_heads = zx ? gridDim.z : gridDim.y;
-  const int64_t z = zx ? blockIdx.x : blockIdx.z, zs = zx ? gridDim.x : gridDim.z;
+  const int64_t split = blockIdx.x, g = blockIdx.y;
   // An item's range in this split, its page-table row, and this thread's two query rows: gq
   // (r = 0) and gq + 8 (r = 1) of the warp's 16 (row = member * group + head).
   struct Item {
@@ -115,7 +110,7 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
   const auto plan_item = [&](int64_t item) {
     Item it;
     const int prefix = s.item_prefix[item];
-    const int chunk = (prefix + static_cast<int>(splits) - 1) / static_cast<int>(splits);
+    const int chunk = (prefix + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
     it.begin = min(prefix, static_cast<int>(split) * chunk);
     it.end = min(prefix, it.begin + chunk);
     it.table = a.block_table + static_cast<int64_t>(s.item_seq[item]) * a.table_width;
@@ -136,10 +131,9 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
   const bool ef = s.kv_evict_first;
   const uint64_t policy = ef ? evict_first_policy() : 0;
   Item it{};
-  const bool first = z < a.n_tokens && s.item_count[z] > 0;
-  if (!first && zx) return;  // touches nothing an earlier kernel writes: need not wait
+  const bool first = blockIdx.z < a.n_tokens && s.item_count[blockIdx.z] > 0;
   if (first) {
-    it = plan_item(z);
+    it = plan_item(blockIdx.z);
     prefetch_kv_rows(static_cast<const T*>(a.kv.pool), it.table, it.begin, it.end,
                      static_cast<int>(a.kv.page_tokens), a.kv.layers, a.layer, a.kv.kv_dim, g * HD, HD,
                      static_cast<int>(threadIdx.x), kThreads);
@@ -148,8 +142,8 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
   wait_for_predecessor();
   const float scale_log2 = rsqrtf(static_cast<float>(HD)) * 1.4426950408889634f;
 
-  for (int64_t item = z; item < a.n_tokens && first; item += zs) {
-    if (item != z) {
+  for (int64_t item = blockIdx.z; item < a.n_tokens && first; item += gridDim.z) {
+    if (item != blockIdx.z) {
       if (s.item_count[item] == 0) break;  // items are packed: the rest are unused
       it = plan_item(item);
       next.load(a, it.table, g, it.begin, it.end, ef, policy);
@@ -196,7 +190,8 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
         // Idle warps: a share of the next weights into L2 (the first item, so blocks of z 0).
         if (s.next_weights.base != nullptr && item == 0) {
           const int idle_from = (it.rows + 15) / 16 * 32;
-          prefetch_share(s.next_weights, g * splits + split, splits * kv_heads, (tile - begin) / kTile,
+          prefetch_share(s.next_weights, static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                         static_cast<int64_t>(gridDim.x) * gridDim.y, (tile - begin) / kTile,
                          (end - begin + kTile - 1) / kTile, static_cast<int>(threadIdx.x) - idle_from,
                          kThreads - idle_from);
         }
@@ -272,37 +267,12 @@ __device__ __forceinline__ void prefix_body(const AttentionArgs& a, const Shared
   }
 }
 
-template <class T, int HD, bool kLow>
-__global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
-  prefix_body<T, HD, kLow>(a, s, suffix_splits);
-}
-
-// The rounded form held to kCappedRegs registers a thread, so that one own-position block (4
-// warps of <= 144) fits beside each prefix block: with the prefix kernel first, the own-position
-// kernel's blocks then start early and copy their rows while the prefix computes.
-constexpr int kCappedRegs = 184;
-template <class T, int HD>
-__global__ void __maxnreg__(kCappedRegs) prefix_kernel_capped(AttentionArgs a, SharedPrefixArgs s,
-                                                              int suffix_splits) {
-  prefix_body<T, HD, false>(a, s, suffix_splits);
-}
-
 template <class T, bool kLow>
 void launch_prefix(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t suffix_splits, int64_t prefix_splits,
                    cudaStream_t stream) {
-  const auto zs = static_cast<unsigned>(std::min(kSharedItemBlocks, a.n_tokens));
-  const auto ps = static_cast<unsigned>(prefix_splits), hs = static_cast<unsigned>(a.kv_heads);
-  const dim3 grid = s.prefix_first ? dim3(zs, ps, hs) : dim3(ps, hs, zs);
+  const dim3 grid(static_cast<unsigned>(prefix_splits), static_cast<unsigned>(a.kv_heads),
+                  static_cast<unsigned>(std::min(kSharedItemBlocks, a.n_tokens)));
   const int ss = static_cast<int>(suffix_splits);
-  if (!kLow && s.prefix_first) {
-    switch (a.head_dim) {
-      case 16: launch_kernel(prefix_kernel_capped<T, 16>, grid, kThreads, 0, stream, a, s, ss); break;
-      case 32: launch_kernel(prefix_kernel_capped<T, 32>, grid, kThreads, 0, stream, a, s, ss); break;
-      case 64: launch_kernel(prefix_kernel_capped<T, 64>, grid, kThreads, 0, stream, a, s, ss); break;
-      default: launch_kernel(prefix_kernel_capped<T, 128>, grid, kThreads, 0, stream, a, s, ss); break;
-    }
-    return;
-  }
   switch (a.head_dim) {
     case 16: launch_kernel(prefix_kernel<T, 16, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
     case 32: launch_kernel(prefix_kernel<T, 32, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
@@ -376,27 +346,19 @@ bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group) {
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
                              int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream, bool mma_suffix) {
   if (args.n_tokens == 0) return;
-  const bool mma = mma_suffix && suffix_mma_supported(type, args.head_dim, args.heads / args.kv_heads);
-  // The prefix kernel first only before the tensor-core own positions: the split kernel may fold
-  // RoPE in and write the rotated queries the prefix kernel reads.
-  SharedPrefixArgs s = shared;
-  s.prefix_first = shared.prefix_first && mma;
-  const auto prefix = [&] {
-    const bool low = s.low_halves;
-    if (type == DType::f16) {
-      (low ? launch_prefix<__half, true> : launch_prefix<__half, false>)(args, s, suffix_splits, prefix_splits, stream);
-    } else {
-      (low ? launch_prefix<__nv_bfloat16, true> : launch_prefix<__nv_bfloat16, false>)(args, s, suffix_splits,
-                                                                                        prefix_splits, stream);
-    }
-  };
-  if (s.prefix_first) prefix();
-  if (mma) {
+  if (mma_suffix && suffix_mma_supported(type, args.head_dim, args.heads / args.kv_heads)) {
     suffix_attention_mma(type, args, suffix_splits, stream);
   } else {
     attention_partial(type, args, suffix_splits, stream);
   }
-  if (!s.prefix_first) prefix();
+  const bool low = shared.low_halves;
+  if (type == DType::f16) {
+    (low ? launch_prefix<__half, true> : launch_prefix<__half, false>)(args, shared, suffix_splits, prefix_splits,
+                                                                        stream);
+  } else {
+    (low ? launch_prefix<__nv_bfloat16, true> : launch_prefix<__nv_bfloat16, false>)(args, shared, suffix_splits,
+                                                                                      prefix_splits, stream);
+  }
   attention_merge(type, args, stream);
 }
 

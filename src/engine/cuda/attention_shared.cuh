@@ -47,10 +47,6 @@ struct SharedPrefixArgs {
   // The prefix kernel's K and V loads under an L2 evict-first policy (each row is read once a
   // pass: after its load it should not push out what later kernels read back).
   bool kv_evict_first = false;
-  // The prefix kernel before the own positions (where those are on the tensor cores), so that
-  // the own-position kernel's copies overlap the prefix kernel's products; with rounded operands
-  // the prefix kernel then leaves room for one own-position block on each SM.
-  bool prefix_first = false;
 };
 
 // The host-side plan for one single-token-per-sequence pass, from each token's page list and

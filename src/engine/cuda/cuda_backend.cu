@@ -65,10 +65,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
   tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
   kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
-  prefix_operands_ = static_cast<int>(env_int("KERNELLLM_CUDA_PREFIX_OPERANDS", 0, 1, 0));
-  prefix_kv_evict_first_ = env_int("KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST", 0, 1, 0) == 1;
-  prefix_first_ = env_int("KERNELLLM_CUDA_PREFIX_FIRST", 0, 1, 0) == 1;
-  prefix_splits_env_ = env_int("KERNELLLM_CUDA_PREFIX_SPLITS", 0, kSharedPrefixSplits, 0);
+  prefix_low_halves_ = env_int("KERNELLLM_CUDA_PREFIX_LOW_HALVES", 0, 1, 0) == 1;
+  prefix_kv_evict_first_ = !env_off("KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST");
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
@@ -372,8 +370,7 @@ int64_t CudaBackend::splits_for(int64_t n) const {
 }
 
 int64_t CudaBackend::prefix_splits_for(int64_t n) const {
-  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0,
-                             prefix_splits_env_ > 0 ? prefix_splits_env_ : kSharedPrefixSplits);
+  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, kSharedPrefixSplits);
 }
 
 bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {

@@ -110,9 +110,10 @@ class CudaBackend final : public Backend {
   // and seq fields: where forks share their prompt's pages, the cascade attention's plan into
   // fields 7..12 and true; else false.
   bool plan_shared_pass(int64_t n, int32_t* m) const;
-  // The device work of a single-token pass of n tokens whose metadata is in meta_ (with logits):
-  // its CUDA graph (captured on the second use of a batch size) or the kernels one by one.
-  Status launch_decode_layers(int64_t n, bool shared);
+  // The device work of a single-token pass of n tokens whose metadata is in meta_ (with logits),
+  // with `argmax` also the greedy ids into ids_dev_: its CUDA graph (captured on the second use
+  // of a batch size) or the kernels one by one.
+  Status launch_decode_layers(int64_t n, bool shared, bool argmax = false);
 
   // Decode steps launched one ahead (decode_chain.h; KERNELLLM_CUDA_CHAIN=0 turns it off). A
   // step of the chain uses one of two sets of pinned buffers (its metadata, page-table patches,
@@ -209,16 +210,12 @@ class CudaBackend final : public Backend {
   // Those rows under an L2 evict-first policy (AttentionArgs::kv_evict_first); env
   // KERNELLLM_CUDA_KV_EVICT_FIRST=0 turns it off (measurements).
   bool kv_evict_first_ = true;
-  // The prefix kernel's operands (SharedPrefixArgs::low_halves): 0 Q and P as high and low
-  // halves, 1 rounded to the cache dtype; env KERNELLLM_CUDA_PREFIX_OPERANDS (measurements).
-  int prefix_operands_ = 0;
-  // SharedPrefixArgs::kv_evict_first; env KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST (measurements).
-  bool prefix_kv_evict_first_ = false;
-  // SharedPrefixArgs::prefix_first; env KERNELLLM_CUDA_PREFIX_FIRST (measurements).
-  bool prefix_first_ = false;
-  // The prefix kernel's splits at most this many (0: kSharedPrefixSplits); env
-  // KERNELLLM_CUDA_PREFIX_SPLITS (measurements).
-  int64_t prefix_splits_env_ = 0;
+  // The cascade's prefix kernel (SharedPrefixArgs): its queries and softmax weights rounded to the
+  // cache dtype, as FlashAttention computes (bench/cuda_ops/NOTES.md item 48; env
+  // KERNELLLM_CUDA_PREFIX_LOW_HALVES=1 keeps the high and low halves), and its K/V rows under an
+  // L2 evict-first policy (KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST=0 turns it off).
+  bool prefix_low_halves_ = false;
+  bool prefix_kv_evict_first_ = true;
   // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
   // two-row-tile kernel where head rows would serve (measurements).
   PrefillKernel prefill_kernel_ = PrefillKernel::automatic;
@@ -244,7 +241,7 @@ class CudaBackend final : public Backend {
   uint32_t sample_flags_ = 0;
   int32_t* draw_ids_host_ = nullptr;
   DeviceBuffer draws_dev_, draw_ids_dev_;
-  std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 2 * token count + shared
+  std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 4 * token count + 2 * argmax + shared
   std::map<int64_t, int> graph_seen_;
   // The decode chain: on unless KERNELLLM_CUDA_CHAIN=0; the step launched ahead, if any; the
   // buffer set the next step takes; per set, pinned draws and ids (the metadata's is

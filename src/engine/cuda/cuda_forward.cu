@@ -41,9 +41,8 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   sp.item_first = sp.item_prefix + max_tokens_;
   sp.item_count = sp.item_first + max_tokens_;
   sp.members = sp.item_count + max_tokens_;
-  sp.low_halves = prefix_operands_ == 0;
+  sp.low_halves = prefix_low_halves_;
   sp.kv_evict_first = prefix_kv_evict_first_;
-  sp.prefix_first = prefix_first_;
   // The forks' own positions (suffix) are few next to the prompt's: half the splits of a plain
   // pass (2 at n = 20; bench/cuda_ops/NOTES.md item 18).
   const int64_t prefix_splits = shared ? prefix_splits_for(n) : 0;
@@ -205,11 +204,17 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   return cuda_status(cudaGetLastError(), "launching the forward pass");
 }
 
-Status CudaBackend::launch_decode_layers(int64_t n, bool shared) {
-  if (!opts_.cuda_graphs || n > std::min(kMaxGraphTokens, max_logit_rows_)) {
-    return run_layers(n, n, 0, true, shared, true);
-  }
-  const int64_t key = 2 * n + (shared ? 1 : 0);
+Status CudaBackend::launch_decode_layers(int64_t n, bool shared, bool argmax) {
+  const auto pass = [&] {
+    KLLM_RETURN_IF_ERROR(run_layers(n, n, 0, true, shared, true));
+    if (argmax) {
+      argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
+                  cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
+    }
+    return cuda_status(cudaGetLastError(), "launching a decode pass");
+  };
+  if (!opts_.cuda_graphs || n > std::min(kMaxGraphTokens, max_logit_rows_)) return pass();
+  const int64_t key = 4 * n + (argmax ? 2 : 0) + (shared ? 1 : 0);
   auto it = graphs_.find(key);
   if (it == graphs_.end() && graph_seen_[key]++ >= 1) {
     // Captured on its second use: the first ran eagerly, so lazy library setup is done. The
@@ -218,7 +223,7 @@ Status CudaBackend::launch_decode_layers(int64_t n, bool shared) {
     KLLM_CUDA_RETURN(cudaStreamSynchronize(stream_), "before a graph capture");
     cudaGraph_t g = nullptr;
     KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-    const Status s = run_layers(n, n, 0, true, shared, true);
+    const Status s = pass();
     const cudaError_t end = cudaStreamEndCapture(stream_, &g);
     KLLM_RETURN_IF_ERROR(s);
     KLLM_CUDA_RETURN(end, "end capture");
@@ -232,7 +237,7 @@ Status CudaBackend::launch_decode_layers(int64_t n, bool shared) {
     KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
     return Status::ok_status();
   }
-  return run_layers(n, n, 0, true, shared, true);
+  return pass();
 }
 
 Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out) {
@@ -481,11 +486,10 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   const bool shared = plan_shared_pass(n, m);
   chain_prep(prep, stream_);
   if (publish) KLLM_CUDA_RETURN(cudaEventRecord(chain_done_[publish->buf], stream_), "a decode step's event");
-  KLLM_RETURN_IF_ERROR(launch_decode_layers(n, shared));
+  // A greedy step's argmax is the graph's last kernel, so that it launches early (PDL).
+  KLLM_RETURN_IF_ERROR(launch_decode_layers(n, shared, greedy));
   const int32_t* drawn = nullptr;
   if (greedy) {
-    argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
-                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];
