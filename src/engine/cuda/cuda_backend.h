@@ -110,10 +110,9 @@ class CudaBackend final : public Backend {
   // and seq fields: where forks share their prompt's pages, the cascade attention's plan into
   // fields 7..12 and true; else false.
   bool plan_shared_pass(int64_t n, int32_t* m) const;
-  // The device work of a single-token pass of n tokens whose metadata is in meta_ (with logits),
-  // with `argmax` also the greedy ids into ids_dev_: its CUDA graph (captured on the second use
-  // of a batch size) or the kernels one by one.
-  Status launch_decode_layers(int64_t n, bool shared, bool argmax = false);
+  // The device work of a single-token pass of n tokens whose metadata is in meta_ (with logits):
+  // its CUDA graph (captured on the second use of a batch size) or the kernels one by one.
+  Status launch_decode_layers(int64_t n, bool shared);
 
   // Decode steps launched one ahead (decode_chain.h; KERNELLLM_CUDA_CHAIN=0 turns it off). A
   // step of the chain uses one of two sets of pinned buffers (its metadata, page-table patches,
@@ -241,7 +240,7 @@ class CudaBackend final : public Backend {
   uint32_t sample_flags_ = 0;
   int32_t* draw_ids_host_ = nullptr;
   DeviceBuffer draws_dev_, draw_ids_dev_;
-  std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 4 * token count + 2 * argmax + shared
+  std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 2 * token count + shared
   std::map<int64_t, int> graph_seen_;
   // The decode chain: on unless KERNELLLM_CUDA_CHAIN=0; the step launched ahead, if any; the
   // buffer set the next step takes; per set, pinned draws and ids (the metadata's is

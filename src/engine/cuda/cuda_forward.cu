@@ -204,17 +204,11 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   return cuda_status(cudaGetLastError(), "launching the forward pass");
 }
 
-Status CudaBackend::launch_decode_layers(int64_t n, bool shared, bool argmax) {
-  const auto pass = [&] {
-    KLLM_RETURN_IF_ERROR(run_layers(n, n, 0, true, shared, true));
-    if (argmax) {
-      argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
-                  cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
-    }
-    return cuda_status(cudaGetLastError(), "launching a decode pass");
-  };
-  if (!opts_.cuda_graphs || n > std::min(kMaxGraphTokens, max_logit_rows_)) return pass();
-  const int64_t key = 4 * n + (argmax ? 2 : 0) + (shared ? 1 : 0);
+Status CudaBackend::launch_decode_layers(int64_t n, bool shared) {
+  if (!opts_.cuda_graphs || n > std::min(kMaxGraphTokens, max_logit_rows_)) {
+    return run_layers(n, n, 0, true, shared, true);
+  }
+  const int64_t key = 2 * n + (shared ? 1 : 0);
   auto it = graphs_.find(key);
   if (it == graphs_.end() && graph_seen_[key]++ >= 1) {
     // Captured on its second use: the first ran eagerly, so lazy library setup is done. The
@@ -223,7 +217,7 @@ Status CudaBackend::launch_decode_layers(int64_t n, bool shared, bool argmax) {
     KLLM_CUDA_RETURN(cudaStreamSynchronize(stream_), "before a graph capture");
     cudaGraph_t g = nullptr;
     KLLM_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
-    const Status s = pass();
+    const Status s = run_layers(n, n, 0, true, shared, true);
     const cudaError_t end = cudaStreamEndCapture(stream_, &g);
     KLLM_RETURN_IF_ERROR(s);
     KLLM_CUDA_RETURN(end, "end capture");
@@ -237,7 +231,7 @@ Status CudaBackend::launch_decode_layers(int64_t n, bool shared, bool argmax) {
     KLLM_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
     return Status::ok_status();
   }
-  return pass();
+  return run_layers(n, n, 0, true, shared, true);
 }
 
 Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int32_t* ids_out) {
@@ -486,10 +480,12 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   const bool shared = plan_shared_pass(n, m);
   chain_prep(prep, stream_);
   if (publish) KLLM_CUDA_RETURN(cudaEventRecord(chain_done_[publish->buf], stream_), "a decode step's event");
-  // A greedy step's argmax is the graph's last kernel, so that it launches early (PDL).
-  KLLM_RETURN_IF_ERROR(launch_decode_layers(n, shared, greedy));
+  KLLM_RETURN_IF_ERROR(launch_decode_layers(n, shared));
   const int32_t* drawn = nullptr;
   if (greedy) {
+    // Outside the graph, so that chain_prep (the next step's) launches early from it.
+    argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
+                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];
