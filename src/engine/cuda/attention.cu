@@ -4,8 +4,6 @@
 // memory to write the split's (max, sum, unnormalized output); a second kernel merges the splits
 // by their softmax statistics.
 #include <cfloat>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "engine/cuda/attention.cuh"
@@ -331,24 +329,12 @@ void visit_partial(DType type, const AttentionArgs& args, F&& f) {
 // empty slot, sum 0, whose output nobody wrote) from one load per slot (lane s holds slots s and
 // s + 32) and 1 / sum of l_s times the weights; then each thread sums its dims over the slots in
 // order.
-// Slots whose values every thread of the merge loads up front, with the weights' statistics: the
-// pass's slots are 18 at k = 20, so the merge is one round trip rather than one per 8 slots.
-constexpr int kMergeHeld = 32;
-
-template <class T, bool kHeld>
+template <class T>
 __global__ void attention_merge_kernel(AttentionArgs a) {
   static_assert(kMaxAttentionSplits <= 64, "two slots per lane");
   wait_for_predecessor();
   const int64_t th = blockIdx.x;  // token * heads + head
   const int hd = static_cast<int>(a.head_dim), splits = static_cast<int>(a.splits);
-  const float* acc = a.partial_acc + th * splits * hd;
-  // blockDim.x >= hd: a thread's output dim d (none past hd), its first kMergeHeld slots' values.
-  const int d = static_cast<int>(threadIdx.x);
-  float held[kHeld ? kMergeHeld : 1];
-  if constexpr (kHeld) {
-#pragma unroll
-    for (int s = 0; s < kMergeHeld; ++s) held[s] = d < hd && s < splits ? __ldg(acc + s * hd + d) : 0.0f;
-  }
   __shared__ float s_w[kMaxAttentionSplits];
   __shared__ float s_inv;
   if (threadIdx.x < 32) {
@@ -377,23 +363,9 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
   }
   __syncthreads();
   T* out = static_cast<T*>(a.out) + th * hd;
-  if constexpr (kHeld) {
-    if (d >= hd) return;
-    // In slot order, as merge_dim adds them (the same select drops an empty slot's value).
-    float o = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMergeHeld; ++s) {
-      if (s < splits) o += s_w[s] != 0.0f ? held[s] * s_w[s] : 0.0f;
-    }
-    for (int s = kMergeHeld; s < splits; ++s) {
-      const float v = __ldg(acc + static_cast<int64_t>(s) * hd + d);
-      o += s_w[s] != 0.0f ? v * s_w[s] : 0.0f;
-    }
-    out[d] = from_f32<T>(o * s_inv);
-  } else {
-    for (int dd = d; dd < hd; dd += static_cast<int>(blockDim.x)) {
-      out[dd] = from_f32<T>(merge_dim(acc, s_w, splits, hd, dd) * s_inv);
-    }
+  const float* acc = a.partial_acc + th * splits * hd;
+  for (int d = static_cast<int>(threadIdx.x); d < hd; d += static_cast<int>(blockDim.x)) {
+    out[d] = from_f32<T>(merge_dim(acc, s_w, splits, hd, d) * s_inv);
   }
 }
 
@@ -417,15 +389,7 @@ void attention_merge(DType type, const AttentionArgs& args, cudaStream_t stream)
   if (args.n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    static const bool held = std::getenv("KERNELLLM_CUDA_MERGE_HELD") == nullptr ||
-                             std::string(std::getenv("KERNELLLM_CUDA_MERGE_HELD")) != "0";
-    if (held && args.head_dim <= 128) {
-      launch_kernel(attention_merge_kernel<T, true>, static_cast<unsigned>(args.n_tokens * args.heads), 128, 0,
-                    stream, args);
-    } else {
-      launch_kernel(attention_merge_kernel<T, false>, static_cast<unsigned>(args.n_tokens * args.heads), 128, 0,
-                    stream, args);
-    }
+    launch_kernel(attention_merge_kernel<T>, static_cast<unsigned>(args.n_tokens * args.heads), 128, 0, stream, args);
   });
 }
 
