@@ -51,6 +51,34 @@ TEST_P(OpTest, Embedding) {
   }
 }
 
+// embed_rmsnorm: the same x and normed rows, bit for bit, as embedding() then rmsnorm(), for row
+// lengths of 1, 2, 4 and 8 float4 chunks a thread (96, 2,048, 4,096, 6,000) and the two-kernel
+// fallback (98: not a multiple of 4; 12,288: too long for registers).
+TEST_P(OpTest, EmbedRmsNormEqualsTwoKernels) {
+  const DType t = GetParam();
+  const int64_t vocab = 300;
+  for (const int64_t hidden : {4096, 96, 2048, 6000, 98, 12288}) {
+    auto table = random_vector(static_cast<size_t>(vocab * hidden), 3);
+    const auto bytes = encode(table, t);
+    const std::vector<float> weight = random_vector(static_cast<size_t>(hidden), 4);
+    const std::vector<int32_t> ids = {5, 299, 0, 5, 117, 42};
+    const auto rows = static_cast<int64_t>(ids.size());
+    auto d_table = upload(bytes.data(), bytes.size());
+    auto d_ids = upload(ids);
+    auto d_w = upload(weight);
+    const size_t elems = ids.size() * static_cast<size_t>(hidden);
+    auto x1 = poisoned(elems * 4), x2 = poisoned(elems * 4);
+    auto o1 = poisoned(elems * dtype_size(t)), o2 = poisoned(elems * dtype_size(t));
+    cuda::embedding(t, d_table.get(), d_ids.as<int32_t>(), rows, hidden, x1.as<float>(), nullptr);
+    cuda::rmsnorm(t, x1.as<float>(), d_w.as<float>(), rows, hidden, 1e-5f, nullptr, o1.get(), nullptr);
+    cuda::embed_rmsnorm(t, d_table.get(), d_ids.as<int32_t>(), rows, hidden, d_w.as<float>(), 1e-5f, x2.as<float>(),
+                        o2.get(), nullptr);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(download(x2, elems), download(x1, elems)) << "hidden " << hidden;
+    EXPECT_EQ(download(o2, elems, t), download(o1, elems, t)) << "hidden " << hidden;
+  }
+}
+
 // Row lengths for each kernel: float4 chunks in registers (1, 2, 4 and 8 per thread: 96, 2,048,
 // 4,096, 6,000), and the strided loop (98: not a multiple of 4; 12,288: too long for registers).
 TEST_P(OpTest, RmsNormAndAddRmsNorm) {

@@ -110,10 +110,16 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     pending_parts = 1;
     return proj(w, h, cols, in, n, fresh ? proj_.get() : static_cast<void*>(x), DType::f32, !fresh);
   };
-  embedding(dtype_, embed_.get(), ids, n, h, x, stream_);
+  // The lookup and the first layer's input norm in one kernel.
+  if (layers_.empty() || !embed_norm_) {
+    embedding(dtype_, embed_.get(), ids, n, h, x, stream_);
+    if (!layers_.empty()) norm(layers_.front().in_norm);
+  } else {
+    embed_rmsnorm(dtype_, embed_.get(), ids, n, h, layers_.front().in_norm.as<float>(), eps, x, xn_.get(), stream_);
+  }
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
-    norm(l.in_norm);
+    if (li > 0) norm(l.in_norm);
     // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it); fp32
     // from the GEMV and as the band GEMM's parts.
     const DType qkv_type = gemv_serves(h, n) || qkv_parts > 0 ? DType::f32 : dtype_;

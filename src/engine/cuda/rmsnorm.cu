@@ -1,5 +1,6 @@
 // RMSNorm kernels; see rmsnorm.cuh. One block per row; the sum of squares is a block reduction.
 #include "engine/cuda/device_types.cuh"
+#include "engine/cuda/embedding.cuh"
 #include "engine/cuda/launch.cuh"
 #include "engine/cuda/rmsnorm.cuh"
 
@@ -18,6 +19,28 @@ __device__ float block_sum(float v) {
 #pragma unroll
   for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
   return total;
+}
+
+// out_row = norm of the row whose float4 chunks threadIdx.x + c * kThreads the block's threads
+// hold in v (zero past the row), w the weight's same chunks.
+template <class T, int kChunks>
+__device__ __forceinline__ void norm_row(const float4 (&v)[kChunks], const float4 (&w)[kChunks], int64_t n, float eps,
+                                         T* out_row) {
+  const int n4 = static_cast<int>(n / 4);
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) sum_sq += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+  const float inv = 1.0f / sqrtf(block_sum(sum_sq) / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    if (i >= n4) continue;
+    T* o = out_row + 4 * static_cast<int64_t>(i);
+    o[0] = from_f32<T>(w[c].x * (v[c].x * inv));
+    o[1] = from_f32<T>(w[c].y * (v[c].y * inv));
+    o[2] = from_f32<T>(w[c].z * (v[c].z * inv));
+    o[3] = from_f32<T>(w[c].w * (v[c].w * inv));
+  }
 }
 
 // Rows of at most kThreads * 4 * kChunks floats (n a multiple of 4): every thread holds its
@@ -78,10 +101,9 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
       }
     }
   }
-  float sum_sq = 0.0f;
+  if constexpr (kAdd) {
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    if constexpr (kAdd) {
+    for (int c = 0; c < kChunks; ++c) {
       v[c].x += d[c].x;
       v[c].y += d[c].y;
       v[c].z += d[c].z;
@@ -89,19 +111,45 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
       const int i = threadIdx.x + c * kThreads;
       if (i < n4) xr[i] = v[c];
     }
-    sum_sq += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
   }
-  const float inv = 1.0f / sqrtf(block_sum(sum_sq) / static_cast<float>(n) + eps);
+  norm_row<T, kChunks>(v, w, n, eps, out + r * n);
+}
+
+// The embedding lookup and the first norm in one kernel: x[r] = float(table[ids[r]]), out[r] =
+// norm(x[r]); the row's elements go into registers as the register kernel's chunks, so x and
+// out are what embedding() and rmsnorm() give.
+template <class T, int kChunks>
+__global__ void __launch_bounds__(kThreads) embed_rmsnorm_kernel(const T* __restrict__ table,
+                                                                 const int32_t* __restrict__ ids, float* __restrict__ x,
+                                                                 const float* __restrict__ weight, int64_t n, float eps,
+                                                                 T* __restrict__ out) {
+  const int n4 = static_cast<int>(n / 4);
+  float4 w[kChunks];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int i = threadIdx.x + c * kThreads;
-    if (i >= n4) continue;
-    T* o = out + r * n + 4 * static_cast<int64_t>(i);
-    o[0] = from_f32<T>(w[c].x * (v[c].x * inv));
-    o[1] = from_f32<T>(w[c].y * (v[c].y * inv));
-    o[2] = from_f32<T>(w[c].z * (v[c].z * inv));
-    o[3] = from_f32<T>(w[c].w * (v[c].w * inv));
+    w[c] = i < n4 ? __ldg(reinterpret_cast<const float4*>(weight) + i) : float4{0.0f, 0.0f, 0.0f, 0.0f};
   }
+  wait_for_predecessor();
+  const int64_t r = blockIdx.x;
+  const T* row = table + static_cast<int64_t>(ids[r]) * n;
+  float4 v[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    v[c] = float4{0.0f, 0.0f, 0.0f, 0.0f};
+    if (i < n4) {
+      const T* e = row + 4 * static_cast<int64_t>(i);
+      v[c] = float4{to_f32(e[0]), to_f32(e[1]), to_f32(e[2]), to_f32(e[3])};
+    }
+  }
+  float4* xr = reinterpret_cast<float4*>(x + r * n);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    if (i < n4) xr[i] = v[c];
+  }
+  norm_row<T, kChunks>(v, w, n, eps, out + r * n);
 }
 
 // Any row length: a strided loop, the row read twice.
@@ -158,6 +206,33 @@ void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int6
     using T = decltype(d);
     launch_norm<T, false>(rows, n, stream, const_cast<float*>(x), nullptr, weight, eps, rows_index, static_cast<T*>(out),
                           1);
+  });
+}
+
+void embed_rmsnorm(DType type, const void* table, const int32_t* ids, int64_t rows, int64_t n, const float* weight,
+                   float eps, float* x, void* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  const int64_t chunks = n % 4 == 0 ? (n / 4 + kThreads - 1) / kThreads : 0;
+  if (chunks < 1 || chunks > 8) {
+    embedding(type, table, ids, rows, n, x, stream);
+    rmsnorm(type, x, weight, rows, n, eps, nullptr, out, stream);
+    return;
+  }
+  dispatch_dtype(type, [&](auto d) {
+    using T = decltype(d);
+    const auto launch = [&](auto kernel) {
+      launch_kernel(kernel, static_cast<unsigned>(rows), kThreads, 0, stream, static_cast<const T*>(table), ids, x,
+                    weight, n, eps, static_cast<T*>(out));
+    };
+    if (chunks == 1) {
+      launch(embed_rmsnorm_kernel<T, 1>);
+    } else if (chunks == 2) {
+      launch(embed_rmsnorm_kernel<T, 2>);
+    } else if (chunks <= 4) {
+      launch(embed_rmsnorm_kernel<T, 4>);
+    } else {
+      launch(embed_rmsnorm_kernel<T, 8>);
+    }
   });
 }
 
