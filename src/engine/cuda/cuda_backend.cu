@@ -67,7 +67,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
   prefix_low_halves_ = env_int("KERNELLLM_CUDA_PREFIX_LOW_HALVES", 0, 1, 0) == 1;
   prefix_kv_evict_first_ = !env_off("KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST");
-  embed_norm_ = !env_off("KERNELLLM_CUDA_EMBED_NORM");
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;

@@ -214,9 +214,6 @@ class CudaBackend final : public Backend {
   // KERNELLLM_CUDA_PREFIX_LOW_HALVES=1 keeps the high and low halves), and its K/V rows under an
   // L2 evict-first policy (KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST=0 turns it off).
   bool prefix_low_halves_ = false;
-  // The embedding lookup and the first norm as one kernel (embed_rmsnorm); env
-  // KERNELLLM_CUDA_EMBED_NORM=0 runs them as two (measurements).
-  bool embed_norm_ = true;
   bool prefix_kv_evict_first_ = true;
   // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
   // two-row-tile kernel where head rows would serve (measurements).

@@ -111,9 +111,8 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     return proj(w, h, cols, in, n, fresh ? proj_.get() : static_cast<void*>(x), DType::f32, !fresh);
   };
   // The lookup and the first layer's input norm in one kernel.
-  if (layers_.empty() || !embed_norm_) {
+  if (layers_.empty()) {
     embedding(dtype_, embed_.get(), ids, n, h, x, stream_);
-    if (!layers_.empty()) norm(layers_.front().in_norm);
   } else {
     embed_rmsnorm(dtype_, embed_.get(), ids, n, h, layers_.front().in_norm.as<float>(), eps, x, xn_.get(), stream_);
   }
