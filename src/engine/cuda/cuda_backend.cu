@@ -73,7 +73,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
   suffix_min_env_ = env_int("KERNELLLM_CUDA_SUFFIX_MIN", 0, kMaxSuffixMin, 0);
-  o_prefetch_bytes_ = env_int("KERNELLLM_CUDA_O_PREFETCH", 0, 1 << 20, 1024) / 16 * 16;
+  o_prefetch_bytes_ = env_int("KERNELLLM_CUDA_O_PREFETCH", 0, 1 << 20, 0) / 16 * 16;
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;
     staged_all_ = std::string(staged) == "all";

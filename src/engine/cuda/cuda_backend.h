@@ -197,8 +197,9 @@ class CudaBackend final : public Backend {
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
   // Bytes of each part of every row of o's weights the prefix kernel asks into L2 (L2Prefetch in
-  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH, bench/cuda_ops/NOTES.md item 43.
-  int64_t o_prefetch_bytes_ = 1024;
+  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (item 43 kept 1,024; since item 48's
+  // rounded prefix kernel and its evict-first K/V, none is faster: bench/cuda_ops/NOTES.md).
+  int64_t o_prefetch_bytes_ = 0;
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
   bool mma_suffix_ = true;
