@@ -93,16 +93,18 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
-// An L2 evict-first cache policy for createpolicy's users (weights a pass reads once).
+// An L2 evict-first cache policy (createpolicy) for data a pass reads once: weights, the cascade
+// prefix kernel's K/V rows.
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 
-// load_stream for weights: with `hinted` under `policy` (evict_first_policy), so that a pass's
-// weight stream does not push out of L2 what the small kernels read back (tma.cuh's
-// weights_evict_first, which the GEMMs' TMA copies follow too).
+// load_stream with `hinted` under `policy` (evict_first_policy): for the GEMV's and the skinny
+// GEMM's weights (common.cuh's weights_evict_first, which the GEMMs' TMA copies follow too) and
+// the prefix kernel's K/V rows, so that what a pass reads once does not push out of L2 what the
+// small kernels read back.
 __device__ __forceinline__ uint4 load_stream(const void* p, bool hinted, uint64_t policy) {
   if (!hinted) return load_stream(p);
   uint4 v;
