@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(kThreads) gemv_split_kernel(const T* __restric
       const int64_t k = base + static_cast<int64_t>(u) * tpg;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        raw[u][r] = (valid[r] && k < chunks) ? load_stream(wr[r] + k * V, evict_first, policy) : make_uint4(0u, 0u, 0u, 0u);
+        raw[u][r] = (valid[r] && k < chunks) ? load_stream(wr[r] + k * V, evict_first, policy)
+                                             : make_uint4(0u, 0u, 0u, 0u);
       }
     }
   };
