@@ -40,9 +40,9 @@ class TempDir {
 // Seeded ids in [0, min(vocab, 128000)) (regular tokens only, no special ids).
 std::vector<int32_t> random_prompt(int64_t count, int64_t vocab, uint64_t seed);
 
-// CPU model, threads, GPU facts (cuda), kernelllm version, git commit when known.
 // The process's KERNELLLM_* environment variables, name to value (machine_facts' "environment").
 Json kernelllm_environment();
+// CPU model, threads, GPU facts (cuda), kernelllm version, git commit when known, environment.
 Json machine_facts(const Device& device);
 
 // Errors with resource_exhausted when weights + KV + workspace exceed the free device memory

@@ -22,7 +22,6 @@
 #include "engine/cuda/sample.cuh"
 #include "engine/cuda/skinny_gemm.cuh"
 #include "engine/cuda/swiglu.cuh"
-#include "engine/cuda/tma.cuh"
 
 namespace kernelllm::cuda {
 namespace {
@@ -116,8 +115,8 @@ Status CudaBackend::init() {
   KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts_.device),
                    "querying the compute capability");
   set_programmatic_launch(major >= 9 && !env_off("KERNELLLM_CUDA_PDL"));
-  // The GEMMs' weight streams under an L2 evict-first policy (tma.cuh); KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST=0
-  // turns it off.
+  // Every weight stream under an L2 evict-first policy (common.cuh's weights_evict_first);
+  // KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST=0 turns it off.
   set_weights_evict_first(!env_off("KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST"));
   compute_major_ = major;
   KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, opts_.device),

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "engine/cuda/common.cuh"
+#include "engine/cuda/device_types.cuh"
 #include "engine/cuda/mma.cuh"
 #include "kernelllm/engine/safetensors.h"
 
@@ -31,18 +32,15 @@ __device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int c
       : "memory");
 }
 
-// The weights' evict-first switch (set_weights_evict_first) is in common.cuh.
-
-// tma_box for data a pass reads once (weights; the forks' own K/V rows): with `evict_first`,
-// under an L2 evict-first policy.
+// tma_box for data a pass reads once (weights, under common.cuh's weights_evict_first; the forks'
+// own K/V rows): with `evict_first`, under device_types.cuh's L2 evict-first policy.
 __device__ __forceinline__ void tma_box_once(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar,
                                              bool evict_first) {
   if (!evict_first) {
     tma_box(dst, map, col, row, bar);
     return;
   }
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  const uint64_t policy = evict_first_policy();
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
       "%3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
