@@ -200,6 +200,11 @@ class CudaBackend final : public Backend {
   // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (item 43 kept 1,024; since item 48's
   // rounded prefix kernel and its evict-first K/V, none is faster: bench/cuda_ops/NOTES.md).
   int64_t o_prefetch_bytes_ = 0;
+  // Who asks for them: the prefix kernel's idle warps, or with KERNELLLM_CUDA_O_PREFETCH_BY_ROPE=1
+  // the RoPE kernel's blocks once qkv is done (the attention's whole window; measurements).
+  bool o_prefetch_by_rope_ = false;
+  // ChainPrep::reads_first; env KERNELLLM_CUDA_CHAIN_READS_FIRST=0 reads after the wait (measurements).
+  bool chain_reads_first_ = true;
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env
   // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
   bool mma_suffix_ = true;

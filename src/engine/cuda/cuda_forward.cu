@@ -62,9 +62,10 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const int o_parts = band_parts_serve(kBandPartsO, h, q_dim_, n);
   const int down_parts = band_parts_serve(kBandPartsDown, h, inter, n);
   const BandConfig parts_config{0, band_config_.blocks, band_config_.ring_kb};  // (never clusters)
-  // Where the parts form serves o, the prefix kernel asks the first stages of its blocks into L2
-  // (L2Prefetch; base set per layer): o_prefetch_bytes_ of each part, the parts' offsets a share's
-  // width apart (exact where the shares are equal, as for the 8B o).
+  // Where the parts form serves o, the prefix kernel (or RoPE's blocks: o_prefetch_by_rope_) asks
+  // the first stages of its blocks into L2 (L2Prefetch; base set per layer): o_prefetch_bytes_ of
+  // each part, the parts' offsets a share's width apart (exact where the shares are equal, as for
+  // the 8B o).
   L2Prefetch o_prefetch;
   if (shared && o_parts > 0 && o_prefetch_bytes_ > 0) {
     const auto esize = static_cast<int64_t>(dtype_size(dtype_));
@@ -72,6 +73,11 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     o_prefetch = L2Prefetch{nullptr, h, q_dim_ * esize, stride, o_parts,
                             static_cast<int>(std::min(o_prefetch_bytes_, stride) / 16 * 16)};
   }
+  const auto o_prefetch_of = [&](const Layer& l) {
+    L2Prefetch pf = o_prefetch;
+    pf.base = pf.bytes > 0 ? l.o.get() : nullptr;
+    return pf;
+  };
   // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
   // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
   // kernel of the own positions does not; nor with qkv's parts: the fold reads one qkv array).
@@ -156,7 +162,8 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     } else {
       rope_write_kv(dtype_, qkv_type, qkv_parts > 0 ? static_cast<void*>(parts) : qkv_.get(), n,
                     c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page, inv_freq_.as<float>(), kv, li,
-                    q_.as<float>(), stream_, std::max(qkv_parts, 1));
+                    q_.as<float>(), stream_, std::max(qkv_parts, 1),
+                    o_prefetch_by_rope_ ? o_prefetch_of(l) : L2Prefetch{});
     }
     if (tensor_core_attention) {
       prefill_attention(dtype_, a, stream_, prefill_kernel_);
@@ -164,9 +171,8 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.ctx_begin = ctx_begin;
       a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
-      if (o_prefetch.bytes > 0) o_prefetch.base = l.o.get();
       SharedPrefixArgs with_o = sp;
-      with_o.next_weights = o_prefetch;
+      if (!o_prefetch_by_rope_) with_o.next_weights = o_prefetch_of(l);
       shared_prefix_attention(dtype_, a, with_o, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
       attention(dtype_, a, stream_);
@@ -474,6 +480,7 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   prep.n_patches = n_patches;
   prep.table = block_table_.as<int32_t>();
   prep.from_field = kMetaChainFrom;
+  prep.reads_first = chain_reads_first_;
   if (!from_rows.empty()) prep.drawn = from_greedy ? ids_dev_.as<int32_t>() : draw_ids_dev_.as<int32_t>();
   // The step whose ids feed this one is the last one launched: its ids go to the host now.
   const std::optional<Unpublished> publish = std::exchange(pending_publish_, std::nullopt);

@@ -32,37 +32,56 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
 }
 
 // One block of 512 threads. The host reads are PCIe round trips, so each thread issues its loads
-// (up to 4 metadata items, a page-table patch, an id to publish) before it stores anything.
-// It waits for its predecessor (the step before's draws) but does not let the next kernel launch
-// early: the pass's kernels read its metadata and page tables before their own waits
-// (launch.cuh), so where they are launched one by one (a batch size's first pass, before its
-// graph) they must start only once this kernel is done. (Letting them start early gave wrong
-// cascade-attention passes: cuda_backend_test's DecodeChainChangesNoToken.)
+// (up to 4 metadata items, a page-table patch, an id to publish) before it stores anything. The
+// host wrote its metadata and patches before the launch, so with reads_first their first round is
+// read before the wait, while the step before's argmax or sampler still runs (that kernel lets
+// this one launch early); the step before's draws (drawn, publish_from) only after it.
+// It does not let the next kernel launch early: the pass's kernels read its metadata and page
+// tables before their own waits (launch.cuh), so where they are launched one by one (a batch
+// size's first pass, before its graph) they must start only once this kernel is done. (Letting
+// them start early gave wrong cascade-attention passes: cuda_backend_test's
+// DecodeChainChangesNoToken.)
 __global__ void __launch_bounds__(512) chain_prep_kernel(ChainPrep p) {
   constexpr int kPer = 4;
-  grid_dependency_wait();
   const int64_t tid = threadIdx.x, items = p.fields * p.n;
   int32_t patch_at = 0, patch_page = 0, published = 0;
-  if (tid < p.n_patches) {
-    patch_at = p.patches[2 * tid];
-    patch_page = p.patches[2 * tid + 1];
-  }
-  if (tid < p.n_publish) published = p.publish_from[tid];
-  for (int64_t k0 = 0; k0 < items; k0 += kPer * blockDim.x) {
-    int32_t v[kPer];
+  int32_t v[kPer], from[kPer];
+  // Round k0's host reads: item k = k0 + j * 512 + tid is field k / n of token k % n; field 0's
+  // entry also needs the row of the step before that feeds it.
+  const auto read_round = [&](int64_t k0) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int64_t k = k0 + j * blockDim.x + tid;
       v[j] = k < items ? p.host_meta[(k / p.n) * p.pitch + k % p.n] : 0;
+      from[j] = k < items && k < p.n && p.drawn != nullptr ? p.host_meta[p.from_field * p.pitch + k] : 0;
+    }
+  };
+  const auto read_patch = [&] {
+    if (tid < p.n_patches) {
+      patch_at = p.patches[2 * tid];
+      patch_page = p.patches[2 * tid + 1];
+    }
+  };
+  if (p.reads_first) {
+    read_patch();
+    read_round(0);
+  }
+  grid_dependency_wait();
+  if (!p.reads_first) read_patch();
+  if (tid < p.n_publish) published = p.publish_from[tid];
+  for (int64_t k0 = 0; k0 < items; k0 += kPer * blockDim.x) {
+    if (k0 > 0 || !p.reads_first) read_round(k0);
+    int32_t drawn[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t k = k0 + j * blockDim.x + tid;
+      // Field 0, the tokens: from the step before's draws where it gives them.
+      drawn[j] = k < p.n && p.drawn != nullptr ? p.drawn[from[j]] : v[j];
     }
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int64_t k = k0 + j * blockDim.x + tid;
-      if (k >= items) continue;
-      const int64_t f = k / p.n, t = k % p.n;
-      // Field 0, the tokens: from the step before's draws where it gives them.
-      if (f == 0 && p.drawn != nullptr) v[j] = p.drawn[p.host_meta[p.from_field * p.pitch + t]];
-      p.meta[f * p.pitch + t] = v[j];
+      if (k < items) p.meta[(k / p.n) * p.pitch + k % p.n] = drawn[j];
     }
   }
   if (tid < p.n_patches) p.table[patch_at] = patch_page;
