@@ -22,14 +22,14 @@ namespace kernelllm::cuda {
 namespace {
 
 constexpr int kWarps = static_cast<int>(kSharedRows / 16);
-constexpr int kSmallWarps = 5;  // 80 rows: 20 forks of a group of 4
+constexpr int kThreads = kWarps * 32;
 constexpr int kTile = 32;
 constexpr int kPad = 8;
 constexpr int64_t kSharedItemBlocks = 2;  // blocks per (split, KV head), each taking every 2nd item
 
 // K and V rows [tile, tile + kTile) below `end` of one KV head, 16 bytes per load, into
 // registers (zero past `end`): issued one tile ahead so their latency overlaps the products.
-template <class T, int HD, int kThreads>
+template <class T, int HD>
 struct TileLoader {
   static constexpr int kChunks = kTile * HD / 8;
   static constexpr int kPer = (kChunks + kThreads - 1) / kThreads;
@@ -89,12 +89,8 @@ __device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, 
 // up to the first unused one, so the grid stays small and fixed while the plan changes.
 // kLow: Q and P as high and low halves in T (two products each, about fp32 accuracy); without it
 // both are rounded to T once, the operands of FlashAttention's arithmetic (SharedPrefixArgs).
-// W: warps a block (16 query rows each): kWarps, or kSmallWarps where no item has more than
-// kSmallWarps x 16 rows (SharedPrefixArgs::small_blocks), two blocks to an SM.
-template <class T, int HD, bool kLow, int W>
-__global__ void __launch_bounds__(W * 32, W == kWarps ? 1 : 2)
-    prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
-  constexpr int kThreads = W * 32;
+template <class T, int HD, bool kLow>
+__global__ void __launch_bounds__(kThreads) prefix_kernel(AttentionArgs a, SharedPrefixArgs s, int suffix_splits) {
   constexpr int KS = HD / 16;  // k-steps over head dims
   constexpr int ND = HD / 8;   // output n-tiles
   constexpr int NB = kTile / 8;
@@ -133,7 +129,7 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 1 : 2)
   // The plan is uploaded before the pass and shared pages are never written after the fork: the
   // first item's plan and its first K and V tile are loaded (the rest of its rows fetched into
   // L2) while the previous kernel still runs. Only the queries wait.
-  TileLoader<T, HD, kThreads> next;
+  TileLoader<T, HD> next;
   const bool ef = s.kv_evict_first;
   const uint64_t policy = ef ? evict_first_policy() : 0;
   Item it{};
@@ -273,27 +269,17 @@ __global__ void __launch_bounds__(W * 32, W == kWarps ? 1 : 2)
   }
 }
 
-template <class T, bool kLow, int W>
-void launch_prefix_warps(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t suffix_splits,
-                         int64_t prefix_splits, cudaStream_t stream) {
+template <class T, bool kLow>
+void launch_prefix(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t suffix_splits, int64_t prefix_splits,
+                   cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(prefix_splits), static_cast<unsigned>(a.kv_heads),
                   static_cast<unsigned>(std::min(kSharedItemBlocks, a.n_tokens)));
   const int ss = static_cast<int>(suffix_splits);
   switch (a.head_dim) {
-    case 16: launch_kernel(prefix_kernel<T, 16, kLow, W>, grid, W * 32, 0, stream, a, s, ss); break;
-    case 32: launch_kernel(prefix_kernel<T, 32, kLow, W>, grid, W * 32, 0, stream, a, s, ss); break;
-    case 64: launch_kernel(prefix_kernel<T, 64, kLow, W>, grid, W * 32, 0, stream, a, s, ss); break;
-    default: launch_kernel(prefix_kernel<T, 128, kLow, W>, grid, W * 32, 0, stream, a, s, ss); break;
-  }
-}
-
-template <class T, bool kLow>
-void launch_prefix(const AttentionArgs& a, const SharedPrefixArgs& s, int64_t suffix_splits, int64_t prefix_splits,
-                   cudaStream_t stream) {
-  if (s.small_blocks && a.n_tokens * (a.heads / a.kv_heads) <= kSmallWarps * 16) {
-    launch_prefix_warps<T, kLow, kSmallWarps>(a, s, suffix_splits, prefix_splits, stream);
-  } else {
-    launch_prefix_warps<T, kLow, kWarps>(a, s, suffix_splits, prefix_splits, stream);
+    case 16: launch_kernel(prefix_kernel<T, 16, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 32: launch_kernel(prefix_kernel<T, 32, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
+    case 64: launch_kernel(prefix_kernel<T, 64, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
+    default: launch_kernel(prefix_kernel<T, 128, kLow>, grid, kThreads, 0, stream, a, s, ss); break;
   }
 }
 

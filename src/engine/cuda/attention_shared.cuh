@@ -15,7 +15,7 @@
 namespace kernelllm::cuda {
 
 inline constexpr int64_t kSharedRows = 128;         // query rows (forks x group) per prefix block
-inline constexpr int64_t kSharedPrefixSplits = 32;  // the most chunks of the prefix computed in parallel
+inline constexpr int64_t kSharedPrefixSplits = 16;  // chunks of the prefix computed in parallel
 
 
 // The prefix work of one pass, as device arrays of n_tokens entries (an "item" is a set of
@@ -35,9 +35,6 @@ struct SharedPrefixArgs {
   // The prefix kernel's K and V loads under an L2 evict-first policy (each row is read once a
   // pass: after its load it should not push out what later kernels read back).
   bool kv_evict_first = false;
-  // Where every item has at most 80 query rows (n_tokens x group <= 80: 20 forks at a group of
-  // 4), blocks of 5 warps held to 204 registers, two to an SM, instead of 8 warps, one to an SM.
-  bool small_blocks = false;
 };
 
 // The host-side plan for one single-token-per-sequence pass, from each token's page list and

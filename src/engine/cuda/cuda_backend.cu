@@ -66,8 +66,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
   prefix_low_halves_ = env_int("KERNELLLM_CUDA_PREFIX_LOW_HALVES", 0, 1, 0) == 1;
   prefix_kv_evict_first_ = !env_off("KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST");
-  prefix_splits_ = env_int("KERNELLLM_CUDA_PREFIX_SPLITS", 1, kSharedPrefixSplits, prefix_splits_);
-  prefix_small_blocks_ = env_int("KERNELLLM_CUDA_PREFIX_SMALL_BLOCKS", 0, 1, 0) == 1;
   if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
   if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
   if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
@@ -373,7 +371,7 @@ int64_t CudaBackend::splits_for(int64_t n) const {
 }
 
 int64_t CudaBackend::prefix_splits_for(int64_t n) const {
-  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, prefix_splits_);
+  return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, kSharedPrefixSplits);
 }
 
 bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {

@@ -221,10 +221,6 @@ class CudaBackend final : public Backend {
   // L2 evict-first policy (KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST=0 turns it off).
   bool prefix_low_halves_ = false;
   bool prefix_kv_evict_first_ = true;
-  // Its splits of the prompt (KERNELLLM_CUDA_PREFIX_SPLITS, 1..kSharedPrefixSplits) and its
-  // blocks' size (SharedPrefixArgs::small_blocks; KERNELLLM_CUDA_PREFIX_SMALL_BLOCKS=1): measurements.
-  int64_t prefix_splits_ = 16;
-  bool prefix_small_blocks_ = false;
   // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
   // two-row-tile kernel where head rows would serve (measurements).
   PrefillKernel prefill_kernel_ = PrefillKernel::automatic;

@@ -43,7 +43,6 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   sp.members = sp.item_count + max_tokens_;
   sp.low_halves = prefix_low_halves_;
   sp.kv_evict_first = prefix_kv_evict_first_;
-  sp.small_blocks = prefix_small_blocks_;
   // The forks' own positions (suffix) are few next to the prompt's: half the splits of a plain
   // pass (2 at n = 20; bench/cuda_ops/NOTES.md item 18).
   const int64_t prefix_splits = shared ? prefix_splits_for(n) : 0;
