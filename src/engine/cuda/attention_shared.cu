@@ -73,7 +73,7 @@ struct TileLoader {
 };
 
 // Tile `tile` of `tiles` of block b's share of pf (segments b, b + blocks, ...: a part of a row
-// each), asked into L2 by threads `thread` of `threads`.
+// each), asked into L2 by threads `thread` of `threads` (a bulk request a segment, or its lines).
 __device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, int64_t blocks, int64_t tile,
                                                int64_t tiles, int thread, int threads) {
   const int64_t segs = pf.rows * pf.parts;
@@ -81,7 +81,12 @@ __device__ __forceinline__ void prefetch_share(const L2Prefetch& pf, int64_t b, 
   const auto* base = static_cast<const unsigned char*>(pf.base);
   for (int64_t k = count * tile / tiles + thread; k < count * (tile + 1) / tiles; k += threads) {
     const int64_t i = b + k * blocks;
-    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * pf.part_stride, pf.bytes);
+    const unsigned char* seg = base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * pf.part_stride;
+    if (pf.lines) {
+      for (int line = 0; line < pf.bytes; line += 128) prefetch_l2(seg + line);
+    } else {
+      prefetch_l2_bulk(seg, pf.bytes);
+    }
   }
 }
 

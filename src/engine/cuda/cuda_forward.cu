@@ -71,7 +71,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     const auto esize = static_cast<int64_t>(dtype_size(dtype_));
     const int64_t stride = band_part_first_col(q_dim_, o_parts, 1) * esize;
     o_prefetch = L2Prefetch{nullptr, h, q_dim_ * esize, stride, o_parts,
-                            static_cast<int>(std::min(o_prefetch_bytes_, stride) / 16 * 16)};
+                            static_cast<int>(std::min(o_prefetch_bytes_, stride) / 16 * 16), o_prefetch_lines_};
   }
   const auto o_prefetch_of = [&](const Layer& l) {
     L2Prefetch pf = o_prefetch;
@@ -496,8 +496,19 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   const int32_t* drawn = nullptr;
   if (greedy) {
     // Outside the graph, so that chain_prep (the next step's) launches early from it.
+    // While it runs HBM is idle: the first stages of the next pass's first qkv into L2
+    // (qkv0_prefetch_bytes_ of each part of each row, where its band GEMM's parts form serves).
+    L2Prefetch qkv0;
+    const int64_t h = config_.hidden_size, qkv_rows = q_dim_ + 2 * kv_dim_;
+    const int qkv_parts = band_parts_serve(kBandPartsQkv, qkv_rows, h, n);
+    if (qkv0_prefetch_bytes_ > 0 && qkv_parts > 0 && !layers_.empty()) {
+      const auto esize = static_cast<int64_t>(dtype_size(dtype_));
+      const int64_t stride = band_part_first_col(h, qkv_parts, 1) * esize;
+      qkv0 = L2Prefetch{layers_.front().qkv.get(), qkv_rows, h * esize, stride, qkv_parts,
+                        static_cast<int>(std::min(qkv0_prefetch_bytes_, stride) / 16 * 16), true};
+    }
     argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
-                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
+                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_, qkv0);
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];

@@ -12,13 +12,18 @@ namespace {
 // round of loads (decode passes are a token or a few: their time is latency); the frequency is
 // constant and is loaded before the wait for the previous kernel.
 // Once qkv is done, the blocks ask `next` into L2 (rope_write_kv): where it is whole rows one
-// after another, as chunks of kPrefetchChunk bytes, else as its segments, each a thread's request.
+// after another, as chunks of kPrefetchChunk bytes, else as its segments, each a thread's request
+// (or as lines: L2Prefetch::lines).
 constexpr int kPrefetchChunk = 32 * 1024;
 
 __device__ __forceinline__ void ask_into_l2(const L2Prefetch& pf) {
   const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
   const int64_t block = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
   const int64_t me = block * blockDim.x + threadIdx.x, threads = blocks * blockDim.x;
+  if (pf.lines) {
+    prefetch_l2_lines(pf, me, threads);
+    return;
+  }
   const auto* base = static_cast<const unsigned char*>(pf.base);
   if (pf.parts * pf.part_stride == pf.row_bytes && pf.bytes == pf.part_stride) {
     const int64_t total = pf.rows * pf.row_bytes;
