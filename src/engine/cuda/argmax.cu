@@ -8,7 +8,6 @@
 #include <climits>
 
 #include "engine/cuda/argmax.cuh"
-#include "engine/cuda/device_types.cuh"
 #include "engine/cuda/launch.cuh"
 
 namespace kernelllm::cuda {
@@ -32,8 +31,7 @@ __device__ __forceinline__ void see(Best& b, float v, int32_t i) {
 }
 
 template <int kBlocks>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* ids,
-                                                          L2Prefetch next) {
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* ids) {
   wait_for_predecessor();
   const int64_t row_index = blockIdx.x / kBlocks;
   const int rank = static_cast<int>(blockIdx.x % kBlocks);
@@ -58,11 +56,6 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
     }
   } else {
     for (int32_t c = begin + static_cast<int32_t>(threadIdx.x); c < end; c += kThreads) see(b, row[c], c);
-  }
-  // The next pass's first weights into L2 while HBM is idle (argmax_rows), once the logits' loads are out.
-  if (next.base != nullptr) {
-    prefetch_l2_lines(next, static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x,
-                      static_cast<int64_t>(gridDim.x) * kThreads);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -109,11 +102,11 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, i
 }  // namespace
 
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, int blocks_per_row,
-                 cudaStream_t stream, const L2Prefetch& next) {
+                 cudaStream_t stream) {
   if (rows == 0) return;
   dispatch_row_cluster(blocks_per_row, [&](auto b) {
     constexpr int B = decltype(b)::value;
-    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, 0, logits, vocab, ids, next);
+    launch_row_clusters<argmax_kernel<B>>(rows, B, kThreads, stream, 0, logits, vocab, ids);
   });
 }
 

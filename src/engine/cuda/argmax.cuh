@@ -6,16 +6,12 @@
 
 #include <cstdint>
 
-#include "engine/cuda/common.cuh"
-
 namespace kernelllm::cuda {
 
 // ids[r] = argmax(logits[r * vocab, (r + 1) * vocab)) for r < rows, with `blocks_per_row` blocks
 // per row (1, or 2, 4, 8, 16 from compute capability 9.0: a cluster; common.cuh's
-// cluster_blocks_per_row is the backend's choice). The ids do not depend on it. `next` (base not
-// null): asked into L2 as lines (the decode chain's next pass's first weights; any L2Prefetch is
-// taken as L2Prefetch::lines).
+// cluster_blocks_per_row is the backend's choice). The ids do not depend on it.
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, int blocks_per_row,
-                 cudaStream_t stream, const L2Prefetch& next = {});
+                 cudaStream_t stream);
 
 }  // namespace kernelllm::cuda

@@ -17,6 +17,22 @@ namespace kernelllm::cuda {
 inline constexpr int64_t kSharedRows = 128;         // query rows (forks x group) per prefix block
 inline constexpr int64_t kSharedPrefixSplits = 16;  // chunks of the prefix computed in parallel
 
+// Weights the prefix kernel asks into L2 for the projection after the attention (o), while its
+// rows compute and HBM is mostly idle: in each of `rows` rows of `row_bytes` at `base`, `bytes`
+// from each of `parts` offsets part_stride apart, which are the first stages every block of the
+// band GEMM's parts form streams (band_gemm.cu: part r of a row starts at its stage r * stages /
+// parts). Only the kernel's idle warps (those no query row needs) ask, a share at each tile after
+// the tile's own loads, so that the asks do not queue ahead of them (bench/cuda_ops/NOTES.md item
+// 43). base null: none; base, row_bytes and part_stride 16-byte aligned, bytes a multiple of 16.
+// lines: each segment asked as its 128-byte lines (prefetch.global.L2, which nothing waits for)
+// rather than as one bulk request (cp.async.bulk.prefetch.L2, whose issue held the asking warps
+// and with them the block's tile barriers: bench/cuda_ops/NOTES.md item 50).
+struct L2Prefetch {
+  const void* base = nullptr;
+  int64_t rows = 0, row_bytes = 0, part_stride = 0;
+  int parts = 1, bytes = 0;
+  bool lines = false;
+};
 
 // The prefix work of one pass, as device arrays of n_tokens entries (an "item" is a set of
 // tokens that read positions [0, item_prefix) through the block-table row item_seq; unused

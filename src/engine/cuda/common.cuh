@@ -44,23 +44,6 @@ inline constexpr int kArgmaxBlocksPerSm = 4;
 void set_weights_evict_first(bool on);
 bool weights_evict_first();
 
-// Weights asked into L2 for the projection after the attention (o) while the attention computes
-// and HBM is mostly idle: in each of `rows` rows of `row_bytes` at `base`, `bytes` from each of
-// `parts` offsets part_stride apart, which are the first stages every block of the band GEMM's
-// parts form streams (band_gemm.cu: part r of a row starts at its stage r * stages / parts).
-// Asked by the prefix kernel's idle warps (SharedPrefixArgs::next_weights: those no query row
-// needs, a share at each tile after the tile's own loads, so that the asks do not queue ahead of
-// them; bench/cuda_ops/NOTES.md item 43) or by rope_write_kv's blocks once qkv is done. base
-// null: none; base, row_bytes and part_stride 16-byte aligned, bytes a multiple of 16.
-// lines: asked as 128-byte lines (prefetch.global.L2, which nothing tracks) instead of bulk
-// requests (cp.async.bulk.prefetch), spread over all the threads of the asking grid.
-struct L2Prefetch {
-  const void* base = nullptr;
-  int64_t rows = 0, row_bytes = 0, part_stride = 0;
-  int parts = 1, bytes = 0;
-  bool lines = false;
-};
-
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

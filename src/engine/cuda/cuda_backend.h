@@ -200,14 +200,8 @@ class CudaBackend final : public Backend {
   // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (item 43 kept 1,024; since item 48's
   // rounded prefix kernel and its evict-first K/V, none is faster: bench/cuda_ops/NOTES.md).
   int64_t o_prefetch_bytes_ = 0;
-  // Who asks for them: the prefix kernel's idle warps, or with KERNELLLM_CUDA_O_PREFETCH_BY_ROPE=1
-  // the RoPE kernel's blocks once qkv is done (the attention's whole window; measurements).
-  bool o_prefetch_by_rope_ = false;
-  // ... asked as 128-byte lines (L2Prefetch::lines; KERNELLLM_CUDA_O_PREFETCH_LINES=1), and bytes
-  // of each part of each row of the first layer's qkv the greedy chain's argmax asks into L2 as
-  // lines for the pass after it (KERNELLLM_CUDA_QKV0_PREFETCH; 0: none): measurements.
+  // Asked as 128-byte lines (L2Prefetch::lines; KERNELLLM_CUDA_O_PREFETCH_LINES=0: bulk requests).
   bool o_prefetch_lines_ = false;
-  int64_t qkv0_prefetch_bytes_ = 0;
   // ChainPrep::reads_first; env KERNELLLM_CUDA_CHAIN_READS_FIRST=0 reads after the wait (measurements).
   bool chain_reads_first_ = true;
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env

@@ -62,10 +62,9 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const int o_parts = band_parts_serve(kBandPartsO, h, q_dim_, n);
   const int down_parts = band_parts_serve(kBandPartsDown, h, inter, n);
   const BandConfig parts_config{0, band_config_.blocks, band_config_.ring_kb};  // (never clusters)
-  // Where the parts form serves o, the prefix kernel (or RoPE's blocks: o_prefetch_by_rope_) asks
-  // the first stages of its blocks into L2 (L2Prefetch; base set per layer): o_prefetch_bytes_ of
-  // each part, the parts' offsets a share's width apart (exact where the shares are equal, as for
-  // the 8B o).
+  // Where the parts form serves o, the prefix kernel asks the first stages of its blocks into L2
+  // (L2Prefetch; base set per layer): o_prefetch_bytes_ of each part, the parts' offsets a share's
+  // width apart (exact where the shares are equal, as for the 8B o), as lines (o_prefetch_lines_).
   L2Prefetch o_prefetch;
   if (shared && o_parts > 0 && o_prefetch_bytes_ > 0) {
     const auto esize = static_cast<int64_t>(dtype_size(dtype_));
@@ -73,11 +72,6 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     o_prefetch = L2Prefetch{nullptr, h, q_dim_ * esize, stride, o_parts,
                             static_cast<int>(std::min(o_prefetch_bytes_, stride) / 16 * 16), o_prefetch_lines_};
   }
-  const auto o_prefetch_of = [&](const Layer& l) {
-    L2Prefetch pf = o_prefetch;
-    pf.base = pf.bytes > 0 ? l.o.get() : nullptr;
-    return pf;
-  };
   // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
   // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
   // kernel of the own positions does not; nor with qkv's parts: the fold reads one qkv array).
@@ -162,8 +156,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     } else {
       rope_write_kv(dtype_, qkv_type, qkv_parts > 0 ? static_cast<void*>(parts) : qkv_.get(), n,
                     c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page, inv_freq_.as<float>(), kv, li,
-                    q_.as<float>(), stream_, std::max(qkv_parts, 1),
-                    o_prefetch_by_rope_ ? o_prefetch_of(l) : L2Prefetch{});
+                    q_.as<float>(), stream_, std::max(qkv_parts, 1));
     }
     if (tensor_core_attention) {
       prefill_attention(dtype_, a, stream_, prefill_kernel_);
@@ -171,8 +164,9 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
       a.ctx_begin = ctx_begin;
       a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
+      if (o_prefetch.bytes > 0) o_prefetch.base = l.o.get();
       SharedPrefixArgs with_o = sp;
-      if (!o_prefetch_by_rope_) with_o.next_weights = o_prefetch_of(l);
+      with_o.next_weights = o_prefetch;
       shared_prefix_attention(dtype_, a, with_o, suffix_splits, prefix_splits, stream_, mma_suffix);
     } else {
       attention(dtype_, a, stream_);
@@ -496,19 +490,8 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   const int32_t* drawn = nullptr;
   if (greedy) {
     // Outside the graph, so that chain_prep (the next step's) launches early from it.
-    // While it runs HBM is idle: the first stages of the next pass's first qkv into L2
-    // (qkv0_prefetch_bytes_ of each part of each row, where its band GEMM's parts form serves).
-    L2Prefetch qkv0;
-    const int64_t h = config_.hidden_size, qkv_rows = q_dim_ + 2 * kv_dim_;
-    const int qkv_parts = band_parts_serve(kBandPartsQkv, qkv_rows, h, n);
-    if (qkv0_prefetch_bytes_ > 0 && qkv_parts > 0 && !layers_.empty()) {
-      const auto esize = static_cast<int64_t>(dtype_size(dtype_));
-      const int64_t stride = band_part_first_col(h, qkv_parts, 1) * esize;
-      qkv0 = L2Prefetch{layers_.front().qkv.get(), qkv_rows, h * esize, stride, qkv_parts,
-                        static_cast<int>(std::min(qkv0_prefetch_bytes_, stride) / 16 * 16), true};
-    }
     argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
-                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_, qkv0);
+                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];

@@ -5,7 +5,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "engine/cuda/common.cuh"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
@@ -136,22 +135,6 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, int bytes) {
   (void)p;
   (void)bytes;
 #endif
-}
-
-// pf's bytes into L2 as 128-byte lines (L2Prefetch::lines), thread `me` of `threads` taking
-// lines me, me + threads, ...: where pf is whole rows, the matrix's lines in order, else each
-// segment's.
-__device__ __forceinline__ void prefetch_l2_lines(const L2Prefetch& pf, int64_t me, int64_t threads) {
-  const auto* base = static_cast<const unsigned char*>(pf.base);
-  if (pf.parts * pf.part_stride == pf.row_bytes && pf.bytes == pf.part_stride) {
-    for (int64_t i = me; i * 128 < pf.rows * pf.row_bytes; i += threads) prefetch_l2(base + i * 128);
-    return;
-  }
-  const int64_t per = (pf.bytes + 127) / 128, segs = pf.rows * pf.parts;
-  for (int64_t i = me; i < segs * per; i += threads) {
-    const int64_t seg = i / per;
-    prefetch_l2(base + (seg / pf.parts) * pf.row_bytes + (seg % pf.parts) * pf.part_stride + (i % per) * 128);
-  }
 }
 
 // Prefetches into L2 the K and V rows of positions [begin, end) of one KV head (its first

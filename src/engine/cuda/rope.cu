@@ -11,37 +11,10 @@ namespace {
 // i < (heads + kv_heads) * half, else one V element. One item per thread, so a token is one
 // round of loads (decode passes are a token or a few: their time is latency); the frequency is
 // constant and is loaded before the wait for the previous kernel.
-// Once qkv is done, the blocks ask `next` into L2 (rope_write_kv): where it is whole rows one
-// after another, as chunks of kPrefetchChunk bytes, else as its segments, each a thread's request
-// (or as lines: L2Prefetch::lines).
-constexpr int kPrefetchChunk = 32 * 1024;
-
-__device__ __forceinline__ void ask_into_l2(const L2Prefetch& pf) {
-  const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
-  const int64_t block = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  const int64_t me = block * blockDim.x + threadIdx.x, threads = blocks * blockDim.x;
-  if (pf.lines) {
-    prefetch_l2_lines(pf, me, threads);
-    return;
-  }
-  const auto* base = static_cast<const unsigned char*>(pf.base);
-  if (pf.parts * pf.part_stride == pf.row_bytes && pf.bytes == pf.part_stride) {
-    const int64_t total = pf.rows * pf.row_bytes;
-    for (int64_t c = me; c * kPrefetchChunk < total; c += threads) {
-      const int64_t left = total - c * kPrefetchChunk;
-      prefetch_l2_bulk(base + c * kPrefetchChunk, left < kPrefetchChunk ? static_cast<int>(left) : kPrefetchChunk);
-    }
-    return;
-  }
-  for (int64_t i = me; i < pf.rows * pf.parts; i += threads) {
-    prefetch_l2_bulk(base + (i / pf.parts) * pf.row_bytes + (i % pf.parts) * pf.part_stride, pf.bytes);
-  }
-}
-
 template <class T, class In, bool kParts>
 __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, int64_t hd, const int32_t* pos,
                                const int32_t* page_of, const float* inv_freq, T* pool, int64_t layers,
-                               int64_t page_tokens, int64_t layer, float* q_out, int parts, L2Prefetch next) {
+                               int64_t page_tokens, int64_t layer, float* q_out, int parts) {
   const int64_t t = blockIdx.x;
   const int64_t half = hd / 2, q_dim = heads * hd, kv_dim = kv_heads * hd;
   const int64_t i = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
@@ -49,7 +22,6 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
   const int64_t h = i / half, j = i % half;
   const float freq = i < pairs ? inv_freq[j] : 0.0f;
   wait_for_predecessor();
-  if (next.base != nullptr) ask_into_l2(next);
   if (i >= pairs + kv_dim) return;
   const In* row = qkv + t * (q_dim + 2 * kv_dim);
   // Element e of the token's row: with parts (kParts), the sum in order of the parts'
@@ -94,8 +66,7 @@ __global__ void rope_kv_kernel(const In* qkv, int64_t heads, int64_t kv_heads, i
 
 void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens, int64_t heads, int64_t kv_heads,
                    int64_t head_dim, const int32_t* pos, const int32_t* page_of, const float* inv_freq,
-                   const KvLayout& kv, int64_t layer, float* q_out, cudaStream_t stream, int in_parts,
-                   const L2Prefetch& next) {
+                   const KvLayout& kv, int64_t layer, float* q_out, cudaStream_t stream, int in_parts) {
   if (n_tokens == 0) return;
   dispatch_dtype(type, [&](auto d) {
     dispatch_dtype(in_type, [&](auto di) {
@@ -108,7 +79,7 @@ void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens,
         if (in_parts > 1) kernel = rope_kv_kernel<T, In, true>;
       }
       launch_kernel(kernel, grid, 256, 0, stream, static_cast<const In*>(qkv), heads, kv_heads, head_dim, pos, page_of,
-                    inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer, q_out, in_parts, next);
+                    inv_freq, static_cast<T*>(kv.pool), kv.layers, kv.page_tokens, layer, q_out, in_parts);
     });
   });
 }

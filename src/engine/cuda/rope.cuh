@@ -24,11 +24,9 @@ struct KvLayout {
 // V = qkv[t, q_dim+kv_dim :] written at page page_of[t], slot pos[t] % page_tokens, of `layer`.
 // qkv holds in_type elements: f32 (the GEMV's output) or the cache dtype `type` (cuBLASLt's);
 // with in_parts > 1 (f32), that many [n_tokens][row] arrays one after another (band_gemm_parts'
-// outputs; 1..kMaxOutputParts, common.cuh), whose sum in order is the projection. `next` (base
-// not null): asked into L2 by the blocks once the kernel ahead is done (o's weights during the
-// attention; compute capability 9.0+, else nothing).
+// outputs; 1..kMaxOutputParts, common.cuh), whose sum in order is the projection.
 void rope_write_kv(DType type, DType in_type, const void* qkv, int64_t n_tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
                    const int32_t* pos, const int32_t* page_of, const float* inv_freq, const KvLayout& kv, int64_t layer,
-                   float* q_out, cudaStream_t stream, int in_parts = 1, const L2Prefetch& next = {});
+                   float* q_out, cudaStream_t stream, int in_parts = 1);
 
 }  // namespace kernelllm::cuda
