@@ -6,8 +6,8 @@
 // (16 tiles per prefix block), every case with the own positions by the split kernel and
 // (group <= 4, head_dim 64/128) on the tensor cores, their rows loaded into registers and copied
 // by the TMA, and the prefix kernel's rounded operands (the backend's default) against
-// FlashAttention's arithmetic on the same data; the cache hints (o's weights into L2, the prefix
-// rows evict-first) leave the bits unchanged; then a CUDA graph captured once and replayed after
+// FlashAttention's arithmetic on the same data; the cache hints (o's weights into L2 as bulk
+// requests or as lines, the prefix rows evict-first) leave the bits unchanged; then a CUDA graph captured once and replayed after
 // the lengths and the plan change in device memory (TMA copies where they serve).
 #include <gtest/gtest.h>
 
@@ -234,6 +234,10 @@ void check_case(DType t, const Shape& s, const std::vector<std::pair<int64_t, st
     const cuda::DeviceBuffer next = poisoned(size_t{4096} * 8192);
     cuda::SharedPrefixArgs with_next = d.shared();
     with_next.next_weights = cuda::L2Prefetch{next.get(), 4096, 8192, 2048, 4, 1024};
+    cuda::shared_prefix_attention(t, a, with_next, suffix_splits, prefix_splits, nullptr, true);
+    EXPECT_EQ(download(d.out, sc.ref.size(), t), got);
+    // The same asked as 128-byte lines (the backend's default) rather than bulk requests.
+    with_next.next_weights.lines = true;
     cuda::shared_prefix_attention(t, a, with_next, suffix_splits, prefix_splits, nullptr, true);
     EXPECT_EQ(download(d.out, sc.ref.size(), t), got);
     // The prefix rows' loads under the evict-first policy: a hint too.

@@ -72,8 +72,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
   skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
   suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
   suffix_min_env_ = env_int("KERNELLLM_CUDA_SUFFIX_MIN", 0, kMaxSuffixMin, 0);
-  o_prefetch_bytes_ = env_int("KERNELLLM_CUDA_O_PREFETCH", 0, 1 << 20, 0) / 16 * 16;
-  o_prefetch_lines_ = env_int("KERNELLLM_CUDA_O_PREFETCH_LINES", 0, 1, 0) == 1;
+  o_prefetch_bytes_ = env_int("KERNELLLM_CUDA_O_PREFETCH", 0, 1 << 20, o_prefetch_bytes_) / 16 * 16;
+  o_prefetch_lines_ = !env_off("KERNELLLM_CUDA_O_PREFETCH_LINES");
   chain_reads_first_ = !env_off("KERNELLLM_CUDA_CHAIN_READS_FIRST");
   if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
     if (std::string(staged) == "0") opts_.staged_gemm = false;

@@ -197,11 +197,12 @@ class CudaBackend final : public Backend {
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
   // Bytes of each part of every row of o's weights the prefix kernel asks into L2 (L2Prefetch in
-  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (item 43 kept 1,024; since item 48's
-  // rounded prefix kernel and its evict-first K/V, none is faster: bench/cuda_ops/NOTES.md).
-  int64_t o_prefetch_bytes_ = 0;
-  // Asked as 128-byte lines (L2Prefetch::lines; KERNELLLM_CUDA_O_PREFETCH_LINES=0: bulk requests).
-  bool o_prefetch_lines_ = false;
+  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (bench/cuda_ops/NOTES.md items 43,
+  // 48 and 50: as lines, 1,024 B is 0.02 ms a step faster at k = 20 than none).
+  int64_t o_prefetch_bytes_ = 1024;
+  // Asked as 128-byte lines (L2Prefetch::lines; KERNELLLM_CUDA_O_PREFETCH_LINES=0: as bulk
+  // requests, which cost more than they give since item 48).
+  bool o_prefetch_lines_ = true;
   // ChainPrep::reads_first; env KERNELLLM_CUDA_CHAIN_READS_FIRST=0 reads after the wait (measurements).
   bool chain_reads_first_ = true;
   // Those positions on the tensor cores (suffix_attention_mma) where supported; env
