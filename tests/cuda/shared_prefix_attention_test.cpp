@@ -7,8 +7,9 @@
 // (group <= 4, head_dim 64/128) on the tensor cores, their rows loaded into registers and copied
 // by the TMA, and the prefix kernel's rounded operands (the backend's default) against
 // FlashAttention's arithmetic on the same data; the cache hints (o's weights into L2 as bulk
-// requests or as lines, the prefix rows evict-first) leave the bits unchanged; then a CUDA graph captured once and replayed after
-// the lengths and the plan change in device memory (TMA copies where they serve).
+// requests or as lines, the prefix rows evict-first) leave the bits unchanged; then a CUDA graph
+// captured once and replayed after the lengths and the plan change in device memory (TMA copies
+// where they serve).
 #include <gtest/gtest.h>
 
 #include <algorithm>
