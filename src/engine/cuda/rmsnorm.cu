@@ -1,4 +1,6 @@
 // RMSNorm kernels; see rmsnorm.cuh. One block per row; the sum of squares is a block reduction.
+#include <type_traits>
+
 #include "engine/cuda/device_types.cuh"
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/launch.cuh"
@@ -19,6 +21,18 @@ __device__ float block_sum(float v) {
 #pragma unroll
   for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
   return total;
+}
+
+// The float4 chunks threadIdx.x + c * kThreads of a row of n floats (zero past it): the register
+// kernels' weights, loaded before their wait (they are constant).
+template <int kChunks>
+__device__ __forceinline__ void load_weight_chunks(const float* __restrict__ weight, int64_t n, float4 (&w)[kChunks]) {
+  const int n4 = static_cast<int>(n / 4);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    w[c] = i < n4 ? __ldg(reinterpret_cast<const float4*>(weight) + i) : float4{0.0f, 0.0f, 0.0f, 0.0f};
+  }
 }
 
 // out_row = norm of the row whose float4 chunks threadIdx.x + c * kThreads the block's threads
@@ -55,11 +69,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_regs_kernel(float* __restric
                                                                 T* __restrict__ out, int parts) {
   const int n4 = static_cast<int>(n / 4);
   float4 w[kChunks];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int i = threadIdx.x + c * kThreads;
-    w[c] = i < n4 ? __ldg(reinterpret_cast<const float4*>(weight) + i) : float4{0.0f, 0.0f, 0.0f, 0.0f};
-  }
+  load_weight_chunks(weight, n, w);
   wait_for_predecessor();
   const int64_t r = blockIdx.x;
   const int64_t src = rows_index != nullptr ? rows_index[r] : r;
@@ -125,11 +135,7 @@ __global__ void __launch_bounds__(kThreads) embed_rmsnorm_kernel(const T* __rest
                                                                  T* __restrict__ out) {
   const int n4 = static_cast<int>(n / 4);
   float4 w[kChunks];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int i = threadIdx.x + c * kThreads;
-    w[c] = i < n4 ? __ldg(reinterpret_cast<const float4*>(weight) + i) : float4{0.0f, 0.0f, 0.0f, 0.0f};
-  }
+  load_weight_chunks(weight, n, w);
   wait_for_predecessor();
   const int64_t r = blockIdx.x;
   const T* row = table + static_cast<int64_t>(ids[r]) * n;
@@ -175,6 +181,26 @@ __global__ void rmsnorm_kernel(float* x, const float* delta, const float* weight
   for (int64_t i = threadIdx.x; i < n; i += kThreads) out[r * n + i] = from_f32<T>(weight[i] * (xr[i] * inv));
 }
 
+// Calls f(std::integral_constant<int, K>) with the register kernels' K float4 chunks a thread
+// (1, 2, 4 or 8) for rows of n floats and returns true, or returns false where a row does not
+// fit them (n not a multiple of 4, or longer than kThreads x 32).
+template <class F>
+bool with_register_chunks(int64_t n, F&& f) {
+  const int64_t chunks = n % 4 == 0 ? (n / 4 + kThreads - 1) / kThreads : 0;
+  if (chunks == 1) {
+    f(std::integral_constant<int, 1>{});
+  } else if (chunks == 2) {
+    f(std::integral_constant<int, 2>{});
+  } else if (chunks >= 3 && chunks <= 4) {
+    f(std::integral_constant<int, 4>{});
+  } else if (chunks >= 5 && chunks <= 8) {
+    f(std::integral_constant<int, 8>{});
+  } else {
+    return false;
+  }
+  return true;
+}
+
 template <class T, bool kAdd>
 void launch_norm(int64_t rows, int64_t n, cudaStream_t stream, float* x, const float* delta, const float* weight,
                  float eps, const int32_t* rows_index, T* out, int parts) {
@@ -182,19 +208,8 @@ void launch_norm(int64_t rows, int64_t n, cudaStream_t stream, float* x, const f
     launch_kernel(kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, delta, weight, n, eps, rows_index, out,
                   parts);
   };
-  // float4 chunks per thread for the register kernel; 0: the row does not fit it.
-  const int64_t chunks = n % 4 == 0 ? (n / 4 + kThreads - 1) / kThreads : 0;
-  if (chunks == 1) {
-    launch(rmsnorm_regs_kernel<T, kAdd, 1>);
-  } else if (chunks == 2) {
-    launch(rmsnorm_regs_kernel<T, kAdd, 2>);
-  } else if (chunks >= 3 && chunks <= 4) {
-    launch(rmsnorm_regs_kernel<T, kAdd, 4>);
-  } else if (chunks >= 5 && chunks <= 8) {
-    launch(rmsnorm_regs_kernel<T, kAdd, 8>);
-  } else {
-    launch(rmsnorm_kernel<T, kAdd>);
-  }
+  const bool regs = with_register_chunks(n, [&](auto chunks) { launch(rmsnorm_regs_kernel<T, kAdd, decltype(chunks)::value>); });
+  if (!regs) launch(rmsnorm_kernel<T, kAdd>);
 }
 
 }  // namespace
@@ -212,28 +227,18 @@ void rmsnorm(DType type, const float* x, const float* weight, int64_t rows, int6
 void embed_rmsnorm(DType type, const void* table, const int32_t* ids, int64_t rows, int64_t n, const float* weight,
                    float eps, float* x, void* out, cudaStream_t stream) {
   if (rows == 0) return;
-  const int64_t chunks = n % 4 == 0 ? (n / 4 + kThreads - 1) / kThreads : 0;
-  if (chunks < 1 || chunks > 8) {
-    embedding(type, table, ids, rows, n, x, stream);
-    rmsnorm(type, x, weight, rows, n, eps, nullptr, out, stream);
-    return;
-  }
+  bool regs = false;
   dispatch_dtype(type, [&](auto d) {
     using T = decltype(d);
-    const auto launch = [&](auto kernel) {
-      launch_kernel(kernel, static_cast<unsigned>(rows), kThreads, 0, stream, static_cast<const T*>(table), ids, x,
-                    weight, n, eps, static_cast<T*>(out));
-    };
-    if (chunks == 1) {
-      launch(embed_rmsnorm_kernel<T, 1>);
-    } else if (chunks == 2) {
-      launch(embed_rmsnorm_kernel<T, 2>);
-    } else if (chunks <= 4) {
-      launch(embed_rmsnorm_kernel<T, 4>);
-    } else {
-      launch(embed_rmsnorm_kernel<T, 8>);
-    }
+    regs = with_register_chunks(n, [&](auto chunks) {
+      launch_kernel(embed_rmsnorm_kernel<T, decltype(chunks)::value>, static_cast<unsigned>(rows), kThreads, 0, stream,
+                    static_cast<const T*>(table), ids, x, weight, n, eps, static_cast<T*>(out));
+    });
   });
+  if (!regs) {
+    embedding(type, table, ids, rows, n, x, stream);
+    rmsnorm(type, x, weight, rows, n, eps, nullptr, out, stream);
+  }
 }
 
 void add_rmsnorm(DType type, float* x, const float* delta, const float* weight, int64_t rows, int64_t n, float eps,
