@@ -96,8 +96,8 @@ def run_group(cli: str, profile: str, problem: str, candidates: list[str], devic
                "verdict": c["verdict"] if c else "missing", "rule": (c or {}).get("rule") or None,
                "message": (c or {}).get("message", ""), "speedup": (c or {}).get("speedup"),
                "median_ms": timing.get("median_ms"),
-               "wall_gap_ms": ev.get("wall_gap_ms"), "reference_wall_gap_ms": ev.get("reference_wall_gap_ms"),
-               "timing_recheck": ev.get("timing_recheck")}
+               "flush_excess_ms": timing.get("flush_excess_ms"), "ping_ms": timing.get("ping_ms"),
+               "timing_unstable": bool(ev.get("timing_unstable"))}
         row["as_expected"] = row["verdict"] == want and (want_rule is None or row["rule"] == want_rule)
         rows.append(row)
     ref = (report or {}).get("reference_timing") or {}
@@ -151,14 +151,14 @@ def main() -> int:
                 p.send_signal(signal.SIGCONT)
             stop_load(procs)
         rows = [r for g in phases[phase] for r in g["rows"]]
-        rechecked = [r for r in rows if r["timing_recheck"]]
-        print(f"{phase}: {sum(r['as_expected'] for r in rows)}/{len(rows)} as expected, {len(rechecked)} gap "
-              f"re-check(s), {sum(bool(r['timing_recheck'].get('cleared')) for r in rechecked)} cleared", flush=True)
+        unstable = [r for r in rows if r["timing_unstable"]]
+        print(f"{phase}: {sum(r['as_expected'] for r in rows)}/{len(rows)} as expected, {len(unstable)} timing(s) "
+              "reported unstable", flush=True)
         for r in rows:
             mark = "ok " if r["as_expected"] else "BAD"
             print(f"  {mark} {r['candidate']}: {r['verdict']}{' [' + r['rule'] + ']' if r['rule'] else ''} "
-                  f"gap {r['wall_gap_ms']} ref {r['reference_wall_gap_ms']}"
-                  f"{' recheck ' + json.dumps(r['timing_recheck']) if r['timing_recheck'] else ''}", flush=True)
+                  f"median {r['median_ms']} ms, flush excess {r['flush_excess_ms']} ms"
+                  f"{' UNSTABLE' if r['timing_unstable'] else ''}", flush=True)
     try:
         import torch
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"

@@ -3,6 +3,7 @@
 // committed from on_result → the report from the store. Restarts skip everything committed.
 #include "kernelllm/eval/eval.h"
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -101,60 +102,77 @@ Result<std::vector<NewSample>> copied_samples(const EvalOptions& options, const 
 }
 
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
-// Returns how many came back not_verified (not committed, so a rerun retries them).
+// A sample's timing belongs to the candidate on this GPU, not to a profile: one timed under an
+// earlier profile of this run is verified here without timing and shares that measurement, so
+// its speedup is the same number in every profile. Returns how many came back not_verified (not
+// committed, so a rerun retries them).
 Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Problem& p, const std::string& profile,
                            const Progress& progress) {
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
   std::set<int> done;
+  std::map<int, const StoredVerdict*> timed;  // sample -> its verdict of an earlier profile with a timing
   for (const StoredVerdict& v : verdicts) {
     if (v.profile == profile) done.insert(v.sample);
+    if (v.profile != profile && v.speedup && v.result.contains("timing") && !timed.count(v.sample)) timed[v.sample] = &v;
   }
-  std::vector<const StoredSample*> pending;
-  std::vector<std::string> paths;
+  std::vector<const StoredSample*> to_time, to_share;
   for (const StoredSample& s : samples) {
     if (done.count(s.sample)) continue;
-    pending.push_back(&s);
-    paths.push_back((store.dir() / s.candidate_file).string());
+    (timed.count(s.sample) && options.verify.timing ? to_share : to_time).push_back(&s);
   }
   if (!done.empty()) progress(fmt::format("{} [{}]: {} verdict(s) from the store", p.id, profile, done.size()));
-  if (pending.empty()) return 0;
-  progress(fmt::format("{} [{}]: verifying {} sample(s)", p.id, profile, pending.size()));
-
-  harness::VerifyOptions o = options.verify;
-  o.profile = profile;
-  o.cache_path = (store.dir() / "verify-cache.sqlite").string();
-  o.select = false;
-  o.multishape = false;
-  std::mutex mu;
-  Status commit_error;
+  if (to_time.empty() && to_share.empty()) return 0;
+  progress(fmt::format("{} [{}]: verifying {} sample(s){}", p.id, profile, to_time.size() + to_share.size(),
+                       to_share.empty() ? "" : fmt::format(", {} sharing an earlier profile's timing", to_share.size())));
   int not_verified = 0;
-  o.on_result = [&](size_t index, const harness::CandidateResult& r) {
-    std::lock_guard<std::mutex> lock(mu);
-    const StoredSample& s = *pending[index];
-    if (r.verdict == harness::Verdict::not_verified) {
-      ++not_verified;
-      progress(fmt::format("{} sample {} [{}]: not verified ({}); a rerun retries it", p.id, s.sample, profile, r.message));
-      return;
-    }
-    StoredVerdict v;
-    v.problem = p.id;
-    v.sample = s.sample;
-    v.profile = profile;
-    v.verdict = std::string(harness::verdict_name(r.verdict));
-    v.rule = r.rule;
-    v.message = relativize(r.message, store.dir());
-    if (r.timing && r.timing->meaningful && r.speedup > 0) v.speedup = r.speedup;
-    auto result = parse_json(relativize(r.to_json().dump(), store.dir()), "verifier result");
-    v.result = result.ok() ? std::move(*result) : r.to_json();
-    Status s_put = store.put_verdict(v, r.cached);
-    if (!s_put.ok() && commit_error.ok()) commit_error = s_put;
-    progress(fmt::format("{} sample {} [{}]: {}{}{}", p.id, s.sample, profile, v.verdict, v.rule.empty() ? "" : " (" + v.rule + ")",
-                         r.cached ? " (verifier cache)" : ""));
-  };
-  auto report = harness::verify(p.file.string(), paths, o);
-  if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
-  if (!commit_error.ok()) return commit_error;
+  for (const std::vector<const StoredSample*>* group : {&to_time, &to_share}) {
+    if (group->empty()) continue;
+    const bool share = group == &to_share;
+    std::vector<std::string> paths;
+    for (const StoredSample* s : *group) paths.push_back((store.dir() / s->candidate_file).string());
+    harness::VerifyOptions o = options.verify;
+    o.profile = profile;
+    o.cache_path = (store.dir() / "verify-cache.sqlite").string();
+    o.select = false;
+    o.multishape = false;
+    if (share) o.timing = false;
+    std::mutex mu;
+    Status commit_error;
+    o.on_result = [&](size_t index, const harness::CandidateResult& r) {
+      std::lock_guard<std::mutex> lock(mu);
+      const StoredSample& s = *(*group)[index];
+      if (r.verdict == harness::Verdict::not_verified) {
+        ++not_verified;
+        progress(fmt::format("{} sample {} [{}]: not verified ({}); a rerun retries it", p.id, s.sample, profile, r.message));
+        return;
+      }
+      StoredVerdict v;
+      v.problem = p.id;
+      v.sample = s.sample;
+      v.profile = profile;
+      v.verdict = std::string(harness::verdict_name(r.verdict));
+      v.rule = r.rule;
+      v.message = relativize(r.message, store.dir());
+      if (r.timing && r.timing->meaningful && r.speedup > 0) v.speedup = r.speedup;
+      auto result = parse_json(relativize(r.to_json().dump(), store.dir()), "verifier result");
+      v.result = result.ok() ? std::move(*result) : r.to_json();
+      if (share && r.verdict == harness::Verdict::correct) {
+        const StoredVerdict& earlier = *timed.at(s.sample);
+        v.speedup = earlier.speedup;
+        v.result["timing"] = earlier.result["timing"];
+        v.result["speedup"] = earlier.result.value("speedup", Json(nullptr));
+        v.result["timing_shared_from"] = earlier.profile;
+      }
+      Status s_put = store.put_verdict(v, r.cached);
+      if (!s_put.ok() && commit_error.ok()) commit_error = s_put;
+      progress(fmt::format("{} sample {} [{}]: {}{}{}", p.id, s.sample, profile, v.verdict, v.rule.empty() ? "" : " (" + v.rule + ")",
+                           r.cached ? " (verifier cache)" : ""));
+    };
+    auto report = harness::verify(p.file.string(), paths, o);
+    if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
+    if (!commit_error.ok()) return commit_error;
+  }
   return not_verified;
 }
 

@@ -35,7 +35,11 @@ Json timing_json(const TimingResult& t) {
               {"times_ms", t.times_ms},
               {"event_total_ms", t.event_total_ms},
               {"wall_total_ms", t.wall_total_ms},
-              {"orchestrator_wall_ms", t.orchestrator_wall_ms}};
+              {"orchestrator_wall_ms", t.orchestrator_wall_ms},
+              {"ping_ms", t.ping_ms},
+              {"flush_excess_ms", t.flush_excess_ms},
+              {"load_excess_ms", t.load_excess_ms},
+              {"clock", "orchestrator"}};
 }
 }  // namespace
 

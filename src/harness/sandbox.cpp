@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -121,6 +123,14 @@ Result<std::vector<std::string>> make_fresh_dirs(const std::vector<std::string>&
                                                 parents.empty() ? std::string("-") : parents[0], tries, last));
 }
 
+Status Sandbox::set_memory_limit(const CgroupLease& lease, uint64_t bytes) const {
+  if (!probe_.cgroup_memory || lease.dirs.empty()) return {};
+  const bool v2 = probe_.cgroup_kind == "v2";
+  const std::string file = lease.dirs.front() + (v2 ? "/memory.max" : "/memory.limit_in_bytes");
+  if (!write_file(file, std::to_string(bytes))) return error(ErrorCode::io_error, "cannot write " + file);
+  return {};
+}
+
 Result<std::unique_ptr<CgroupLease>> Sandbox::make_cgroup() const {
   auto lease = std::make_unique<CgroupLease>();
   if (!probe_.cgroup_memory && !probe_.cgroup_pids) return lease;
@@ -132,6 +142,7 @@ Result<std::unique_ptr<CgroupLease>> Sandbox::make_cgroup() const {
   auto dirs = make_fresh_dirs(parents, unique_name);
   if (!dirs.ok()) return error(ErrorCode::io_error, "cgroup " + probe_.cgroup_kind + ": " + dirs.status().message());
   lease->dirs = std::move(dirs).value();
+  if (probe_.cgroup_pids) lease->pids_dir = v2 ? lease->dirs.front() : lease->dirs.back();
   if (v2) {
     const std::string& d = lease->dirs.front();
     if (probe_.cgroup_memory) write_file(d + "/memory.max", std::to_string(settings_.memory_bytes));
@@ -174,7 +185,104 @@ void add_parent_dirs(std::vector<std::string>& a, const fs::path& target, const 
   }
 }
 
+std::string normal_path(const std::string& p) {
+  std::string s = fs::path(p).lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+// `p` lies strictly inside `dir` (both normal, absolute).
+bool strictly_under(const std::string& p, const std::string& dir) {
+  if (dir == "/") return p.size() > 1 && p[0] == '/';
+  return p.size() > dir.size() && p.compare(0, dir.size(), dir) == 0 && p[dir.size()] == '/';
+}
+
 }  // namespace
+
+std::vector<std::string> keep_paths_to_bind(const std::vector<std::string>& keep_paths,
+                                            const std::vector<std::string>& tmpfs_roots,
+                                            const std::vector<std::string>& bound_dirs) {
+  std::vector<std::string> roots, bound, picked;
+  for (const std::string& r : tmpfs_roots) roots.push_back(normal_path(r));
+  for (const std::string& b : bound_dirs) bound.push_back(normal_path(b));
+  std::error_code ec;
+  for (const std::string& k : keep_paths) {
+    const std::string s = normal_path(k);
+    if (s.empty() || s[0] != '/') continue;
+    bool in_tmpfs = false;
+    for (const std::string& r : roots) in_tmpfs |= strictly_under(s, r);
+    if (!in_tmpfs) continue;  // visible anyway through the read-only bind of /
+    // Never an ancestor of (or the same as, or inside) a directory bound on purpose: that would
+    // expose the run directory, the other candidates' dirs and the judge's files.
+    bool clash = false;
+    for (const std::string& b : bound) clash |= s == b || strictly_under(b, s) || strictly_under(s, b);
+    if (clash || !fs::exists(s, ec)) continue;
+    picked.push_back(s);
+  }
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  std::vector<std::string> out;
+  for (const std::string& p : picked) {
+    bool nested = false;
+    for (const std::string& q : picked) nested |= strictly_under(p, q);
+    if (!nested) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> symlinks_on_path(const std::string& path,
+                                                                  const std::vector<std::string>& tmpfs_roots) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::string> roots;
+  for (const std::string& r : tmpfs_roots) roots.push_back(normal_path(r));
+  fs::path p = fs::path(path).lexically_normal();
+  if (!p.is_absolute()) return out;
+  for (int hops = 0; hops < 40;) {
+    fs::path cur = "/";
+    bool restarted = false;
+    const fs::path rel = p.relative_path();  // begin() and end() of one object
+    std::vector<fs::path> parts(rel.begin(), rel.end());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      fs::path next = cur / parts[i];
+      struct stat st {};
+      if (::lstat(next.c_str(), &st) != 0) return out;
+      if (S_ISLNK(st.st_mode)) {
+        std::error_code ec;
+        fs::path target = fs::read_symlink(next, ec);
+        if (ec) return out;
+        const std::string link = normal_path(next.string());
+        bool in_tmpfs = false;
+        for (const std::string& r : roots) in_tmpfs |= strictly_under(link, r);
+        if (in_tmpfs) out.emplace_back(link, target.string());
+        fs::path resolved = target.is_absolute() ? target : cur / target;
+        for (size_t j = i + 1; j < parts.size(); ++j) resolved /= parts[j];
+        p = resolved.lexically_normal();
+        ++hops;
+        restarted = true;
+        break;
+      }
+      cur = next;
+    }
+    if (!restarted) break;
+  }
+  return out;
+}
+
+std::vector<std::string> hidden_top_dirs(const std::vector<std::string>& extra) {
+  // What a candidate needs from the host: the system's programs, libraries and configuration.
+  // Everything else at the top level (/work, /srv, /mnt, /var, /run, ...: problem files, other
+  // candidates' sources, eval stores, sockets) is an empty tmpfs inside; the interpreter's paths
+  // and the dirs a worker needs are bound back explicitly.
+  static const std::set<std::string> kSystem = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+                                                "/opt", "/sys", "/proc", "/dev", "/tmp"};
+  std::set<std::string> out(extra.begin(), extra.end());
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/", ec)) {
+    const std::string p = e.path().string();
+    if (!kSystem.count(p) && e.is_directory(ec) && !e.is_symlink(ec)) out.insert(p);
+  }
+  return {out.begin(), out.end()};
+}
 
 std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std::vector<fs::path>& readable_dirs) const {
   std::vector<std::string> a = {probe_.bwrap_path, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -193,7 +301,7 @@ std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std
     }
   }
   std::vector<std::string> tmpfs_roots = {"/tmp", "/dev/shm"};
-  for (const std::string& h : settings_.hidden_dirs) {
+  for (const std::string& h : hidden_top_dirs(settings_.hidden_dirs)) {
     if (fs::is_directory(h, ec)) {
       for (const std::string& x : {std::string("--perms"), std::string("0755"), std::string("--tmpfs"), h}) a.push_back(x);
       tmpfs_roots.push_back(h);
@@ -203,10 +311,21 @@ std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std
     add_parent_dirs(a, path, tmpfs_roots);
     for (const std::string& x : {how, path, path}) a.push_back(x);
   };
-  for (const std::string& k : settings_.keep_paths) {
-    bool under_hidden = false;
-    for (const std::string& h : settings_.hidden_dirs) under_hidden |= k.rfind(h + "/", 0) == 0;
-    if (under_hidden && fs::exists(k, ec)) bind("--ro-bind", k);
+  // The interpreter's own paths (a venv under /tmp or /dev/shm, pyenv under /root, conda under
+  // /home) come back read-only; never one that would expose the dirs bound below.
+  std::vector<std::string> bound = {work_dir.string()};
+  for (const fs::path& d : readable_dirs) bound.push_back(d.string());
+  const std::vector<std::string> kept = keep_paths_to_bind(settings_.keep_paths, tmpfs_roots, bound);
+  for (const std::string& k : kept) bind("--ro-bind", k);
+  // A venv's bin/python (or the venv itself) reached through symlinks under a tmpfs root: the
+  // links are recreated, unless a kept path already brings them.
+  for (const auto& [link, target] : symlinks_on_path(settings_.python, tmpfs_roots)) {
+    bool present = false;
+    for (const std::string& k : kept) present |= link == k || strictly_under(link, k);
+    for (const std::string& b : bound) present |= link == normal_path(b) || strictly_under(link, normal_path(b));
+    if (present) continue;
+    add_parent_dirs(a, link, tmpfs_roots);
+    for (const std::string& x : {std::string("--symlink"), target, link}) a.push_back(x);
   }
   for (const fs::path& d : readable_dirs) bind("--ro-bind", d.string());
   bind("--bind", work_dir.string());

@@ -91,21 +91,20 @@ void Verifier::select() {
   std::vector<bool> ok(alive.size(), true);
   {
     GpuGuard lock(dev->gpu_mu, dev->gpu_lock, GpuGuard::Mode::exclusive);
+    ensure_reference_timing(*dev);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;
-        Json req = time_request(*dev, per_round);
-        req["op"] = "time";
-        Reply r = workers[k]->request(req, opts_.timing_timeout_s);
-        if (!r.ok()) {
+        CandidateResult scratch;
+        std::optional<TimingResult> t = timed_batch(*dev, workers[k].get(), per_round, false, &scratch);
+        if (!t) {
           ok[k] = false;
           workers[k]->proc.kill_tree();
-          warn(fmt::format("re-timing {} failed: {}: {}", candidate_paths_[alive[k]], r.error_kind(), r.error_message()));
+          warn(fmt::format("re-timing {} failed: {}: {}", candidate_paths_[alive[k]], verdict_name(scratch.verdict),
+                           scratch.message));
           continue;
         }
-        for (const auto& v : r.message.value("times_ms", Json::array())) {
-          if (v.is_number()) finalists[k].times_ms.push_back(v.get<double>());
-        }
+        finalists[k].times_ms.insert(finalists[k].times_ms.end(), t->times_ms.begin(), t->times_ms.end());
       }
     }
   }

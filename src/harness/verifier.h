@@ -20,6 +20,9 @@
 
 namespace kernelllm::harness {
 
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{4} << 30;  // per tensor file a worker reads
+inline constexpr uint64_t kTimingSetBytes = uint64_t{2} << 30;  // all timing sets: inputs + 3 x outputs
+
 struct TrialInput {
   int trial = 0;               // the judge's trial index
   std::filesystem::path file;  // safetensors written by the judge
@@ -29,6 +32,7 @@ struct TrialInput {
   uint64_t output_bytes = 0;
   std::string distribution;
   Json output_sizes = Json::array();  // bytes per reference output (poisoning sizes)
+  Json output_numels = Json::array(); // elements per reference output (sampled value checks)
   double reference_ms = 0;  // wall time of make_inputs (reference forward, fp64 included)
 };
 
@@ -56,7 +60,10 @@ struct DeviceState {
   Json problem;          // load_problem reply
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
-  std::filesystem::path shared_dir;  // init tensors and inputs, read-only to candidates
+  std::filesystem::path shared_dir;  // init tensors, bound read-only into candidates
+  std::filesystem::path inputs_dir;  // every input set; never bound: a candidate sees a set via ShownInputs
+  double flush_baseline_ms = 0;      // median round trip of the judge's L2 flush with the GPU idle
+  std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
   std::atomic<bool> healthy{true};
@@ -98,6 +105,8 @@ class Verifier {
   void worker_thread(size_t thread);
   Result<std::unique_ptr<Worker>> start_candidate_worker(DeviceState& dev, size_t thread);
   DeviceState* pick_device(size_t hint);
+  // Raises a candidate worker's memory limit to what the problem needs (setup_device's sizes).
+  void size_memory_limit(Worker& w, const DeviceState& dev);
   std::string cache_key_for(size_t i, const DeviceState& dev) const;
   Reply judge_call(DeviceState& dev, const Json& request, double timeout_s);
   void log(const std::string& line) const;
@@ -108,26 +117,27 @@ class Verifier {
   void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   void run_trials(Worker& w, DeviceState& dev, CandidateResult& r);
+  // The judge's static audit of the source (compile_error before any candidate code runs;
+  // r.evidence["source_audit"] keeps its kernel names and after-correctness finding), then load.
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  // GPU only: one profiled forward on trial 0's inputs; the judge classifies its kernels against the
+  // audit's @triton.jit names (no_triton_kernel / torch_fallback in strict; shares reported).
+  void check_kernel_profile(Worker& w, DeviceState& dev, CandidateResult& r);
   // After a crash or sticky CUDA error on a GPU: health-check it in a fresh process and stop
   // using it when unhealthy (never reset). Records the result in r.evidence.
   void check_gpu_after_fault(DeviceState& dev, CandidateResult& r);
   bool fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
                        CandidateResult& r);
-  // Timing with the orchestrator's checks; a per-call wall-clock gap is re-checked once against
-  // a freshly timed reference before it is called a cheat.
+  // timed_calls.cpp: timing clocked here, one request per call (docs/verification.md, Timing).
+  // One timed batch over the timing sets on `cand` (nullptr: the reference, on the judge). A
+  // candidate's failure or wrong sampled value is its verdict in *r; nullopt then.
+  std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r);
+  // Times a correct candidate under the GPU's exclusive lock; sets r.timing and r.speedup, or
+  // the verdict of what went wrong.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
-  // One timed run under the GPU's exclusive lock (sets r.timing and r.speedup), the reference
-  // re-timed right before it into *fresh_ref when given; then timed_output_right. False when the
-  // run failed or cheated (r holds the verdict).
-  bool timed_run(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<TimingResult>* fresh_ref);
-  // Whether the last timed call's output is right; names the cheat in r when not.
-  bool timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r);
+  // Whether the last timed call's whole output is right; names the cheat in r when not.
+  bool timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r, size_t last_set);
   void ensure_reference_timing(DeviceState& dev);
-  // One timing of the reference (torch.compile'd with `compile`) by the judge; nullopt, with a
-  // warning, when it failed.
-  std::optional<TimingResult> time_reference(DeviceState& dev, bool compile);
-  Json time_request(const DeviceState& dev, int iters) const;
   double run_timeout_s(const DeviceState& dev) const;
 
   // multishape.cpp

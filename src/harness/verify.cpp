@@ -69,7 +69,9 @@ Status Verifier::spawn_judge(DeviceState& dev) {
 
 Status Verifier::setup_device(DeviceState& dev) {
   dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
+  dev.inputs_dir = run_dir_ / fmt::format("inputs-{}", dev.tag());
   fs::create_directories(dev.shared_dir);
+  fs::create_directories(dev.inputs_dir);
   KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
   if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) return hello.with_context("judge on " + dev.name);
   int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
@@ -102,8 +104,10 @@ Status Verifier::setup_device(DeviceState& dev) {
   int n = dev.problem.value("n_trials", n_requested);
   Json dists = dev.problem.value("trial_distributions", Json::array());
   // Correctness trials, then fresh inputs for timing (trials n.. in the judge's numbering) so
-  // that a timed call can never replay an answer cached during the correctness runs.
-  int n_timing = opts_.timing && !dev.parent ? 3 : 0;
+  // that a timed call can never replay an answer cached during the correctness runs: one set per
+  // call (warmup included) where they fit kTimingSetBytes, at least 2 (set after trial 0).
+  // On CPU: 3 timed calls and 1 warmup.
+  int n_timing = opts_.timing && !dev.parent ? (dev.cuda() ? opts_.iters + opts_.warmup : 3 + 1) : 0;
   std::error_code ec;
   fs::path init = dev.shared_dir / "init.safetensors";
   if (fs::exists(init, ec)) {
@@ -114,7 +118,7 @@ Status Verifier::setup_device(DeviceState& dev) {
     TrialInput in;
     bool timing = t >= n;
     in.trial = t;
-    in.file = dev.shared_dir / fmt::format("inputs-{}.safetensors", t);
+    in.file = dev.inputs_dir / fmt::format("inputs-{}.safetensors", t);
     in.distribution = !timing && t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>() : "normal";
     Reply m = judge_call(dev, Json{{"op", "make_inputs"}, {"trial", t}, {"distribution", in.distribution}, {"file", in.file.string()}},
                          opts_.load_timeout_s);
@@ -127,11 +131,17 @@ Status Verifier::setup_device(DeviceState& dev) {
     in.input_bytes = m.message.value("input_bytes", uint64_t{0});
     in.output_bytes = m.message.value("output_bytes", uint64_t{0});
     in.output_sizes = m.message.value("output_sizes", Json::array());
+    in.output_numels = m.message.value("output_numels", Json::array());
     // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
     in.reference_ms = m.elapsed_ms;
     // Readable by the sandbox's uid (the judge may create files 0600); the dir is bound read-only.
     fs::permissions(in.file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
                     fs::perm_options::replace, ec);
+    // Each timing set costs its inputs (file, the candidate's device) and, in the judge, its fp32
+    // and fp64 references.
+    if (const uint64_t set_bytes = in.input_bytes + 3 * in.output_bytes; t == 0 && n_timing > 2 && set_bytes > 0) {
+      n_timing = static_cast<int>(std::clamp<uint64_t>(kTimingSetBytes / set_bytes, 2, static_cast<uint64_t>(n_timing)));
+    }
     if (t == 0) {
       uint64_t jobs = opts_.jobs > 0 ? static_cast<uint64_t>(opts_.jobs)
                                      : std::min<uint64_t>(std::max(1u, std::thread::hardware_concurrency()),
@@ -198,6 +208,16 @@ Status Verifier::setup() {
   ss.keep_paths = py_.paths;
   sandbox_ = Sandbox::create(ss);
   report_.sandbox = sandbox_.summary();
+  // Fail closed: candidates never run unconfined unless the user asked for it (--no-sandbox).
+  if (opts_.sandbox && !sandbox_.active()) {
+    return error(ErrorCode::unsupported,
+                 fmt::format("the candidate sandbox does not work here ({}); refusing to run untrusted candidates unconfined. "
+                             "Fix: install bubblewrap (apt-get install bubblewrap, or set KERNELLLM_BWRAP to its path), "
+                             "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+                             "user.max_user_namespaces > 0) or run as root; or pass --no-sandbox (Python: sandbox=False) "
+                             "to run candidates unconfined at your own risk",
+                             sandbox_.probe().note.empty() ? std::string("the probe failed") : sandbox_.probe().note));
+  }
   if (!sandbox_.active()) report_.warnings.push_back(report_.sandbox);
 
   const char* shm = "/dev/shm";
@@ -258,6 +278,19 @@ std::string Verifier::cache_key_for(size_t i, const DeviceState& dev) const {
   return cache_key(p);
 }
 
+void Verifier::size_memory_limit(Worker& w, const DeviceState& dev) {
+  // Never below what an honest kernel needs: the runtime (torch, Triton, a CUDA context), room for
+  // a forward's inputs, outputs and temporaries (4x), and on CPU every timing set held at once.
+  const TrialInput& t0 = dev.trials.front();
+  uint64_t need = (uint64_t{6} << 30) + 4 * (t0.input_bytes + t0.output_bytes);
+  if (!dev.cuda()) need += dev.timing_inputs.size() * t0.input_bytes;
+  w.memory_limit_bytes = std::max(opts_.memory_bytes, need);
+  if (w.cgroup) {
+    Status s = sandbox_.set_memory_limit(*w.cgroup, w.memory_limit_bytes);
+    if (!s.ok()) warn("sandbox memory limit: " + s.to_string());
+  }
+}
+
 DeviceState* Verifier::pick_device(size_t hint) {
   std::vector<DeviceState*> ok;
   for (auto& d : devices_) {
@@ -269,9 +302,15 @@ DeviceState* Verifier::pick_device(size_t hint) {
 Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& dev, size_t thread) {
   uint64_t seq = worker_seq_++;
   fs::path dir = run_dir_ / fmt::format("cand-{}-{}", thread, seq);
+  fs::path inputs = run_dir_ / fmt::format("cand-{}-{}.in", thread, seq);
+  std::error_code ec;
+  fs::create_directories(inputs, ec);
+  if (ec) return error(ErrorCode::io_error, fmt::format("cannot create {}: {}", inputs.string(), ec.message()));
   int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, jobs_));
-  return spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir}, dev.name, sandbox_.active() ? &sandbox_ : nullptr,
-                      threads);
+  auto w = spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir, inputs}, dev.name,
+                        sandbox_.active() ? &sandbox_ : nullptr, threads);
+  if (w.ok()) (*w)->inputs_dir = inputs;
+  return w;
 }
 
 void Verifier::worker_thread(size_t thread) {
@@ -343,9 +382,11 @@ void Verifier::worker_thread(size_t thread) {
     }
     const double start_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
+    size_memory_limit(*w, *dev);
     evaluate(i, *w, *dev, r);
     r.evidence["phases"]["start_ms"] = start_ms;
     w->proc.kill_tree();
+    (void)judge_call(*dev, Json{{"op", "forget"}, {"candidate", w->id()}}, opts_.load_timeout_s);
     log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
     notify(i, r);
@@ -414,6 +455,8 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     tr.event_total_ms = t.value("event_total_ms", 0.0);
     tr.wall_total_ms = t.value("wall_total_ms", 0.0);
     tr.orchestrator_wall_ms = t.value("orchestrator_wall_ms", 0.0);
+    tr.ping_ms = t.value("ping_ms", 0.0);
+    tr.flush_excess_ms = t.value("flush_excess_ms", 0.0);
     r.timing = tr;
     r.speedup = j.value("speedup", Json(nullptr)).is_number() ? j["speedup"].get<double>() : 0.0;
   }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -132,8 +133,9 @@ constexpr JsonMember kReplyMembers[] = {
     {"run_ms", kJsonNumber},
     {"triton_launches", kJsonInteger | kJsonNull},
     {"times_ms", kJsonArray, kJsonNumber},
-    {"event_total_ms", kJsonNumber},
-    {"wall_total_ms", kJsonNumber},
+    {"event_ms", kJsonNumber},  // time_call
+    {"values", kJsonArray},     // time_sample
+    {"outputs_written", kJsonBool},  // time_output
     {"match", kJsonBool},  // compare
     {"verdict_hint", kJsonString},
     {"rule", kJsonString | kJsonNull},
@@ -145,6 +147,11 @@ constexpr JsonMember kReplyMembers[] = {
     {"input_bytes", kJsonInteger},
     {"output_bytes", kJsonInteger},
     {"output_sizes", kJsonArray},
+    {"kernel_profile", kJsonObject | kJsonNull},  // run (profile_kernels)
+    {"load_verdict", kJsonObject | kJsonNull},    // audit_source
+    {"after_correct", kJsonObject | kJsonNull},
+    {"kernel_names", kJsonArray, kJsonString},
+    {"violation", kJsonObject | kJsonNull},       // kernel_check
 };
 constexpr JsonMember kErrorMembers[] = {
     {"kind", kJsonString}, {"message", kJsonString}, {"traceback", kJsonString}, {"rule", kJsonString}};
@@ -235,6 +242,46 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
   return w;
 }
 
+PidsFacts read_pids(const Worker& w) {
+  PidsFacts f;
+  if (!w.cgroup || w.cgroup->pids_dir.empty()) return f;
+  const std::string& d = w.cgroup->pids_dir;
+  f.available = true;
+  std::ifstream events(d + "/pids.events");
+  std::string key;
+  long val = 0;
+  while (events >> key >> val) {
+    if (key == "max") f.limit_hits = val;
+  }
+  std::ifstream peak(d + "/pids.peak");
+  if (long v = 0; peak >> v) f.peak = v;
+  std::ifstream current(d + "/pids.current");
+  if (long v = 0; current >> v) f.tasks = v;
+  std::ifstream procs(d + "/cgroup.procs");
+  for (long pid = 0; procs >> pid;) ++f.processes;
+  return f;
+}
+
+Json PidsFacts::to_json() const {
+  if (!available) return "not counted: the worker has no pids cgroup, so the process count rests on the in-process guard only";
+  Json j{{"limit_hits", limit_hits}, {"tasks", tasks}, {"processes", processes}};
+  if (peak >= 0) j["peak_tasks"] = peak;
+  return j;
+}
+
+std::string process_flood_evidence(const PidsFacts& f, int max_tasks) {
+  if (!f.available) return "";
+  if (f.limit_hits > 0) {
+    return fmt::format("the candidate's cgroup refused {} fork/clone(s) at its limit of {} tasks (pids.events max)", f.limit_hits,
+                       max_tasks);
+  }
+  if (f.processes > kWorkerBaseProcesses + kMaxSpawns) {
+    return fmt::format("{} processes alive in the candidate's cgroup after the run (more than {} spawned)",
+                       f.processes - kWorkerBaseProcesses, kMaxSpawns);
+  }
+  return "";
+}
+
 Status await_hello(Worker& w, double start_timeout_s) {
   if (!w.hello.is_null()) return {};
   Received hello = w.proc.receive(deadline_in(start_timeout_s));
@@ -277,6 +324,31 @@ Status gpu_health_check(const PythonEnv& py, const std::string& device, double t
     return error(ErrorCode::internal, fmt::format("GPU health check on {} failed ({}): {}", device, exit->describe(), p.stderr_tail()));
   }
   return {};
+}
+
+ShownInputs::ShownInputs(const Worker& w, const std::vector<fs::path>& files) {
+  if (w.inputs_dir.empty()) {
+    error_ = "the worker has no inputs directory";
+    return;
+  }
+  for (const fs::path& f : files) {
+    fs::path link = w.inputs_dir / f.filename();
+    std::error_code ec;
+    fs::remove(link, ec);  // a link left by an earlier request of this worker
+    fs::create_hard_link(f, link, ec);
+    if (ec) {
+      error_ = fmt::format("cannot show {} to the candidate: {}", f.string(), ec.message());
+      return;
+    }
+    links_.push_back(std::move(link));
+  }
+}
+
+ShownInputs::~ShownInputs() {
+  for (const fs::path& l : links_) {
+    std::error_code ec;
+    fs::remove(l, ec);
+  }
 }
 
 }  // namespace kernelllm::harness

@@ -54,13 +54,37 @@ class Worker {
   Process proc;
   Json hello;
   std::filesystem::path work_dir;
+  // A candidate's view of input sets: hard links appear here only while it runs on them
+  // (ShownInputs); its sandbox binds the directory read-only. Empty for a judge.
+  std::filesystem::path inputs_dir;
+  uint64_t memory_limit_bytes = 0;  // of its cgroup, when sized (Verifier::size_memory_limit)
   std::string device;
   std::string kind;  // "judge" or "candidate"
 
   Reply request(const Json& message, double timeout_s);
+  // Names this worker's candidate to the judge (its history is kept per candidate).
+  std::string id() const { return work_dir.filename().string(); }
   // Exit status or "still running" for evidence, after a kill.
   std::string describe_exit() const;
 };
+
+// What a worker's pids cgroup counted: trusted facts, read by the orchestrator outside the
+// sandbox (the candidate cannot reset them as it can the in-process guard's counters).
+struct PidsFacts {
+  bool available = false;  // the worker has a pids cgroup
+  long limit_hits = 0;     // forks/clones refused at pids.max (pids.events "max")
+  long peak = -1;          // pids.peak (cgroup v2, newer kernels); -1 when absent
+  long tasks = -1;         // pids.current (processes and threads) now
+  long processes = 0;      // processes alive in the group now (cgroup.procs)
+  Json to_json() const;
+};
+PidsFacts read_pids(const Worker& w);
+// Processes of the worker's own (bwrap, its pid-1, the interpreter) that never count as spawns.
+inline constexpr long kWorkerBaseProcesses = 3;
+// More spawned processes than this is a flood (rules.MAX_SPAWNS in the worker says the same).
+inline constexpr long kMaxSpawns = 16;
+// Non-empty when the cgroup's counters show a process flood: the evidence, in words.
+std::string process_flood_evidence(const PidsFacts& f, int max_tasks);
 
 // Starts a worker ("judge" or "candidate") without waiting: it imports torch on its own while
 // we do other work (pre-warming). The child dies with the *thread* that forks it
@@ -76,6 +100,23 @@ Result<std::unique_ptr<Worker>> start_worker(const std::string& kind, const Pyth
                                              const std::filesystem::path& package_dir, const std::filesystem::path& work_dir,
                                              const std::vector<std::filesystem::path>& readable_dirs, const std::string& device,
                                              const Sandbox* sandbox, int threads, double start_timeout_s);
+
+// Shows a candidate input set files only while it runs on them: hard links in its inputs_dir
+// (bound read-only into its sandbox), removed again on destruction. Future sets, timing sets
+// included, stay out of its reach until their turn.
+class ShownInputs {
+ public:
+  ShownInputs(const Worker& w, const std::vector<std::filesystem::path>& files);
+  ~ShownInputs();
+  ShownInputs(const ShownInputs&) = delete;
+  ShownInputs& operator=(const ShownInputs&) = delete;
+  const std::string& error() const { return error_; }  // empty when every link was made
+  const std::vector<std::filesystem::path>& paths() const { return links_; }
+
+ private:
+  std::vector<std::filesystem::path> links_;
+  std::string error_;
+};
 
 // Runs a tiny CUDA op on `device` in a fresh process; ok when the GPU still works.
 Status gpu_health_check(const PythonEnv& py, const std::string& device, double timeout_s);

@@ -210,7 +210,10 @@ def test_every_case_has_a_valid_header():
 RULES = {"no_triton_kernel", "stale_memory", "zeros_pass", "cached_result", "side_stream", "patched_timer",
          "input_mutation", "globals_rebinding", "reads_reference", "output_not_plain_tensor", "output_aliases_input",
          "precision_downgrade", "background_thread", "closed_form", "timing_implausible", "timed_output_mismatch", "network", "file_escape",
-         "env_escape", "process_flood", "kill_parent"}
+         "env_escape", "process_flood", "kill_parent", "torch_fallback", "output_file_tampered"}
+# Rules only a GPU run can catch (the kernel profile): their `# device: cuda` cases are not
+# discovered on CPU, so only their near-misses are required there.
+GPU_ONLY_RULES = {"torch_fallback"}
 
 
 def test_every_rule_has_a_case_and_a_near_miss():
@@ -219,7 +222,8 @@ def test_every_rule_has_a_case_and_a_near_miss():
         for key, bucket in (("rule", caught), ("attempts", caught), ("near_miss", near)):
             bucket.update(r.strip() for r in head.get(key, "").split(",") if r.strip())
     assert caught <= RULES and near <= RULES, f"unknown rule names: {(caught | near) - RULES}"
-    assert not RULES - caught, f"rules with no case that must be caught: {sorted(RULES - caught)}"
+    required = RULES if DEVICE.startswith("cuda") else RULES - GPU_ONLY_RULES
+    assert not required - caught, f"rules with no case that must be caught: {sorted(required - caught)}"
     assert not RULES - near, f"rules with no honest near-miss: {sorted(RULES - near)}"
 
 

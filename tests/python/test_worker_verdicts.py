@@ -145,7 +145,7 @@ def test_honest_candidate_is_timed(add_session):
     r = s.verify(d / "honest.py", time_iters=3)
     t = r["timing"]
     assert t["ok"] and len(t["times_ms"]) == 3 and all(x > 0 for x in t["times_ms"])
-    assert t["meaningful"] is False and t["wall_total_ms"] >= 0.99 * t["event_total_ms"]
+    assert all(c["ok"] and c["match"] for c in t["checks"]), t["checks"]
 
 
 PROBLEM_PROD = """
@@ -392,3 +392,256 @@ def test_size_scale_reloads_the_problem_with_scaled_size_globals(tmp_path):
         assert brittle_verdict != "correct"
     finally:
         s.close()
+
+
+# ---- "Triton did the work": the judge's source audit and kernel-profile ops, the run facts ------
+
+def _audit(s, src: str, **fields):
+    import base64
+    r = s.judge.request("audit_source", source_b64=base64.b64encode(src.encode()).decode(), **fields)
+    assert r["ok"], r
+    return r
+
+
+def test_judge_audit_source_op(add_session):
+    s, d = add_session
+    honest = _audit(s, ADD_CANDIDATES["honest"], path="honest.py")
+    assert honest["load_verdict"] is None and honest["kernel_names"] == ["add_kernel"]
+    # torch inside a jit body: compile_error before any candidate code runs
+    bad = _audit(s, ADD_CANDIDATES["honest"].replace("tl.store(o_ptr + offs, (x + y) * scale, mask=m)",
+                                                     "torch.add(x, y)"))
+    assert bad["load_verdict"]["verdict"] == "compile_error"
+    assert "calls torch.add inside @triton.jit kernel add_kernel" in bad["load_verdict"]["message"]
+    # no jit kernel at all: cheat no_triton_kernel once it passes (a fact of the source it cannot forge)
+    none = _audit(s, "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x, y):\n        return x + y\n")
+    assert none["load_verdict"] is None and none["after_correct"]["rule"] == "no_triton_kernel"
+    # default-precision tl.dot: the CPU strict fp32 judge says precision_downgrade after correctness
+    dot = _audit(s, "import triton\nimport triton.language as tl\n@triton.jit\ndef k(a, b):\n    c = tl.dot(a, b)\n")
+    assert dot["load_verdict"] is None and dot["after_correct"]["rule"] == "precision_downgrade"
+    junk = s.judge.request("audit_source", source_b64="not base64!")
+    assert not junk["ok"] and junk["error"]["kind"] == "protocol"
+
+
+def test_judge_kernel_check_op(add_session):
+    s, _ = add_session
+    gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas"
+    r = s.judge.request("kernel_check", kernel_names=["add_kernel"], triton_launches=1,
+                        kernel_profile={"available": True, "kernels": [{"name": gemm, "us": 50.0, "count": 1},
+                                                                       {"name": "add_kernel", "us": 1.0, "count": 1}]})
+    assert r["ok"] and r["violation"]["rule"] == "torch_fallback", r
+    assert r["summary"]["top_non_triton"][0]["name"] == gemm
+    # the names are the audit's: a candidate calling cuBLAS "add_kernel" in its report is not believed
+    # unless the source's jit kernel has that name (then the profile shows the Triton kernel ran)
+    r = s.judge.request("kernel_check", kernel_names=["other_kernel"], triton_launches=1,
+                        kernel_profile={"available": True, "kernels": [{"name": "add_kernel", "us": 1.0, "count": 1}]})
+    assert r["violation"]["rule"] == "no_triton_kernel"
+    r = s.judge.request("kernel_check", kernel_names=["add_kernel"], kernel_profile={"available": False,
+                                                                                     "reason": "CUPTI unavailable"})
+    assert r["violation"] is None and r["summary"]["reason"] == "CUPTI unavailable"
+
+
+def test_profile_kernels_on_cpu_is_unavailable_and_names_launches(add_session):
+    s, d = add_session
+    cand = wh.Worker("candidate")
+    try:
+        load = cand.request("load", module_path=str(d / "honest.py"), init=s.problem["init"],
+                            construct_seed=s.problem["construct_seed"], device="cpu", work_dir=str(d))
+        assert load["ok"], load
+        inp = s.trial_inputs(0, "normal")
+        run = cand.request("run", inputs_file=inp["file"], n_inputs=inp["n_inputs"], scalars=inp["scalars"],
+                           outputs_file=str(d / "out_profile.safetensors"), poison=True, profile_kernels=True)
+        assert run["ok"], run
+        assert run["kernel_profile"] == {"available": False, "reason": "CPU mode: no GPU kernels to profile"}
+        assert run["triton_launches"] == 1 and run["triton_launched_kernels"] == {"add_kernel": 1}
+        assert run["violations"] == []
+        plain = cand.request("run", inputs_file=inp["file"], n_inputs=inp["n_inputs"], scalars=inp["scalars"],
+                             outputs_file=str(d / "out_plain.safetensors"), poison=True)
+        assert "kernel_profile" not in plain
+    finally:
+        cand.close()
+
+
+# --- Verifier v2, classes 7 and 8: verdicts that blame the right cause, inputs that discriminate ---
+
+def _header(path: Path) -> dict:
+    import sys
+    sys.path.insert(0, str(CASES))
+    from case_header import parse_header
+    return parse_header(path)
+
+
+SEED_CASES = {  # problem -> candidates judged under 5 secret seeds each: the verdict must not flip
+    "softmax_odd_width": ["correct_masked", "wrong_mask_last_element", "cheat_fp16_arithmetic"],
+    "mse_loss": ["correct_two_pass", "wrong_half_batch"],
+    "cumprod": ["correct_triton_cumprod", "wrong_zeros_tail"],
+}
+SEEDS = (11, 22, 33, 44, 55)
+
+
+@pytest.mark.parametrize("problem", list(SEED_CASES))
+def test_same_verdict_on_every_seed(tmp_path, problem):
+    """Class 7: a localized error (one element, a loss over half the batch) is wrong_output with
+    the first mismatch and the count, never precision_downgrade, whatever the secret seed; error
+    spread like fp16 rounding is precision_downgrade on every seed. Class 8: the cumprod that
+    writes zeros past column 128 fails the added near_unit trial on every seed."""
+    got = {}
+    for seed in SEEDS:
+        work = tmp_path / str(seed)
+        work.mkdir()
+        s = wh.Session(CASES / "problems" / f"{problem}.py", work, secret_seed=seed)
+        try:
+            dists = s.problem["trial_distributions"]
+            for name in SEED_CASES[problem]:
+                path = CASES / problem / f"{name}.py"
+                r = s.verify(path)
+                head = _header(path)
+                got.setdefault(name, set()).add((r["verdict"], r["rule"]))
+                assert r["verdict"] == head["expect"], (seed, name, r["evidence"])
+                if head["expect"] == "cheat":
+                    assert r["rule"] == head["rule"], (seed, name, r["evidence"])
+                ev = r["evidence"] or {}
+                if name == "wrong_mask_last_element":  # only the last row is off
+                    fm = ev["first_mismatch"]
+                    assert fm["index"][0] == 39 and 1 <= fm["n_mismatch"] <= 100 and fm["n_elements"] == 4000
+                    assert f"{fm['n_mismatch']} of 4000 elements differ, first at [39, " in ev["message"]
+                elif name == "wrong_half_batch":  # a 0-d loss: one element, never "spread"
+                    assert ev["first_mismatch"]["index"] == [] and ev["first_mismatch"]["n_mismatch"] == 1
+                    assert "1 of 1 elements differ" in ev["message"]
+                elif name == "cheat_fp16_arithmetic":
+                    assert "spread like half-precision rounding" in ev["evidence"]
+                elif name == "wrong_zeros_tail":
+                    assert dists[r["trial"]] == "near_unit", (seed, dists, r["trial"])
+                    assert ev["first_mismatch"]["index"] == [0, 128]
+            if problem == "cumprod":
+                assert dists[-2:] == ["near_unit", "heavy_tailed"] and s.problem["n_trials"] == 6
+                assert s.problem["degenerate_elements"]["share"] > 0.5
+            else:
+                assert "near_unit" not in dists
+        finally:
+            s.close()
+    assert all(len(v) == 1 for v in got.values()), got
+
+
+def test_precision_spread_needs_many_elements_and_no_outlier():
+    compare = wh.import_worker("compare")
+    import torch
+    g = torch.Generator().manual_seed(0)
+    ref64 = torch.randn(40, 100, generator=g, dtype=torch.float64).softmax(dim=1)
+    ref = ref64.float()
+    fp16 = ref.half().float()  # rounding on every element
+    assert compare.value_cheat(fp16, ref, "normal", ref64)["rule"] == "precision_downgrade"
+    one = ref.clone()
+    one[39, 99] = 0.0  # one element wrong: localized, however small the normalized error
+    assert compare._norm_err(one.double(), ref64) < 1e-2
+    assert compare.value_cheat(one, ref, "normal", ref64) is None
+    row = ref.clone()
+    row[7] *= 1.01  # one row scaled by 1%: 2.5% of the output, not spread
+    assert compare.value_cheat(row, ref, "normal", ref64) is None
+    both = fp16.clone()
+    both[0, 0] += 0.05  # rounding everywhere plus one element far outside it
+    assert compare.value_cheat(both, ref, "normal", ref64) is None
+    loss64 = torch.tensor(2.0, dtype=torch.float64)  # a scalar can never show spread
+    assert compare.value_cheat(torch.tensor(2.001), loss64.float(), "normal", loss64) is None
+    small64 = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
+    assert compare.value_cheat((small64 + 1e-3).float(), small64.float(), "normal", small64) is None
+
+
+PROBLEM_SMALL_HALF = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cat([x, 1e-12 * x], dim=1)
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+def get_init_inputs():
+    return []
+"""
+
+SMALL_HALF_CANDIDATE = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def cat_scaled(x_ptr, o_ptr, cols, SCALE_ZERO: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    m = c < cols
+    x = tl.load(x_ptr + row * cols + c, mask=m)
+    tl.store(o_ptr + row * 2 * cols + c, x, mask=m)
+    tail = x * 1e-12
+    if SCALE_ZERO:
+        tail = tail * 0.0
+    tl.store(o_ptr + row * 2 * cols + cols + c, tail, mask=m)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        rows, cols = x.shape
+        out = torch.empty(rows, 2 * cols, device=x.device, dtype=x.dtype)
+        cat_scaled[(rows,)](x, out, cols, SCALE_ZERO=SCALE_ZERO, BLOCK=triton.next_power_of_2(cols))
+        return out
+"""
+
+
+def test_elements_no_trial_discriminates_make_the_problem_undiscriminating(tmp_path):
+    """Half the output is 1e-12 x the input: zeros pass there under every input distribution
+    (near_unit included), while the other half keeps the whole-output zeros/mean baselines from
+    passing. Honest and zeroing kernels alike get `undiscriminating`, with the count."""
+    (tmp_path / "problem.py").write_text(PROBLEM_SMALL_HALF)
+    (tmp_path / "honest.py").write_text(SMALL_HALF_CANDIDATE.replace("SCALE_ZERO=SCALE_ZERO", "SCALE_ZERO=False"))
+    (tmp_path / "zeros.py").write_text(SMALL_HALF_CANDIDATE.replace("SCALE_ZERO=SCALE_ZERO", "SCALE_ZERO=True"))
+    s = wh.Session(tmp_path / "problem.py", tmp_path)
+    try:
+        assert s.problem["trial_distributions"] == ["normal"] * 4 + ["near_unit", "heavy_tailed"]
+        for name in ("honest", "zeros"):
+            r = s.verify(tmp_path / f"{name}.py")
+            assert (r["verdict"], r["trial"]) == ("undiscriminating", 5), (name, r["evidence"])
+            ev = r["evidence"]
+            assert ev["match"] and ev["tolerance_trusted"] is False
+            assert ev["baselines_passing"] == {"0": ["zeros_per_element"]}
+            u = ev["undiscriminated_elements"]["0"]
+            assert (u["count"], u["of"], u["first_index"]) == (1024, 2048, [0, 64])
+            assert "1024 of 2048 non-zero reference elements" in ev["message"]
+            assert all(c["verdict_hint"] == "correct" for c in r["replies"] if c.get("op") == "compare"
+                       and c is not r["replies"][-1])
+    finally:
+        s.close()
+
+
+HONEST_PROBLEMS = {
+    "mean_dim": ("x.mean(dim=1)", "[torch.randn(16, 256, 16)]"),
+    "max_dim": ("x.max(dim=1)[0]", "[torch.randn(16, 256, 16)]"),
+    "layernorm": ("torch.nn.functional.layer_norm(x, (64, 32))", "[torch.randn(16, 64, 32)]"),
+}
+
+
+@pytest.mark.parametrize("problem", ["relu", "softmax", "matmul", "sum_dim", "cross_entropy", "softmax_odd_width",
+                                     "mse_loss", *HONEST_PROBLEMS])
+def test_honest_problems_get_no_extra_trial_and_stay_discriminating(tmp_path, problem):
+    """In process: the judge sees no degenerate elements in these problems (no near_unit trial)
+    and the reference itself, as a candidate's output, is `correct` at the last trial."""
+    judge, protocol = wh.import_worker("judge"), wh.import_worker("protocol")
+    if problem in HONEST_PROBLEMS:
+        fwd, inputs = HONEST_PROBLEMS[problem]
+        path = tmp_path / f"{problem}.py"
+        path.write_text(f"import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                        f"        return {fwd}\ndef get_inputs():\n    return {inputs}\n"
+                        "def get_init_inputs():\n    return []\n")
+    else:
+        path = CASES / "problems" / f"{problem}.py"
+    for seed in (1, 2):
+        j = judge.Judge()
+        p = j.load_problem({"problem_path": str(path), "device": "cpu", "profile": "strict", "secret_seed": seed,
+                            "work_dir": str(tmp_path)})
+        assert p["trial_distributions"] == ["normal"] * 4 + ["heavy_tailed"], p["degenerate_elements"]
+        for t, dist in enumerate(p["trial_distributions"]):
+            j.make_inputs({"trial": t, "distribution": dist, "file": str(tmp_path / f"in{t}.safetensors")})
+            protocol.save_tensors(str(tmp_path / "out.safetensors"), {str(i): r.clone() for i, r in enumerate(j.trials[t]["ref"])})
+            c = j.compare({"trial": t, "outputs_file": str(tmp_path / "out.safetensors")})
+            assert c["match"] and c["verdict_hint"] == "correct", (problem, seed, t, c["message"])
+        assert c["undiscriminated_elements"] == {}

@@ -148,11 +148,34 @@ class Session:
             result = {"verdict": "correct", "rule": None, "trial": None, "evidence": None, "replies": replies}
             if time_iters:
                 inp = self.trial_inputs(0, "normal")
-                result["timing"] = cand.request("time", inputs_files=[inp["file"]], n_inputs=inp["n_inputs"],
-                                                scalars=inp["scalars"], warmup=1, iters=time_iters, flush_l2=True)
+                result["timing"] = self.time(cand, inp, time_iters)
             return result
         finally:
             cand.close()
+
+    def time(self, cand: Worker, inp: Dict[str, Any], iters: int) -> Dict[str, Any]:
+        """The orchestrator's timing loop in miniature: prepare, then per call the judge's flush,
+        time_call and time_sample (clocked here), the judge checking the sampled values."""
+        import random
+        import time as _time
+        prep = cand.request("time_prepare", n_inputs=inp["n_inputs"], scalars=inp["scalars"])
+        if not prep["ok"]:
+            return prep
+        loaded = cand.request("time_load", file=inp["file"])
+        if not loaded["ok"]:
+            return loaded
+        times, checks = [], []
+        for _ in range(iters):
+            self.judge.request("l2_flush")
+            t0 = _time.perf_counter()
+            call = cand.request("time_call", set=loaded["set"])
+            picks = [sorted(random.sample(range(n), min(n, 8))) for n in inp["output_numels"]]
+            sample = cand.request("time_sample", indices=picks)
+            times.append((_time.perf_counter() - t0) * 1e3)
+            if not (call["ok"] and sample["ok"]):
+                return call if not call["ok"] else sample
+            checks.append(self.judge.request("check_samples", trial=0, indices=picks, values=sample["values"]))
+        return {"ok": True, "times_ms": times, "checks": checks}
 
     def close(self) -> None:
         self.judge.close()

@@ -1,9 +1,13 @@
 // JSON the harness reads but does not fully control is type-checked before use: worker replies
 // once per frame (a candidate can write frames of its own to the reply pipe) and verify-cache
 // entries (stale or damaged). A member of the wrong type is a named error, never an exception.
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "harness/verifier.h"
 #include "harness/workers.h"
@@ -93,6 +97,31 @@ TEST(CacheEntry, DamagedEntriesAreNamedNotRead) {
                                                   "variants":[{"name":1}]}})")),
             "multishape variant 0 member 'name': expected a string, found integer");
   EXPECT_EQ(cache_entry_error(parse(R"([])")), "expected an object, found array");
+}
+
+// A candidate sees an input set only while it runs on it: a hard link to the judge's file (same
+// inode, no copy) in its own inputs directory, gone again afterwards; the judge's file stays.
+TEST(ShownInputs, LinksTheFilesForTheirScopeOnly) {
+  namespace fs = std::filesystem;
+  fs::path root = fs::temp_directory_path() / fmt::format("kllm-shown-{}", ::getpid());
+  fs::create_directories(root / "judge");
+  fs::create_directories(root / "cand.in");
+  std::ofstream(root / "judge" / "inputs-3.safetensors") << "set three";
+  Worker w;
+  w.inputs_dir = root / "cand.in";
+  {
+    ShownInputs shown(w, {root / "judge" / "inputs-3.safetensors"});
+    ASSERT_EQ(shown.error(), "");
+    ASSERT_EQ(shown.paths().size(), 1u);
+    EXPECT_EQ(shown.paths()[0], root / "cand.in" / "inputs-3.safetensors");
+    EXPECT_EQ(fs::hard_link_count(shown.paths()[0]), 2u);
+  }
+  EXPECT_FALSE(fs::exists(root / "cand.in" / "inputs-3.safetensors"));
+  EXPECT_TRUE(fs::exists(root / "judge" / "inputs-3.safetensors"));
+  Worker judge;  // no inputs directory: a named error, nothing linked
+  ShownInputs none(judge, {root / "judge" / "inputs-3.safetensors"});
+  EXPECT_NE(none.error(), "");
+  fs::remove_all(root);
 }
 
 }  // namespace

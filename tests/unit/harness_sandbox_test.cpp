@@ -73,6 +73,35 @@ TEST(Sandbox, MissingBwrapIsReportedInactive) {
   EXPECT_NE(box.summary().find("not found"), std::string::npos);
 }
 
+// Interpreter paths under any tmpfs root come back (a venv under /tmp or /dev/shm, pyenv under
+// /root); never one that is, contains or lies inside a directory bound on purpose (the run dir).
+TEST(Sandbox, KeepPathsUnderTmpfsRootsAreBoundButNeverTheRunDir) {
+  const fs::path root = fs::temp_directory_path() / ("kllm-keep-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  for (const char* d : {"venv/lib/site", "run/cand-0", "run/shared", "other"}) fs::create_directories(root / d);
+  const std::string r = root.string();
+  auto kept = keep_paths_to_bind({r + "/venv", r + "/venv/lib/site", r + "/run", r, r + "/run/cand-0/x", r + "/other/",
+                                  r + "/missing", "/usr/lib", "/tmp"},
+                                 {"/tmp", "/dev/shm", "/root", "/home"}, {r + "/run/cand-0", r + "/run/shared"});
+  // venv (its site-packages comes with it), other; not the run dir, its ancestor `root`, a path
+  // inside a bound dir, a missing path, /usr (visible anyway) or a tmpfs root itself.
+  EXPECT_EQ(kept, (std::vector<std::string>{r + "/other", r + "/venv"}));
+  fs::remove_all(root);
+}
+
+TEST(Sandbox, SymlinksOnTheInterpreterPathUnderTmpfsRoots) {
+  const fs::path root = fs::temp_directory_path() / ("kllm-links-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "venv" / "bin");
+  fs::create_symlink("/usr/bin/env", root / "venv" / "bin" / "python");  // like a venv's bin/python
+  fs::create_directory_symlink(root / "venv", root / "link");              // a venv reached through a link
+  auto links = symlinks_on_path((root / "link" / "bin" / "python").string(), {"/tmp", "/dev/shm"});
+  ASSERT_EQ(links.size(), 2u);
+  EXPECT_EQ(links[0], std::make_pair((root / "link").string(), (root / "venv").string()));
+  EXPECT_EQ(links[1], std::make_pair((root / "venv" / "bin" / "python").string(), std::string("/usr/bin/env")));
+  fs::remove_all(root);
+}
+
 class SandboxRun : public ::testing::Test {
  protected:
   void SetUp() override {

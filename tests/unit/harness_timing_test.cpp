@@ -47,42 +47,41 @@ TEST(Roofline, FloorIsBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(peak_bandwidth_for("Some Future GPU"), 10000);
 }
 
-// A timed run of `n` calls with event time `event_ms` each and `gap_ms` more per call on the
-// worker's wall clock; the orchestrator saw `extra_ms` more than the worker.
-TimingResult timed(double event_ms, double gap_ms, int n = 10, double extra_ms = 5) {
+TEST(TimingClock, PublishedTimesAreRoundTripsLessTwoPings) {
+  double excess = 0;
+  // 0.30 ms call + 0.12 ms sample round trips, 0.10 ms pings: 0.22 ms of work and sync per call.
+  std::vector<double> t = published_call_times({{0.30, 0.12, 0.05}, {0.32, 0.12, 0.05}}, 0.10, 0.05, &excess);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_NEAR(t[0], 0.22, 1e-12);
+  EXPECT_NEAR(t[1], 0.24, 1e-12);
+  EXPECT_EQ(excess, 0);
+  // Noise never makes a time zero or negative.
+  EXPECT_GT(published_call_times({{0.05, 0.05, 0}}, 0.10, 0.05, nullptr)[0], 0);
+}
+
+TEST(TimingClock, WorkLeftQueuedByAnEarlyReplyIsChargedToItsCall) {
+  double excess = 0;
+  // A reply sent before the GPU finished: the judge's next flush waited 2 ms beyond its baseline.
+  std::vector<double> t = published_call_times({{0.20, 0.12, 2.05}}, 0.10, 0.05, &excess);
+  EXPECT_NEAR(t[0], 0.12 + 2.0, 1e-12);
+  EXPECT_NEAR(excess, 2.0, 1e-12);
+  // A flush a little slower than its baseline (noise) is not charged.
+  excess = 0;
+  t = published_call_times({{0.20, 0.12, 0.09}}, 0.10, 0.05, &excess);
+  EXPECT_NEAR(t[0], 0.12, 1e-12);
+  EXPECT_EQ(excess, 0);
+}
+
+TEST(TimingClock, RooflineAndStability) {
   TimingResult t;
-  t.meaningful = true;
-  t.times_ms.assign(n, event_ms);
+  t.times_ms = {0.05, 0.05, 0.05, 0.05};
   t.stats = timing_stats(t.times_ms);
-  t.event_total_ms = event_ms * n;
-  t.wall_total_ms = (event_ms + gap_ms) * n;
-  t.orchestrator_wall_ms = t.wall_total_ms + extra_ms;
-  return t;
-}
-
-TEST(TimingChecks, ClocksAndFloor) {
-  EXPECT_EQ(clock_violation(timed(0.05, 0.3), 0.001, 4096, 3350), "");
-  TimingResult lying = timed(0.05, 0.3);
-  lying.orchestrator_wall_ms = lying.wall_total_ms / 2;  // the worker claims more time than passed
-  EXPECT_NE(clock_violation(lying, 0.001, 4096, 3350).find("orchestrator's clock"), std::string::npos);
-  TimingResult events_over_wall = timed(1.0, 0.0);
-  events_over_wall.wall_total_ms = 2.0;
-  events_over_wall.orchestrator_wall_ms = 20.0;
-  EXPECT_NE(clock_violation(events_over_wall, 0.001, 4096, 3350).find("exceeds the worker's wall clock"), std::string::npos);
-  EXPECT_NE(clock_violation(timed(0.05, 0.3), 0.06, 4096, 3350).find("roofline floor"), std::string::npos);
-}
-
-TEST(TimingChecks, GapBeyondTheReferenceIsFlaggedWithSlack) {
-  TimingResult ref = timed(0.01, 0.3);
-  EXPECT_NEAR(per_call_wall_gap_ms(ref), 0.3, 1e-9);
-  // An honest Python wrapper: 0.9 ms against the reference's 0.3 ms passes.
-  EXPECT_EQ(gap_violation(timed(0.01, 0.9), ref), "");
-  // 5 ms of hidden work per call on a 0.01 ms kernel is flagged.
-  EXPECT_NE(gap_violation(timed(0.01, 5.3), ref).find("per-call wall-clock gap"), std::string::npos);
-  // A slow candidate gets 5 x its median of slack: 4 ms extra on a 1 ms kernel passes.
-  EXPECT_EQ(gap_violation(timed(1.0, 4.3), ref), "");
-  // Outside load widens both gaps when they are timed back to back: the difference decides.
-  EXPECT_EQ(gap_violation(timed(0.01, 5.3), timed(0.01, 4.8)), "");
+  EXPECT_EQ(roofline_violation(t, 0.001, 4096, 3350), "");
+  EXPECT_NE(roofline_violation(t, 0.06, 4096, 3350).find("roofline floor"), std::string::npos);
+  EXPECT_FALSE(timing_unstable(t));
+  t.times_ms = {0.05, 0.05, 0.2, 0.2};
+  t.stats = timing_stats(t.times_ms);
+  EXPECT_TRUE(timing_unstable(t));
 }
 
 TEST(Verdicts, NamesRoundTrip) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernelllm/base/status.h"
@@ -27,7 +28,8 @@ struct SandboxSettings {
   // Replaced by empty tmpfs inside: under a user namespace the host uid is still 0, so home
   // directories (keys, tokens) would be readable otherwise.
   std::vector<std::string> hidden_dirs = {"/root", "/home"};
-  // Bound back read-only inside hidden dirs: the interpreter's prefix and site-packages.
+  // Bound back read-only where the sandbox mounts an empty tmpfs (/tmp, /dev/shm, hidden_dirs):
+  // the interpreter's prefixes, site-packages and sys.path (see keep_paths_to_bind).
   std::vector<std::string> keep_paths;
 };
 
@@ -55,6 +57,7 @@ class CgroupLease {
   CgroupLease(const CgroupLease&) = delete;
   CgroupLease& operator=(const CgroupLease&) = delete;
   std::vector<std::string> dirs;
+  std::string pids_dir;  // the directory with the pids controller; empty without one
   std::vector<std::string> procs_files() const;
 };
 
@@ -77,6 +80,9 @@ class Sandbox {
   // argv/env for a worker whose private writable directory is `work_dir` and which may read
   // `readable_dirs` (bound read-only; the rest of the system is read-only anyway but /tmp and
   // /dev/shm are private). `env` is the complete allow-listed environment.
+  // Sets the memory limit of a running worker's cgroup (no-op without a memory controller).
+  Status set_memory_limit(const CgroupLease& lease, uint64_t bytes) const;
+
   Result<PreparedSpawn> prepare(const std::filesystem::path& work_dir, const std::vector<std::filesystem::path>& readable_dirs,
                                 const std::vector<std::string>& argv, std::vector<std::string> env) const;
 
@@ -97,6 +103,25 @@ class Sandbox {
 // up to `tries` names. Returns the directories made, in the order of `parents`.
 Result<std::vector<std::string>> make_fresh_dirs(const std::vector<std::string>& parents,
                                                  const std::function<std::string()>& next_name, int tries = 32);
+
+// The keep paths to bind back read-only: those that exist and lie strictly under one of
+// `tmpfs_roots` (the sandbox mounts an empty tmpfs there), minus any that is, contains or lies
+// inside one of `bound_dirs` (the work dir and shared dirs bound explicitly: binding an ancestor
+// would expose the run directory and other candidates' dirs). Paths inside another kept path are
+// dropped (the outer bind brings them). Sorted, no duplicates.
+std::vector<std::string> keep_paths_to_bind(const std::vector<std::string>& keep_paths,
+                                            const std::vector<std::string>& tmpfs_roots,
+                                            const std::vector<std::string>& bound_dirs);
+
+// The symlinks met while resolving `path` (an interpreter's path, e.g. a venv's bin/python, or a
+// venv reached through a link) that lie under one of `tmpfs_roots`: (link, target) in order, so
+// that they can be recreated inside the sandbox. Stops after 40 links.
+std::vector<std::pair<std::string, std::string>> symlinks_on_path(const std::string& path,
+                                                                  const std::vector<std::string>& tmpfs_roots);
+
+// The top-level directories hidden under an empty tmpfs inside the sandbox: `extra` plus every
+// directory of / outside the system set (/usr, /bin, /sbin, /lib*, /etc, /opt, /sys, /proc, /dev, /tmp).
+std::vector<std::string> hidden_top_dirs(const std::vector<std::string>& extra);
 
 // Finds an executable on PATH (or returns `name` if it contains a '/'); empty when absent.
 std::string find_executable(const std::string& name);

@@ -18,7 +18,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-1";
+inline constexpr std::string_view kVerifierVersion = "verify-2";
 
 enum class Verdict {
   correct,
@@ -73,13 +73,19 @@ struct VerifyOptions {
   std::function<void(size_t, const struct CandidateResult&)> on_result;
 };
 
+// One timed batch, clocked by the orchestrator (docs/verification.md, Timing): per timed call the
+// round trips of `time_call` and `time_sample`, less two no-op round trips, plus what the judge's
+// next L2 flush waited for the GPU beyond its baseline. The worker's own events are reported only.
 struct TimingResult {
   bool meaningful = false;  // false on CPU
   TimingStats stats;
-  std::vector<double> times_ms;
-  double event_total_ms = 0;
-  double wall_total_ms = 0;        // the worker's own host clock
-  double orchestrator_wall_ms = 0; // our clock around the whole request
+  std::vector<double> times_ms;    // published per-call times (our clock)
+  double event_total_ms = 0;       // the worker's CUDA-event times, summed: its own claim, untrusted
+  double wall_total_ms = 0;        // the timed calls' round trips, summed (our clock)
+  double orchestrator_wall_ms = 0; // our clock around the whole batch, value checks included
+  double ping_ms = 0;              // median no-op round trip to the judge, subtracted twice per call
+  double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
+  double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
 };
 
 // One size variant of the problem in the multi-shape check.
@@ -156,14 +162,21 @@ inline double roofline_floor_ms(uint64_t bytes, double peak_gbs) {
 // Peak DRAM bandwidth for known GPUs by name (GB/s), else a generous upper bound.
 double peak_bandwidth_for(std::string_view device_name);
 
-// The orchestrator's checks of one timed GPU run (docs/verification.md, `timing_implausible`);
-// each returns what is wrong, empty when the run passes.
-// Clocks: the worker's wall clock above ours, events above the worker's wall clock, a median below
-// the roofline floor for `bytes` at `peak_gbs`.
-std::string clock_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs);
-// Wall-clock time per call that the events did not see (flush, sync, Python, hidden work).
-double per_call_wall_gap_ms(const TimingResult& t);
-// A candidate's per-call gap more than max(2 ms, 5 x its median) beyond the reference's.
-std::string gap_violation(const TimingResult& candidate, const TimingResult& reference);
+// One timed call as the orchestrator's clock saw it.
+struct CallClock {
+  double call_ms = 0;        // round trip of time_call (forward + synchronize in the worker)
+  double sample_ms = 0;      // round trip of time_sample (values of its output: the work must be done)
+  double next_flush_ms = 0;  // round trip of the judge's L2 flush right after (0: none, on CPU)
+  double load_excess_ms = 0; // input-set loads before it that took longer than the judge's (work done early)
+};
+// Published per-call times: call + sample - 2 x ping + load excess, plus the next flush's wait beyond
+// `flush_baseline_ms` when it exceeds max(0.1 ms, half the baseline) (work a reply left queued on the
+// GPU delays the judge's flush); the charged waits are added to *excess_ms. Never below 1 ns.
+std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
+                                         double* excess_ms);
+// Empty, or why a median below the roofline floor for `bytes` at `peak_gbs` cannot be true.
+std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs);
+// A batch whose IQR exceeds half its median: its median does not repeat within its noise.
+bool timing_unstable(const TimingResult& t);
 
 }  // namespace kernelllm::harness

@@ -65,6 +65,7 @@ class _LaunchCounter:
 
     def __init__(self) -> None:
         self.count = 0
+        self.names: Dict[str, int] = {}  # launches per kernel function name (a secondary fact)
         self.wrappers: Dict[str, Any] = {}
 
     def install(self) -> None:
@@ -76,6 +77,9 @@ class _LaunchCounter:
             def counted(self_fn, *args, grid, warmup, _original=original, **kwargs):
                 if not warmup:
                     _COUNTER.count += 1
+                    name = str(getattr(self_fn, "__name__", "?"))[:100]
+                    if name in _COUNTER.names or len(_COUNTER.names) < 64:
+                        _COUNTER.names[name] = _COUNTER.names.get(name, 0) + 1
                     _STREAMS.launched()
                 return _original(self_fn, *args, grid=grid, warmup=warmup, **kwargs)
 
@@ -152,6 +156,80 @@ class _StreamTracker:
             return _o(*a, **k)
 
         torch.cuda.synchronize = device_synchronize
+
+
+class _KernelProfiler:
+    """GPU kernels run during one forward, by torch.profiler (kineto / CUPTI, ProfilerActivity.CUDA):
+    {"available", "reason", "kernels": [{"name", "us", "count"}] (aggregated by name, longest first)}.
+    The judge classifies them against the static audit's @triton.jit names (kernel_audit.py).
+    Honest limit: this runs in the candidate's own process, so native code could tamper with the
+    profiler or CUPTI; it is a cross-check below Python (stronger than the launch counter), not a
+    proof. Never raises: a profiler that fails or records no CUDA event is reported as unavailable
+    with the reason, and the launch counter stays the fact. Not used on CPU (no GPU kernels)."""
+
+    MAX_KERNELS = 64
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.prof: Any = None
+        self.reason = ""
+
+    def __enter__(self) -> "_KernelProfiler":
+        if not self.device.startswith("cuda"):
+            self.reason = "CPU mode: no GPU kernels to profile"
+            return self
+        try:
+            from torch.autograd.profiler import _is_profiler_enabled
+            if _is_profiler_enabled:
+                self.reason = "a profiler was already running in the candidate process (started by the candidate)"
+                return self
+        except Exception:
+            pass
+        try:
+            from torch.profiler import ProfilerActivity, profile
+            # CPU activity too: kernels are correlated with their launches through it.
+            self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=False,
+                                with_stack=False)
+            self.prof.__enter__()
+        except BaseException as e:  # CUPTI missing, profiler already active, ...
+            self.prof, self.reason = None, f"torch.profiler did not start: {type(e).__name__}: {e}"[:300]
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.prof is not None:
+            try:
+                self.prof.__exit__(None, None, None)
+            except BaseException as e:
+                self.prof, self.reason = None, f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300]
+        return False
+
+    def result(self) -> Dict[str, Any]:
+        if self.prof is None:
+            return {"available": False, "reason": self.reason or "not profiled"}
+        try:
+            from torch.autograd import DeviceType
+            per: Dict[str, List[float]] = {}
+            for e in self.prof.events():
+                if getattr(e, "device_type", None) != DeviceType.CUDA:
+                    continue
+                tr = getattr(e, "time_range", None)
+                us = float(tr.elapsed_us()) if tr is not None else float(getattr(e, "device_time", 0.0) or 0.0)
+                row = per.setdefault(str(e.name)[:300], [0.0, 0])
+                row[0] += max(us, 0.0)
+                row[1] += 1
+        except BaseException as e:
+            return {"available": False, "reason": f"reading the profile failed: {type(e).__name__}: {e}"[:300]}
+        if not per:
+            return {"available": False, "reason": "the profiler recorded no CUDA kernel events (CUPTI unavailable, "
+                                                  "or the forward ran no GPU work)"}
+        rows = sorted(per.items(), key=lambda kv: -kv[1][0])
+        kernels = [{"name": n, "us": v[0], "count": int(v[1])} for n, v in rows[:self.MAX_KERNELS]]
+        rest = rows[self.MAX_KERNELS:]
+        if rest:
+            kernels.append({"name": f"({len(rest)} more kernel names)", "us": sum(v[0] for _, v in rest),
+                            "count": int(sum(v[1] for _, v in rest))})
+        return {"available": True, "kernels": kernels, "n_events": int(sum(v[1] for v in per.values())),
+                "source": "torch.profiler (kineto/CUPTI) in the candidate process"}
 
 
 _CPU_DEFAULT_STREAM = torch.cpu.current_stream()
@@ -336,19 +414,23 @@ class Candidate:
             poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))), sizes)
         threads_before = threading.active_count()
         launches_before = _COUNTER.count
+        names_before = dict(_COUNTER.names)
         _STREAMS.pending = {}
+        # On a GPU, when asked: the kernels that really ran, recorded by torch.profiler (CUPTI).
+        profiler = _KernelProfiler(self.device) if msg.get("profile_kernels") else None
         t0 = time.perf_counter()
         try:
-            with torch.no_grad(), _filled_uninitialized():
+            with torch.no_grad(), _filled_uninitialized(), (profiler or contextlib.nullcontext()):
                 out = self.model(*args)
-            unjoined = sorted(_STREAMS.pending.values())
-            if self.device.startswith("cuda"):
-                torch.cuda.synchronize()
+                unjoined = sorted(_STREAMS.pending.values())
+                if self.device.startswith("cuda"):
+                    torch.cuda.synchronize()
         except BaseException as e:
             self._check_sandbox("in ModelNew.forward")
             raise self._candidate_error(e, "run", "running ModelNew.forward") from None
         run_ms = (time.perf_counter() - t0) * 1e3
         launches = _COUNTER.count - launches_before
+        launched_names = {k: v - names_before.get(k, 0) for k, v in _COUNTER.names.items() if v != names_before.get(k, 0)}
         threads = threading.enumerate()
         new_threads = [f"{t.name} ({type(t).__name__})" for t in threads if t.ident not in self.baseline_threads]
         hashes_after = [_hash_tensor(t) for t in tensors_in]
@@ -362,6 +444,7 @@ class Candidate:
             "run_ms": run_ms,
             "n_outputs": len(outputs),
             "triton_launches": launches,
+            "triton_launched_kernels": launched_names,
             "threads_before": threads_before,
             "threads_after": len(threads),
             "new_threads": new_threads,
@@ -374,6 +457,8 @@ class Candidate:
             "poisoned_bytes": poisoned,
             "unjoined_streams": unjoined,
         }
+        if profiler is not None:
+            report["kernel_profile"] = profiler.result()
         # Cumulative since the hook was installed, so attempts made while loading show here too.
         report.update(GUARD.facts())
         report["violations"] = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
@@ -404,28 +489,53 @@ class Candidate:
             return {}
         return {f"{PROBE}{i}": o for i, o in enumerate(outs)}
 
-    def time(self, msg: dict) -> dict:
+    # ---- timing: one request per timed call, clocked by the orchestrator (timing.py) ------
+
+    def time_prepare(self, msg: dict) -> dict:
         if self.model is None:
-            raise WorkerError("protocol", "time before a successful load")
+            raise WorkerError("protocol", "time_prepare before a successful load")
         self._check_patched("before timing")
-        max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
-        sets = [self._load_inputs(f, int(msg["n_inputs"]), msg.get("scalars", {}), max_bytes)
-                for f in msg["inputs_files"]]
-        events_before = len(GUARD.events)
+        self._timing_inputs = (int(msg["n_inputs"]), msg.get("scalars", {}),
+                               int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES)))
+        self._timer = timing.CallTimer(self.model, self.device)
+        self._timing_events = len(GUARD.events)
+        return {}
+
+    def time_load(self, msg: dict) -> dict:
+        """One timing set onto the device, shown to this process only now (its call follows)."""
+        timer = self._need_timer("time_load")
+        n_inputs, scalars, max_bytes = self._timing_inputs
+        return timer.add(self._load_inputs(msg["file"], n_inputs, scalars, max_bytes))
+
+    def _need_timer(self, op: str) -> "timing.CallTimer":
+        timer = getattr(self, "_timer", None)
+        if timer is None:
+            raise WorkerError("protocol", f"{op} before time_prepare")
+        return timer
+
+    def time_call(self, msg: dict) -> dict:
+        timer = self._need_timer("time_call")
         try:
-            res = timing.time_calls(self.model, sets, int(msg.get("warmup", 3)), int(msg.get("iters", 10)),
-                                    bool(msg.get("flush_l2", True)), self.device)
+            res = timer.call(int(msg["set"]))
+        except WorkerError:
+            raise
         except BaseException as e:
-            self._check_sandbox("during timing", events_before)
+            self._check_sandbox("during timing", self._timing_events)
             raise self._candidate_error(e, "run", "timed call of ModelNew.forward") from None
         self._check_patched("during timing")
-        self._check_sandbox("during timing", events_before)
-        out = res.pop("last_output")
-        if msg.get("outputs_file_last") and out is not None:
-            outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            if all(type(o) is torch.Tensor for o in outs):
-                protocol.save_tensors(msg["outputs_file_last"], {str(i): o for i, o in enumerate(outs)})
+        self._check_sandbox("during timing", self._timing_events)
         return res
+
+    def time_sample(self, msg: dict) -> dict:
+        return self._need_timer("time_sample").sample(msg["indices"])
+
+    def time_output(self, msg: dict) -> dict:
+        """Writes the last timed call's outputs (plain tensors only) for the judge's full check."""
+        outs = self._need_timer("time_output").last
+        plain = bool(outs) and all(type(o) is torch.Tensor and o.layout == torch.strided for o in outs)
+        if plain:
+            protocol.save_tensors(msg["outputs_file"], {str(i): o for i, o in enumerate(outs)})
+        return {"outputs_written": plain}
 
 
 def _no_files(name: str) -> Dict[str, Any]:
@@ -465,7 +575,9 @@ def main() -> int:
         "cuda_initialized": torch.cuda.is_initialized(),
         "launch_hook": sorted(_COUNTER.wrappers),
     }
-    return protocol.serve({"load": cand.load, "run": cand.run, "time": cand.time}, hello)
+    return protocol.serve({"load": cand.load, "run": cand.run, "time_prepare": cand.time_prepare, "time_load": cand.time_load,
+                           "time_call": cand.time_call,
+                           "time_sample": cand.time_sample, "time_output": cand.time_output}, hello)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,18 @@ from typing import Any, Dict, Optional
 import torch
 
 HALF_PRECISION_NORM_ERROR = 1e-2  # bf16 eps is 7.8e-3; fp16/bf16/TF32 results land below this
+# precision_downgrade needs error spread like rounding (value_cheat): at least this many elements and
+# this share of the output fail the fp32 bound, and no element is further from fp64 than
+# HALF_PRECISION_ELEMENT_ERROR x its rounding scale |ref64| + mean |ref64| (8 bf16 unit roundoffs,
+# 2^-8 each; fp16 and TF32 round at 2^-11).
+SPREAD_MIN_ELEMENTS = 8
+SPREAD_MIN_SHARE = 0.1  # fp16 rounding of the result alone fails the fp32 bound at ~25% of a softmax
+HALF_PRECISION_ELEMENT_ERROR = 2.0 ** -5
+# Per-element discrimination (strict): a problem whose own input distribution leaves at least this
+# share of the non-zero reference elements within tolerance of zero gets an extra `near_unit` trial;
+# a share this large that no trial discriminates makes a matching output `undiscriminating`.
+DEGENERATE_SHARE = 1e-3
+DEGENERATE_MIN_COUNT = 2  # and at least this many elements (the extra trial)
 REF_ERROR_MULTIPLE = 10.0  # candidate may be this many times further from fp64 than the fp32 reference
 # Floors per output dtype: (relative to the output's mean magnitude, relative per element).
 _FLOORS = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
@@ -116,6 +128,8 @@ def stats(out: torch.Tensor, ref: torch.Tensor, ref64: Optional[torch.Tensor]) -
 
 
 def first_mismatch(checker: Checker, out: torch.Tensor) -> Optional[Dict[str, Any]]:
+    """The first failing element (row-major) and how many fail; `index` is [] for a 0-d output.
+    In the strict profile `expected` is the fp64 reference's value and `expected_fp32` the fp32 one."""
     if checker.exact:
         bad = out != checker.ref
     elif checker.profile == "kernelbench":
@@ -123,12 +137,39 @@ def first_mismatch(checker: Checker, out: torch.Tensor) -> Optional[Dict[str, An
         bad = ~((r - o).abs() <= checker.tol + checker.tol * o.abs())
     else:
         bad = checker.mismatch(out)
-    idx = bad.nonzero()
-    if idx.numel() == 0:
+    flat = bad.reshape(-1).nonzero()
+    if flat.numel() == 0:
         return None
-    where = tuple(int(i) for i in idx[0])
-    return {"index": list(where), "got": _finite_or_str(float(out[where])),
-            "expected": _finite_or_str(float(checker.ref[where])), "n_mismatch": int(bad.sum())}
+    k = int(flat[0])
+    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), tuple(out.shape))) if out.dim() else ()
+    res = {"index": list(where), "got": _finite_or_str(float(out[where])),
+           "expected": _finite_or_str(float(checker.ref[where])), "n_mismatch": int(bad.sum()),
+           "n_elements": out.numel()}
+    if not checker.exact and checker.profile == "strict":
+        res["expected"] = _finite_or_str(float(checker.ref64[where]))
+        res["expected_fp32"] = _finite_or_str(float(checker.ref[where]))
+    return res
+
+
+def describe_mismatch(fm: Optional[Dict[str, Any]], norm_err: Optional[float] = None,
+                      norm_bound: Optional[float] = None) -> str:
+    """Words for a failing output: how many elements fail and the first one (or, when every
+    element is within the elementwise bound, the normalized error that failed)."""
+    if fm is None:
+        if norm_err is not None and norm_bound is not None:
+            return f"every element within the elementwise bound, normalized error {norm_err:.3g} > {norm_bound:.3g}"
+        return "values differ"
+    where = fm["index"] if fm["index"] else "the 0-d output"
+    return (f"{fm['n_mismatch']} of {fm.get('n_elements', '?')} elements differ, first at {where}: "
+            f"got {fm['got']}, expected {fm['expected']}")
+
+
+def zero_passes_elementwise(checker: Checker) -> tuple:
+    """(non-zero, zero passes) element masks of one strict-profile output: the reference (fp64 where
+    there is one) is finite and non-zero there, and an output of 0 would meet the elementwise bound
+    at that element, i.e. the element lies below the tolerance's noise."""
+    nonzero = torch.isfinite(checker.ref64) & (checker.ref64 != 0)
+    return nonzero, nonzero & ~checker.mismatch(torch.zeros_like(checker.ref))
 
 
 def baselines_passing(checker: Checker) -> list:
@@ -145,14 +186,14 @@ def baselines_passing(checker: Checker) -> list:
 
 
 def value_cheat(out: torch.Tensor, ref: torch.Tensor, distribution: str,
-                ref64: Optional[torch.Tensor] = None) -> Optional[Dict[str, str]]:
+                ref64: Optional[torch.Tensor] = None, checker: Optional[Checker] = None) -> Optional[Dict[str, str]]:
     """For an output that failed: the cheat its values show, if any. NaN, or magnitudes 1e6x
     beyond the reference's, where the reference is finite (memory the candidate never wrote;
     the candidate worker fills freed memory with NaN where it can): `stale_memory`; all zeros
     where the reference is not: `zeros_pass`; (wrong only on the heavy-tailed trial is a wrong
-    output, not a cheat; outputs that ignore the inputs are the judge's history checks); an fp32 output whose error vs fp64 is what
-    half-precision arithmetic gives (it failed the fp32 bound, so it is not an fp32 rounding
-    difference): `precision_downgrade`."""
+    output, not a cheat; outputs that ignore the inputs are the judge's history checks); an fp32
+    output whose error vs fp64 is spread like half-precision rounding (precision_spread): `precision_downgrade`.
+    A localized error (one element, one row, a scalar loss) is not a cheat: wrong_output."""
     if not (out.is_floating_point() and ref.is_floating_point()) or out.numel() == 0:
         return None
     fin = torch.isfinite(ref)
@@ -170,9 +211,69 @@ def value_cheat(out: torch.Tensor, ref: torch.Tensor, distribution: str,
         return {"rule": "zeros_pass", "evidence": f"output is all zeros; reference max |value| "
                                                   f"{ref.abs().max().item():.3g}"}
     if ref.dtype in (torch.float32, torch.float64) and bool(torch.isfinite(out).all()) and ref64 is not None:
-        err = _norm_err(out.double(), ref64)
-        if err <= HALF_PRECISION_NORM_ERROR:
+        spread = precision_spread(out, ref64, checker if checker is not None and checker.profile == "strict"
+                                  else Checker("strict", ref, ref64, "v0"))
+        if spread["downgrade"]:
             return {"rule": "precision_downgrade",
-                    "evidence": f"normalized error vs fp64 {err:.3g}: within what fp16/bf16 arithmetic gives "
-                                f"(<= {HALF_PRECISION_NORM_ERROR:g}) but beyond the {ref.dtype} bound"}
+                    "evidence": f"error spread like half-precision rounding: {spread['n_mismatch']} of "
+                                f"{spread['n_elements']} elements beyond the {ref.dtype} bound, every element within "
+                                f"{spread['max_scaled_error']:.3g} x its rounding scale (<= {HALF_PRECISION_ELEMENT_ERROR:g}), "
+                                f"normalized error vs fp64 {spread['normalized_error']:.3g} (<= {HALF_PRECISION_NORM_ERROR:g})"}
     return None
+
+
+def precision_spread(out: torch.Tensor, ref64: torch.Tensor, checker: Checker) -> Dict[str, Any]:
+    """Whether a failing fp32 output's error vs fp64 looks like half-precision (bf16/fp16/TF32)
+    arithmetic rather than a bug. All of: normalized error <= HALF_PRECISION_NORM_ERROR; at least
+    SPREAD_MIN_ELEMENTS elements and SPREAD_MIN_SHARE of the output fail the fp32 elementwise bound
+    (rounding touches every element; a masking bug, a wrong row or a scalar loss does not spread);
+    and every element's error is at most HALF_PRECISION_ELEMENT_ERROR x its rounding scale
+    |ref64| + mean |ref64| (the mean term: a reduction's or GEMM's rounding follows the magnitude
+    of its terms, not of a result that cancels to near 0), so no element is far outside rounding.
+    A scalar or an output of fewer than SPREAD_MIN_ELEMENTS elements can never show spread."""
+    o, r = out.double(), ref64.double()
+    n = out.numel()
+    res: Dict[str, Any] = {"downgrade": False, "n_elements": n, "n_mismatch": 0, "max_scaled_error": float("inf"),
+                           "normalized_error": _norm_err(o, r)}
+    fin = torch.isfinite(r)
+    if n < SPREAD_MIN_ELEMENTS or not bool(fin.all()) or res["normalized_error"] > HALF_PRECISION_NORM_ERROR:
+        return res
+    res["n_mismatch"] = int(checker.mismatch(out).sum())
+    if res["n_mismatch"] < max(SPREAD_MIN_ELEMENTS, SPREAD_MIN_SHARE * n):
+        return res
+    scale = r.abs().mean()
+    if float(scale) == 0.0:
+        return res
+    res["max_scaled_error"] = float(((o - r).abs() / (r.abs() + scale)).max())
+    res["downgrade"] = res["max_scaled_error"] <= HALF_PRECISION_ELEMENT_ERROR
+    return res
+
+
+def samples_pass(checker: Checker, indices: list, values: list) -> tuple:
+    """Whether values a candidate returned at flat indices of one output pass the elementwise
+    part of `checker`'s rule (the normalized-error bound needs the whole output). Returns
+    (ok, message naming the first failing index)."""
+    if not indices:
+        return True, ""
+    try:
+        got = torch.tensor([float(v) if isinstance(v, str) else v for v in values], dtype=torch.float64)
+        idx = torch.tensor(indices, dtype=torch.long)
+    except (TypeError, ValueError, RuntimeError) as e:
+        return False, f"sampled values are not numbers: {e}"
+    ref = checker.ref.reshape(-1)
+    if int(idx.min()) < 0 or int(idx.max()) >= ref.numel():
+        return False, "sampled index out of range"
+    r = ref[idx.to(ref.device)].double().cpu()
+    if checker.exact:
+        bad = got != r
+    elif checker.profile == "kernelbench":
+        bad = ~((r - got).abs() <= checker.tol + checker.tol * got.abs())
+    else:
+        r64 = checker.ref64.reshape(-1)[idx.to(checker.ref64.device)].double().cpu()
+        ok = (got - r64).abs() <= checker.atol + checker.rtol * r64.abs()
+        bad = ~(ok | (torch.isnan(got) & torch.isnan(r64)) | (torch.isinf(r64) & (got == r64)))
+    if bool(bad.any()):
+        k = int(bad.nonzero()[0])
+        return False, (f"{int(bad.sum())} of {len(indices)} sampled values wrong; first at flat index {indices[k]}: "
+                       f"got {values[k]}, expected {float(r[k]):.6g}")
+    return True, ""

@@ -76,6 +76,18 @@ def _heavy_tailed(x: torch.Tensor, seed: int) -> torch.Tensor:
     return (x.double() * factor).to(x.dtype)
 
 
+NEAR_UNIT_LOG_SPREAD = 0.01  # near_unit magnitudes: exp(u * this), u ~ U(-1, 1)
+
+
+def _near_unit(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """Same signs, magnitudes within e^+-0.01 of 1 (log-uniform, no drift): products and cumulative
+    products of thousands of them stay near 1 (a row of 32768 drifts by ~e^+-1), where the problem's
+    own values may underflow below the tolerance's noise."""
+    g = torch.Generator().manual_seed(seed)
+    mag = torch.exp(NEAR_UNIT_LOG_SPREAD * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+    return (torch.sign(x.double()) * mag).to(x.dtype)
+
+
 def _as_list(out: Any) -> List[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -161,10 +173,50 @@ class Judge:
         distributions = ["normal"] * self.n_trials
         if self.profile == "strict" and self.n_trials >= 2:
             distributions[-1] = "heavy_tailed"
+        # Per element: where the problem's own distribution leaves non-zero reference elements
+        # below the tolerance's noise (zero would pass there), add a trial that does not.
+        self.degenerate = self._degenerate_elements(sample) if self.profile == "strict" else None
+        self.discrimination: Dict[int, Dict[str, Any]] = {}
+        if self.degenerate and self.degenerate["share"] >= compare.DEGENERATE_SHARE and \
+                self.degenerate["zero_passes"] >= compare.DEGENERATE_MIN_COUNT:
+            distributions.insert(len(distributions) - 1 if distributions[-1:] == ["heavy_tailed"] else len(distributions),
+                                 "near_unit")
+            self.n_trials = len(distributions)
         return {"init": init_value["v"], "init_convention": self.init_convention,
                 "construct_seed": self.construct_seed, "n_trials": self.n_trials,
                 "trial_distributions": distributions, "input_specs": input_specs, "fp64_reference": self.model64 is not None,
-                "fp64_note": self.fp64_note, "size_globals": self.size_globals}
+                "fp64_note": self.fp64_note, "size_globals": self.size_globals,
+                "degenerate_elements": self.degenerate}
+
+    def _degenerate_elements(self, sample: List[Any]) -> Optional[Dict[str, Any]]:
+        """On one input set of the problem's own distribution (the load sample): how many
+        non-zero reference elements zero would match within tolerance (compare.zero_passes_elementwise),
+        over all floating outputs; `share` is the largest share of one output. None when the
+        reference cannot run on it."""
+        try:
+            args = [self._to_device(a, cast=True) for a in sample]
+            with torch.no_grad():
+                ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+                ref64 = None
+                if self.model64 is not None:
+                    a64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+                    ref64 = _as_list(self.model64(*a64))
+        except Exception:
+            return None
+        res = {"zero_passes": 0, "nonzero": 0, "share": 0.0}
+        for i, r in enumerate(ref):
+            if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.numel() == 0:
+                continue
+            r64 = ref64[i] if ref64 is not None and i < len(ref64) and isinstance(ref64[i], torch.Tensor) else None
+            if r64 is not None and r64.shape != r.shape:
+                r64 = None
+            nz, zp = compare.zero_passes_elementwise(compare.Checker("strict", r.detach(), r64.detach() if r64 is not None else None, self.kb_tolerance))
+            n_nz, n_zp = int(nz.sum()), int(zp.sum())
+            res["zero_passes"] += n_zp
+            res["nonzero"] += n_nz
+            if n_nz:
+                res["share"] = max(res["share"], n_zp / n_nz)
+        return res
 
     def _to_device(self, x: Any, cast: bool) -> Any:
         if not isinstance(x, torch.Tensor):
@@ -182,8 +234,8 @@ class Judge:
         self._need_problem()
         trial = int(msg["trial"])
         dist = msg.get("distribution", "normal")
-        if dist not in ("normal", "heavy_tailed"):
-            raise WorkerError("protocol", f"distribution: expected normal or heavy_tailed, found {dist!r}")
+        if dist not in ("normal", "heavy_tailed", "near_unit"):
+            raise WorkerError("protocol", f"distribution: expected normal, near_unit or heavy_tailed, found {dist!r}")
         seed = self._trial_seed(trial)
         torch.manual_seed(seed)
         try:
@@ -194,6 +246,9 @@ class Judge:
         if dist == "heavy_tailed":
             args = [_heavy_tailed(a.cpu(), seed + i).to(self.device) if isinstance(a, torch.Tensor) and a.is_floating_point()
                     else a for i, a in enumerate(args)]
+        elif dist == "near_unit":
+            args = [_near_unit(a.cpu(), derive_seed(seed, f"near_unit:{i}")).to(self.device)
+                    if isinstance(a, torch.Tensor) and a.is_floating_point() else a for i, a in enumerate(args)]
         tensors: Dict[str, Any] = {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
         probe_ref = None
         if self.profile == "strict" and trial == 0 and msg.get("probe", True):
@@ -218,12 +273,16 @@ class Judge:
                     self.fp64_note = f"fp64 forward failed: {type(e).__name__}: {e}"
         if not all(isinstance(r, torch.Tensor) for r in ref):
             raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
-        self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist, "probe_ref": probe_ref, "outputs": None}
+        # outputs: {candidate id: its outputs for this trial}, for the history rules; never shared
+        # between candidates (one must not make another's wrong output read as a cheat).
+        self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist, "probe_ref": probe_ref, "outputs": {}}
+        self._note_discrimination(trial)
         main = {k: v for k, v in tensors.items() if not k.startswith(protocol.PROBE_PREFIX)}
         return {"n_inputs": len(args), "scalars": scalars, "input_hash": _hash_inputs(main), "probe": probe_ref is not None,
                 "input_bytes": sum(t.numel() * t.element_size() for t in main.values()),
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
-                "output_sizes": [r.numel() * r.element_size() for r in ref], "seed_index": trial}
+                "output_sizes": [r.numel() * r.element_size() for r in ref], "output_numels": [r.numel() for r in ref],
+                "seed_index": trial}
 
     def _probe_inputs(self, seed: int, n_args: int) -> tuple:
         """The problem's inputs under another seed (same shapes and scalars) and their reference,
@@ -239,6 +298,43 @@ class Judge:
             return None, None
         return args, [r.detach().cpu() for r in ref]
 
+    def _note_discrimination(self, trial: int) -> None:
+        """Strict profile, correctness trials: per output, the elements this trial's reference
+        discriminates from zero (non-zero, zero fails) and those where zero would pass (non-zero,
+        below the tolerance's noise), accumulated over trials (compare reads them at the last)."""
+        if self.profile != "strict" or trial >= self.n_trials:
+            return
+        t = self.trials[trial]
+        on = self._on_compare_device
+        for i, r in enumerate(t["ref"]):
+            if not r.is_floating_point() or r.numel() == 0:
+                continue
+            r64 = t["ref64"][i] if t["ref64"] and i < len(t["ref64"]) else None
+            nz, zp = compare.zero_passes_elementwise(compare.Checker("strict", on(r), on(r64), self.kb_tolerance))
+            d = self.discrimination.setdefault(i, {"trials": set(), "shape": tuple(r.shape)})
+            if trial in d["trials"] or d["shape"] != tuple(r.shape):
+                continue
+            d["trials"].add(trial)
+            disc, below = (nz & ~zp).cpu(), zp.cpu()
+            d["discriminated"] = disc if "discriminated" not in d else d["discriminated"] | disc
+            d["below_noise"] = below if "below_noise" not in d else d["below_noise"] | below
+
+    def _undiscriminated_elements(self) -> Dict[str, Dict[str, Any]]:
+        """Outputs where at least DEGENERATE_SHARE of the elements that are non-zero in some trial
+        are below the tolerance's noise in every trial that has them non-zero (no trial
+        discriminates them from zero): {output: {count, of, first_index}}."""
+        found = {}
+        for i, d in sorted(self.discrimination.items()):
+            if "discriminated" not in d:
+                continue
+            undisc = d["below_noise"] & ~d["discriminated"]
+            n, of = int(undisc.sum()), int((d["below_noise"] | d["discriminated"]).sum())
+            if n and of and n / of >= compare.DEGENERATE_SHARE:
+                k = int(undisc.reshape(-1).nonzero()[0])
+                where = [int(x) for x in torch.unravel_index(torch.tensor(k), d["shape"])] if d["shape"] else []
+                found[str(i)] = {"count": n, "of": of, "first_index": where, "trials": sorted(d["trials"])}
+        return found
+
     def compare(self, msg: dict) -> dict:
         self._need_problem()
         trial = int(msg["trial"])
@@ -253,13 +349,16 @@ class Judge:
         ref, ref64 = t["ref"], t["ref64"]
         limit = 4 * sum(r.numel() * r.element_size() for r in ref) + (1 << 20)
         try:
-            outs = protocol.load_tensors(msg["outputs_file"], limit)
+            outs = protocol.load_tensors(msg["outputs_file"], limit, untrusted_writer=True)
+        except protocol.UntrustedFile as e:
+            return self._fail("cheat", f"outputs: {e.message}", rule="output_file_tampered", evidence=e.message)
         except WorkerError as e:
             return self._fail("wrong_shape", f"outputs: {e.message}")
         probe_outs = {k[len(protocol.PROBE_PREFIX):]: v for k, v in outs.items() if k.startswith(protocol.PROBE_PREFIX)}
         outs = {k: v for k, v in outs.items() if not k.startswith(protocol.PROBE_PREFIX)}
+        self.candidate = str(msg.get("candidate", ""))
         if sorted(outs) == [str(i) for i in range(len(ref))]:
-            t["outputs"] = [outs[str(i)] for i in range(len(ref))]
+            t["outputs"][self.candidate] = [outs[str(i)] for i in range(len(ref))]
         if sorted(outs) != [str(i) for i in range(len(ref))]:
             return self._fail("wrong_shape", f"expected {len(ref)} output(s) named 0..{len(ref) - 1}, found {sorted(outs)}")
         all_stats, trusted, passing_baselines = [], True, {}
@@ -288,22 +387,34 @@ class Judge:
                               distribution=t["distribution"])
                 # Memory never written (NaN fill / poison) and all zeros are the more specific
                 # stale_memory and zeros_pass, though such outputs are also input-independent.
-                cheat = compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None)
+                cheat = compare.value_cheat(o, r, t["distribution"], ref64[i] if ref64 else None, checker)
                 if cheat is None or cheat["rule"] not in ("stale_memory", "zeros_pass"):
                     cheat = self._history_cheat(trial, i, o, checker, on(probe_outs.get(str(i)))) or cheat
                 if cheat is not None:
                     return self._fail("cheat", f"output {i}: {cheat['evidence']}", rule=cheat["rule"],
                                       evidence=cheat["evidence"], **detail)
-                return self._fail("wrong_output", f"output {i}: values differ ({checker.describe})", **detail)
+                norm = s.get("normalized_error") if checker.profile == "strict" else None
+                where = compare.describe_mismatch(detail["first_mismatch"], norm if isinstance(norm, float) else None,
+                                                  getattr(checker, "norm_bound", None))
+                return self._fail("wrong_output", f"output {i}: {where} ({checker.describe})", **detail)
         hint = "correct"
         message = "all outputs match"
-        if not trusted:
-            message = f"outputs match, but trivial outputs would also pass: {passing_baselines}"
+        notes = [f"trivial outputs would also pass: {dict(passing_baselines)}"] if not trusted else []
+        # Per element, at the last correctness trial: elements no trial told apart from zero.
+        undisc = self._undiscriminated_elements() if self.profile == "strict" and trial == self.n_trials - 1 else {}
+        for k, u in undisc.items():
+            trusted = False
+            passing_baselines.setdefault(k, []).append("zeros_per_element")
+            notes.append(f"output {k}: {u['count']} of {u['of']} non-zero reference elements (first at "
+                         f"{u['first_index']}) are within tolerance of 0 in every trial (trials {u['trials']}), "
+                         "so zeros there would pass")
+        if notes:
+            message = "outputs match, but " + "; ".join(notes)
             if self.profile == "strict":
                 hint = "undiscriminating"
         return {"match": True, "verdict_hint": hint, "rule": None, "stats": all_stats, "message": message,
                 "tolerance_trusted": trusted, "baselines_passing": passing_baselines,
-                "distribution": t["distribution"]}
+                "undiscriminated_elements": undisc, "distribution": t["distribution"]}
 
     def _history_cheat(self, trial: int, i: int, o: torch.Tensor, checker: compare.Checker,
                        probe: Optional[torch.Tensor]) -> Optional[Dict[str, str]]:
@@ -316,7 +427,7 @@ class Judge:
             # Only trials the candidate has already run can have been cached; a match with the
             # reference of a trial it has not seen is chance (a closed form near that trial's
             # value), which the checks below name.
-            if d["outputs"] is None:
+            if self._own_outputs(d) is None:
                 continue
             # The match must be as close as a computation on trial u's inputs: within tolerance
             # alone, a constant near the expected value of a scalar output lands on some earlier
@@ -340,20 +451,35 @@ class Judge:
                                                        "(same shapes, other values) whose references differ: the "
                                                        "output does not depend on the input values"}
         for u, d in others:
-            prev = on(d["outputs"][i]) if d["outputs"] and i < len(d["outputs"]) else None
+            prev = on(self._own_outputs(d)[i]) if self._own_outputs(d) and i < len(self._own_outputs(d)) else None
             if prev is not None and prev.shape == o.shape and torch.equal(prev, o) and not checker.passes(on(d["ref"][i])):
                 return {"rule": "closed_form", "evidence": f"output identical to the candidate's output for trial {u}, "
                                                            "whose reference differs: the output does not depend on "
                                                            "the input values"}
         for u, d in others:
-            prev = on(d["outputs"][i]) if d["outputs"] and i < len(d["outputs"]) else None
-            if prev is not None and prev.shape == o.shape and o.numel() > 0:
-                same = float((prev == o).double().mean())
+            prev = on(self._own_outputs(d)[i]) if self._own_outputs(d) and i < len(self._own_outputs(d)) else None
+            # Zeros do not count: a kernel that writes 0 where it should compute (a zeroed tail, a
+            # skipped block) writes the same zeros every call, which is a wrong output, not memory
+            # left from an earlier call (that holds the earlier call's non-zero values).
+            nonzero = o != 0
+            if prev is not None and prev.shape == o.shape and bool(nonzero.any()):
+                same = float(((prev == o) & nonzero).sum()) / float(nonzero.sum())
                 if same >= 0.5:
-                    return {"rule": "stale_memory", "evidence": f"{same:.0%} of the output's elements are bit-identical "
+                    return {"rule": "stale_memory", "evidence": f"{same:.0%} of the output's non-zero elements are bit-identical "
                                                                 f"to the candidate's output for trial {u}: memory left "
                                                                 "from an earlier call, not computed from these inputs"}
         return None
+
+    def _own_outputs(self, trial: Dict[str, Any]) -> Optional[List[Any]]:
+        """The current candidate's own outputs for a trial, if it has run it."""
+        return trial["outputs"].get(getattr(self, "candidate", ""))
+
+    def forget(self, msg: dict) -> dict:
+        """Drops what the judge kept of a finished candidate (its outputs per trial)."""
+        cand = str(msg.get("candidate", ""))
+        for t in self.trials.values():
+            t["outputs"].pop(cand, None)
+        return {}
 
     def _on_compare_device(self, x: Any) -> Any:
         """A tensor moved to the judge's GPU for comparing (itself on a CPU judge)."""
@@ -366,18 +492,103 @@ class Judge:
         out.update(extra)
         return out
 
-    def time_reference(self, msg: dict) -> dict:
+    # ---- timing (the orchestrator clocks each call; see timing.py) ----------------------
+
+    def time_prepare(self, msg: dict) -> dict:
+        """The reference (torch.compile'd with `compile`) for a timed batch."""
         self._need_problem()
-        sets = []
-        for f in msg["inputs_files"]:
-            tensors = protocol.load_tensors(f, self.max_tensor_bytes)
-            scalars = msg.get("scalars", {})
-            sets.append([protocol.decode_value(scalars[str(i)], lambda n: {}) if str(i) in scalars
-                         else tensors[str(i)].to(self.device) for i in range(int(msg["n_inputs"]))])
+        self.timing_inputs = (int(msg["n_inputs"]), msg.get("scalars", {}))
         fn = torch.compile(self.model) if msg.get("compile") else self.model
-        res = timing.time_calls(fn, sets, int(msg.get("warmup", 3)), int(msg.get("iters", 10)),
-                                bool(msg.get("flush_l2", True)), self.device)
-        res.pop("last_output")
+        self.timer = timing.CallTimer(fn, self.device)
+        return {}
+
+    def time_load(self, msg: dict) -> dict:
+        """One timing set onto the device (its round trip is the baseline of a candidate's load)."""
+        if getattr(self, "timer", None) is None:
+            raise WorkerError("protocol", "time_load before time_prepare")
+        n_inputs, scalars = self.timing_inputs
+        tensors = protocol.load_tensors(msg["file"], self.max_tensor_bytes)
+        return self.timer.add([protocol.decode_value(scalars[str(i)], lambda n: {}) if str(i) in scalars
+                               else tensors[str(i)].to(self.device) for i in range(n_inputs)])
+
+    def time_call(self, msg: dict) -> dict:
+        if getattr(self, "timer", None) is None:
+            raise WorkerError("protocol", "time_call before time_prepare")
+        return self.timer.call(int(msg["set"]))
+
+    def time_sample(self, msg: dict) -> dict:
+        """The reference's sampled values: the same round trip as a candidate's, so both pay it."""
+        if getattr(self, "timer", None) is None:
+            raise WorkerError("protocol", "time_sample before time_prepare")
+        return self.timer.sample(msg["indices"])
+
+    def l2_flush(self, msg: dict) -> dict:
+        """Evicts the L2 before a timed call of any process on this GPU (the L2 is shared)."""
+        if getattr(self, "flusher", None) is None:
+            self.flusher = timing.L2Flusher(getattr(self, "device", "cpu"))
+        return self.flusher.flush()
+
+    def ping(self, msg: dict) -> dict:
+        """A no-op: the orchestrator's measure of one request's fixed cost."""
+        return {}
+
+    def check_samples(self, msg: dict) -> dict:
+        """Checks values a candidate returned for a timed call (at flat indices the orchestrator
+        chose after the call) against the reference of that call's input set."""
+        self._need_problem()
+        trial = int(msg["trial"])
+        if trial not in self.trials:
+            raise WorkerError("protocol", f"check_samples: no inputs were made for trial {trial}")
+        t = self.trials[trial]
+        picks, values = msg["indices"], msg["values"]
+        if not isinstance(values, list) or len(values) != len(t["ref"]):
+            return {"match": False, "message": f"expected values for {len(t['ref'])} output(s)"}
+        checkers = t.setdefault("checkers", {})
+        for i, r in enumerate(t["ref"]):
+            idx, got = picks[i], values[i]
+            if not isinstance(got, list) or len(got) != len(idx):
+                return {"match": False, "message": f"output {i}: no values for the requested indices"}
+            if i not in checkers:
+                checkers[i] = compare.Checker(self.profile, r, t["ref64"][i] if t["ref64"] else None, self.kb_tolerance)
+            ok, detail = compare.samples_pass(checkers[i], idx, got)
+            if not ok:
+                return {"match": False, "message": f"output {i}: {detail}"}
+        return {"match": True, "message": "sampled values match"}
+
+    # ---- "Triton did the work" (kernel_audit.py) ------------------------------------------
+
+    def audit_source(self, msg: dict) -> dict:
+        """Static audit of a candidate's source text, sent by the orchestrator (never read from a
+        file the candidate can rewrite), before any of its code runs. The reply's `load_verdict`
+        (compile_error) ends the candidate at once; `after_correct` (no_triton_kernel for a source
+        without @triton.jit kernels; precision_downgrade for a default-precision tl.dot in CPU mode,
+        strict profile, fp32) is applied by the orchestrator if the candidate passes correctness; `kernel_names` are the
+        names the kernel profile is matched against (kernel_check)."""
+        from . import kernel_audit
+        try:
+            source = kernel_audit.decode_source(msg)
+        except ValueError as e:
+            raise WorkerError("protocol", f"audit_source: {e}") from None
+        device = getattr(self, "device", None) or str(msg.get("device", "cpu"))
+        precision = getattr(self, "precision", torch.float32)
+        return kernel_audit.audit_source(source, str(msg.get("path", "<candidate>")), device=device,
+                                         precision_fp32=precision == torch.float32,
+                                         profile=getattr(self, "profile", "strict"),
+                                         require_triton=bool(msg.get("require_triton", True)))
+
+    def kernel_check(self, msg: dict) -> dict:
+        """Classifies the GPU kernels of a profiled forward (the candidate's `kernel_profile`)
+        against the audit's @triton.jit names (`kernel_names`, which the orchestrator got from
+        audit_source, not from the candidate). Strict profile: no Triton kernel ->
+        no_triton_kernel, non-Triton compute kernels over half the GPU time -> torch_fallback;
+        kernelbench profile: the shares are reported only."""
+        from . import kernel_audit
+        names = [str(n) for n in (msg.get("kernel_names") or []) if isinstance(n, str)]
+        launches = msg.get("triton_launches")
+        res = kernel_audit.check_kernel_profile(msg.get("kernel_profile"), names, getattr(self, "profile", "strict"),
+                                                launches if isinstance(launches, int) else None)
+        if res["violation"] is not None:
+            res["violation"] = rules.violation(res["violation"]["rule"], res["violation"]["evidence"])
         return res
 
     def _need_problem(self) -> None:
@@ -401,7 +612,9 @@ def main() -> int:
              "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
              "started": time.time()}
     handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs,
-                "compare": judge.compare, "time_reference": judge.time_reference}
+                "compare": judge.compare, "time_prepare": judge.time_prepare, "time_load": judge.time_load, "time_call": judge.time_call,
+                "time_sample": judge.time_sample, "l2_flush": judge.l2_flush, "ping": judge.ping, "check_samples": judge.check_samples, "forget": judge.forget}
+    handlers.update(audit_source=judge.audit_source, kernel_check=judge.kernel_check)
     return protocol.serve(handlers, hello)
 
 

@@ -4,9 +4,11 @@ safetensors files, size-checked before loading, for tensors. Also the request lo
 the judge and candidate workers."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import struct
 import sys
 import traceback
@@ -172,24 +174,47 @@ def save_tensors(path: str, tensors: Dict[str, Any]) -> int:
     return os.path.getsize(path)
 
 
-def load_tensors(path: str, max_bytes: int) -> Dict[str, Any]:
-    """Tensors of a safetensors file on CPU; the file size is checked before reading."""
+class UntrustedFile(WorkerError):
+    """A tensor file that is not the plain regular file a worker writes: a symlink, FIFO, device
+    or hard link (the trusted side never follows what a candidate put at a path)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("untrusted_file", message)
+
+
+def load_tensors(path: str, max_bytes: int, untrusted_writer: bool = False) -> Dict[str, Any]:
+    """Tensors of a safetensors file on CPU. The path is opened without following a symlink and
+    without blocking (a FIFO cannot hang us); it must be a regular file with one link, of at most
+    `max_bytes`; the tensors are read through that descriptor, so a file swapped in afterwards is
+    never read. With `untrusted_writer` (a candidate's outputs) it must also have exactly one link:
+    a hard link would hand us a file the candidate did not write."""
     from safetensors.torch import load_file
 
     try:
-        size = os.path.getsize(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UntrustedFile(f"tensor file {path} is a symbolic link") from None
         raise WorkerError("protocol", f"cannot open tensor file {path}: {e.strerror}") from None
-    if size > max_bytes:
-        raise WorkerError("protocol", f"tensor file {path} has {size} bytes, over the limit of {max_bytes}")
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if len(head) < 8 or struct.unpack("<Q", head)[0] > min(size, 100 << 20):
-        raise WorkerError("protocol", f"tensor file {path} has no valid safetensors header")
     try:
-        return load_file(path, device="cpu")
-    except Exception as e:  # safetensors raises its own error types
-        raise WorkerError("protocol", f"tensor file {path} is not valid safetensors: {e}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFile(f"tensor file {path} is not a regular file (mode {stat.filemode(st.st_mode)})")
+        if untrusted_writer and st.st_nlink != 1:
+            raise UntrustedFile(f"tensor file {path} has {st.st_nlink} hard links")
+        size = st.st_size
+        if size > max_bytes:
+            raise WorkerError("protocol", f"tensor file {path} has {size} bytes, over the limit of {max_bytes}")
+        head = os.pread(fd, 8, 0)
+        if len(head) < 8 or struct.unpack("<Q", head)[0] > min(size, 100 << 20):
+            raise WorkerError("protocol", f"tensor file {path} has no valid safetensors header")
+        try:
+            # The open descriptor's own inode, whatever the path holds by now.
+            return load_file(f"/proc/self/fd/{fd}", device="cpu")
+        except Exception as e:  # safetensors raises its own error types
+            raise WorkerError("protocol", f"tensor file {path} is not valid safetensors: {e}") from None
+    finally:
+        os.close(fd)
 
 
 def tensor_list(tensors: Dict[str, Any], n: int, what: str) -> List[Any]:

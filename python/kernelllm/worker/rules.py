@@ -22,7 +22,8 @@ RULES = (
     "input_mutation",           # input bytes changed during forward
     "background_thread",        # Python threads alive after forward that were not there before
     "side_stream",              # Triton work launched on a stream the caller's stream never waited on
-    "no_triton_kernel",         # forward launched no Triton kernel
+    "no_triton_kernel",         # forward launched no Triton kernel (launch counter, static audit, GPU profile)
+    "torch_fallback",           # GPU profile: non-Triton compute kernels (GEMM/conv/reduce/scan) took > half the time
 )
 
 SANDBOX_RULES = frozenset(("kill_parent", "process_flood", "network", "file_escape", "env_escape"))

@@ -1,19 +1,24 @@
-"""The timed loop shared by the judge (reference) and the candidate worker, as SPEC-verify
-says: warmup, then per call an L2 flush (write a buffer of 2x the L2 size), start event, the
-call, end event on the current stream, then a device-wide synchronize; inputs rotated per
-call; raw per-call times plus the host wall-clock of the whole synchronized batch. Median and
-IQR are the orchestrator's. On CPU the times are perf_counter deltas, marked not meaningful."""
+"""The worker side of timing (docs/verification.md, Timing). The clock that counts is the
+orchestrator's: it sends one `time_call` per timed call and measures the round trip, so nothing
+here decides a published time. A worker only keeps the timed batch's input sets on the device,
+runs one call per request (forward, then a device-wide synchronize), keeps its output for the
+value checks, and reports its own CUDA-event time as an untrusted side fact. The L2 flush
+between calls is done by the trusted judge (the L2 is shared by every process on the GPU)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List
 
 import torch
+
+from .protocol import WorkerError, encode_value
 
 # Taken at import, before any candidate code runs; the candidate worker re-checks them.
 _perf_counter = time.perf_counter
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
+
+MAX_SAMPLES = 4096  # values returned per output and call (the orchestrator picks the indices)
 
 
 def trusted_functions() -> Dict[str, Any]:
@@ -29,60 +34,78 @@ def trusted_functions() -> Dict[str, Any]:
         "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
         "torch.cuda.current_stream": torch.cuda.current_stream,
         "torch.Tensor.zero_": torch.Tensor.zero_,
-        "kernelllm.worker.timing.time_calls": time_calls,
     }
 
 
-def time_calls(fn: Callable[..., Any], inputs: Sequence[List[Any]], warmup: int, iters: int,
-               flush_l2: bool, device: str) -> Dict[str, Any]:
-    """Times `iters` calls of fn after `warmup` calls. With several input sets, every call but the
-    last rotates over all sets except the last one, and the last timed call alone gets the last
-    set: its output (returned, and re-checked by the judge) answers inputs no earlier call saw, so
-    a candidate that replays an earlier answer during timing is caught whatever the rotation."""
-    if not inputs:
-        raise ValueError("time_calls needs at least one input set")
-    n_rot = len(inputs) - 1 if len(inputs) >= 2 else 1
+class CallTimer:
+    """One timed batch: `fn` over input sets loaded onto the device one at a time (`add`), each
+    right before its first call; one call per request."""
 
-    def args_for(i: int) -> List[Any]:
-        return inputs[-1] if (len(inputs) >= 2 and i == iters - 1) else inputs[i % n_rot]
+    def __init__(self, fn: Callable[..., Any], device: str) -> None:
+        self.fn = fn
+        self.sets: List[List[Any]] = []
+        self.cuda = device.startswith("cuda")
+        self.last: List[Any] = []
 
-    cuda = device.startswith("cuda")
-    flush_buf = None
-    if cuda and flush_l2:
-        l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or (50 << 20)
-        flush_buf = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
-    with torch.no_grad():
-        for i in range(warmup):
-            fn(*inputs[i % n_rot])
-        if cuda:
+    def add(self, args: List[Any]) -> Dict[str, Any]:
+        self.sets.append(args)
+        if self.cuda:
             _synchronize()
-        times_ms: List[float] = []
-        out = None
-        wall_start = _perf_counter()
-        if cuda:
-            events = [(_Event(enable_timing=True), _Event(enable_timing=True)) for _ in range(iters)]
-            for i in range(iters):
-                if flush_buf is not None:
-                    flush_buf.zero_()
-                start, end = events[i]
+        return {"set": len(self.sets) - 1}
+
+    def call(self, index: int) -> Dict[str, Any]:
+        if not 0 <= index < len(self.sets):
+            raise WorkerError("protocol", f"time_call: set {index} out of range 0..{len(self.sets) - 1}")
+        args = self.sets[index]
+        self.last = []
+        with torch.no_grad():
+            if self.cuda:
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 start.record()
-                out = fn(*args_for(i))
+                out = self.fn(*args)
                 end.record()
                 _synchronize()
-            wall_total_ms = (_perf_counter() - wall_start) * 1e3
-            times_ms = [s.elapsed_time(e) for s, e in events]
-        else:
-            for i in range(iters):
+                event_ms = start.elapsed_time(end)
+            else:
                 t0 = _perf_counter()
-                out = fn(*args_for(i))
-                times_ms.append((_perf_counter() - t0) * 1e3)
-            wall_total_ms = (_perf_counter() - wall_start) * 1e3
-    return {
-        "times_ms": times_ms,
-        "event_total_ms": sum(times_ms),
-        "wall_total_ms": wall_total_ms,
-        "meaningful": cuda,
-        "flush_l2": flush_buf is not None,
-        "last_input_index": (len(inputs) - 1 if len(inputs) >= 2 else 0) if iters > 0 else None,
-        "last_output": out,
-    }
+                out = self.fn(*args)
+                event_ms = (_perf_counter() - t0) * 1e3
+        self.last = list(out) if isinstance(out, (tuple, list)) else [out]
+        return {"event_ms": event_ms}
+
+    def sample(self, picks: Any) -> Dict[str, Any]:
+        """Values of the last call's outputs at the flat (row-major, logical) indices given per
+        output: {"values": [[v, ...] per output]}; non-tensor outputs answer null."""
+        if not isinstance(picks, list):
+            raise WorkerError("protocol", "time_sample: expected a list of index lists, one per output")
+        if len(picks) != len(self.last):  # no or other outputs: nothing to show, the judge says so
+            return {"values": [None] * len(picks)}
+        values = []
+        for o, idx in zip(self.last, picks):
+            if type(o) is not torch.Tensor or not isinstance(idx, list) or len(idx) > MAX_SAMPLES:
+                values.append(None)
+                continue
+            flat = o.detach().reshape(-1)
+            if any(not isinstance(i, int) or not 0 <= i < flat.numel() for i in idx):
+                values.append(None)
+                continue
+            got = flat[torch.tensor(idx, dtype=torch.long, device=flat.device)].cpu()
+            values.append([encode_value(v, [], "")["v"] if isinstance(v, float) else v for v in got.tolist()])
+        return {"values": values}
+
+
+class L2Flusher:
+    """Evicts the GPU's L2 by writing a buffer of twice its size (the judge's, between calls)."""
+
+    def __init__(self, device: str) -> None:
+        self.buf = None
+        if device.startswith("cuda"):
+            l2_bytes = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or (50 << 20)
+            self.buf = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
+
+    def flush(self) -> Dict[str, Any]:
+        t0 = _perf_counter()
+        if self.buf is not None:
+            self.buf.zero_()
+            _synchronize()
+        return {"flush_ms": (_perf_counter() - t0) * 1e3, "flushed": self.buf is not None}

@@ -1,7 +1,7 @@
-# expect: cheat
-# rule: timing_implausible
+# expect: correct
+# attempts: timing_implausible
 # device: cuda
-# why: computes ReLU honestly on the caller's stream but spins the GPU for ~5 ms per call on a side stream (torch, not Triton, so the side_stream rule does not see it): the events miss the work, the per-call wall-clock gap does not, on the first run and on the re-check beside a re-timed reference.
+# why: computes ReLU honestly on the caller's stream but spins the GPU for ~5 ms per call on a side stream (torch, not Triton, so the side_stream rule does not see it), hiding that work from stream events; the orchestrator's clock spans each whole call up to the device-wide synchronize, so the spin is in its published time: correct, and about 5 ms slow, never a fake speedup.
 import torch
 import torch.nn as nn
 import triton

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Do published times repeat? Verifies the same honest candidates several times, under both
+profiles, and records per run each candidate's median, IQR and speedup (issue #42: "a speedup
+whose repeated measurements disagree beyond their noise is re-timed or reported as unstable").
+A candidate's runs agree when the spread of its medians is within the larger of its runs' IQRs.
+
+  python3 bench/timing_repeat.py --cli build/vdev/kernelllm --device cuda:0 --runs 5 \
+      --out timing-repeat-h100.json  PROBLEM.py CAND.py [CAND.py ...] :: PROBLEM.py CAND.py ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def groups(args: list[str]) -> list[list[str]]:
+    out, cur = [], []
+    for a in args + ["::"]:
+        if a == "::":
+            if cur:
+                out.append(cur)
+            cur = []
+        else:
+            cur.append(a)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--profiles", default="strict,kernelbench")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("items", nargs="+", help="PROBLEM CAND... groups separated by ::")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="kllm-repeat-"))
+    rows: dict[str, dict] = {}
+    commands = []
+    t_start = time.monotonic()
+    for g in groups(args.items):
+        problem, cands = g[0], g[1:]
+        for run in range(args.runs):
+            for profile in args.profiles.split(","):
+                out = tmp / f"{Path(problem).stem}-{profile}-{run}.json"
+                cmd = [args.cli, "verify", problem, *cands, "--device", args.device, "--profile", profile,
+                       "--no-cache", "--no-multishape", "--json", str(out)]
+                commands.append(" ".join(cmd))
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                report = json.loads(out.read_text()) if out.exists() else {}
+                if not report:
+                    print(f"{problem} {profile} run {run}: no report (exit {proc.returncode}): {proc.stderr[-500:]}",
+                          file=sys.stderr)
+                for c in report.get("candidates", []):
+                    t = c.get("timing") or {}
+                    row = rows.setdefault(c["path"], {"problem": problem, "candidate": c["path"], "runs": []})
+                    row["runs"].append({"run": run, "profile": profile, "verdict": c.get("verdict"),
+                                        "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"),
+                                        "speedup": c.get("speedup"),
+                                        "unstable": bool((c.get("evidence") or {}).get("timing_unstable"))})
+    summary = []
+    for row in rows.values():
+        timed = [r for r in row["runs"] if r["median_ms"]]
+        if not timed:
+            continue
+        medians = [r["median_ms"] for r in timed]
+        spread = max(medians) - min(medians)
+        noise = max(r["iqr_ms"] or 0 for r in timed)
+        speedups = [r["speedup"] for r in timed if r["speedup"]]
+        row.update({"median_of_medians_ms": statistics.median(medians), "medians_spread_ms": spread,
+                    "largest_iqr_ms": noise, "agree_within_noise": spread <= noise,
+                    "speedup_min": min(speedups) if speedups else None, "speedup_max": max(speedups) if speedups else None,
+                    "reported_unstable": sum(r["unstable"] for r in timed)})
+        summary.append(row)
+        print(f"{Path(row['candidate']).name}: medians {min(medians):.4f}-{max(medians):.4f} ms (spread {spread:.4f}, "
+              f"largest IQR {noise:.4f}) speedups {row['speedup_min']}-{row['speedup_max']} "
+              f"{'agree' if row['agree_within_noise'] else 'DISAGREE'}; unstable flags {row['reported_unstable']}")
+    try:
+        import torch
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+        versions = {"torch": torch.__version__}
+        import triton
+        versions["triton"] = triton.__version__
+    except Exception as e:  # the record still says what ran
+        gpu, versions = f"unknown ({e})", {}
+    record = {"what": "the same honest candidates verified repeatedly under both profiles: do medians repeat within noise?",
+              "host": platform.node(), "gpu": gpu, "versions": versions, "runs": args.runs, "commands": commands,
+              "wall_s": round(time.monotonic() - t_start, 1), "candidates": summary,
+              "agreeing": sum(r["agree_within_noise"] for r in summary), "total": len(summary)}
+    Path(args.out).write_text(json.dumps(record, indent=1))
+    print(f"{record['agreeing']}/{record['total']} candidates agree within noise; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

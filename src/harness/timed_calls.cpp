@@ -1,0 +1,271 @@
+// Timing clocked by the orchestrator (docs/verification.md, Timing). A worker cannot be trusted
+// with a clock: it may patch timers, forge replies or skip work. So per timed call we send
+// `time_call` and `time_sample` and measure their round trips here; the judge (trusted) flushes
+// the GPU's shared L2 between calls and checks the sampled output values against its reference.
+// The reference is timed by the same loop on the judge, so both sides pay the same overheads.
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "verifier.h"
+
+namespace kernelllm::harness {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The input sets of timed runs: the dedicated timing sets, else the correctness trials'.
+const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
+  return dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
+}
+
+constexpr int kPings = 7;
+constexpr size_t kSamplesPerOutput = 64;
+
+// Flat indices to read back from each output of set `in`: the first and last element and random
+// ones, drawn here after the call returned, so a worker cannot know which elements will be read.
+Json sample_indices(const TrialInput& in, std::mt19937_64& rng) {
+  Json picks = Json::array();
+  for (const Json& n : in.output_numels) {
+    Json idx = Json::array();
+    const uint64_t numel = n.is_number_unsigned() ? n.get<uint64_t>() : 0;
+    if (numel > 0) {
+      idx.push_back(0);
+      if (numel > 1) idx.push_back(numel - 1);
+      std::uniform_int_distribution<uint64_t> pick(0, numel - 1);
+      for (size_t k = idx.size(); k < std::min<uint64_t>(kSamplesPerOutput, numel); ++k) idx.push_back(pick(rng));
+    }
+    picks.push_back(std::move(idx));
+  }
+  return picks;
+}
+
+}  // namespace
+
+std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
+                                         double* excess_ms) {
+  std::vector<double> out;
+  double charged = 0;
+  for (const CallClock& c : calls) {
+    double t = c.call_ms + c.sample_ms - 2 * ping_ms + c.load_excess_ms;
+    const double wait = c.next_flush_ms - flush_baseline_ms;
+    if (c.next_flush_ms > 0 && wait > std::max(0.1, 0.5 * flush_baseline_ms)) {
+      t += wait;
+      charged += wait;
+    }
+    out.push_back(std::max(t, 1e-6));
+  }
+  if (excess_ms) *excess_ms += charged;
+  return out;
+}
+
+std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs) {
+  if (t.stats.median_ms >= floor_ms) return "";
+  return fmt::format("median {:.5f} ms is below the roofline floor {:.5f} ms ({} bytes at {:.0f} GB/s)", t.stats.median_ms,
+                     floor_ms, bytes, peak_gbs);
+}
+
+bool timing_unstable(const TimingResult& t) { return t.stats.n >= 4 && t.stats.iqr_ms() > 0.5 * t.stats.median_ms; }
+
+std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r) {
+  const bool cuda = dev.cuda();
+  const std::vector<TrialInput>& sets = timing_sets(dev);
+  const auto t_batch = Clock::now();
+  const double timeout = opts_.timing_timeout_s;
+  auto ask = [&](const Json& req) { return cand ? cand->request(req, timeout) : judge_call(dev, req, timeout); };
+  auto failed = [&](const Reply& rep, const std::string& phase) -> std::optional<TimingResult> {
+    if (cand) {
+      if (!fail_from_reply(rep, phase, timeout, *cand, dev, *r)) {
+        r->verdict = Verdict::crash;
+        r->message = "malformed reply during " + phase;
+      }
+    } else {
+      warn(fmt::format("{}reference timing on {} failed during {}: {}: {}", compile ? "torch.compile " : "", dev.name, phase,
+                       rep.error_kind(), rep.error_message()));
+    }
+    return std::nullopt;
+  };
+  Reply p = ask(Json{{"op", "time_prepare"},
+                     {"n_inputs", sets.front().n_inputs},
+                     {"scalars", sets.front().scalars},
+                     {"max_tensor_bytes", kMaxTensorBytes},
+                     {"compile", compile}});
+  if (!p.ok()) return failed(p, "timing (preparing)");
+  // A timing set reaches the worker right before its first call, never earlier, so no call's
+  // answer can be worked out ahead in bulk; its load is clocked against the judge's load of the
+  // same file, and the excess is charged to the next timed call (work done while loading).
+  std::vector<Json> loaded(sets.size());
+  if (!cand) dev.load_baseline_ms.assign(sets.size(), 0.0);
+  auto load = [&](size_t k, double* excess_ms) -> std::optional<Reply> {
+    fs::path file = sets[k].file;
+    std::optional<ShownInputs> shown;
+    if (cand) {
+      shown.emplace(*cand, std::vector<fs::path>{file});
+      if (!shown->error().empty()) {
+        r->verdict = Verdict::not_verified;
+        r->message = shown->error();
+        return std::nullopt;
+      }
+      file = shown->paths().front();
+    }
+    Reply l = ask(Json{{"op", "time_load"}, {"file", file.string()}});
+    if (l.ok() && !cand) dev.load_baseline_ms[k] = l.elapsed_ms;
+    if (l.ok() && cand && k < dev.load_baseline_ms.size()) {
+      const double base = dev.load_baseline_ms[k], excess = l.elapsed_ms - base;
+      if (base > 0 && excess > std::max(0.2, 0.25 * base)) *excess_ms += excess;
+    }
+    return l;
+  };
+  // The fixed cost of one request (framing, JSON, Python dispatch) on the trusted side.
+  std::vector<double> pings;
+  for (int k = 0; k < kPings; ++k) {
+    Reply q = judge_call(dev, Json{{"op", "ping"}}, 10);
+    if (q.ok()) pings.push_back(q.elapsed_ms);
+  }
+  const double ping_ms = pings.empty() ? 0 : timing_stats(pings).median_ms;
+  auto flush = [&]() -> double {
+    if (!cuda) return 0;
+    Reply f = judge_call(dev, Json{{"op", "l2_flush"}}, 60);
+    return f.ok() ? f.elapsed_ms : 0;
+  };
+  std::mt19937_64 rng(std::random_device{}());
+  const int warmup = cuda ? opts_.warmup : 1;
+  std::vector<CallClock> calls;
+  std::vector<double> flushes;
+  double events_ms = 0, load_excess_ms = 0;
+  size_t last_set = 0;
+  for (int i = 0; i < warmup + iters; ++i) {
+    const size_t k = static_cast<size_t>(i) % sets.size();
+    if (loaded[k].is_null()) {
+      std::optional<Reply> l = load(k, &load_excess_ms);
+      if (!l) return std::nullopt;  // r holds the verdict
+      if (!l->ok()) return failed(*l, "timing (loading an input set)");
+      loaded[k] = l->message.value("set", Json(nullptr));
+      if (!loaded[k].is_number_integer()) {
+        Reply bad = *l;
+        bad.status = ReceiveStatus::protocol_error;
+        bad.error = "time_load reply without an integer 'set'";
+        return failed(bad, "timing (loading an input set)");
+      }
+    }
+    const double flush_ms = flush();
+    if (!calls.empty()) calls.back().next_flush_ms = flush_ms;
+    if (cuda) flushes.push_back(flush_ms);
+    Reply c = ask(Json{{"op", "time_call"}, {"set", loaded[k]}});
+    if (!c.ok()) return failed(c, "timing");
+    const Json picks = sample_indices(sets[k], rng);
+    Reply s = ask(Json{{"op", "time_sample"}, {"indices", picks}});
+    if (!s.ok()) return failed(s, "timing (reading back sampled values)");
+    if (i < warmup) continue;
+    calls.push_back(CallClock{c.elapsed_ms, s.elapsed_ms, 0, load_excess_ms});
+    load_excess_ms = 0;
+    events_ms += c.message.value("event_ms", 0.0);
+    last_set = k;
+    if (!cand) continue;
+    Reply chk = judge_call(dev, Json{{"op", "check_samples"}, {"trial", sets[k].trial}, {"indices", picks},
+                                     {"values", s.message.value("values", Json(nullptr))}},
+                           opts_.load_timeout_s);
+    if (!chk.ok()) {
+      r->verdict = Verdict::not_verified;
+      r->message = fmt::format("the judge could not check timed call {}: {}: {}", i - warmup, chk.error_kind(), chk.error_message());
+      return std::nullopt;
+    }
+    if (!chk.message.value("match", false)) {
+      r->verdict = Verdict::cheat;
+      r->rule = "timed_output_mismatch";
+      r->message = fmt::format("timed call {} (inputs of trial {}) returned wrong values, so it skipped or replayed work: {}",
+                               i - warmup, sets[k].trial, chk.message.value("message", ""));
+      return std::nullopt;
+    }
+  }
+  if (!calls.empty()) calls.back().next_flush_ms = flush();
+  TimingResult t;
+  t.meaningful = cuda;
+  t.ping_ms = ping_ms;
+  if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;
+  t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
+  for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
+  t.stats = timing_stats(t.times_ms);
+  t.event_total_ms = events_ms;
+  for (const CallClock& c : calls) t.wall_total_ms += c.call_ms + c.sample_ms;
+  t.orchestrator_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_batch).count();
+  if (cand && !timed_output_right(*cand, dev, *r, last_set)) return std::nullopt;
+  return t;
+}
+
+void Verifier::ensure_reference_timing(DeviceState& dev) {
+  if (dev.ref_timing_tried) return;
+  dev.ref_timing_tried = true;
+  const int iters = dev.cuda() ? opts_.iters : 3;
+  dev.ref_timing = timed_batch(dev, nullptr, iters, false, nullptr);
+  if (opts_.time_compile) dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
+}
+
+bool Verifier::timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r, size_t last_set) {
+  // The whole output of the last timed call must be right, not just its sampled values.
+  const TrialInput& in = timing_sets(dev)[last_set];
+  const fs::path out = w.work_dir / "out-timed-last.safetensors";
+  std::error_code ec;
+  fs::remove(out, ec);  // never judged on an earlier file
+  Reply wrote = w.request(Json{{"op", "time_output"}, {"outputs_file", out.string()}}, opts_.timing_timeout_s);
+  if (fail_from_reply(wrote, "timing (writing the last output)", opts_.timing_timeout_s, w, dev, r)) return false;
+  if (!wrote.message.value("outputs_written", false)) {
+    r.verdict = Verdict::cheat;
+    r.rule = "timed_output_mismatch";
+    r.message = "the last timed call returned no plain tensor output, unlike the correctness trials";
+    return false;
+  }
+  Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", in.trial}, {"outputs_file", out.string()}, {"candidate", w.id()}},
+                         opts_.load_timeout_s);
+  if (!cmp.ok()) {
+    r.verdict = Verdict::not_verified;
+    r.message = fmt::format("the judge could not compare the last timed output: {}: {}", cmp.error_kind(), cmp.error_message());
+    return false;
+  }
+  if (cmp.message.value("match", false)) return true;
+  const bool tampered = cmp.message.value("rule", Json(nullptr)) == "output_file_tampered";
+  r.verdict = Verdict::cheat;
+  r.rule = tampered ? "output_file_tampered" : "timed_output_mismatch";
+  r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong, so the timed calls skipped or "
+                          "replayed work: {}",
+                          in.trial, cmp.message.value("message", ""));
+  return false;
+}
+
+void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
+  const int iters = dev.cuda() ? opts_.iters : 3;
+  std::optional<TimingResult> t;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
+      GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
+      ensure_reference_timing(dev);
+      t = timed_batch(dev, &w, iters, false, &r);
+    }
+    if (!t) return;  // r holds the verdict
+    // A median that does not repeat within its own noise is timed once more, then published
+    // with the flag (never silently).
+    if (!dev.cuda() || !timing_unstable(*t)) break;
+    r.evidence["timing_first_try"] = Json{{"median_ms", t->stats.median_ms}, {"iqr_ms", t->stats.iqr_ms()}};
+  }
+  r.timing = *t;
+  const std::optional<TimingResult>& ref = dev.ref_timing;
+  r.speedup = dev.cuda() && ref && t->stats.median_ms > 0 ? ref->stats.median_ms / t->stats.median_ms : 0.0;
+  r.evidence["timing_unstable"] = dev.cuda() && timing_unstable(*t);
+  if (!dev.cuda()) return;
+  const TrialInput& in = timing_sets(dev).front();
+  const uint64_t bytes = in.input_bytes + in.output_bytes;
+  const double peak = opts_.peak_bandwidth_gbs > 0 ? opts_.peak_bandwidth_gbs : peak_bandwidth_for(dev.hardware);
+  const double floor_ms = roofline_floor_ms(bytes, peak);
+  r.evidence["roofline_floor_ms"] = floor_ms;
+  if (std::string why = roofline_violation(*t, floor_ms, bytes, peak); !why.empty()) {
+    r.verdict = Verdict::cheat;
+    r.rule = "timing_implausible";
+    r.message = why;
+  }
+}
+
+}  // namespace kernelllm::harness
