@@ -402,10 +402,14 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {
       r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
       return;
     }
+    // The last trial's hint decides: the judge then weighs every element over all trials, so a
+    // trial that tells an output from zeros (near_unit) clears the earlier ones' doubt.
     if (c.value("verdict_hint", "correct") == "undiscriminating") {
-      undiscriminating = true;
       r.evidence["baselines_passing"] = c.value("baselines_passing", Json());
-      r.message = c.value("message", "");
+      if (t + 1 == dev.trials.size()) {
+        undiscriminating = true;
+        r.message = c.value("message", "");
+      }
     }
   }
   r.evidence["trials"] = trials;

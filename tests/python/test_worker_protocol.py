@@ -120,9 +120,13 @@ def test_rules_each_fire_with_evidence_in_precedence_order():
                  output_types=[{"type": "mylib.Lazy", "layout": "torch.strided", "aliases_input": 0}],
                  sandbox_events=[{"kind": k, "detail": k, "where": "candidate.py:1"}
                                  for k in ("env", "open_read", "network", "kill")],
-                 process_spawns=rules.MAX_SPAWNS + 1, unjoined_streams=["torch.cpu.Stream"])
-    found = [v["rule"] for v in rules.evaluate_run(dirty)]
+                 process_spawns=rules.MAX_SPAWNS + 1, unjoined_streams=["torch.cpu.Stream"],
+                 aten_compute={"read_bytes": 4096, "input_bytes": 4096, "top_ops": [["relu", 4096]]})
+    found = [v["rule"] for v in rules.evaluate_run(dirty, torch_fallback=True)]
     assert found == list(rules.RULES)
+    # torch ops that read a small share of the inputs (glue) are not a fallback
+    glue = dict(clean, aten_compute={"read_bytes": 1000, "input_bytes": 4096, "top_ops": [["sum", 1000]]})
+    assert rules.evaluate_run(glue, torch_fallback=True) == []
     assert rules.evaluate_run(dict(clean, triton_launches=0), require_triton=False) == []
     assert rules.evaluate_run(dict(clean, process_spawns=rules.MAX_SPAWNS)) == []
     assert {rules.verdict_of_rule(r) for r in found} == {"cheat", "sandbox_violation"}
@@ -144,7 +148,8 @@ def test_value_cheats_are_named_and_a_single_value_has_no_mean_baseline():
     assert compare.value_cheat(torch.tensor([1.0, float("nan"), 3.0]), ref, "normal")["rule"] == "stale_memory"
     assert compare.value_cheat(ref + 1, ref, "heavy_tailed") is None  # wrong on heavy tails: wrong_output
     assert compare.value_cheat(ref + 1, ref, "normal") is None
-    assert compare.value_cheat(ref + 1e-3, ref, "normal", ref.double())["rule"] == "precision_downgrade"
+    # Three elements cannot show error spread like rounding: a wrong output, not a downgrade.
+    assert compare.value_cheat(ref + 1e-3, ref, "normal", ref.double()) is None
     assert compare.value_cheat(torch.tensor([1.0, float("inf"), 3.0]), ref, "heavy_tailed") is None
     loss = torch.tensor(2.75)
     assert compare.baselines_passing(compare.Checker("strict", loss, loss.double(), "v0")) == []
@@ -154,11 +159,24 @@ def _history_judge(refs: dict, outputs: dict, probe_ref=None) -> "judge.Judge":
     """A judge holding trials (references, and the candidate's outputs where it ran them)
     for exercising _history_cheat without processes."""
     j = judge.Judge()
-    j.device, j.profile, j.kb_tolerance = "cpu", "strict", "v0"
+    j.device, j.profile, j.kb_tolerance, j.candidate = "cpu", "strict", "v0", "cand-0"
     for u, r in refs.items():
         j.trials[u] = {"ref": [r], "ref64": [r.double()], "distribution": "normal",
-                       "probe_ref": probe_ref if u == 0 else None, "outputs": outputs.get(u)}
+                       "probe_ref": probe_ref if u == 0 else None,
+                       "outputs": {"cand-0": outputs[u]} if u in outputs else {}}
     return j
+
+
+def test_history_compares_a_candidate_only_with_its_own_outputs():
+    # Another candidate's output for trial 6 equals this candidate's failing output for trial 0:
+    # that is no evidence against this one (it never ran trial 6 with that answer).
+    refs = {0: torch.tensor([1.0, 2.0]), 6: torch.tensor([3.0, 4.0])}
+    j = _history_judge(refs, {})
+    j.trials[6]["outputs"]["cand-other"] = [refs[6].clone()]
+    checker = compare.Checker("strict", refs[0], refs[0].double(), "v0")
+    assert j._history_cheat(0, 0, refs[6].clone(), checker, None) is None
+    j.forget({"candidate": "cand-other"})
+    assert j.trials[6]["outputs"] == {}
 
 
 def test_history_names_a_cache_only_for_trials_the_candidate_has_run():

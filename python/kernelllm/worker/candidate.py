@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ import traceback
 from typing import Any, Dict, List
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # The first switch into deterministic mode rebinds some torch functions (torch.manual_seed among
 # them) once; do it now, before any identity snapshot, so _filled_uninitialized() below does not
@@ -93,6 +95,36 @@ class _LaunchCounter:
 
 
 _COUNTER = _LaunchCounter()
+
+
+class _AtenCompute(TorchDispatchMode):
+    """Counts what torch's compute ops read while forward runs on CPU: every ATen op except
+    allocation, views, copies and fills. A candidate whose torch ops read as much as its inputs
+    did the work in torch, whatever Triton kernel it also launched (rule torch_fallback)."""
+
+    _NOT_COMPUTE = re.compile(r"^(empty|zeros|ones|full|fill|zero|copy|clone|view|reshape|_reshape|as_strided|t$|"
+                              r"transpose|permute|expand|contiguous|detach|alias|unsqueeze|squeeze|select|slice|"
+                              r"_to_copy|to$|lift|resize|set_|new_|_unsafe_view|split|chunk|unbind|cat|stack|"
+                              r"narrow|flatten|unflatten|movedim|_local_scalar_dense|item|is_|size|stride|numel|"
+                              r"sym_|arange|scalar_tensor|_has_compatible|equal)")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_bytes = 0
+        self.ops: Dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if not self._NOT_COMPUTE.match(name):
+            read = sum(a.numel() * a.element_size() for a in list(args) + list((kwargs or {}).values())
+                       if isinstance(a, torch.Tensor))
+            self.read_bytes += read
+            self.ops[name] = self.ops.get(name, 0) + read
+        return func(*args, **(kwargs or {}))
+
+    def facts(self, input_bytes: int) -> Dict[str, Any]:
+        top = sorted(self.ops.items(), key=lambda kv: -kv[1])[:5]
+        return {"read_bytes": self.read_bytes, "input_bytes": input_bytes, "top_ops": [[n, b] for n, b in top]}
 
 
 class _StreamTracker:
@@ -418,9 +450,13 @@ class Candidate:
         _STREAMS.pending = {}
         # On a GPU, when asked: the kernels that really ran, recorded by torch.profiler (CUPTI).
         profiler = _KernelProfiler(self.device) if msg.get("profile_kernels") else None
+        # On CPU: the bytes torch's own compute ops read during forward (the GPU's kernel profile
+        # counterpart; the Triton interpreter runs kernels in NumPy, not through these ops).
+        aten = _AtenCompute() if self.device == "cpu" else None
         t0 = time.perf_counter()
         try:
-            with torch.no_grad(), _filled_uninitialized(), (profiler or contextlib.nullcontext()):
+            with torch.no_grad(), _filled_uninitialized(), (profiler or contextlib.nullcontext()), \
+                    (aten or contextlib.nullcontext()):
                 out = self.model(*args)
                 unjoined = sorted(_STREAMS.pending.values())
                 if self.device.startswith("cuda"):
@@ -456,6 +492,7 @@ class Candidate:
             "patched": self._patched(),
             "poisoned_bytes": poisoned,
             "unjoined_streams": unjoined,
+            "aten_compute": aten.facts(sum(t.numel() * t.element_size() for t in tensors_in)) if aten else None,
         }
         if profiler is not None:
             report["kernel_profile"] = profiler.result()

@@ -342,7 +342,8 @@ class Judge:
             raise WorkerError("protocol", f"compare: no inputs were made for trial {trial}")
         t = self.trials[trial]
         if msg.get("run_report") is not None:
-            found = rules.evaluate_run(msg["run_report"], require_triton=bool(msg.get("require_triton", True)))
+            found = rules.evaluate_run(msg["run_report"], require_triton=bool(msg.get("require_triton", True)),
+                                       torch_fallback=self.profile == "strict")
             if found:
                 return {"match": False, "verdict_hint": rules.verdict_of_rule(found[0]["rule"]), "rule": found[0]["rule"],
                         "evidence": found[0]["evidence"], "violations": found, "message": found[0]["evidence"]}

@@ -63,8 +63,14 @@ def violation(rule: str, evidence: str) -> Dict[str, str]:
     return {"rule": rule, "evidence": evidence}
 
 
-def evaluate_run(report: Dict[str, Any], require_triton: bool = True) -> List[Dict[str, str]]:
-    """Violations shown by a candidate `run` reply (see the protocol's run reply fields)."""
+# On CPU, torch's own compute ops in forward may read at most this share of the input bytes.
+CPU_TORCH_READ_SHARE = 0.5
+
+
+def evaluate_run(report: Dict[str, Any], require_triton: bool = True, torch_fallback: bool = False) -> List[Dict[str, str]]:
+    """Violations shown by a candidate `run` reply (see the protocol's run reply fields).
+    `torch_fallback` (the strict profile) applies the CPU counterpart of the GPU kernel profile:
+    torch compute ops that read as many bytes as the inputs did the work."""
     found = sandbox_violations(report)
     patched = report.get("patched") or []
     timers = [p for p in patched if p not in RANDOM_FUNCTIONS]
@@ -103,6 +109,15 @@ def evaluate_run(report: Dict[str, Any], require_triton: bool = True) -> List[Di
                                               "(no wait_stream, wait_event or synchronize) before forward returned"))
     if require_triton and report.get("triton_launches", 0) == 0:
         found.append(violation("no_triton_kernel", "forward launched 0 Triton kernels (launch hook count)"))
+    aten = report.get("aten_compute")
+    if torch_fallback and isinstance(aten, dict):
+        read, inputs = aten.get("read_bytes") or 0, aten.get("input_bytes") or 0
+        if isinstance(read, (int, float)) and isinstance(inputs, (int, float)) and inputs > 0 and \
+                read >= CPU_TORCH_READ_SHARE * inputs:
+            top = ", ".join(f"{n} {b} B" for n, b in (aten.get("top_ops") or [])[:3])
+            found.append(violation("torch_fallback", f"torch compute ops read {read:.0f} bytes during forward, "
+                                                     f"{read / inputs:.0%} of the inputs' {inputs:.0f} (top: {top}): "
+                                                     "torch, not Triton, did the work"))
     found.sort(key=lambda v: RULES.index(v["rule"]))
     return found
 

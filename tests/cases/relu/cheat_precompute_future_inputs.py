@@ -1,6 +1,6 @@
 # expect: cheat
 # rule: zeros_pass
-# attempts: precompute_future_inputs
+# attempts: cached_result
 # why: at construction, looks for every input-set file it can see (walking its mounts for *.safetensors) and precomputes the answers to return them by input hash; the verifier shows a candidate one input set only while it runs on it, so the table stays empty and it returns zeros.
 import hashlib
 import os
