@@ -245,12 +245,16 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   t0 = Clock::now();
   run_trials(w, dev, r);
   phases["correctness_ms"] = ms_since(t0);
-  if (r.verdict == Verdict::correct && r.evidence.contains("source_audit")) {
+  if ((r.verdict == Verdict::correct || r.verdict == Verdict::cheat) && r.evidence.contains("source_audit")) {
     // What the judge's audit found that only matters for a passing candidate: no @triton.jit kernel
     // in the source (no_triton_kernel), or, in CPU mode only (the judge decides by its device), a
-    // default-precision tl.dot the interpreter computes in exact fp32 where a GPU uses TF32.
+    // default-precision tl.dot the interpreter computes in exact fp32 where a GPU uses TF32. A
+    // source without any kernel is named so even when a run-time rule (torch_fallback) fired
+    // first: the static fact is the more specific one.
     const Json after = r.evidence["source_audit"].value("after_correct", Json(nullptr));
-    if (after.is_object()) {
+    const bool applies = r.verdict == Verdict::correct ||
+                         (after.is_object() && after.value("rule", "") == "no_triton_kernel" && r.rule == "torch_fallback");
+    if (after.is_object() && applies) {
       r.verdict = Verdict::cheat;
       r.rule = after.value("rule", "precision_downgrade");
       r.message = after.value("message", "");

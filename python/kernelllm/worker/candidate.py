@@ -450,13 +450,13 @@ class Candidate:
         _STREAMS.pending = {}
         # On a GPU, when asked: the kernels that really ran, recorded by torch.profiler (CUPTI).
         profiler = _KernelProfiler(self.device) if msg.get("profile_kernels") else None
-        # On CPU: the bytes torch's own compute ops read during forward (the GPU's kernel profile
-        # counterpart; the Triton interpreter runs kernels in NumPy, not through these ops).
-        aten = _AtenCompute() if self.device == "cpu" else None
+        # The bytes torch's own compute ops read during forward (Triton kernels, compiled or run by
+        # the interpreter in NumPy, do not go through these ops). On a GPU the kernel profile's
+        # time shares say little for tiny problems (launch latency); bytes do.
+        aten = _AtenCompute()
         t0 = time.perf_counter()
         try:
-            with torch.no_grad(), _filled_uninitialized(), (profiler or contextlib.nullcontext()), \
-                    (aten or contextlib.nullcontext()):
+            with torch.no_grad(), _filled_uninitialized(), (profiler or contextlib.nullcontext()), aten:
                 out = self.model(*args)
                 unjoined = sorted(_STREAMS.pending.values())
                 if self.device.startswith("cuda"):
@@ -492,7 +492,7 @@ class Candidate:
             "patched": self._patched(),
             "poisoned_bytes": poisoned,
             "unjoined_streams": unjoined,
-            "aten_compute": aten.facts(sum(t.numel() * t.element_size() for t in tensors_in)) if aten else None,
+            "aten_compute": aten.facts(sum(t.numel() * t.element_size() for t in tensors_in)),
         }
         if profiler is not None:
             report["kernel_profile"] = profiler.result()

@@ -342,8 +342,7 @@ class Judge:
             raise WorkerError("protocol", f"compare: no inputs were made for trial {trial}")
         t = self.trials[trial]
         if msg.get("run_report") is not None:
-            found = rules.evaluate_run(msg["run_report"], require_triton=bool(msg.get("require_triton", True)),
-                                       torch_fallback=self.profile == "strict")
+            found = rules.evaluate_run(msg["run_report"], require_triton=bool(msg.get("require_triton", True)))
             if found:
                 return {"match": False, "verdict_hint": rules.verdict_of_rule(found[0]["rule"]), "rule": found[0]["rule"],
                         "evidence": found[0]["evidence"], "violations": found, "message": found[0]["evidence"]}
@@ -398,6 +397,14 @@ class Judge:
                 where = compare.describe_mismatch(detail["first_mismatch"], norm if isinstance(norm, float) else None,
                                                   getattr(checker, "norm_bound", None))
                 return self._fail("wrong_output", f"output {i}: {where} ({checker.describe})", **detail)
+        # Right values computed by torch's own ops (strict): decided only for a matching output,
+        # so a wrong output stays wrong_output whatever it used.
+        if self.profile == "strict" and msg.get("run_report") is not None:
+            fallback = [v for v in rules.evaluate_run(msg["run_report"], require_triton=False, torch_fallback=True)
+                        if v["rule"] == "torch_fallback"]
+            if fallback:
+                return {"match": False, "verdict_hint": "cheat", "rule": "torch_fallback", "evidence": fallback[0]["evidence"],
+                        "violations": fallback, "message": fallback[0]["evidence"], "stats": all_stats}
         hint = "correct"
         message = "all outputs match"
         notes = [f"trivial outputs would also pass: {dict(passing_baselines)}"] if not trusted else []

@@ -674,6 +674,9 @@ def check_kernel_profile(profile: Optional[Dict[str, Any]], triton_names: Iterab
         "audit_kernel_names": sorted(names)[:50],
         "note": "profiled in the candidate's process (torch.profiler / CUPTI): a cross-check below Python, not a proof",
     })
+    # torch.relu on an elementwise problem is the whole work: ATen elementwise kernels count as
+    # work done outside Triton (copies, fills and casts do not), as on CPU (candidate._AtenCompute).
+    work = by_class["compute"] + by_class["elementwise"]
     violation = None
     if mode == "strict":
         if counts["triton"] == 0:
@@ -681,10 +684,10 @@ def check_kernel_profile(profile: Optional[Dict[str, Any]], triton_names: Iterab
                          "evidence": f"the profiled forward ran {sum(counts.values())} GPU kernel(s), none of them one of "
                                      f"the source's @triton.jit kernels ({', '.join(sorted(names)[:8]) or 'none'}); "
                                      f"Python launch counter said {triton_launches}"}
-        elif total > 0 and by_class["compute"] > 0.5 * total:
+        elif total > 0 and work > 0.5 * total:
             top = ", ".join(f"{r['name'][:80]} {r['us']:.1f} us" for r in summary["top_non_triton"][:3])
             violation = {"rule": "torch_fallback",
-                         "evidence": f"non-Triton compute kernels took {by_class['compute']:.1f} of {total:.1f} us "
-                                     f"({by_class['compute'] / total:.0%}) of the profiled forward's GPU time; Triton "
+                         "evidence": f"non-Triton compute and elementwise kernels took {work:.1f} of {total:.1f} us "
+                                     f"({work / total:.0%}) of the profiled forward's GPU time; Triton "
                                      f"{by_class['triton']:.1f} us. Top: {top}"}
     return {"summary": summary, "violation": violation}
