@@ -147,4 +147,20 @@ std::string json_members_error(const Json& obj, std::span<const JsonMember> memb
   return "";
 }
 
+std::string base64_encode(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t k = 0; k < bytes.size(); k += 3) {
+    uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[k])) << 16;
+    if (k + 1 < bytes.size()) v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[k + 1])) << 8;
+    if (k + 2 < bytes.size()) v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[k + 2]));
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += k + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += k + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
 }  // namespace kernelllm

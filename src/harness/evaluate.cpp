@@ -164,18 +164,7 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
       r.evidence["phase"] = "source audit";
       return false;
     }
-    static constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string b64;
-    b64.reserve((src.size() + 2) / 3 * 4);
-    for (size_t k = 0; k < src.size(); k += 3) {
-      uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(src[k])) << 16;
-      if (k + 1 < src.size()) v |= static_cast<uint32_t>(static_cast<unsigned char>(src[k + 1])) << 8;
-      if (k + 2 < src.size()) v |= static_cast<uint32_t>(static_cast<unsigned char>(src[k + 2]));
-      b64 += kB64[(v >> 18) & 63];
-      b64 += kB64[(v >> 12) & 63];
-      b64 += k + 1 < src.size() ? kB64[(v >> 6) & 63] : '=';
-      b64 += k + 2 < src.size() ? kB64[v & 63] : '=';
-    }
+    const std::string b64 = base64_encode(src);
     Reply audit = judge_call(dev,
                              Json{{"op", "audit_source"}, {"source_b64", b64}, {"require_triton", true},
                                   {"path", fs::path(candidate_paths_[i]).filename().string()}},
@@ -275,6 +264,24 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   }
 }
 
+std::optional<Reply> Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const fs::path& out,
+                                            double timeout_s, bool profile_kernels, CandidateResult& r) {
+  // The candidate sees this trial's inputs only for this request (docs/trust-boundary.md).
+  ShownInputs shown(w, {in.file});
+  if (!shown.error().empty()) {
+    r.verdict = Verdict::not_verified;
+    r.message = shown.error();
+    return std::nullopt;
+  }
+  Json req{{"op", "run"},           {"inputs_file", shown.paths().front().string()}, {"n_inputs", in.n_inputs},
+           {"scalars", in.scalars}, {"outputs_file", out.string()},    {"poison", true},
+           {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes}};
+  if (profile_kernels) req["profile_kernels"] = true;
+  if (!dev.cuda()) return w.request(req, timeout_s);
+  GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
+  return w.request(req, timeout_s);
+}
+
 void Verifier::check_kernel_profile(Worker& w, DeviceState& dev, CandidateResult& r) {
   // One more forward on trial 0's inputs under torch.profiler (CUPTI) in the candidate process; its
   // output must still be right, and the judge classifies the GPU kernels against the @triton.jit
@@ -283,21 +290,9 @@ void Verifier::check_kernel_profile(Worker& w, DeviceState& dev, CandidateResult
   const TrialInput& in = dev.trials.front();
   const fs::path out = w.work_dir / "out-profile.safetensors";
   const double timeout = run_timeout_s(dev) + opts_.load_timeout_s;  // CUPTI's start-up included
-  ShownInputs shown(w, {in.file});
-  if (!shown.error().empty()) {
-    r.verdict = Verdict::not_verified;
-    r.message = shown.error();
-    return;
-  }
-  Json req{{"op", "run"},           {"inputs_file", shown.paths().front().string()}, {"n_inputs", in.n_inputs},
-           {"scalars", in.scalars}, {"outputs_file", out.string()},    {"poison", true},
-           {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes},
-           {"profile_kernels", true}};
-  Reply run;
-  {
-    GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
-    run = w.request(req, timeout);
-  }
+  std::optional<Reply> shown_run = run_on_trial(w, dev, in, out, timeout, true, r);
+  if (!shown_run) return;
+  const Reply& run = *shown_run;
   const std::string phase = fmt::format("run (kernel profile, trial {} inputs)", in.trial);
   if (fail_from_reply(run, phase, timeout, w, dev, r)) return;
   Json facts = run.message;
@@ -352,23 +347,9 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {
     fs::path out = w.work_dir / fmt::format("out-{}.safetensors", t);
     // The first run also JIT-compiles the Triton kernels.
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
-    // The candidate sees this trial's inputs only now (class 3 of the trust boundary).
-    ShownInputs shown(w, {in.file});
-    if (!shown.error().empty()) {
-      r.verdict = Verdict::not_verified;
-      r.message = shown.error();
-      return;
-    }
-    Json req{{"op", "run"},           {"inputs_file", shown.paths().front().string()}, {"n_inputs", in.n_inputs},
-             {"scalars", in.scalars}, {"outputs_file", out.string()},    {"poison", true},
-             {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes}};
-    Reply run;
-    if (dev.cuda()) {
-      GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
-      run = w.request(req, timeout);
-    } else {
-      run = w.request(req, timeout);
-    }
+    std::optional<Reply> shown_run = run_on_trial(w, dev, in, out, timeout, false, r);
+    if (!shown_run) return;
+    const Reply& run = *shown_run;
     if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
       r.evidence["trial"] = t;
       return;

@@ -117,6 +117,10 @@ class Verifier {
   void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   void run_trials(Worker& w, DeviceState& dev, CandidateResult& r);
+  // One `run` of the candidate on trial `in` (its inputs shown for this request only, the GPU's
+  // lock held shared), outputs to `out`; nullopt with r's verdict set when they cannot be shown.
+  std::optional<Reply> run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const std::filesystem::path& out,
+                                    double timeout_s, bool profile_kernels, CandidateResult& r);
   // The judge's static audit of the source (compile_error before any candidate code runs;
   // r.evidence["source_audit"] keeps its kernel names and after-correctness finding), then load.
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);

@@ -124,5 +124,15 @@ TEST(ShownInputs, LinksTheFilesForTheirScopeOnly) {
   fs::remove_all(root);
 }
 
+// A candidate's source travels to the judge's audit as base64 (it may not be UTF-8).
+TEST(Base64, EncodesWithPaddingAndAnyByte) {
+  EXPECT_EQ(base64_encode(""), "");
+  EXPECT_EQ(base64_encode("f"), "Zg==");
+  EXPECT_EQ(base64_encode("fo"), "Zm8=");
+  EXPECT_EQ(base64_encode("foo"), "Zm9v");
+  EXPECT_EQ(base64_encode("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(base64_encode(std::string("\xff\x00\x80", 3)), "/wCA");
+}
+
 }  // namespace
 }  // namespace kernelllm::harness

@@ -22,6 +22,10 @@ Result<Json> parse_json(std::string_view text, std::string_view what);
 // "string", "integer", "number", "object", ... as a reader would say it.
 std::string_view json_type_name(const Json& j);
 
+// Standard base64 (RFC 4648, with padding): bytes that may not be UTF-8 (a source file) in a
+// JSON string.
+std::string base64_encode(std::string_view bytes);
+
 // Required members: not_found when missing, parse_error when of the wrong type.
 Result<int64_t> json_int(const Json& obj, std::string_view key, std::string_view what);
 Result<double> json_number(const Json& obj, std::string_view key, std::string_view what);
