@@ -312,9 +312,14 @@ std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std
     for (const std::string& x : {how, path, path}) a.push_back(x);
   };
   // The interpreter's own paths (a venv under /tmp or /dev/shm, pyenv under /root, conda under
-  // /home) come back read-only; never one that would expose the dirs bound below.
+  // /home) come back read-only; never one that would expose the run directory: the work dir and
+  // the readable dirs beside it (shared, inputs). The package dir (site-packages when installed)
+  // may lie inside an interpreter path: that is no reason to hide the interpreter.
   std::vector<std::string> bound = {work_dir.string()};
-  for (const fs::path& d : readable_dirs) bound.push_back(d.string());
+  const fs::path run_dir = work_dir.parent_path();
+  for (const fs::path& d : readable_dirs) {
+    if (strictly_under(normal_path(d.string()), normal_path(run_dir.string()))) bound.push_back(d.string());
+  }
   const std::vector<std::string> kept = keep_paths_to_bind(settings_.keep_paths, tmpfs_roots, bound);
   for (const std::string& k : kept) bind("--ro-bind", k);
   // A venv's bin/python (or the venv itself) reached through symlinks under a tmpfs root: the
