@@ -132,7 +132,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     return f.ok() ? f.elapsed_ms : 0;
   };
   std::mt19937_64 rng(std::random_device{}());
-  const int warmup = cuda ? opts_.warmup : 1;
+  const int warmup = warmup_calls(dev);
   std::vector<CallClock> calls;
   std::vector<double> flushes;
   double events_ms = 0, load_excess_ms = 0;
@@ -199,7 +199,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
 void Verifier::ensure_reference_timing(DeviceState& dev) {
   if (dev.ref_timing_tried) return;
   dev.ref_timing_tried = true;
-  const int iters = dev.cuda() ? opts_.iters : 3;
+  const int iters = timed_calls(dev);
   dev.ref_timing = timed_batch(dev, nullptr, iters, false, nullptr);
   if (opts_.time_compile) dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
 }
@@ -236,7 +236,7 @@ bool Verifier::timed_output_right(Worker& w, DeviceState& dev, CandidateResult& 
 }
 
 void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
-  const int iters = dev.cuda() ? opts_.iters : 3;
+  const int iters = timed_calls(dev);
   std::optional<TimingResult> t;
   for (int attempt = 0; attempt < 2; ++attempt) {
     {

@@ -142,6 +142,9 @@ class Verifier {
   // Whether the last timed call's whole output is right; names the cheat in r when not.
   bool timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r, size_t last_set);
   void ensure_reference_timing(DeviceState& dev);
+  // Calls of a timed batch: the options' on a GPU; on CPU (times not meaningful) 3 and 1 warmup.
+  int timed_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.iters : 3; }
+  int warmup_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.warmup : 1; }
   double run_timeout_s(const DeviceState& dev) const;
 
   // multishape.cpp

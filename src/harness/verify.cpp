@@ -106,8 +106,7 @@ Status Verifier::setup_device(DeviceState& dev) {
   // Correctness trials, then fresh inputs for timing (trials n.. in the judge's numbering) so
   // that a timed call can never replay an answer cached during the correctness runs: one set per
   // call (warmup included) where they fit kTimingSetBytes, at least 2 (set after trial 0).
-  // On CPU: 3 timed calls and 1 warmup.
-  int n_timing = opts_.timing && !dev.parent ? (dev.cuda() ? opts_.iters + opts_.warmup : 3 + 1) : 0;
+  int n_timing = opts_.timing && !dev.parent ? timed_calls(dev) + warmup_calls(dev) : 0;
   std::error_code ec;
   fs::path init = dev.shared_dir / "init.safetensors";
   if (fs::exists(init, ec)) {
