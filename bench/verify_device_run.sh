@@ -4,7 +4,8 @@
 # verify-cases-h100.json; `throughput` verifies every candidate of every problem in tests/cases
 # and tests/cases/kernelbench_agreement as one batch per problem and records per-phase times;
 # `agreement` compares with KernelBench's own eval (needs its sources in .kb/, carried);
-# `underload` verifies on a quiet GPU and beside outside load (bench/verify_under_load.py; KB=.kb0).
+# `underload` verifies on a quiet GPU and beside outside load (bench/verify_under_load.py; KB=.kb0);
+# `coverage` verifies every KernelBench level 1-3 problem once (bench/kernelbench_coverage.py).
 # Usage on the GPU machine, from the repo root: bash bench/verify_device_run.sh OUT_DIR MODE...
 # With KERNELLLM_FROM_ARCHIVE=1 it builds from .vdev/head.tar (git archive HEAD made before the
 # call) so that half-written files in the working tree cannot break the run.
@@ -70,6 +71,14 @@ for mode in "$@"; do
         --kernelbench-tolerance "${AGREEMENT_TOLERANCE:-v0}" \
         --candidates-dir bench/eval_candidates/level1 \
         --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
+    coverage)
+      # KernelBench levels 1-3 (of $kb): is every problem evaluable? Resumes from .cov/ (the record of
+      # an earlier call, carried) so that several calls of at most 10 minutes finish the 250.
+      [[ -f .cov/kernelbench-coverage-h100.json ]] && cp .cov/kernelbench-coverage-h100.json "$out/"
+      python3 bench/kernelbench_coverage.py --cli "$cli" --kernelbench "$kb" --device cuda:0 \
+        --out "$out/kernelbench-coverage-h100.json" --concurrency "${COVERAGE_CONCURRENCY:-2}" \
+        --budget-s "${COVERAGE_BUDGET_S:-300}" --timeout-s "${COVERAGE_TIMEOUT_S:-240}" ${COVERAGE_ARGS:-} 2>&1 |
+        tee "$out/coverage.log" | tail -15 ;;
     underload)
       # Verdicts on a quiet GPU and under outside load (UNDERLOAD_PHASES: quiet,loaded,bursty):
       # honest relu cases, the hidden-work cheat, and the eval candidates of 19_ReLU and 23_Softmax.

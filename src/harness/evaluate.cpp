@@ -203,6 +203,8 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   Json init = dev.problem.value("init", Json::object());
   Json req{{"op", "load"},
            {"module_path", module.string()},
+           {"problem", Json{{"source_b64", base64_encode(reference_source_)},
+                            {"recipe", dev.problem.value("inputs_recipe", Json::object())}}},
            {"init", init},
            {"construct_seed", dev.problem.value("construct_seed", 0)},
            {"device", dev.name},
@@ -264,18 +266,11 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   }
 }
 
-std::optional<Reply> Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const fs::path& out,
-                                            double timeout_s, bool profile_kernels, CandidateResult& r) {
-  // The candidate sees this trial's inputs only for this request (docs/trust-boundary.md).
-  ShownInputs shown(w, {in.file});
-  if (!shown.error().empty()) {
-    r.verdict = Verdict::not_verified;
-    r.message = shown.error();
-    return std::nullopt;
-  }
-  Json req{{"op", "run"},           {"inputs_file", shown.paths().front().string()}, {"n_inputs", in.n_inputs},
-           {"scalars", in.scalars}, {"outputs_file", out.string()},    {"poison", true},
-           {"require_triton", true}, {"max_tensor_bytes", kMaxTensorBytes}, {"poison_sizes", in.output_sizes}};
+Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const fs::path& out, double timeout_s,
+                             bool profile_kernels) {
+  // The candidate learns this trial's seed with this request (docs/trust-boundary.md, Inputs).
+  Json req{{"op", "run"},       {"inputs", in.spec()},    {"outputs_file", out.string()},
+           {"poison", true},    {"require_triton", true}, {"poison_sizes", in.output_sizes}};
   if (profile_kernels) req["profile_kernels"] = true;
   if (!dev.cuda()) return w.request(req, timeout_s);
   GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
@@ -290,9 +285,7 @@ void Verifier::check_kernel_profile(Worker& w, DeviceState& dev, CandidateResult
   const TrialInput& in = dev.trials.front();
   const fs::path out = w.work_dir / "out-profile.safetensors";
   const double timeout = run_timeout_s(dev) + opts_.load_timeout_s;  // CUPTI's start-up included
-  std::optional<Reply> shown_run = run_on_trial(w, dev, in, out, timeout, true, r);
-  if (!shown_run) return;
-  const Reply& run = *shown_run;
+  const Reply run = run_on_trial(w, dev, in, out, timeout, true);
   const std::string phase = fmt::format("run (kernel profile, trial {} inputs)", in.trial);
   if (fail_from_reply(run, phase, timeout, w, dev, r)) return;
   Json facts = run.message;
@@ -301,6 +294,8 @@ void Verifier::check_kernel_profile(Worker& w, DeviceState& dev, CandidateResult
   Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", in.trial}, {"outputs_file", out.string()}, {"candidate", w.id()},
                                    {"run_report", facts}, {"require_triton", true}},
                          opts_.load_timeout_s);
+  std::error_code ec;
+  fs::remove(out, ec);  // /dev/shm holds one output per worker at a time
   if (!cmp.ok()) {
     r.verdict = Verdict::not_verified;
     r.message = fmt::format("the judge could not compare the profiled run: {}: {}", cmp.error_kind(), cmp.error_message());
@@ -347,9 +342,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {
     fs::path out = w.work_dir / fmt::format("out-{}.safetensors", t);
     // The first run also JIT-compiles the Triton kernels.
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
-    std::optional<Reply> shown_run = run_on_trial(w, dev, in, out, timeout, false, r);
-    if (!shown_run) return;
-    const Reply& run = *shown_run;
+    const Reply run = run_on_trial(w, dev, in, out, timeout, false);
     if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
       r.evidence["trial"] = t;
       return;
@@ -365,6 +358,8 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r) {
     Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"candidate", w.id()}, {"run_report", facts},
                                      {"require_triton", true}},
                            opts_.load_timeout_s);
+    std::error_code ec;
+    fs::remove(out, ec);
     if (!cmp.ok()) {
       r.verdict = Verdict::not_verified;
       r.message = fmt::format("the judge could not compare trial {}: {}: {}", t, cmp.error_kind(), cmp.error_message());

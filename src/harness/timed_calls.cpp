@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
-#include <random>
 
 #include <fmt/format.h>
 
@@ -24,24 +23,6 @@ const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
 
 constexpr int kPings = 7;
 constexpr size_t kSamplesPerOutput = 64;
-
-// Flat indices to read back from each output of set `in`: the first and last element and random
-// ones, drawn here after the call returned, so a worker cannot know which elements will be read.
-Json sample_indices(const TrialInput& in, std::mt19937_64& rng) {
-  Json picks = Json::array();
-  for (const Json& n : in.output_numels) {
-    Json idx = Json::array();
-    const uint64_t numel = n.is_number_unsigned() ? n.get<uint64_t>() : 0;
-    if (numel > 0) {
-      idx.push_back(0);
-      if (numel > 1) idx.push_back(numel - 1);
-      std::uniform_int_distribution<uint64_t> pick(0, numel - 1);
-      for (size_t k = idx.size(); k < std::min<uint64_t>(kSamplesPerOutput, numel); ++k) idx.push_back(pick(rng));
-    }
-    picks.push_back(std::move(idx));
-  }
-  return picks;
-}
 
 }  // namespace
 
@@ -88,30 +69,18 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     return std::nullopt;
   };
-  Reply p = ask(Json{{"op", "time_prepare"},
-                     {"n_inputs", sets.front().n_inputs},
-                     {"scalars", sets.front().scalars},
-                     {"max_tensor_bytes", kMaxTensorBytes},
-                     {"compile", compile}});
+  Reply p = ask(Json{{"op", "time_prepare"}, {"compile", compile}});
   if (!p.ok()) return failed(p, "timing (preparing)");
-  // A timing set reaches the worker right before its first call, never earlier, so no call's
-  // answer can be worked out ahead in bulk; its load is clocked against the judge's load of the
-  // same file, and the excess is charged to the next timed call (work done while loading).
+  // A timing set's seed reaches the worker right before its first call, never earlier, so no
+  // call's answer can be worked out ahead in bulk; its load (making the set on the device) is
+  // clocked against the judge's load of the same set, and the excess is charged to the next
+  // timed call (work done while loading).
   std::vector<Json> loaded(sets.size());
   if (!cand) dev.load_baseline_ms.assign(sets.size(), 0.0);
   auto load = [&](size_t k, double* excess_ms) -> std::optional<Reply> {
-    fs::path file = sets[k].file;
-    std::optional<ShownInputs> shown;
-    if (cand) {
-      shown.emplace(*cand, std::vector<fs::path>{file});
-      if (!shown->error().empty()) {
-        r->verdict = Verdict::not_verified;
-        r->message = shown->error();
-        return std::nullopt;
-      }
-      file = shown->paths().front();
-    }
-    Reply l = ask(Json{{"op", "time_load"}, {"file", file.string()}});
+    Json spec = sets[k].spec();
+    spec["probe"] = false;
+    Reply l = cand ? ask(Json{{"op", "time_load"}, {"inputs", spec}}) : ask(Json{{"op", "time_load"}, {"trial", sets[k].trial}});
     if (l.ok() && !cand) dev.load_baseline_ms[k] = l.elapsed_ms;
     if (l.ok() && cand && k < dev.load_baseline_ms.size()) {
       const double base = dev.load_baseline_ms[k], excess = l.elapsed_ms - base;
@@ -131,7 +100,6 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     Reply f = judge_call(dev, Json{{"op", "l2_flush"}}, 60);
     return f.ok() ? f.elapsed_ms : 0;
   };
-  std::mt19937_64 rng(std::random_device{}());
   const int warmup = warmup_calls(dev);
   std::vector<CallClock> calls;
   std::vector<double> flushes;
@@ -151,12 +119,25 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
         return failed(bad, "timing (loading an input set)");
       }
     }
+    // Where this call's outputs are read back: drawn by the judge from its fingerprint of the set,
+    // held here and sent only once the call has returned.
+    Reply pos = judge_call(dev, Json{{"op", "sample_positions"}, {"trial", sets[k].trial}, {"k", kSamplesPerOutput}},
+                           opts_.load_timeout_s);
+    if (!pos.ok()) {
+      if (cand) {
+        r->verdict = Verdict::not_verified;
+        r->message = fmt::format("the judge could not draw sample positions: {}: {}", pos.error_kind(), pos.error_message());
+      } else {
+        warn(fmt::format("reference timing on {}: the judge could not draw sample positions: {}", dev.name, pos.error_message()));
+      }
+      return std::nullopt;
+    }
+    const Json picks = pos.message.value("indices", Json::array());
     const double flush_ms = flush();
     if (!calls.empty()) calls.back().next_flush_ms = flush_ms;
     if (cuda) flushes.push_back(flush_ms);
     Reply c = ask(Json{{"op", "time_call"}, {"set", loaded[k]}});
     if (!c.ok()) return failed(c, "timing");
-    const Json picks = sample_indices(sets[k], rng);
     Reply s = ask(Json{{"op", "time_sample"}, {"indices", picks}});
     if (!s.ok()) return failed(s, "timing (reading back sampled values)");
     if (i < warmup) continue;
@@ -220,6 +201,7 @@ bool Verifier::timed_output_right(Worker& w, DeviceState& dev, CandidateResult& 
   }
   Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", in.trial}, {"outputs_file", out.string()}, {"candidate", w.id()}},
                          opts_.load_timeout_s);
+  fs::remove(out, ec);
   if (!cmp.ok()) {
     r.verdict = Verdict::not_verified;
     r.message = fmt::format("the judge could not compare the last timed output: {}: {}", cmp.error_kind(), cmp.error_message());

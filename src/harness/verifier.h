@@ -23,27 +23,30 @@ namespace kernelllm::harness {
 inline constexpr uint64_t kMaxTensorBytes = uint64_t{4} << 30;  // per tensor file a worker reads
 inline constexpr uint64_t kTimingSetBytes = uint64_t{2} << 30;  // all timing sets: inputs + 3 x outputs
 
+// A trial's input set as the orchestrator knows it: never the values, which the judge and the
+// candidate's process each make from the seed (worker/inputs.py), only what to ask for and sizes.
 struct TrialInput {
-  int trial = 0;               // the judge's trial index
-  std::filesystem::path file;  // safetensors written by the judge
-  int64_t n_inputs = 0;
-  Json scalars = Json::object();
+  int trial = 0;       // the judge's trial index
+  int64_t seed = 0;    // this trial's seed (sha256 of the run's secret and the trial)
+  bool probe = false;  // the candidate also runs the probe set (trial 0, strict)
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;
   std::string distribution;
   Json output_sizes = Json::array();  // bytes per reference output (poisoning sizes)
   Json output_numels = Json::array(); // elements per reference output (sampled value checks)
   double reference_ms = 0;  // wall time of make_inputs (reference forward, fp64 included)
+  // The `inputs` member of a candidate's run / time_load request.
+  Json spec() const { return Json{{"seed", seed}, {"distribution", distribution}, {"probe", probe}}; }
 };
 
-// What a problem's verification keeps in memory (memory_check.cpp), from trial 0's sizes.
+// What a problem's verification holds on the host (memory_check.cpp), from trial 0's sizes.
 struct MemoryNeed {
   std::filesystem::path shared_dir;
   uint64_t input_bytes = 0;   // one input set
   uint64_t output_bytes = 0;  // one set of reference outputs
-  uint64_t input_sets = 0;    // correctness + timing sets, the probe included
-  uint64_t n_trials = 0;
   uint64_t jobs = 1;          // candidate workers at once
+  bool cpu = false;           // inputs, references and timing sets live in host memory too
+  uint64_t timing_sets = 0;
 };
 Status check_problem_memory(const MemoryNeed& need);
 
@@ -61,7 +64,6 @@ struct DeviceState {
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
   std::filesystem::path shared_dir;  // init tensors, bound read-only into candidates
-  std::filesystem::path inputs_dir;  // every input set; never bound: a candidate sees a set via ShownInputs
   double flush_baseline_ms = 0;      // median round trip of the judge's L2 flush with the GPU idle
   std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
   std::optional<TimingResult> ref_timing, compile_timing;
@@ -117,10 +119,10 @@ class Verifier {
   void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   void run_trials(Worker& w, DeviceState& dev, CandidateResult& r);
-  // One `run` of the candidate on trial `in` (its inputs shown for this request only, the GPU's
-  // lock held shared), outputs to `out`; nullopt with r's verdict set when they cannot be shown.
-  std::optional<Reply> run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const std::filesystem::path& out,
-                                    double timeout_s, bool profile_kernels, CandidateResult& r);
+  // One `run` of the candidate on trial `in` (its process makes the inputs from the trial's seed;
+  // the GPU's lock held shared), outputs to `out`.
+  Reply run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const std::filesystem::path& out, double timeout_s,
+                     bool profile_kernels);
   // The judge's static audit of the source (compile_error before any candidate code runs;
   // r.evidence["source_audit"] keeps its kernel names and after-correctness finding), then load.
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);

@@ -69,9 +69,7 @@ Status Verifier::spawn_judge(DeviceState& dev) {
 
 Status Verifier::setup_device(DeviceState& dev) {
   dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
-  dev.inputs_dir = run_dir_ / fmt::format("inputs-{}", dev.tag());
   fs::create_directories(dev.shared_dir);
-  fs::create_directories(dev.inputs_dir);
   KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
   if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) return hello.with_context("judge on " + dev.name);
   int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
@@ -105,7 +103,9 @@ Status Verifier::setup_device(DeviceState& dev) {
   Json dists = dev.problem.value("trial_distributions", Json::array());
   // Correctness trials, then fresh inputs for timing (trials n.. in the judge's numbering) so
   // that a timed call can never replay an answer cached during the correctness runs: one set per
-  // call (warmup included) where they fit kTimingSetBytes, at least 2 (set after trial 0).
+  // call (warmup included) where they fit kTimingSetBytes, at least 2 (set after trial 0). Only
+  // trial 0 is made now (its sizes size everything else); the judge makes the others' references
+  // when first needed and keeps a bounded number (worker/judge.py, KEEP_BYTES).
   int n_timing = opts_.timing && !dev.parent ? timed_calls(dev) + warmup_calls(dev) : 0;
   std::error_code ec;
   fs::path init = dev.shared_dir / "init.safetensors";
@@ -113,29 +113,29 @@ Status Verifier::setup_device(DeviceState& dev) {
     fs::permissions(init, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
                     fs::perm_options::replace, ec);
   }
+  Json sizes0;
   for (int t = 0; t < n + n_timing; ++t) {
     TrialInput in;
     bool timing = t >= n;
     in.trial = t;
-    in.file = dev.inputs_dir / fmt::format("inputs-{}.safetensors", t);
     in.distribution = !timing && t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>() : "normal";
-    Reply m = judge_call(dev, Json{{"op", "make_inputs"}, {"trial", t}, {"distribution", in.distribution}, {"file", in.file.string()}},
+    Reply m = judge_call(dev, Json{{"op", "make_inputs"}, {"trial", t}, {"distribution", in.distribution}, {"lazy", t > 0}},
                          opts_.load_timeout_s);
-    if (!m.ok()) {
+    if (!m.ok() || !m.message.contains("seed")) {
       return error(ErrorCode::invalid_argument, fmt::format("problem {}: make_inputs({}) on {}: {}: {}", problem_path_, t, dev.name,
                                                             m.error_kind(), m.error_message()));
     }
-    in.n_inputs = m.message.value("n_inputs", 0);
-    in.scalars = m.message.value("scalars", Json::object());
-    in.input_bytes = m.message.value("input_bytes", uint64_t{0});
-    in.output_bytes = m.message.value("output_bytes", uint64_t{0});
-    in.output_sizes = m.message.value("output_sizes", Json::array());
-    in.output_numels = m.message.value("output_numels", Json::array());
+    in.seed = m.message["seed"].get<int64_t>();
+    in.probe = m.message.value("probe", false);
+    // Every set of a problem has trial 0's shapes (get_inputs under another seed).
+    if (t == 0) sizes0 = m.message;
+    const Json& sizes = sizes0;
+    in.input_bytes = sizes.value("input_bytes", uint64_t{0});
+    in.output_bytes = sizes.value("output_bytes", uint64_t{0});
+    in.output_sizes = sizes.value("output_sizes", Json::array());
+    in.output_numels = sizes.value("output_numels", Json::array());
     // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
-    in.reference_ms = m.elapsed_ms;
-    // Readable by the sandbox's uid (the judge may create files 0600); the dir is bound read-only.
-    fs::permissions(in.file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
-                    fs::perm_options::replace, ec);
+    in.reference_ms = t == 0 ? m.elapsed_ms : dev.trials.front().reference_ms;
     // Each timing set costs its inputs (file, the candidate's device) and, in the judge, its fp32
     // and fp64 references.
     if (const uint64_t set_bytes = in.input_bytes + 3 * in.output_bytes; t == 0 && n_timing > 2 && set_bytes > 0) {
@@ -146,8 +146,8 @@ Status Verifier::setup_device(DeviceState& dev) {
                                      : std::min<uint64_t>(std::max(1u, std::thread::hardware_concurrency()),
                                                           candidate_paths_.size());
       KLLM_RETURN_IF_ERROR(check_problem_memory(MemoryNeed{dev.shared_dir, in.input_bytes, in.output_bytes,
-                                                           static_cast<uint64_t>(n + n_timing + 1),
-                                                           static_cast<uint64_t>(n), std::max<uint64_t>(1, jobs)})
+                                                           std::max<uint64_t>(1, jobs), !dev.cuda(),
+                                                           static_cast<uint64_t>(n_timing)})
                                .with_context(fmt::format("problem {} on {}", problem_path_, dev.name)));
     }
     (timing ? dev.timing_inputs : dev.trials).push_back(std::move(in));
@@ -162,6 +162,12 @@ Status Verifier::setup() {
     return error(ErrorCode::invalid_argument, fmt::format("profile: expected strict or kernelbench, found '{}'", opts_.profile));
   }
   KLLM_ASSIGN_OR_RETURN(reference_source_, read_text_file(problem_path_, 16 << 20));
+  // Candidates' processes get the problem's text in their load request (its get_inputs makes
+  // their inputs): it must fit the protocol's 1 MiB frame as base64.
+  if (constexpr size_t kMaxProblemBytes = size_t{512} << 10; reference_source_.size() > kMaxProblemBytes) {
+    return error(ErrorCode::invalid_argument, fmt::format("problem {}: {} bytes of source; the verifier takes problems of up to {} "
+                                                          "bytes", problem_path_, reference_source_.size(), kMaxProblemBytes));
+  }
   for (const std::string& c : candidate_paths_) {
     auto src = read_text_file(c, 16 << 20);
     sources_.push_back(src.ok() ? std::move(*src) : std::string());
@@ -301,15 +307,9 @@ DeviceState* Verifier::pick_device(size_t hint) {
 Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& dev, size_t thread) {
   uint64_t seq = worker_seq_++;
   fs::path dir = run_dir_ / fmt::format("cand-{}-{}", thread, seq);
-  fs::path inputs = run_dir_ / fmt::format("cand-{}-{}.in", thread, seq);
-  std::error_code ec;
-  fs::create_directories(inputs, ec);
-  if (ec) return error(ErrorCode::io_error, fmt::format("cannot create {}: {}", inputs.string(), ec.message()));
   int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, jobs_));
-  auto w = spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir, inputs}, dev.name,
-                        sandbox_.active() ? &sandbox_ : nullptr, threads);
-  if (w.ok()) (*w)->inputs_dir = inputs;
-  return w;
+  return spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir}, dev.name, sandbox_.active() ? &sandbox_ : nullptr,
+                      threads);
 }
 
 void Verifier::worker_thread(size_t thread) {

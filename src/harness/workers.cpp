@@ -142,8 +142,9 @@ constexpr JsonMember kReplyMembers[] = {
     {"message", kJsonString},
     {"n_trials", kJsonInteger},  // load (judge)
     {"trial_distributions", kJsonArray, kJsonString},
-    {"n_inputs", kJsonInteger},  // make_inputs
-    {"scalars", kJsonObject},
+    {"seed", kJsonInteger},  // make_inputs
+    {"probe", kJsonBool},
+    {"n_inputs", kJsonInteger},
     {"input_bytes", kJsonInteger},
     {"output_bytes", kJsonInteger},
     {"output_sizes", kJsonArray},
@@ -324,31 +325,6 @@ Status gpu_health_check(const PythonEnv& py, const std::string& device, double t
     return error(ErrorCode::internal, fmt::format("GPU health check on {} failed ({}): {}", device, exit->describe(), p.stderr_tail()));
   }
   return {};
-}
-
-ShownInputs::ShownInputs(const Worker& w, const std::vector<fs::path>& files) {
-  if (w.inputs_dir.empty()) {
-    error_ = "the worker has no inputs directory";
-    return;
-  }
-  for (const fs::path& f : files) {
-    fs::path link = w.inputs_dir / f.filename();
-    std::error_code ec;
-    fs::remove(link, ec);  // a link left by an earlier request of this worker
-    fs::create_hard_link(f, link, ec);
-    if (ec) {
-      error_ = fmt::format("cannot show {} to the candidate: {}", f.string(), ec.message());
-      return;
-    }
-    links_.push_back(std::move(link));
-  }
-}
-
-ShownInputs::~ShownInputs() {
-  for (const fs::path& l : links_) {
-    std::error_code ec;
-    fs::remove(l, ec);
-  }
 }
 
 }  // namespace kernelllm::harness

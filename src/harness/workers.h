@@ -54,9 +54,6 @@ class Worker {
   Process proc;
   Json hello;
   std::filesystem::path work_dir;
-  // A candidate's view of input sets: hard links appear here only while it runs on them
-  // (ShownInputs); its sandbox binds the directory read-only. Empty for a judge.
-  std::filesystem::path inputs_dir;
   uint64_t memory_limit_bytes = 0;  // of its cgroup, when sized (Verifier::size_memory_limit)
   std::string device;
   std::string kind;  // "judge" or "candidate"
@@ -101,22 +98,6 @@ Result<std::unique_ptr<Worker>> start_worker(const std::string& kind, const Pyth
                                              const std::vector<std::filesystem::path>& readable_dirs, const std::string& device,
                                              const Sandbox* sandbox, int threads, double start_timeout_s);
 
-// Shows a candidate input set files only while it runs on them: hard links in its inputs_dir
-// (bound read-only into its sandbox), removed again on destruction. Future sets, timing sets
-// included, stay out of its reach until their turn.
-class ShownInputs {
- public:
-  ShownInputs(const Worker& w, const std::vector<std::filesystem::path>& files);
-  ~ShownInputs();
-  ShownInputs(const ShownInputs&) = delete;
-  ShownInputs& operator=(const ShownInputs&) = delete;
-  const std::string& error() const { return error_; }  // empty when every link was made
-  const std::vector<std::filesystem::path>& paths() const { return links_; }
-
- private:
-  std::vector<std::filesystem::path> links_;
-  std::string error_;
-};
 
 // Runs a tiny CUDA op on `device` in a fresh process; ok when the GPU still works.
 Status gpu_health_check(const PythonEnv& py, const std::string& device, double timeout_s);

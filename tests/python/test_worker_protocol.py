@@ -29,7 +29,7 @@ def test_live_worker_refuses_bad_version_unknown_op_and_oversize_frame():
         unknown = w.request("frobnicate")
         assert unknown["error"]["kind"] == "protocol" and "unknown op 'frobnicate'" in unknown["error"]["message"]
         assert "make_inputs" in unknown["error"]["message"]
-        early = w.request("make_inputs", trial=0, file="/nonexistent")
+        early = w.request("make_inputs", trial=0)
         assert early["error"]["message"] == "load_problem must come first"
         w.send_raw(struct.pack("<I", (1 << 20) + 1))
         oversize = w.receive()
@@ -159,11 +159,13 @@ def _history_judge(refs: dict, outputs: dict, probe_ref=None) -> "judge.Judge":
     """A judge holding trials (references, and the candidate's outputs where it ran them)
     for exercising _history_cheat without processes."""
     j = judge.Judge()
-    j.device, j.profile, j.kb_tolerance, j.candidate = "cpu", "strict", "v0", "cand-0"
+    j.device, j.profile, j.kb_tolerance, j.candidate, j.fp_index, j.fp_index_cpu = "cpu", "strict", "v0", "cand-0", {}, {}
+    flat = lambda xs: [x.reshape(-1) for x in xs]  # noqa: E731 (fingerprints are flat)
     for u, r in refs.items():
-        j.trials[u] = {"ref": [r], "ref64": [r.double()], "distribution": "normal",
-                       "probe_ref": probe_ref if u == 0 else None,
-                       "outputs": {"cand-0": outputs[u]} if u in outputs else {}}
+        j.trials[u] = {"fp": {"ref": flat([r]), "ref64": flat([r.double()]), "shapes": [tuple(r.shape)],
+                              "limits": [compare.Checker("strict", r, r.double(), "v0").limits()],
+                              "probe_ref": flat(probe_ref) if probe_ref is not None and u == 0 else None},
+                       "distribution": "normal", "outputs": {"cand-0": flat(outputs[u])} if u in outputs else {}}
     return j
 
 
@@ -172,7 +174,7 @@ def test_history_compares_a_candidate_only_with_its_own_outputs():
     # that is no evidence against this one (it never ran trial 6 with that answer).
     refs = {0: torch.tensor([1.0, 2.0]), 6: torch.tensor([3.0, 4.0])}
     j = _history_judge(refs, {})
-    j.trials[6]["outputs"]["cand-other"] = [refs[6].clone()]
+    j.trials[6]["outputs"]["cand-other"] = [refs[6].clone().reshape(-1)]
     checker = compare.Checker("strict", refs[0], refs[0].double(), "v0")
     assert j._history_cheat(0, 0, refs[6].clone(), checker, None) is None
     j.forget({"candidate": "cand-other"})

@@ -445,17 +445,17 @@ def test_profile_kernels_on_cpu_is_unavailable_and_names_launches(add_session):
     cand = wh.Worker("candidate")
     try:
         load = cand.request("load", module_path=str(d / "honest.py"), init=s.problem["init"],
-                            construct_seed=s.problem["construct_seed"], device="cpu", work_dir=str(d))
+                            construct_seed=s.problem["construct_seed"], device="cpu", work_dir=str(d),
+                            problem=s.problem_field())
         assert load["ok"], load
         inp = s.trial_inputs(0, "normal")
-        run = cand.request("run", inputs_file=inp["file"], n_inputs=inp["n_inputs"], scalars=inp["scalars"],
-                           outputs_file=str(d / "out_profile.safetensors"), poison=True, profile_kernels=True)
+        run = cand.request("run", inputs=inp["spec"], outputs_file=str(d / "out_profile.safetensors"), poison=True,
+                           profile_kernels=True)
         assert run["ok"], run
         assert run["kernel_profile"] == {"available": False, "reason": "CPU mode: no GPU kernels to profile"}
         assert run["triton_launches"] == 1 and run["triton_launched_kernels"] == {"add_kernel": 1}
         assert run["violations"] == []
-        plain = cand.request("run", inputs_file=inp["file"], n_inputs=inp["n_inputs"], scalars=inp["scalars"],
-                             outputs_file=str(d / "out_plain.safetensors"), poison=True)
+        plain = cand.request("run", inputs=inp["spec"], outputs_file=str(d / "out_plain.safetensors"), poison=True)
         assert "kernel_profile" not in plain
     finally:
         cand.close()
@@ -640,8 +640,8 @@ def test_honest_problems_get_no_extra_trial_and_stay_discriminating(tmp_path, pr
                             "work_dir": str(tmp_path)})
         assert p["trial_distributions"] == ["normal"] * 4 + ["heavy_tailed"], p["degenerate_elements"]
         for t, dist in enumerate(p["trial_distributions"]):
-            j.make_inputs({"trial": t, "distribution": dist, "file": str(tmp_path / f"in{t}.safetensors")})
-            protocol.save_tensors(str(tmp_path / "out.safetensors"), {str(i): r.clone() for i, r in enumerate(j.trials[t]["ref"])})
+            j.make_inputs({"trial": t, "distribution": dist})
+            protocol.save_tensors(str(tmp_path / "out.safetensors"), {str(i): r.clone() for i, r in enumerate(j._full(t)["ref"])})
             c = j.compare({"trial": t, "outputs_file": str(tmp_path / "out.safetensors")})
             assert c["match"] and c["verdict_hint"] == "correct", (problem, seed, t, c["message"])
         assert c["undiscriminated_elements"] == {}

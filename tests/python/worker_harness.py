@@ -3,6 +3,7 @@ spawns judge/candidate processes with fd 3/4 pipes, speaks protocol v1 and runs 
 order (load_problem -> candidate load -> per trial make_inputs, run, compare -> verdict)."""
 from __future__ import annotations
 
+import base64
 import fcntl
 import os
 import struct
@@ -107,15 +108,19 @@ class Session:
         self.judge = Worker("judge")
         self.problem = self.judge.request("load_problem", problem_path=str(problem), device=device, profile=profile,
                                           secret_seed=secret_seed, work_dir=str(work_dir), **load_fields)
+        self.source_b64 = base64.b64encode(Path(problem).read_bytes()).decode()
         self.inputs: Dict[int, Dict[str, Any]] = {}
 
     def trial_inputs(self, trial: int, distribution: str) -> Dict[str, Any]:
         if trial not in self.inputs:
-            f = self.work_dir / f"in{trial}.safetensors"
-            r = self.judge.request("make_inputs", trial=trial, distribution=distribution, file=str(f))
+            r = self.judge.request("make_inputs", trial=trial, distribution=distribution)
             assert r["ok"], r
-            self.inputs[trial] = dict(r, file=str(f))
+            self.inputs[trial] = dict(r, spec={"seed": r["seed"], "distribution": r["distribution"], "probe": r["probe"]})
         return self.inputs[trial]
+
+    def problem_field(self) -> Dict[str, Any]:
+        """The `problem` member of a candidate's load request, as the orchestrator sends it."""
+        return {"source_b64": self.source_b64, "recipe": self.problem.get("inputs_recipe", {})}
 
     def verify(self, candidate: Path, time_iters: int = 0) -> Dict[str, Any]:
         """The verdict dict: {"verdict", "rule", "trial", "evidence", "replies"}."""
@@ -124,7 +129,7 @@ class Session:
         try:
             load = cand.request("load", module_path=str(candidate), init=self.problem["init"],
                                 construct_seed=self.problem["construct_seed"], device=self.device,
-                                work_dir=str(self.work_dir))
+                                work_dir=str(self.work_dir), problem=self.problem_field())
             if not load["ok"]:
                 e = load["error"]
                 return {"verdict": e["kind"], "rule": e.get("rule"), "trial": None, "evidence": e, "replies": [load]}
@@ -132,8 +137,8 @@ class Session:
             for trial, dist in enumerate(self.problem["trial_distributions"]):
                 inp = self.trial_inputs(trial, dist)
                 out = self.work_dir / f"out_{candidate.stem}_{trial}.safetensors"
-                run = cand.request("run", inputs_file=inp["file"], n_inputs=inp["n_inputs"], scalars=inp["scalars"],
-                                   outputs_file=str(out), poison=True, poison_sizes=inp["output_sizes"])
+                run = cand.request("run", inputs=inp["spec"], outputs_file=str(out), poison=True,
+                                   poison_sizes=inp["output_sizes"])
                 replies.append(run)
                 if not run["ok"]:
                     e = run["error"]
@@ -158,10 +163,10 @@ class Session:
         time_call and time_sample (clocked here), the judge checking the sampled values."""
         import random
         import time as _time
-        prep = cand.request("time_prepare", n_inputs=inp["n_inputs"], scalars=inp["scalars"])
+        prep = cand.request("time_prepare")
         if not prep["ok"]:
             return prep
-        loaded = cand.request("time_load", file=inp["file"])
+        loaded = cand.request("time_load", inputs=inp["spec"])
         if not loaded["ok"]:
             return loaded
         times, checks = [], []

@@ -1,8 +1,9 @@
 """The untrusted side: one process per candidate, never reused. Pre-warms (imports torch and
 Triton, installs the Triton launch counter, snapshots the timer/sync functions) and greets;
-then `load` imports the candidate file as its own module and builds ModelNew, `run` runs it
-on input files and writes its outputs with the facts the cheat rules need, `time` runs the
-timed loop. It never sees the reference, its outputs or the secret seed."""
+then `load` imports the candidate file as its own module and builds ModelNew, `run` makes a
+trial's inputs from the seed it is given (inputs.py), runs ModelNew on them and writes its
+outputs with the facts the cheat rules need; the time_* requests make up the timed loop. It
+never sees the reference's outputs, another trial's seed or the judge's secret."""
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 torch.use_deterministic_algorithms(True, warn_only=True)
 torch.use_deterministic_algorithms(False)
 
-from . import protocol, rules, timing
+from . import inputs, protocol, rules, timing
 from .guard import GUARD
 from .protocol import WorkerError
 
@@ -287,8 +288,8 @@ class Candidate:
         self.device = "cpu"
         self.module_name = ""
         self._guards: List[Any] = []
-        self._probe: Dict[str, torch.Tensor] = {}
         self._probe_args: Any = None
+        self.recipe: Any = None
         _COUNTER.install()
         _STREAMS.install()
         self.trusted = _guarded()
@@ -327,24 +328,44 @@ class Candidate:
             text = f"out of memory: {oom}"
         return WorkerError(kind, f"{what}: {type(e).__name__}: {text}", tb)
 
-    def _load_inputs(self, path: str, n_inputs: int, scalars: Dict[str, Any], max_bytes: int) -> List[Any]:
-        tensors = protocol.load_tensors(path, max_bytes)
-        self._probe = {k[len(PROBE):]: v for k, v in tensors.items() if k.startswith(PROBE)}
-        tensors = {k: v for k, v in tensors.items() if not k.startswith(PROBE)}
-        names = {str(i) for i in range(n_inputs)}
-        if set(tensors) | set(scalars) != names or set(tensors) & set(scalars):
-            raise WorkerError("protocol", f"{path}: tensors {sorted(tensors)} and scalars {sorted(scalars)} "
-                                          f"must partition positions 0..{n_inputs - 1}")
-        args, probe = [], []
-        for i in range(n_inputs):
-            if str(i) in scalars:
-                args.append(protocol.decode_value(scalars[str(i)], _no_files))
-                probe.append(args[-1])
-            else:
-                args.append(tensors[str(i)].to(self.device))
-                if str(i) in self._probe:
-                    probe.append(self._probe[str(i)].to(self.device))
-        self._probe_args = probe if self._probe and len(probe) == n_inputs else None
+    def _load_problem(self, problem: Dict[str, Any]) -> None:
+        """The problem module (its source sent by the orchestrator, the text the judge loaded),
+        run before any candidate code: only its get_inputs() is used, to make input sets here."""
+        import base64
+        import types
+        try:
+            source = base64.b64decode(problem["source_b64"], validate=True).decode("utf-8")
+        except Exception as e:
+            raise WorkerError("protocol", f"load: problem.source_b64: {type(e).__name__}: {e}") from None
+        spec = problem.get("recipe") or {}
+        name = f"kllm_problem_{hashlib.sha256(source.encode()).hexdigest()[:12]}_{os.getpid()}"
+        module = types.ModuleType(name)
+        module.__file__ = "<kernelllm problem>"
+        sys.modules[name] = module
+        try:
+            exec(compile(source, "<kernelllm problem>", "exec"), module.__dict__)
+            inputs.scale_size_globals(module, spec.get("size_scale"), bool(spec.get("size_odd", False)))
+            self.recipe = inputs.recipe_from(module, spec, self.device)
+        except BaseException as e:  # the judge loaded the same text: a failure here is ours
+            raise WorkerError("environment_error", f"the problem did not load in the candidate's process: "
+                                                   f"{type(e).__name__}: {e}") from None
+
+    def _make_inputs(self, spec: Dict[str, Any]) -> List[Any]:
+        """A trial's inputs, made here from its seed as the judge makes them (inputs.py); with
+        `probe`, also the probe set (same shapes, other values) run after the facts are taken."""
+        if self.recipe is None:
+            raise WorkerError("protocol", "inputs before a successful load")
+        try:
+            seed, dist = int(spec["seed"]), str(spec.get("distribution", "normal"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise WorkerError("protocol", f"inputs: expected {{seed, distribution}}: {e}") from None
+        try:
+            args = self.recipe.make(seed, dist)
+            self._probe_args = self.recipe.probe(seed) if spec.get("probe") else None
+        except ValueError as e:
+            raise WorkerError("protocol", f"inputs: {e}") from None
+        except BaseException as e:  # candidate code may have changed torch's state: its failure
+            raise self._candidate_error(e, "run", "making the trial's inputs (get_inputs)") from None
         return args
 
     # ---- ops --------------------------------------------------------------------------
@@ -374,6 +395,7 @@ class Candidate:
                                      lambda f: protocol.load_tensors(os.path.join(msg.get("work_dir", work_dir), f), max_bytes))
         args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in init.get("args", [])]
         kwargs = {k: (a.to(self.device) if isinstance(a, torch.Tensor) else a) for k, a in init.get("kwargs", {}).items()}
+        self._load_problem(msg["problem"])
         path = msg["module_path"]
         digest = hashlib.sha256(path.encode()).hexdigest()[:12]
         self.module_name = f"kllm_candidate_{digest}_{os.getpid()}"
@@ -435,10 +457,10 @@ class Candidate:
     def run(self, msg: dict) -> dict:
         if self.model is None:
             raise WorkerError("protocol", "run before a successful load")
-        max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
-        args = self._load_inputs(msg["inputs_file"], int(msg["n_inputs"]), msg.get("scalars", {}), max_bytes)
+        args = self._make_inputs(msg["inputs"])
+        inputs_checksum = inputs.combine(inputs.checksums(args))
         tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
-        hashes_before = [_hash_tensor(t) for t in tensors_in]
+        hashes_before = [inputs.checksum(t) for t in tensors_in]
         poisoned = 0
         if msg.get("poison", True):
             in_bytes = sum(t.numel() * t.element_size() for t in tensors_in)
@@ -469,7 +491,7 @@ class Candidate:
         launched_names = {k: v - names_before.get(k, 0) for k, v in _COUNTER.names.items() if v != names_before.get(k, 0)}
         threads = threading.enumerate()
         new_threads = [f"{t.name} ({type(t).__name__})" for t in threads if t.ident not in self.baseline_threads]
-        hashes_after = [_hash_tensor(t) for t in tensors_in]
+        hashes_after = [inputs.checksum(t) for t in tensors_in]
         outputs = list(out) if isinstance(out, (tuple, list)) else [out]
         input_ptrs = {}
         for i, a in enumerate(args):
@@ -484,8 +506,9 @@ class Candidate:
             "threads_before": threads_before,
             "threads_after": len(threads),
             "new_threads": new_threads,
-            "input_hash_before": _combine(hashes_before),
-            "input_hash_after": _combine(hashes_after),
+            "inputs_checksum": inputs_checksum,
+            "input_hash_before": inputs.combine(hashes_before),
+            "input_hash_after": inputs.combine(hashes_after),
             "input_hashes_before": hashes_before,
             "input_hashes_after": hashes_after,
             "output_types": output_types,
@@ -532,17 +555,15 @@ class Candidate:
         if self.model is None:
             raise WorkerError("protocol", "time_prepare before a successful load")
         self._check_patched("before timing")
-        self._timing_inputs = (int(msg["n_inputs"]), msg.get("scalars", {}),
-                               int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES)))
         self._timer = timing.CallTimer(self.model, self.device)
         self._timing_events = len(GUARD.events)
         return {}
 
     def time_load(self, msg: dict) -> dict:
-        """One timing set onto the device, shown to this process only now (its call follows)."""
+        """One timing set made on the device from its seed, given to this process only now (its
+        call follows)."""
         timer = self._need_timer("time_load")
-        n_inputs, scalars, max_bytes = self._timing_inputs
-        return timer.add(self._load_inputs(msg["file"], n_inputs, scalars, max_bytes))
+        return timer.add(self._make_inputs(dict(msg["inputs"], probe=False)))
 
     def _need_timer(self, op: str) -> "timing.CallTimer":
         timer = getattr(self, "_timer", None)
@@ -577,17 +598,6 @@ class Candidate:
 
 def _no_files(name: str) -> Dict[str, Any]:
     raise WorkerError("protocol", f"scalars may not reference tensor files (found {name!r})")
-
-
-def _hash_tensor(t: torch.Tensor) -> str:
-    data = t.detach().to("cpu").contiguous()
-    h = hashlib.sha256(f"{tuple(data.shape)}|{data.dtype}".encode())
-    h.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
-    return h.hexdigest()
-
-
-def _combine(hashes: List[str]) -> str:
-    return hashlib.sha256("".join(hashes).encode()).hexdigest()
 
 
 def _describe_output(o: Any, input_ptrs: Dict[int, int]) -> Dict[str, Any]:

@@ -56,6 +56,18 @@ class Checker:
                          f"error <= {self.norm_bound:.3g} ({REF_ERROR_MULTIPLE:g}x the fp32 reference's error, "
                          f"floor {floor:g}; fp64 reference: {ref64 is not None})")
 
+    def limits(self) -> Optional[Dict[str, float]]:
+        """The tolerance this output's whole reference gives (strict profile), for a checker built on
+        part of it (a fingerprint): the reference's own largest error is not in every sample."""
+        if self.exact or self.profile == "kernelbench":
+            return None
+        return {"atol": self.atol, "rtol": self.rtol, "norm_bound": self.norm_bound, "scale": self.scale}
+
+    def set_limits(self, limits: Optional[Dict[str, float]]) -> None:
+        if limits:
+            self.atol, self.rtol = limits["atol"], limits["rtol"]
+            self.norm_bound, self.scale = limits["norm_bound"], limits["scale"]
+
     def passes(self, out: torch.Tensor) -> bool:
         if self.exact:
             return bool(torch.equal(out, self.ref))
@@ -249,10 +261,11 @@ def precision_spread(out: torch.Tensor, ref64: torch.Tensor, checker: Checker) -
     return res
 
 
-def samples_pass(checker: Checker, indices: list, values: list) -> tuple:
+def samples_pass(checker: Checker, indices: list, values: list, positions: Optional[list] = None) -> tuple:
     """Whether values a candidate returned at flat indices of one output pass the elementwise
-    part of `checker`'s rule (the normalized-error bound needs the whole output). Returns
-    (ok, message naming the first failing index)."""
+    part of `checker`'s rule (the normalized-error bound needs the whole output). `indices` index
+    the checker's (flat) reference; `positions`, when given, are the output's flat indices they
+    stand for, for the message. Returns (ok, message naming the first failing index)."""
     if not indices:
         return True, ""
     try:
@@ -274,6 +287,7 @@ def samples_pass(checker: Checker, indices: list, values: list) -> tuple:
         bad = ~(ok | (torch.isnan(got) & torch.isnan(r64)) | (torch.isinf(r64) & (got == r64)))
     if bool(bad.any()):
         k = int(bad.nonzero()[0])
-        return False, (f"{int(bad.sum())} of {len(indices)} sampled values wrong; first at flat index {indices[k]}: "
+        where = positions[k] if positions is not None else indices[k]
+        return False, (f"{int(bad.sum())} of {len(indices)} sampled values wrong; first at flat index {where}: "
                        f"got {values[k]}, expected {float(r[k]):.6g}")
     return True, ""

@@ -5,6 +5,7 @@ trial's inputs, runs the reference (and an fp64 copy in the strict profile), com
 candidate outputs, evaluates the cheat rules on a candidate's run facts, times the reference."""
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 import importlib.util
@@ -15,15 +16,23 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import compare, protocol, rules, timing
+from . import compare, inputs, protocol, rules, timing
 from .protocol import WorkerError
 
-PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "as_is": None}
+PRECISIONS = inputs.PRECISIONS
 DEFAULT_TRIALS = 5  # KernelBench's num_correct_trials in its eval scripts
-
-
-def derive_seed(secret: int, label: str) -> int:
-    return int(hashlib.sha256(f"{secret}:{label}".encode()).hexdigest(), 16) % (2 ** 31)
+derive_seed = inputs.derive_seed
+# What the judge keeps of a trial beyond its fingerprint: the full references (fp32 and fp64) of
+# the trials used last, on its device, up to KEEP_BYTES (always the last one). Others are made
+# again from the seed when a comparison needs them.
+KEEP_BYTES = 4 << 30
+KEEP_MIN_TRIALS = 1
+# A trial's fingerprint: its references at fixed element positions, every element up to
+# FINGERPRINT_MAX, a fixed random sample of that many beyond, with the tolerance the whole output
+# gives. The history rules (cached_result, closed_form, stale_memory), the per-element
+# discrimination and the sampled checks of timed calls (positions drawn from it, secret until
+# the call has returned) work on it, so no timed call needs the full references.
+FINGERPRINT_MAX = 1 << 22
 
 
 def kernelbench_trial_seeds(base: int, n: int) -> List[int]:
@@ -45,47 +54,8 @@ def split_init(init: Any) -> tuple:
     raise WorkerError("problem_error", f"get_init_inputs() must return a list or tuple, found {type(init).__name__}")
 
 
-MIN_SIZE_GLOBAL = 8  # smaller module ints are dims, kernel sizes, counts: left alone when scaling
-
-
-def scale_size_globals(module: Any, scale: Any, odd: bool) -> Dict[str, List[int]]:
-    """The multi-shape check's problem variant: multiplies the problem module's int globals of
-    at least MIN_SIZE_GLOBAL (batch_size, dim, M, ...) by `scale` (rounded, at least 1; then made
-    odd with +1 when `odd`), before get_inputs/get_init_inputs run. Returns {name: [old, new]}."""
-    if scale is None and not odd:
-        return {}
-    factor = float(scale if scale is not None else 1.0)
-    if not (0 < factor <= 16):
-        raise WorkerError("protocol", f"size_scale: expected a number in (0, 16], found {scale!r}")
-    changed = {}
-    for name, value in list(vars(module).items()):
-        if name.startswith("_") or type(value) is not int or value < MIN_SIZE_GLOBAL:
-            continue
-        new = max(1, int(round(value * factor)))
-        if odd and new % 2 == 0:
-            new += 1
-        setattr(module, name, new)
-        changed[name] = [value, new]
-    return changed
-
-
-def _heavy_tailed(x: torch.Tensor, seed: int) -> torch.Tensor:
-    """Same signs, log-normal magnitudes (sigma 1.5): breaks closed forms fitted to one law."""
-    g = torch.Generator().manual_seed(seed)
-    factor = torch.exp(1.5 * torch.randn(x.shape, generator=g, dtype=torch.float64))
-    return (x.double() * factor).to(x.dtype)
-
-
-NEAR_UNIT_LOG_SPREAD = 0.01  # near_unit magnitudes: exp(u * this), u ~ U(-1, 1)
-
-
-def _near_unit(x: torch.Tensor, seed: int) -> torch.Tensor:
-    """Same signs, magnitudes within e^+-0.01 of 1 (log-uniform, no drift): products and cumulative
-    products of thousands of them stay near 1 (a row of 32768 drifts by ~e^+-1), where the problem's
-    own values may underflow below the tolerance's noise."""
-    g = torch.Generator().manual_seed(seed)
-    mag = torch.exp(NEAR_UNIT_LOG_SPREAD * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
-    return (torch.sign(x.double()) * mag).to(x.dtype)
+MIN_SIZE_GLOBAL = inputs.MIN_SIZE_GLOBAL
+scale_size_globals = inputs.scale_size_globals
 
 
 def _as_list(out: Any) -> List[Any]:
@@ -162,12 +132,25 @@ class Judge:
         if tensors:
             protocol.save_tensors(os.path.join(self.work_dir, "init.safetensors"), {str(i): t for i, t in enumerate(tensors)})
         self.loaded = True
-        torch.manual_seed(self.construct_seed)
+        # Inputs are made in each process that uses them (inputs.py): here for the references, in
+        # a candidate's process for its runs. Derived seeds make the problem's tensors on the device.
+        self.recipe = inputs.Recipe(self.module, self.precision, self.device, on_device=self.seed_scheme == "derived")
+        self.kept: "collections.OrderedDict[int, Dict[str, Any]]" = collections.OrderedDict()
+        self.fp_index: Dict[int, Optional[torch.Tensor]] = {}
+        self.fp_index_cpu: Dict[int, torch.Tensor] = {}
         try:
-            sample = list(self.module.get_inputs())
+            first = inputs.combine(inputs.checksums(self.recipe.raw(self.construct_seed)))
+            raw = self.recipe.raw(self.construct_seed)
+            second = inputs.combine(inputs.checksums(raw))
+            sample = self.recipe.finish(raw, self.construct_seed)
         except Exception as e:
             raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
-        input_specs = [{"index": i, "kind": "tensor", "shape": list(a.shape), "dtype": str(self.precision if self.precision is not None and a.is_floating_point() else a.dtype)}
+        # A candidate's process makes the same inputs from the same seed; the problem must allow it.
+        if second != first:
+            raise WorkerError("problem_error", "get_inputs() made other values on a second call under the same seed: "
+                                               "the verifier needs inputs that torch.manual_seed (or random/numpy "
+                                               "seeding) determines")
+        input_specs = [{"index": i, "kind": "tensor", "shape": list(a.shape), "dtype": str(a.dtype)}
                        if isinstance(a, torch.Tensor) else {"index": i, "kind": "scalar", "type": type(a).__name__}
                        for i, a in enumerate(sample)]
         distributions = ["normal"] * self.n_trials
@@ -176,17 +159,19 @@ class Judge:
         # Per element: where the problem's own distribution leaves non-zero reference elements
         # below the tolerance's noise (zero would pass there), add a trial that does not.
         self.degenerate = self._degenerate_elements(sample) if self.profile == "strict" else None
+        del sample
         self.discrimination: Dict[int, Dict[str, Any]] = {}
         if self.degenerate and self.degenerate["share"] >= compare.DEGENERATE_SHARE and \
                 self.degenerate["zero_passes"] >= compare.DEGENERATE_MIN_COUNT:
             distributions.insert(len(distributions) - 1 if distributions[-1:] == ["heavy_tailed"] else len(distributions),
                                  "near_unit")
             self.n_trials = len(distributions)
+        recipe = dict(self.recipe.describe(), size_scale=msg.get("size_scale"), size_odd=bool(msg.get("size_odd", False)))
         return {"init": init_value["v"], "init_convention": self.init_convention,
                 "construct_seed": self.construct_seed, "n_trials": self.n_trials,
                 "trial_distributions": distributions, "input_specs": input_specs, "fp64_reference": self.model64 is not None,
                 "fp64_note": self.fp64_note, "size_globals": self.size_globals,
-                "degenerate_elements": self.degenerate}
+                "degenerate_elements": self.degenerate, "inputs_recipe": recipe}
 
     def _degenerate_elements(self, sample: List[Any]) -> Optional[Dict[str, Any]]:
         """On one input set of the problem's own distribution (the load sample): how many
@@ -194,12 +179,11 @@ class Judge:
         over all floating outputs; `share` is the largest share of one output. None when the
         reference cannot run on it."""
         try:
-            args = [self._to_device(a, cast=True) for a in sample]
             with torch.no_grad():
-                ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+                ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in sample]))
                 ref64 = None
                 if self.model64 is not None:
-                    a64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+                    a64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in sample]
                     ref64 = _as_list(self.model64(*a64))
         except Exception:
             return None
@@ -228,92 +212,132 @@ class Judge:
     def _trial_seed(self, trial: int) -> int:
         if trial < 0:
             raise WorkerError("protocol", f"trial must be >= 0, found {trial}")
-        return kernelbench_trial_seeds(self.trial_base, max(trial + 1, self.n_trials))[trial]
+        if self.seed_scheme == "kernelbench":
+            return kernelbench_trial_seeds(self.trial_base, max(trial + 1, self.n_trials))[trial]
+        # One sha256 per trial: a candidate shown one trial's seed learns nothing of another's.
+        return derive_seed(self.trial_base, f"trial:{trial}")
 
     def make_inputs(self, msg: dict) -> dict:
+        """Declares a trial: its seed (for the candidate's process to make the same inputs) and
+        distribution. Unless `lazy`, also makes its inputs and references now and reports their
+        sizes (the first trial's tell the orchestrator how large the problem is)."""
         self._need_problem()
         trial = int(msg["trial"])
         dist = msg.get("distribution", "normal")
-        if dist not in ("normal", "heavy_tailed", "near_unit"):
+        if dist not in inputs.DISTRIBUTIONS:
             raise WorkerError("protocol", f"distribution: expected normal, near_unit or heavy_tailed, found {dist!r}")
-        seed = self._trial_seed(trial)
-        torch.manual_seed(seed)
+        rec = self.trials.get(trial)
+        if rec is None:
+            probe = self.profile == "strict" and trial == 0 and bool(msg.get("probe", True))
+            # outputs: {candidate id: its output fingerprints for this trial}, for the history
+            # rules; never shared between candidates (one must not make another's wrong output
+            # read as a cheat).
+            rec = self.trials[trial] = {"seed": self._trial_seed(trial), "distribution": dist, "probe": probe, "outputs": {}}
+        elif rec["distribution"] != dist:
+            raise WorkerError("protocol", f"make_inputs: trial {trial} was declared with distribution {rec['distribution']!r}")
+        reply = {"seed": rec["seed"], "distribution": dist, "probe": rec["probe"], "seed_index": trial}
+        if not msg.get("lazy"):
+            reply.update(self._full(trial)["meta"])
+        return reply
+
+    def _full(self, trial: int) -> Dict[str, Any]:
+        """A trial's inputs' references (fp32, fp64), made from its seed now unless kept."""
+        if trial not in self.trials:
+            raise WorkerError("protocol", f"no inputs were made for trial {trial}")
+        if trial in self.kept:
+            self.kept.move_to_end(trial)
+            return self.kept[trial]
+        rec = self.trials[trial]
         try:
-            raw = list(self.module.get_inputs())
+            args = self.recipe.make(rec["seed"], rec["distribution"])
         except Exception as e:
             raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
-        args = [self._to_device(a, cast=True) for a in raw]
-        if dist == "heavy_tailed":
-            args = [_heavy_tailed(a.cpu(), seed + i).to(self.device) if isinstance(a, torch.Tensor) and a.is_floating_point()
-                    else a for i, a in enumerate(args)]
-        elif dist == "near_unit":
-            args = [_near_unit(a.cpu(), derive_seed(seed, f"near_unit:{i}")).to(self.device)
-                    if isinstance(a, torch.Tensor) and a.is_floating_point() else a for i, a in enumerate(args)]
-        tensors: Dict[str, Any] = {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
-        probe_ref = None
-        if self.profile == "strict" and trial == 0 and msg.get("probe", True):
-            probe_args, probe_ref = self._probe_inputs(seed, len(args))
-            if probe_args is not None:
-                tensors.update({f"{protocol.PROBE_PREFIX}{i}": a for i, a in enumerate(probe_args)
-                                if isinstance(a, torch.Tensor)})
-        scalars = {}
-        for i, a in enumerate(args):
-            if not isinstance(a, torch.Tensor):
-                scalars[str(i)] = protocol.encode_value(a, [], "")
-        protocol.save_tensors(msg["file"], tensors)
+        sums = inputs.checksums(args)
+        checksum = inputs.combine(sums)
+        if rec.setdefault("checksum", checksum) != checksum:
+            raise WorkerError("problem_error", f"trial {trial}: get_inputs() made other values from the same seed")
         with torch.no_grad():
             ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
-            ref = [r.detach().cpu() if isinstance(r, torch.Tensor) else r for r in ref]
+            if not all(isinstance(r, torch.Tensor) for r in ref):
+                raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
+            ref = [r.detach() for r in ref]
             ref64 = None
             if self.model64 is not None:
                 try:
                     a64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-                    ref64 = [r.detach().cpu().double() if isinstance(r, torch.Tensor) else r for r in _as_list(self.model64(*a64))]
+                    ref64 = [r.detach().double() if isinstance(r, torch.Tensor) else r for r in _as_list(self.model64(*a64))]
+                    del a64
                 except Exception as e:
                     self.fp64_note = f"fp64 forward failed: {type(e).__name__}: {e}"
-        if not all(isinstance(r, torch.Tensor) for r in ref):
-            raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
-        # outputs: {candidate id: its outputs for this trial}, for the history rules; never shared
-        # between candidates (one must not make another's wrong output read as a cheat).
-        self.trials[trial] = {"ref": ref, "ref64": ref64, "distribution": dist, "probe_ref": probe_ref, "outputs": {}}
-        self._note_discrimination(trial)
-        main = {k: v for k, v in tensors.items() if not k.startswith(protocol.PROBE_PREFIX)}
-        return {"n_inputs": len(args), "scalars": scalars, "input_hash": _hash_inputs(main), "probe": probe_ref is not None,
-                "input_bytes": sum(t.numel() * t.element_size() for t in main.values()),
+        meta = {"n_inputs": len(args), "input_bytes": inputs.nbytes(args), "input_checksum": checksum,
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
                 "output_sizes": [r.numel() * r.element_size() for r in ref], "output_numels": [r.numel() for r in ref],
-                "seed_index": trial}
+                "input_checksums": sums}
+        del args
+        if "fp" not in rec:
+            probe_fp = None
+            if rec["probe"]:
+                probe_ref = self._probe_reference(rec["seed"], len(ref))
+                if probe_ref is not None and [tuple(p.shape) for p in probe_ref] == [tuple(r.shape) for r in ref]:
+                    probe_fp = [self._fp(p, i) for i, p in enumerate(probe_ref)]
+            r64s = [r if isinstance(r, torch.Tensor) and r.shape == ref[i].shape else None for i, r in enumerate(ref64)] \
+                if ref64 else [None] * len(ref)
+            limits = [compare.Checker(self.profile, r, r64s[i], self.kb_tolerance).limits() for i, r in enumerate(ref)]
+            rec["fp"] = {"ref": [self._fp(r, i) for i, r in enumerate(ref)],
+                         "ref64": [self._fp(r, i) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
+                         "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": limits}
+        full = {"ref": ref, "ref64": ref64, "meta": meta, "checkers": {},
+                "bytes": sum(r.numel() * r.element_size() for r in ref + (ref64 or []) if isinstance(r, torch.Tensor))}
+        self.kept[trial] = full
+        self._note_discrimination(trial, full)
+        while len(self.kept) > KEEP_MIN_TRIALS and sum(k["bytes"] for k in self.kept.values()) > KEEP_BYTES:
+            self.kept.popitem(last=False)
+        return full
 
-    def _probe_inputs(self, seed: int, n_args: int) -> tuple:
-        """The problem's inputs under another seed (same shapes and scalars) and their reference,
-        or (None, None) when the scalars differ or the reference fails."""
-        torch.manual_seed(derive_seed(seed, "probe"))
+    def _probe_reference(self, seed: int, n_out: int) -> Optional[List[torch.Tensor]]:
+        """The reference for the probe inputs (another seed, same shapes), or None when it fails."""
         try:
-            args = [self._to_device(a, cast=True) for a in self.module.get_inputs()]
+            args = self.recipe.probe(seed)
             with torch.no_grad():
                 ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
         except Exception:
-            return None, None
-        if len(args) != n_args or not all(isinstance(r, torch.Tensor) for r in ref):
-            return None, None
-        return args, [r.detach().cpu() for r in ref]
+            return None
+        if len(ref) != n_out or not all(isinstance(r, torch.Tensor) for r in ref):
+            return None
+        return [r.detach() for r in ref]
 
-    def _note_discrimination(self, trial: int) -> None:
-        """Strict profile, correctness trials: per output, the elements this trial's reference
-        discriminates from zero (non-zero, zero fails) and those where zero would pass (non-zero,
-        below the tolerance's noise), accumulated over trials (compare reads them at the last)."""
+    def _fp_positions(self, i: int, numel: int) -> Optional[torch.Tensor]:
+        """Output i's fingerprint positions: None (every element) up to FINGERPRINT_MAX, else a fixed
+        sorted random sample of that many (the same for every trial and candidate of this judge)."""
+        if numel <= FINGERPRINT_MAX:
+            return None
+        if i not in self.fp_index or self.fp_index[i] is None or int(self.fp_index[i][-1]) >= numel:
+            g = torch.Generator().manual_seed(derive_seed(self.construct_seed, f"fingerprint:{i}"))
+            idx = torch.randint(0, numel, (FINGERPRINT_MAX,), generator=g).unique(sorted=True)
+            self.fp_index[i] = idx.to(self.device)
+            self.fp_index_cpu[i] = idx
+        return self.fp_index[i]
+
+    def _fp(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """Output i's values at its fingerprint positions (flat), on the judge's device."""
+        flat = self._on_compare_device(x).reshape(-1)
+        idx = self._fp_positions(i, flat.numel())
+        return flat.clone() if idx is None else flat[idx]
+
+    def _note_discrimination(self, trial: int, full: Dict[str, Any]) -> None:
+        """Strict profile, correctness trials: per output, the fingerprint elements this trial's
+        reference discriminates from zero (non-zero, zero fails) and those where zero would pass
+        (non-zero, below the tolerance's noise), accumulated over trials (compare reads them at the last)."""
         if self.profile != "strict" or trial >= self.n_trials:
             return
-        t = self.trials[trial]
-        on = self._on_compare_device
-        for i, r in enumerate(t["ref"]):
+        fp = self.trials[trial]["fp"]
+        for i, r in enumerate(fp["ref"]):
             if not r.is_floating_point() or r.numel() == 0:
                 continue
-            r64 = t["ref64"][i] if t["ref64"] and i < len(t["ref64"]) else None
-            nz, zp = compare.zero_passes_elementwise(compare.Checker("strict", on(r), on(r64), self.kb_tolerance))
-            d = self.discrimination.setdefault(i, {"trials": set(), "shape": tuple(r.shape)})
-            if trial in d["trials"] or d["shape"] != tuple(r.shape):
+            d = self.discrimination.setdefault(i, {"trials": set(), "shape": fp["shapes"][i]})
+            if trial in d["trials"] or d["shape"] != fp["shapes"][i]:
                 continue
+            nz, zp = compare.zero_passes_elementwise(self._fp_checker(trial, i))
             d["trials"].add(trial)
             disc, below = (nz & ~zp).cpu(), zp.cpu()
             d["discriminated"] = disc if "discriminated" not in d else d["discriminated"] | disc
@@ -322,7 +346,8 @@ class Judge:
     def _undiscriminated_elements(self) -> Dict[str, Dict[str, Any]]:
         """Outputs where at least DEGENERATE_SHARE of the elements that are non-zero in some trial
         are below the tolerance's noise in every trial that has them non-zero (no trial
-        discriminates them from zero): {output: {count, of, first_index}}."""
+        discriminates them from zero): {output: {count, of, first_index}} (counted over the
+        fingerprint positions, every element of outputs up to FINGERPRINT_MAX)."""
         found = {}
         for i, d in sorted(self.discrimination.items()):
             if "discriminated" not in d:
@@ -331,7 +356,12 @@ class Judge:
             n, of = int(undisc.sum()), int((d["below_noise"] | d["discriminated"]).sum())
             if n and of and n / of >= compare.DEGENERATE_SHARE:
                 k = int(undisc.reshape(-1).nonzero()[0])
-                where = [int(x) for x in torch.unravel_index(torch.tensor(k), d["shape"])] if d["shape"] else []
+                numel = 1
+                for s in d["shape"]:
+                    numel *= s
+                idx = self._fp_positions(i, numel)
+                flat = k if idx is None else int(idx[k])
+                where = [int(x) for x in torch.unravel_index(torch.tensor(flat), d["shape"])] if d["shape"] else []
                 found[str(i)] = {"count": n, "of": of, "first_index": where, "trials": sorted(d["trials"])}
         return found
 
@@ -341,12 +371,21 @@ class Judge:
         if trial not in self.trials:
             raise WorkerError("protocol", f"compare: no inputs were made for trial {trial}")
         t = self.trials[trial]
-        if msg.get("run_report") is not None:
-            found = rules.evaluate_run(msg["run_report"], require_triton=bool(msg.get("require_triton", True)))
+        report = msg.get("run_report")
+        if report is not None:
+            found = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
             if found:
                 return {"match": False, "verdict_hint": rules.verdict_of_rule(found[0]["rule"]), "rule": found[0]["rule"],
                         "evidence": found[0]["evidence"], "violations": found, "message": found[0]["evidence"]}
-        ref, ref64 = t["ref"], t["ref64"]
+        full = self._full(trial)
+        if report is not None and report.get("inputs_checksum") != t["checksum"]:
+            # Made in the candidate's process from this trial's seed (inputs.py): other values mean
+            # its code changed how they are made (a default device or dtype, a patched generator).
+            return self._fail("wrong_output", "the candidate's process made other inputs from this trial's seed than the "
+                                              "judge did (input checksum differs): its code changed how get_inputs() "
+                                              "runs, e.g. torch's default device or dtype, or a random generator",
+                              rule="inputs_differ")
+        ref, ref64 = full["ref"], full["ref64"]
         limit = 4 * sum(r.numel() * r.element_size() for r in ref) + (1 << 20)
         try:
             outs = protocol.load_tensors(msg["outputs_file"], limit, untrusted_writer=True)
@@ -357,16 +396,17 @@ class Judge:
         probe_outs = {k[len(protocol.PROBE_PREFIX):]: v for k, v in outs.items() if k.startswith(protocol.PROBE_PREFIX)}
         outs = {k: v for k, v in outs.items() if not k.startswith(protocol.PROBE_PREFIX)}
         self.candidate = str(msg.get("candidate", ""))
-        if sorted(outs) == [str(i) for i in range(len(ref))]:
-            t["outputs"][self.candidate] = [outs[str(i)] for i in range(len(ref))]
+        on = self._on_compare_device
+        outs = {k: on(v) for k, v in outs.items()}  # onto the judge's device once
+        probe_outs = {k: on(v) for k, v in probe_outs.items()}
         if sorted(outs) != [str(i) for i in range(len(ref))]:
             return self._fail("wrong_shape", f"expected {len(ref)} output(s) named 0..{len(ref) - 1}, found {sorted(outs)}")
+        # What the history rules keep of this run: each output's fingerprint (where its shape is right).
+        t["outputs"][self.candidate] = [self._fp(outs[str(i)], i) if tuple(outs[str(i)].shape) == tuple(r.shape) else None
+                                        for i, r in enumerate(ref)]
         all_stats, trusted, passing_baselines = [], True, {}
-        # The comparison arithmetic (fp64 over every element, several passes) runs on the judge's
-        # GPU when it has one: on the CPU it dominated the correctness phase of large problems.
-        # Stored references and outputs stay in host memory.
-        on = self._on_compare_device
-        ref64 = [on(x) for x in ref64] if ref64 else None
+        # References live on the judge's device; outputs are compared there (on the CPU the fp64
+        # arithmetic over every element dominated the correctness phase of large problems).
         for i, r in enumerate(ref):
             o, r = on(outs[str(i)]), on(r)
             if tuple(o.shape) != tuple(r.shape):
@@ -428,9 +468,23 @@ class Judge:
                        probe: Optional[torch.Tensor]) -> Optional[Dict[str, str]]:
         """A failing output explained by other trials: it matches an earlier trial's reference
         (cached_result), it equals an earlier output of the candidate or its probe output while
-        the references differ (closed_form: the values do not depend on the input)."""
-        on = self._on_compare_device
-        others = [(u, d) for u, d in sorted(self.trials.items()) if u != trial]
+        the references differ (closed_form: the values do not depend on the input). Decided on the
+        fingerprints (every element up to FINGERPRINT_MAX; a fixed sample beyond)."""
+        fp = self.trials[trial]["fp"]
+        if fp["shapes"][i] != tuple(o.shape):
+            return None
+        of = self._fp(o, i)
+        ref = fp["ref"][i]
+        here = self._fp_checker(trial, i)
+
+        def own(d: Dict[str, Any]) -> Optional[torch.Tensor]:
+            outs = self._own_outputs(d)
+            return outs[i] if outs is not None and i < len(outs) else None
+
+        def same_layout(d: Dict[str, Any]) -> bool:
+            return "fp" in d and i < len(d["fp"]["shapes"]) and d["fp"]["shapes"][i] == fp["shapes"][i]
+
+        others = [(u, d) for u, d in sorted(self.trials.items()) if u != trial and same_layout(d)]
         for u, d in others:
             # Only trials the candidate has already run can have been cached; a match with the
             # reference of a trial it has not seen is chance (a closed form near that trial's
@@ -440,43 +494,48 @@ class Judge:
             # The match must be as close as a computation on trial u's inputs: within tolerance
             # alone, a constant near the expected value of a scalar output lands on some earlier
             # reference by chance (it is then named closed_form below, as it is on other runs).
-            r = on(d["ref"][i]) if i < len(d["ref"]) else None
-            r64 = on(d["ref64"][i]) if r is not None and d["ref64"] else None
-            if r is not None and r.shape == o.shape and r.dtype == o.dtype and not checker.passes(r) and \
-                    compare.Checker(self.profile, r, r64, self.kb_tolerance).passes(o) and compare.agrees_closely(o, r, r64):
+            r = d["fp"]["ref"][i]
+            r64 = d["fp"]["ref64"][i] if d["fp"]["ref64"] else None
+            if r.dtype == of.dtype and not here.passes(r) and \
+                    self._fp_checker(u, i).passes(of) and compare.agrees_closely(of, r, r64):
                 return {"rule": "cached_result", "evidence": f"the output matches the reference of trial {u} "
                                                              f"(other inputs), not this trial's"}
-        pr = self.trials[trial].get("probe_ref")
-        pr = [on(x) for x in pr] if pr is not None else None
-        ref = on(self.trials[trial]["ref"][i])
         # The output failed this trial and is bit-identical for the probe inputs, whose exact
         # reference differs from this trial's: it does not follow the inputs. (Whether the two
         # references differ beyond the tolerance depends on the trial's random values, so the
         # rule must not: a constant scalar loss could otherwise read as precision_downgrade.)
-        if probe is not None and pr is not None and probe.shape == o.shape and torch.equal(probe, o) and \
-                pr[i].shape == ref.shape and not torch.equal(pr[i], ref):
+        pr = fp["probe_ref"]
+        if probe is not None and pr is not None and tuple(probe.shape) == tuple(o.shape) and \
+                torch.equal(self._fp(probe, i), of) and not torch.equal(pr[i], ref):
             return {"rule": "closed_form", "evidence": "identical outputs for the trial's inputs and the probe inputs "
                                                        "(same shapes, other values) whose references differ: the "
                                                        "output does not depend on the input values"}
         for u, d in others:
-            prev = on(self._own_outputs(d)[i]) if self._own_outputs(d) and i < len(self._own_outputs(d)) else None
-            if prev is not None and prev.shape == o.shape and torch.equal(prev, o) and not checker.passes(on(d["ref"][i])):
+            prev = own(d)
+            if prev is not None and torch.equal(prev, of) and not here.passes(d["fp"]["ref"][i]):
                 return {"rule": "closed_form", "evidence": f"output identical to the candidate's output for trial {u}, "
                                                            "whose reference differs: the output does not depend on "
                                                            "the input values"}
         for u, d in others:
-            prev = on(self._own_outputs(d)[i]) if self._own_outputs(d) and i < len(self._own_outputs(d)) else None
+            prev = own(d)
             # Zeros do not count: a kernel that writes 0 where it should compute (a zeroed tail, a
             # skipped block) writes the same zeros every call, which is a wrong output, not memory
             # left from an earlier call (that holds the earlier call's non-zero values).
-            nonzero = o != 0
-            if prev is not None and prev.shape == o.shape and bool(nonzero.any()):
-                same = float(((prev == o) & nonzero).sum()) / float(nonzero.sum())
+            nonzero = of != 0
+            if prev is not None and bool(nonzero.any()):
+                same = float(((prev == of) & nonzero).sum()) / float(nonzero.sum())
                 if same >= 0.5:
                     return {"rule": "stale_memory", "evidence": f"{same:.0%} of the output's non-zero elements are bit-identical "
                                                                 f"to the candidate's output for trial {u}: memory left "
                                                                 "from an earlier call, not computed from these inputs"}
         return None
+
+    def _fp_checker(self, trial: int, i: int) -> compare.Checker:
+        """The checker of output i's fingerprint, with the tolerance of the whole output."""
+        fp = self.trials[trial]["fp"]
+        c = compare.Checker(self.profile, fp["ref"][i], fp["ref64"][i] if fp["ref64"] else None, self.kb_tolerance)
+        c.set_limits(fp["limits"][i])
+        return c
 
     def _own_outputs(self, trial: Dict[str, Any]) -> Optional[List[Any]]:
         """The current candidate's own outputs for a trial, if it has run it."""
@@ -505,19 +564,24 @@ class Judge:
     def time_prepare(self, msg: dict) -> dict:
         """The reference (torch.compile'd with `compile`) for a timed batch."""
         self._need_problem()
-        self.timing_inputs = (int(msg["n_inputs"]), msg.get("scalars", {}))
         fn = torch.compile(self.model) if msg.get("compile") else self.model
         self.timer = timing.CallTimer(fn, self.device)
         return {}
 
     def time_load(self, msg: dict) -> dict:
-        """One timing set onto the device (its round trip is the baseline of a candidate's load)."""
+        """One timing set made on the device from its trial's seed (its round trip is the baseline
+        of a candidate's load, which makes the same set the same way)."""
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_load before time_prepare")
-        n_inputs, scalars = self.timing_inputs
-        tensors = protocol.load_tensors(msg["file"], self.max_tensor_bytes)
-        return self.timer.add([protocol.decode_value(scalars[str(i)], lambda n: {}) if str(i) in scalars
-                               else tensors[str(i)].to(self.device) for i in range(n_inputs)])
+        trial = int(msg["trial"])
+        if trial not in self.trials:
+            raise WorkerError("protocol", f"time_load: no inputs were made for trial {trial}")
+        rec = self.trials[trial]
+        try:
+            args = self.recipe.make(rec["seed"], rec["distribution"])
+        except Exception as e:
+            raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
+        return self.timer.add(args)
 
     def time_call(self, msg: dict) -> dict:
         if getattr(self, "timer", None) is None:
@@ -540,25 +604,65 @@ class Judge:
         """A no-op: the orchestrator's measure of one request's fixed cost."""
         return {}
 
+    def _fingerprint(self, trial: int) -> Dict[str, Any]:
+        if trial not in self.trials:
+            raise WorkerError("protocol", f"no inputs were made for trial {trial}")
+        if "fp" not in self.trials[trial]:
+            self._full(trial)
+        return self.trials[trial]["fp"]
+
+    def sample_positions(self, msg: dict) -> dict:
+        """Flat positions at which a timed call's outputs will be read back: per output the first
+        and last fingerprint position and `k` - 2 random ones, drawn here from the fingerprint
+        (the orchestrator sends them to the candidate only once the call has returned)."""
+        self._need_problem()
+        fp = self._fingerprint(int(msg["trial"]))
+        k = max(1, min(int(msg.get("k", 64)), 4096))
+        picks = []
+        for i, shape in enumerate(fp["shapes"]):
+            numel = 1
+            for d in shape:
+                numel *= d
+            if numel == 0:
+                picks.append([])
+                continue
+            idx = self._fp_positions(i, numel)
+            n = numel if idx is None else idx.numel()
+            slots = [0, n - 1] + [int(x) for x in torch.randint(0, n, (max(0, k - 2),))]
+            slots = slots[:min(k, n)] if n < k else slots
+            picks.append([s if idx is None else int(idx[s]) for s in slots])
+        return {"indices": picks}
+
     def check_samples(self, msg: dict) -> dict:
-        """Checks values a candidate returned for a timed call (at flat indices the orchestrator
-        chose after the call) against the reference of that call's input set."""
+        """Checks values a candidate returned for a timed call (at positions sample_positions drew
+        after the call) against the fingerprint of that call's input set."""
         self._need_problem()
         trial = int(msg["trial"])
-        if trial not in self.trials:
-            raise WorkerError("protocol", f"check_samples: no inputs were made for trial {trial}")
-        t = self.trials[trial]
+        fp = self._fingerprint(trial)
         picks, values = msg["indices"], msg["values"]
-        if not isinstance(values, list) or len(values) != len(t["ref"]):
-            return {"match": False, "message": f"expected values for {len(t['ref'])} output(s)"}
-        checkers = t.setdefault("checkers", {})
-        for i, r in enumerate(t["ref"]):
+        if not isinstance(values, list) or len(values) != len(fp["ref"]) or not isinstance(picks, list) or \
+                len(picks) != len(fp["ref"]):
+            return {"match": False, "message": f"expected values for {len(fp['ref'])} output(s)"}
+        for i in range(len(fp["ref"])):
             idx, got = picks[i], values[i]
             if not isinstance(got, list) or len(got) != len(idx):
                 return {"match": False, "message": f"output {i}: no values for the requested indices"}
-            if i not in checkers:
-                checkers[i] = compare.Checker(self.profile, r, t["ref64"][i] if t["ref64"] else None, self.kb_tolerance)
-            ok, detail = compare.samples_pass(checkers[i], idx, got)
+            numel = 1
+            for d in fp["shapes"][i]:
+                numel *= d
+            positions = self._fp_positions(i, numel)
+            positions = self.fp_index_cpu[i] if positions is not None else None
+            try:
+                flat = torch.tensor(idx, dtype=torch.long)
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise WorkerError("protocol", f"check_samples: indices of output {i}: {e}") from None
+            if positions is None:
+                slots = flat
+            else:
+                slots = torch.searchsorted(positions, flat).clamp_(max=positions.numel() - 1)
+                if flat.numel() and not bool((positions[slots] == flat).all()):
+                    raise WorkerError("protocol", f"check_samples: output {i}: indices outside the judge's sample")
+            ok, detail = compare.samples_pass(self._fp_checker(trial, i), slots.tolist(), got, positions=idx)
             if not ok:
                 return {"match": False, "message": f"output {i}: {detail}"}
         return {"match": True, "message": "sampled values match"}
@@ -604,15 +708,6 @@ class Judge:
             raise WorkerError("protocol", "load_problem must come first")
 
 
-def _hash_inputs(tensors: Dict[str, torch.Tensor]) -> str:
-    h = hashlib.sha256()
-    for k in sorted(tensors, key=int):
-        d = tensors[k].detach().cpu().contiguous()
-        h.update(f"{k}|{tuple(d.shape)}|{d.dtype}|".encode())
-        h.update(d.view(torch.uint8).numpy().tobytes() if d.numel() else b"")
-    return h.hexdigest()
-
-
 def main() -> int:
     import numpy
     judge = Judge()
@@ -621,7 +716,8 @@ def main() -> int:
              "started": time.time()}
     handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs,
                 "compare": judge.compare, "time_prepare": judge.time_prepare, "time_load": judge.time_load, "time_call": judge.time_call,
-                "time_sample": judge.time_sample, "l2_flush": judge.l2_flush, "ping": judge.ping, "check_samples": judge.check_samples, "forget": judge.forget}
+                "time_sample": judge.time_sample, "l2_flush": judge.l2_flush, "ping": judge.ping, "check_samples": judge.check_samples, "forget": judge.forget,
+                "sample_positions": judge.sample_positions}
     handlers.update(audit_source=judge.audit_source, kernel_check=judge.kernel_check)
     return protocol.serve(handlers, hello)
 

@@ -1,7 +1,7 @@
 # expect: cheat
 # rule: zeros_pass
 # attempts: cached_result
-# why: at construction, looks for every input-set file it can see (walking its mounts for *.safetensors) and precomputes the answers to return them by input hash; the verifier shows a candidate one input set only while it runs on it, so the table stays empty and it returns zeros.
+# why: at construction, looks for every input-set file it can see (walking its mounts for *.safetensors) and precomputes the answers to return them by input hash; no input file exists (each process makes a trial's inputs from that trial's seed, given with the request that runs it), so the table stays empty and it returns zeros.
 import hashlib
 import os
 import torch

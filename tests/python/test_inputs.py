@@ -1,0 +1,150 @@
+"""The data path of verifier v2 (worker/inputs.py, the judge's fingerprints): input sets made from
+a seed in each process, identical in the judge and a candidate's process, a checksum that tells
+them apart, a problem whose inputs do not repeat refused, and a judge that keeps only bounded
+references yet decides the history rules and the timed calls' sampled checks the same way."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+import worker_harness as wh
+
+inputs = wh.import_worker("inputs")
+judge = wh.import_worker("judge")
+protocol = wh.import_worker("protocol")
+WorkerError = protocol.WorkerError
+
+PROBLEM = """import torch
+import torch.nn as nn
+N = 8
+class Model(nn.Module):
+    def forward(self, x, mask, s):
+        return torch.where(mask, x * s, -x)
+def get_inputs():
+    return [torch.randn(4, N), torch.randint(0, 2, (4, N)).bool(), 2.5]
+def get_init_inputs():
+    return []
+"""
+
+
+def _module(source: str = PROBLEM) -> types.ModuleType:
+    m = types.ModuleType("kllm_test_problem")
+    exec(compile(source, "<problem>", "exec"), m.__dict__)
+    return m
+
+
+def test_a_recipe_makes_the_same_set_from_a_seed_in_any_state():
+    r = inputs.Recipe(_module(), torch.float32, "cpu", on_device=True)
+    a = r.make(11)
+    # Another process's state: a reseeded generator and another default dtype change nothing.
+    torch.manual_seed(0)
+    torch.rand(3)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        b = r.make(11)
+    finally:
+        torch.set_default_dtype(before)
+    assert a[0].dtype == torch.float32 and a[1].dtype == torch.bool and a[2] == 2.5
+    assert all(torch.equal(x, y) for x, y in zip(a[:2], b[:2]))
+    assert inputs.combine(inputs.checksums(a)) == inputs.combine(inputs.checksums(b))
+    c = r.make(12)
+    assert inputs.combine(inputs.checksums(a)) != inputs.combine(inputs.checksums(c))
+    # Distributions keep shapes, dtypes and signs; they are seeded too.
+    for dist in ("heavy_tailed", "near_unit"):
+        h1, h2 = r.make(11, dist), r.make(11, dist)
+        assert torch.equal(h1[0], h2[0]) and h1[0].shape == a[0].shape
+        assert torch.equal(torch.sign(h1[0]), torch.sign(a[0])) and torch.equal(h1[1], a[1])
+    near = r.make(11, "near_unit")[0].abs()
+    assert float(near.min()) >= 0.98 and float(near.max()) <= 1.02
+    assert not torch.equal(r.probe(11)[0], a[0]) and r.probe(11)[0].shape == a[0].shape
+
+
+def test_the_checksum_sees_a_moved_or_changed_element():
+    x = torch.arange(1000, dtype=torch.float32)
+    base = inputs.checksum(x)
+    swapped = x.clone()
+    swapped[[3, 7]] = swapped[[7, 3]]
+    changed = x.clone()
+    changed[999] = torch.nextafter(changed[999], torch.tensor(1e9))
+    assert inputs.checksum(x.clone()) == base
+    assert inputs.checksum(swapped) != base and inputs.checksum(changed) != base
+    assert inputs.checksum(x.reshape(10, 100)) != base  # the shape is part of it
+    assert inputs.checksum(torch.zeros(3, dtype=torch.uint8)) != inputs.checksum(torch.zeros(3, dtype=torch.int8))
+
+
+def _judge(tmp_path, source: str = PROBLEM, **fields) -> "judge.Judge":
+    path = tmp_path / "problem.py"
+    path.write_text(source)
+    j = judge.Judge()
+    j.load_problem(dict({"problem_path": str(path), "device": "cpu", "profile": "strict", "secret_seed": 5,
+                         "work_dir": str(tmp_path)}, **fields))
+    return j
+
+
+def test_a_problem_whose_inputs_do_not_repeat_under_a_seed_is_refused(tmp_path):
+    source = PROBLEM.replace("return [torch.randn(4, N)", "import os\n    return [torch.frombuffer(bytearray(os.urandom(128)), dtype=torch.float32).reshape(4, N)")
+    with pytest.raises(WorkerError) as e:
+        _judge(tmp_path, source)
+    assert e.value.kind == "problem_error" and "same seed" in e.value.message
+
+
+def test_trial_seeds_are_independent_and_the_recipe_reaches_the_candidate(tmp_path):
+    j = _judge(tmp_path)
+    seeds = [j.make_inputs({"trial": t, "lazy": True})["seed"] for t in range(8)]
+    assert len(set(seeds)) == 8
+    recipe = j.recipe.describe()
+    assert recipe == {"precision": "fp32", "on_device": True}
+    # The candidate's process: the problem's text and the judge's recipe make the judge's inputs.
+    cand = inputs.recipe_from(_module(), recipe, "cpu")
+    full = j.make_inputs({"trial": 0})
+    assert inputs.combine(inputs.checksums(cand.make(seeds[0]))) == full["input_checksum"] == j.trials[0]["checksum"]
+
+
+def test_inputs_made_otherwise_by_the_candidate_are_named(tmp_path):
+    j = _judge(tmp_path)
+    j.make_inputs({"trial": 0})
+    ref = j._full(0)["ref"]
+    protocol.save_tensors(str(tmp_path / "out.safetensors"), {"0": ref[0].clone()})
+    report = {"run_ms": 1.0, "triton_launches": 1, "inputs_checksum": "0" * 32}
+    c = j.compare({"trial": 0, "outputs_file": str(tmp_path / "out.safetensors"), "run_report": report})
+    assert not c["match"] and c["verdict_hint"] == "wrong_output" and c["rule"] == "inputs_differ", c
+
+
+def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monkeypatch):
+    # Outputs larger than the fingerprint (32 elements > 8) and no room to keep references: every
+    # comparison re-makes its trial's references from the seed; history and samples use the sample.
+    monkeypatch.setattr(judge, "FINGERPRINT_MAX", 8)
+    monkeypatch.setattr(judge, "KEEP_BYTES", 0)
+    j = _judge(tmp_path)
+    for t in range(3):
+        j.make_inputs({"trial": t})
+    assert len(j.kept) == 1
+    positions = j._fp_positions(0, 32)
+    assert positions is not None and positions.numel() <= 8 and bool((positions[1:] > positions[:-1]).all())
+    out = tmp_path / "out.safetensors"
+
+    def run(trial, tensor):
+        protocol.save_tensors(str(out), {"0": tensor})
+        return j.compare({"trial": trial, "outputs_file": str(out), "candidate": "cand-0"})
+
+    right0 = j._full(0)["ref"][0].clone()
+    assert run(0, right0)["match"]
+    right1 = j._full(1)["ref"][0].clone()
+    assert run(1, right1)["match"]
+    assert 0 not in j.kept  # evicted, made again on demand
+    # Trial 0's answer replayed for trial 2: a cached result, found on the fingerprints.
+    replay = run(2, right0)
+    assert replay["rule"] == "cached_result", replay
+    # The sampled check of a timed call: positions from the fingerprint, values checked there.
+    picks = j.sample_positions({"trial": 1, "k": 6})["indices"]
+    assert len(picks) == 1 and set(picks[0]) <= set(positions.tolist())
+    flat = right1.reshape(-1)
+    good = j.check_samples({"trial": 1, "indices": picks, "values": [[float(flat[i]) for i in picks[0]]]})
+    bad = j.check_samples({"trial": 1, "indices": picks, "values": [[float(flat[i]) + 1.0 for i in picks[0]]]})
+    assert good["match"] and not bad["match"], (good, bad)
+    with pytest.raises(WorkerError):  # positions the judge did not draw are refused
+        outside = [i for i in range(32) if i not in set(positions.tolist())][:1]
+        j.check_samples({"trial": 1, "indices": [outside], "values": [[0.0]]})
