@@ -224,6 +224,56 @@ def select(args) -> list[tuple[str, Path]]:
     return chosen
 
 
+SIZE_PROBE = r"""
+import importlib.util, json, sys, torch
+out = {}
+for path in sys.argv[1:]:
+    try:
+        spec = importlib.util.spec_from_file_location("kb_size_probe", path)
+        m = importlib.util.module_from_spec(spec)
+        with torch.device("meta"):
+            spec.loader.exec_module(m)
+            args = list(m.get_inputs())
+            r = m.Model(*m.get_init_inputs())(*args)
+        outs = list(r) if isinstance(r, (tuple, list)) else [r]
+        out[path] = sum(t.numel() * t.element_size() for t in args + outs if isinstance(t, torch.Tensor))
+    except Exception:
+        out[path] = None
+print(json.dumps(out))
+"""
+
+
+def problem_bytes(paths: list[Path]) -> dict[str, int | None]:
+    """Inputs + outputs of each problem, from a pass on torch's meta device (no memory used);
+    None where that fails. Uses the python3 on PATH (the one verify runs candidates with)."""
+    try:
+        res = subprocess.run([sys.executable if os.environ.get("KB_SIZE_PYTHON") is None else os.environ["KB_SIZE_PYTHON"],
+                              "-c", SIZE_PROBE, *map(str, paths)], capture_output=True, text=True, timeout=600)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+        return {}
+
+
+class Gate:
+    """Small problems run side by side; a large one runs alone (its GPU memory, with the fp64
+    reference, can be most of the device's)."""
+
+    def __init__(self) -> None:
+        self.cond, self.running, self.alone = threading.Condition(), 0, False
+
+    def enter(self, alone: bool) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: not self.alone and (not alone or self.running == 0))
+            self.running += 1
+            self.alone = alone
+
+    def leave(self) -> None:
+        with self.cond:
+            self.running -= 1
+            self.alone = False
+            self.cond.notify_all()
+
+
 def classify(row: dict) -> str | None:
     """None when the call judged the candidate, else why not."""
     if row["timed_out"]:
@@ -329,13 +379,19 @@ def main() -> int:
     p.add_argument("--order", choices=["file", "size"], default="file", help="size: small module constants first")
     p.add_argument("--trials", type=int, default=None, help="verify --trials (default: verify's own)")
     p.add_argument("--pass-args", default="", help="extra verify flags, e.g. --pass-args=--no-timing")
+    p.add_argument("--alone-over-gb", type=float, default=4.0,
+                   help="problems whose inputs + outputs exceed this (GB, meta-device estimate) run with no other call")
+    p.add_argument("--retry-not-evaluable", action="store_true", help="run again the recorded problems that were not evaluable")
     args = p.parse_args()
     began = time.monotonic()
     chosen = select(args)
     names = {n for n, _ in chosen}
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     rows = {r["problem"]: r for r in old.get("problems", [])}
-    todo = [(n, f) for n, f in chosen if n not in rows]
+    todo = [(n, f) for n, f in chosen if n not in rows or (args.retry_not_evaluable and not rows[n]["evaluable"])]
+    sizes = problem_bytes([f for _, f in todo]) if args.concurrency > 1 else {}
+    alone = {n for n, f in todo if sizes.get(str(f), 0) is None or (sizes.get(str(f)) or 0) > args.alone_over_gb * 1e9}
+    gate = Gate()
     device = re.fullmatch(r"cuda:(\d+)", args.device)
     monitor = Monitor(device.group(1) if device else None, args.concurrency)
     monitor.start()
@@ -366,7 +422,14 @@ def main() -> int:
     def job(name: str, path: Path, work: Path) -> None:
         if halt.is_set() or (args.budget_s is not None and time.monotonic() - began > args.budget_s):
             return
-        row = verify_one(args, monitor, active, name, path, work)
+        gate.enter(name in alone)
+        try:
+            if halt.is_set() or (args.budget_s is not None and time.monotonic() - began > args.budget_s):
+                return
+            row = verify_one(args, monitor, active, name, path, work)
+        finally:
+            gate.leave()
+        row["ran_alone"] = name in alone or args.concurrency == 1
         if halt.is_set():  # killed by our own shutdown: not a result
             return
         env = row.pop("environment", None) or {}

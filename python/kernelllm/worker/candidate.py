@@ -288,7 +288,7 @@ class Candidate:
         self.device = "cpu"
         self.module_name = ""
         self._guards: List[Any] = []
-        self._probe_args: Any = None
+        self._probe_seed: Any = None
         self.recipe: Any = None
         _COUNTER.install()
         _STREAMS.install()
@@ -359,9 +359,10 @@ class Candidate:
             seed, dist = int(spec["seed"]), str(spec.get("distribution", "normal"))
         except (KeyError, TypeError, ValueError) as e:
             raise WorkerError("protocol", f"inputs: expected {{seed, distribution}}: {e}") from None
+        # The probe set is made after the run's outputs are saved (_run_probe), not beside its inputs.
+        self._probe_seed = seed if spec.get("probe") else None
         try:
             args = self.recipe.make(seed, dist)
-            self._probe_args = self.recipe.probe(seed) if spec.get("probe") else None
         except ValueError as e:
             raise WorkerError("protocol", f"inputs: {e}") from None
         except BaseException as e:  # candidate code may have changed torch's state: its failure
@@ -524,8 +525,11 @@ class Candidate:
         report["violations"] = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
         plain = all(t["type"] == "torch.Tensor" and t["layout"] == "torch.strided" for t in output_types)
         if plain:
-            saved = {str(i): o.detach().clone() for i, o in enumerate(outputs)}
-            saved.update(self._run_probe(len(outputs), report))
+            # Host copies now, so that the probe run below may reuse the device memory.
+            saved = {str(i): o.detach().to("cpu", copy=True) for i, o in enumerate(outputs)}
+            n_out = len(outputs)
+            del out, outputs, args, tensors_in
+            saved.update(self._run_probe(n_out, report))
             protocol.save_tensors(msg["outputs_file"], saved)
         report["outputs_written"] = plain
         return report
@@ -533,11 +537,12 @@ class Candidate:
     def _run_probe(self, n_outputs: int, report: dict) -> Dict[str, torch.Tensor]:
         """A second forward on the judge's probe inputs (same shapes, other values), after the
         run's facts are taken: the judge tells outputs that ignore the input values from them."""
-        if self._probe_args is None:
+        if self._probe_seed is None:
             return {}
         try:
+            probe_args = self.recipe.probe(self._probe_seed)
             with torch.no_grad(), _filled_uninitialized():
-                out = self.model(*self._probe_args)
+                out = self.model(*probe_args)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
         except BaseException as e:

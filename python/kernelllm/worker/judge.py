@@ -256,24 +256,28 @@ class Judge:
         checksum = inputs.combine(sums)
         if rec.setdefault("checksum", checksum) != checksum:
             raise WorkerError("problem_error", f"trial {trial}: get_inputs() made other values from the same seed")
+        n_inputs, input_bytes = len(args), inputs.nbytes(args)
         with torch.no_grad():
-            ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+            # The fp64 copy first: the fp32 reference may change its inputs in place, and they are
+            # not needed after it (no clone of a set that may be most of the device's memory).
+            a64 = [(a.to(torch.float64, copy=True) if a.is_floating_point() else a.clone()) if isinstance(a, torch.Tensor)
+                   else a for a in args] if self.model64 is not None else None
+            ref = _as_list(self.model(*args))
+            del args
             if not all(isinstance(r, torch.Tensor) for r in ref):
                 raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
             ref = [r.detach() for r in ref]
             ref64 = None
-            if self.model64 is not None:
+            if a64 is not None:
                 try:
-                    a64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
                     ref64 = [r.detach().double() if isinstance(r, torch.Tensor) else r for r in _as_list(self.model64(*a64))]
-                    del a64
                 except Exception as e:
                     self.fp64_note = f"fp64 forward failed: {type(e).__name__}: {e}"
-        meta = {"n_inputs": len(args), "input_bytes": inputs.nbytes(args), "input_checksum": checksum,
+                del a64
+        meta = {"n_inputs": n_inputs, "input_bytes": input_bytes, "input_checksum": checksum,
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
                 "output_sizes": [r.numel() * r.element_size() for r in ref], "output_numels": [r.numel() for r in ref],
                 "input_checksums": sums}
-        del args
         if "fp" not in rec:
             probe_fp = None
             if rec["probe"]:

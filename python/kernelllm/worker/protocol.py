@@ -167,7 +167,10 @@ def save_tensors(path: str, tensors: Dict[str, Any]) -> int:
     """Writes CPU copies (contiguous, unshared) of `tensors`; returns the file size."""
     from safetensors.torch import save_file
 
-    plain = {k: t.detach().to("cpu").contiguous().clone() for k, t in tensors.items()}
+    # A device tensor's host copy is already its own; a host tensor is cloned (safetensors refuses
+    # tensors that share storage, and the caller may reuse its buffers).
+    plain = {k: t.detach().to("cpu").contiguous() if t.device.type != "cpu" else t.detach().contiguous().clone()
+             for k, t in tensors.items()}
     tmp = path + ".tmp"
     save_file(plain, tmp)
     os.replace(tmp, path)
