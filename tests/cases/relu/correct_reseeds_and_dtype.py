@@ -1,4 +1,5 @@
 # expect: correct
+# near_miss: inputs_differ
 # why: near-miss for the inputs each process makes itself: at import it seeds torch's generator with its own seed and sets the default dtype to fp64, and forward draws random numbers; the verifier makes every trial's inputs under the trial's seed with the dtype pinned, so its inputs are the judge's and its honest output passes.
 import torch
 import torch.nn as nn
