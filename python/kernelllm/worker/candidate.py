@@ -531,6 +531,9 @@ class Candidate:
             del out, outputs, args, tensors_in
             saved.update(self._run_probe(n_out, report))
             protocol.save_tensors(msg["outputs_file"], saved)
+            del saved
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()  # the judge compares next, on the same GPU
         report["outputs_written"] = plain
         return report
 

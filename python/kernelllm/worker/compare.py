@@ -2,12 +2,45 @@
 tolerances, argument order as KernelBench calls it) and the `strict` profile (against an fp64
 reference, with a tolerance scaled to the fp32 reference's own error plus a floor, and a
 normalized-error bound), error statistics, and the "would zeros or the mean also pass?" test
-that says whether a tolerance can discriminate at all for a given output."""
+that says whether a tolerance can discriminate at all for a given output.
+
+Every whole-output pass runs over flat chunks of CHUNK elements, so its fp64 temporaries are
+bounded (KernelBench's level-1 outputs reach 2^31 elements: one fp64 copy is 16 GiB)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import math
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
+
+CHUNK = 1 << 25  # elements per chunk: 256 MiB per fp64 temporary
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A flat view (a stride-0 view of an expanded scalar; a copy only for other layouts)."""
+    if t.is_contiguous():
+        return t.reshape(-1)
+    if all(st == 0 for st in t.stride()):
+        return t.as_strided((t.numel(),), (0,))
+    return t.contiguous().reshape(-1)
+
+
+def _max(values: Iterator[float]) -> float:
+    """max() that, like torch's, is NaN when any value is."""
+    best = -math.inf
+    for v in values:
+        if v != v:
+            return math.nan
+        best = max(best, v)
+    return best
+
+
+def _chunks(*tensors: torch.Tensor) -> Iterator[Tuple[torch.Tensor, ...]]:
+    """Matching flat chunks of same-sized tensors, in fp64 where floating (complex stays)."""
+    flats = [_flat(t) for t in tensors]
+    n = flats[0].numel()
+    for start in range(0, n, CHUNK):
+        yield tuple(f[start:start + CHUNK].double() if f.is_floating_point() else f[start:start + CHUNK] for f in flats)
 
 HALF_PRECISION_NORM_ERROR = 1e-2  # bf16 eps is 7.8e-3; fp16/bf16/TF32 results land below this
 # precision_downgrade needs error spread like rounding (value_cheat): at least this many elements and
@@ -43,14 +76,18 @@ class Checker:
             return
         self.ref64 = ref64 if ref64 is not None else ref.double()
         floor = _FLOORS.get(ref.dtype, 1e-4)
-        finite = torch.isfinite(self.ref64)
-        ref_err = (ref.double() - self.ref64).abs()[finite & torch.isfinite(ref.double())]
-        ref_err_max = ref_err.max().item() if ref_err.numel() else 0.0
-        mag = self.ref64.abs()[finite]
-        self.scale = mag.mean().item() if mag.numel() else 0.0
+        ref_err_max, mag_sum, mag_n = 0.0, 0.0, 0
+        for r, r64 in _chunks(ref, self.ref64):
+            finite = torch.isfinite(r64)
+            err = (r - r64).abs()[finite & torch.isfinite(r)]
+            if err.numel():
+                ref_err_max = max(ref_err_max, err.max().item())
+            mag = r64.abs()[finite]
+            mag_sum, mag_n = mag_sum + mag.sum().item(), mag_n + mag.numel()
+        self.scale = mag_sum / mag_n if mag_n else 0.0
         self.atol = REF_ERROR_MULTIPLE * ref_err_max + floor * self.scale
         self.rtol = floor
-        self.ref_norm_err = _norm_err(ref.double(), self.ref64)
+        self.ref_norm_err = _norm_err(ref, self.ref64)
         self.norm_bound = max(REF_ERROR_MULTIPLE * self.ref_norm_err, floor)
         self.describe = (f"|out - ref64| <= {self.atol:.3g} + {self.rtol:g}*|ref64| elementwise and normalized "
                          f"error <= {self.norm_bound:.3g} ({REF_ERROR_MULTIPLE:g}x the fp32 reference's error, "
@@ -72,24 +109,42 @@ class Checker:
         if self.exact:
             return bool(torch.equal(out, self.ref))
         if self.profile == "kernelbench":
-            return bool(torch.allclose(self.ref, out, atol=self.tol, rtol=self.tol))
-        return bool(self.mismatch(out).sum() == 0) and _norm_err(out.double(), self.ref64) <= self.norm_bound
+            fr, fo = _flat(self.ref), _flat(out)
+            return all(bool(torch.allclose(fr[k:k + CHUNK], fo[k:k + CHUNK], atol=self.tol, rtol=self.tol))
+                       for k in range(0, fr.numel(), CHUNK))
+        bad = sum(int(self._bad(o, r).sum()) for o, r in _chunks(out, self.ref64))
+        return bad == 0 and _norm_err(out, self.ref64) <= self.norm_bound
 
-    def mismatch(self, out: torch.Tensor) -> torch.Tensor:
-        """Boolean mask of failing elements (strict profile)."""
-        o, r = out.double(), self.ref64
+    def _bad(self, o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         both_nan = torch.isnan(o) & torch.isnan(r)
         same_inf = torch.isinf(r) & (o == r)
         ok = (o - r).abs() <= self.atol + self.rtol * r.abs()
         return ~(ok | both_nan | same_inf)
 
+    def mismatch(self, out: torch.Tensor) -> torch.Tensor:
+        """Boolean mask of failing elements (strict profile)."""
+        res = torch.empty(out.shape, dtype=torch.bool, device=out.device)
+        flat, k = res.view(-1), 0
+        for o, r in _chunks(out, self.ref64):
+            flat[k:k + o.numel()] = self._bad(o, r)
+            k += o.numel()
+        return res
+
 
 def _norm_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    finite = torch.isfinite(ref) & torch.isfinite(out)
-    if not finite.any():
+    """||out - ref|| / ||ref|| over the elements finite in both (fp64, chunked)."""
+    d2, n2, seen = 0.0, 0.0, False
+    for o, r in _chunks(out, ref):
+        finite = torch.isfinite(r) & torch.isfinite(o)
+        if not bool(finite.any()):
+            continue
+        seen = True
+        diff, rr = (o - r)[finite], r[finite]
+        d2 += float((diff * diff).sum())
+        n2 += float((rr * rr).sum())
+    if not seen:
         return 0.0
-    d = torch.linalg.vector_norm((out - ref)[finite]).item()
-    n = torch.linalg.vector_norm(ref[finite]).item()
+    d, n = math.sqrt(d2), math.sqrt(n2)
     return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
 
 
@@ -109,10 +164,10 @@ def agrees_closely(out: torch.Tensor, ref: torch.Tensor, ref64: Optional[torch.T
         return False
     if not (ref.is_floating_point() or ref.is_complex()):
         return bool(torch.equal(out, ref))
-    base = ref64 if ref64 is not None else ref.double()
-    bound = max(REF_ERROR_MULTIPLE * _norm_err(ref.double(), base),
+    base = ref64 if ref64 is not None else ref
+    bound = max(REF_ERROR_MULTIPLE * _norm_err(ref, base),
                 REPLAY_FLOOR_FRACTION * _FLOORS.get(ref.dtype, 1e-4))
-    return _norm_err(out.double(), base) <= bound
+    return _norm_err(out, base) <= bound
 
 
 def _finite_or_str(x: float) -> Any:
@@ -120,22 +175,28 @@ def _finite_or_str(x: float) -> Any:
 
 
 def stats(out: torch.Tensor, ref: torch.Tensor, ref64: Optional[torch.Tensor]) -> Dict[str, Any]:
-    base = (ref64 if ref64 is not None else ref).double()
-    o = out.double()
-    diff = (o - base).abs()
-    finite = torch.isfinite(diff)
-    d = diff[finite]
-    rel = (d / base.abs()[finite].clamp_min(1e-12)) if d.numel() else d
+    base = ref64 if ref64 is not None else ref
+    n_nonfinite, n_fin, abs_max, abs_sum, rel_max, rel_sum = 0, 0, 0.0, 0.0, 0.0, 0.0
+    for o, b in _chunks(out, base):
+        diff = (o - b).abs()
+        finite = torch.isfinite(diff)
+        n_nonfinite += int((~finite & ~(torch.isnan(o) & torch.isnan(b)) & ~(o == b)).sum())
+        d = diff[finite]
+        if d.numel():
+            rel = d / b.abs()[finite].clamp_min(1e-12)
+            n_fin += d.numel()
+            abs_max, abs_sum = max(abs_max, d.max().item()), abs_sum + d.sum().item()
+            rel_max, rel_sum = max(rel_max, rel.max().item()), rel_sum + rel.sum().item()
     return {
         "against": "fp64" if ref64 is not None else str(ref.dtype),
         "n_elements": out.numel(),
-        "n_nonfinite_mismatch": int((~finite & ~(torch.isnan(o) & torch.isnan(base)) & ~(o == base)).sum()),
-        "max_abs": _finite_or_str(d.max().item()) if d.numel() else 0.0,
-        "mean_abs": _finite_or_str(d.mean().item()) if d.numel() else 0.0,
-        "max_rel": _finite_or_str(rel.max().item()) if rel.numel() else 0.0,
-        "mean_rel": _finite_or_str(rel.mean().item()) if rel.numel() else 0.0,
-        "normalized_error": _finite_or_str(_norm_err(o, base)),
-        "ref_normalized_error": _finite_or_str(_norm_err(ref.double(), base)) if ref64 is not None else 0.0,
+        "n_nonfinite_mismatch": n_nonfinite,
+        "max_abs": _finite_or_str(abs_max),
+        "mean_abs": _finite_or_str(abs_sum / n_fin) if n_fin else 0.0,
+        "max_rel": _finite_or_str(rel_max),
+        "mean_rel": _finite_or_str(rel_sum / n_fin) if n_fin else 0.0,
+        "normalized_error": _finite_or_str(_norm_err(out, base)),
+        "ref_normalized_error": _finite_or_str(_norm_err(ref, base)) if ref64 is not None else 0.0,
     }
 
 
@@ -145,14 +206,17 @@ def first_mismatch(checker: Checker, out: torch.Tensor) -> Optional[Dict[str, An
     if checker.exact:
         bad = out != checker.ref
     elif checker.profile == "kernelbench":
-        r, o = checker.ref.double(), out.double()
-        bad = ~((r - o).abs() <= checker.tol + checker.tol * o.abs())
+        bad = torch.empty(out.shape, dtype=torch.bool, device=out.device)
+        fb, k = bad.view(-1), 0
+        for r, o in _chunks(checker.ref, out):
+            fb[k:k + o.numel()] = ~((r - o).abs() <= checker.tol + checker.tol * o.abs())
+            k += o.numel()
     else:
         bad = checker.mismatch(out)
-    flat = bad.reshape(-1).nonzero()
-    if flat.numel() == 0:
+    flat = bad.reshape(-1)
+    if not bool(flat.any()):
         return None
-    k = int(flat[0])
+    k = int(flat.view(torch.uint8).argmax())
     where = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), tuple(out.shape))) if out.dim() else ()
     res = {"index": list(where), "got": _finite_or_str(float(out[where])),
            "expected": _finite_or_str(float(checker.ref[where])), "n_mismatch": int(bad.sum()),
@@ -181,7 +245,8 @@ def zero_passes_elementwise(checker: Checker) -> tuple:
     there is one) is finite and non-zero there, and an output of 0 would meet the elementwise bound
     at that element, i.e. the element lies below the tolerance's noise."""
     nonzero = torch.isfinite(checker.ref64) & (checker.ref64 != 0)
-    return nonzero, nonzero & ~checker.mismatch(torch.zeros_like(checker.ref))
+    zeros = torch.zeros((), dtype=checker.ref.dtype, device=checker.ref.device).expand(checker.ref.shape)
+    return nonzero, nonzero & ~checker.mismatch(zeros)
 
 
 def baselines_passing(checker: Checker) -> list:
@@ -189,11 +254,15 @@ def baselines_passing(checker: Checker) -> list:
     if checker.exact or checker.ref.numel() == 0:
         return []
     ref = checker.ref
-    finite = ref[torch.isfinite(ref)]
-    mean = finite.double().mean().item() if finite.numel() else 0.0
-    cands = {"zeros": torch.zeros_like(ref)}
+    total, count = 0.0, 0
+    for (r,) in _chunks(ref):
+        fin = torch.isfinite(r)
+        total, count = total + r[fin].sum().item(), count + int(fin.sum())
+    mean = total / count if count else 0.0
+    # Constants as stride-0 views: no output-sized memory.
+    cands = {"zeros": torch.zeros((), dtype=ref.dtype, device=ref.device).expand(ref.shape)}
     if ref.numel() > 1:  # for a single value the mean is the answer itself, not a baseline
-        cands["mean"] = torch.full_like(ref, mean)
+        cands["mean"] = torch.full((), mean, dtype=ref.dtype, device=ref.device).expand(ref.shape)
     return [name for name, t in cands.items() if checker.passes(t)]
 
 
@@ -208,12 +277,17 @@ def value_cheat(out: torch.Tensor, ref: torch.Tensor, distribution: str,
     A localized error (one element, one row, a scalar loss) is not a cheat: wrong_output."""
     if not (out.is_floating_point() and ref.is_floating_point()) or out.numel() == 0:
         return None
-    fin = torch.isfinite(ref)
-    ref_max = ref[fin].abs().max().item() if bool(fin.any()) else 0.0
+    ref_max = 0.0
+    for (r,) in _chunks(ref):
+        fin = torch.isfinite(r)
+        if bool(fin.any()):
+            ref_max = max(ref_max, r[fin].abs().max().item())
     if distribution != "heavy_tailed" and not bool((out == 0).all()):
-        n_nan = int(torch.isnan(out[fin]).sum())
-        wild = out[fin & torch.isfinite(out)].abs()
-        n_wild = int((wild > 1e6 * max(ref_max, 1e-30)).sum())
+        n_nan, n_wild = 0, 0
+        for o, r in _chunks(out, ref):
+            fin = torch.isfinite(r)
+            n_nan += int((torch.isnan(o) & fin).sum())
+            n_wild += int(((o.abs() > 1e6 * max(ref_max, 1e-30)) & fin & torch.isfinite(o)).sum())
         if n_nan or n_wild:
             return {"rule": "stale_memory", "evidence": f"{n_nan} output elements are NaN (the poison written to "
                                                         f"freed memory) and {n_wild} exceed 1e6 x the reference's "
@@ -221,7 +295,7 @@ def value_cheat(out: torch.Tensor, ref: torch.Tensor, distribution: str,
                                                         "memory the candidate never wrote"}
     if bool((out == 0).all()) and not bool((ref == 0).all()):
         return {"rule": "zeros_pass", "evidence": f"output is all zeros; reference max |value| "
-                                                  f"{ref.abs().max().item():.3g}"}
+                                                  f"{_max(r.abs().max().item() for (r,) in _chunks(ref)):.3g}"}
     if ref.dtype in (torch.float32, torch.float64) and bool(torch.isfinite(out).all()) and ref64 is not None:
         spread = precision_spread(out, ref64, checker if checker is not None and checker.profile == "strict"
                                   else Checker("strict", ref, ref64, "v0"))
@@ -243,20 +317,19 @@ def precision_spread(out: torch.Tensor, ref64: torch.Tensor, checker: Checker) -
     |ref64| + mean |ref64| (the mean term: a reduction's or GEMM's rounding follows the magnitude
     of its terms, not of a result that cancels to near 0), so no element is far outside rounding.
     A scalar or an output of fewer than SPREAD_MIN_ELEMENTS elements can never show spread."""
-    o, r = out.double(), ref64.double()
     n = out.numel()
     res: Dict[str, Any] = {"downgrade": False, "n_elements": n, "n_mismatch": 0, "max_scaled_error": float("inf"),
-                           "normalized_error": _norm_err(o, r)}
-    fin = torch.isfinite(r)
-    if n < SPREAD_MIN_ELEMENTS or not bool(fin.all()) or res["normalized_error"] > HALF_PRECISION_NORM_ERROR:
+                           "normalized_error": _norm_err(out, ref64)}
+    if n < SPREAD_MIN_ELEMENTS or not all(bool(torch.isfinite(r).all()) for (r,) in _chunks(ref64)) or \
+            res["normalized_error"] > HALF_PRECISION_NORM_ERROR:
         return res
-    res["n_mismatch"] = int(checker.mismatch(out).sum())
+    res["n_mismatch"] = sum(int(checker._bad(o, r).sum()) for o, r in _chunks(out, checker.ref64))
     if res["n_mismatch"] < max(SPREAD_MIN_ELEMENTS, SPREAD_MIN_SHARE * n):
         return res
-    scale = r.abs().mean()
-    if float(scale) == 0.0:
+    scale = sum(r.abs().sum().item() for (r,) in _chunks(ref64)) / n
+    if scale == 0.0:
         return res
-    res["max_scaled_error"] = float(((o - r).abs() / (r.abs() + scale)).max())
+    res["max_scaled_error"] = _max(float(((o - r).abs() / (r.abs() + scale)).max()) for o, r in _chunks(out, ref64))
     res["downgrade"] = res["max_scaled_error"] <= HALF_PRECISION_ELEMENT_ERROR
     return res
 

@@ -58,6 +58,13 @@ MIN_SIZE_GLOBAL = inputs.MIN_SIZE_GLOBAL
 scale_size_globals = inputs.scale_size_globals
 
 
+def _release_cached() -> None:
+    """Gives the judge's cached, unused GPU memory back to the device: its fp64 references and
+    comparisons of a large problem peak far above what it keeps, and the candidate shares the GPU."""
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def _as_list(out: Any) -> List[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -160,6 +167,7 @@ class Judge:
         # below the tolerance's noise (zero would pass there), add a trial that does not.
         self.degenerate = self._degenerate_elements(sample) if self.profile == "strict" else None
         del sample
+        _release_cached()
         self.discrimination: Dict[int, Dict[str, Any]] = {}
         if self.degenerate and self.degenerate["share"] >= compare.DEGENERATE_SHARE and \
                 self.degenerate["zero_passes"] >= compare.DEGENERATE_MIN_COUNT:
@@ -180,11 +188,12 @@ class Judge:
         reference cannot run on it."""
         try:
             with torch.no_grad():
-                ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in sample]))
-                ref64 = None
-                if self.model64 is not None:
-                    a64 = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in sample]
-                    ref64 = _as_list(self.model64(*a64))
+                a64 = [(a.to(torch.float64, copy=True) if a.is_floating_point() else a.clone())
+                       if isinstance(a, torch.Tensor) else a for a in sample] if self.model64 is not None else None
+                ref = _as_list(self.model(*sample))
+                del sample[:]  # the caller's list: its tensors are not needed any more
+                ref64 = _as_list(self.model64(*a64)) if a64 is not None else None
+                del a64
         except Exception:
             return None
         res = {"zero_passes": 0, "nonzero": 0, "share": 0.0}
@@ -296,6 +305,7 @@ class Judge:
         self._note_discrimination(trial, full)
         while len(self.kept) > KEEP_MIN_TRIALS and sum(k["bytes"] for k in self.kept.values()) > KEEP_BYTES:
             self.kept.popitem(last=False)
+        _release_cached()
         return full
 
     def _probe_reference(self, seed: int, n_out: int) -> Optional[List[torch.Tensor]]:
@@ -370,6 +380,12 @@ class Judge:
         return found
 
     def compare(self, msg: dict) -> dict:
+        try:
+            return self._compare(msg)
+        finally:
+            _release_cached()
+
+    def _compare(self, msg: dict) -> dict:
         self._need_problem()
         trial = int(msg["trial"])
         if trial not in self.trials:
