@@ -42,7 +42,7 @@ else:
     _TRITON_IMPORT_ERROR = None
 
 DEFAULT_MAX_TENSOR_BYTES = 4 << 30
-PROBE = protocol.PROBE_PREFIX  # tensors of the judge's probe input set in an inputs/outputs file
+PROBE = protocol.PROBE_PREFIX  # the probe set's outputs in an outputs file
 
 
 
@@ -602,10 +602,6 @@ class Candidate:
         if plain:
             protocol.save_tensors(msg["outputs_file"], {str(i): o for i, o in enumerate(outs)})
         return {"outputs_written": plain}
-
-
-def _no_files(name: str) -> Dict[str, Any]:
-    raise WorkerError("protocol", f"scalars may not reference tensor files (found {name!r})")
 
 
 def _describe_output(o: Any, input_ptrs: Dict[int, int]) -> Dict[str, Any]:

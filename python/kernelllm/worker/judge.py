@@ -299,7 +299,7 @@ class Judge:
             rec["fp"] = {"ref": [self._fp(r, i) for i, r in enumerate(ref)],
                          "ref64": [self._fp(r, i) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
                          "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": limits}
-        full = {"ref": ref, "ref64": ref64, "meta": meta, "checkers": {},
+        full = {"ref": ref, "ref64": ref64, "meta": meta,
                 "bytes": sum(r.numel() * r.element_size() for r in ref + (ref64 or []) if isinstance(r, torch.Tensor))}
         self.kept[trial] = full
         self._note_discrimination(trial, full)
@@ -311,9 +311,8 @@ class Judge:
     def _probe_reference(self, seed: int, n_out: int) -> Optional[List[torch.Tensor]]:
         """The reference for the probe inputs (another seed, same shapes), or None when it fails."""
         try:
-            args = self.recipe.probe(seed)
             with torch.no_grad():
-                ref = _as_list(self.model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+                ref = _as_list(self.model(*self.recipe.probe(seed)))
         except Exception:
             return None
         if len(ref) != n_out or not all(isinstance(r, torch.Tensor) for r in ref):
