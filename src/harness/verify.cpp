@@ -136,8 +136,8 @@ Status Verifier::setup_device(DeviceState& dev) {
     in.output_numels = sizes.value("output_numels", Json::array());
     // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
     in.reference_ms = t == 0 ? m.elapsed_ms : dev.trials.front().reference_ms;
-    // Each timing set costs its inputs (file, the candidate's device) and, in the judge, its fp32
-    // and fp64 references.
+    // Each timing set costs its inputs (held on the candidate's and the judge's device while
+    // timed) and its outputs.
     if (const uint64_t set_bytes = in.input_bytes + 3 * in.output_bytes; t == 0 && n_timing > 2 && set_bytes > 0) {
       n_timing = static_cast<int>(std::clamp<uint64_t>(kTimingSetBytes / set_bytes, 2, static_cast<uint64_t>(n_timing)));
     }
