@@ -10,6 +10,7 @@
 #include <shared_mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernelllm/harness/cache.h"
@@ -22,6 +23,11 @@ namespace kernelllm::harness {
 
 inline constexpr uint64_t kMaxTensorBytes = uint64_t{4} << 30;  // per tensor file a worker reads
 inline constexpr uint64_t kTimingSetBytes = uint64_t{2} << 30;  // all timing sets: inputs + 3 x outputs
+// A run directory: <base>/kernelllm-verify-<pid of the verifying process>-XXXXXX.
+inline constexpr std::string_view kRunDirPrefix = "kernelllm-verify-";
+// Removes the run directories under `base` whose owning process no longer exists (same uid;
+// names without a pid are left alone); returns how many.
+int remove_stale_run_dirs(const std::filesystem::path& base);
 
 // A trial's input set as the orchestrator knows it: never the values, which the judge and the
 // candidate's process each make from the seed (worker/inputs.py), only what to ask for and sizes.

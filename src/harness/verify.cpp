@@ -3,10 +3,14 @@
 // the result cache. Per-candidate logic lives in evaluate.cpp, finalist selection in select.cpp.
 #include "verifier.h"
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -18,6 +22,27 @@
 
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
+
+int remove_stale_run_dirs(const fs::path& base) {
+  int removed = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(base, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kRunDirPrefix, 0) != 0 || !e.is_directory(ec)) continue;
+    // kernelllm-verify-<pid>-XXXXXX; a name without a pid (older runs) is left alone.
+    const std::string rest = name.substr(kRunDirPrefix.size());
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || rest.find_first_not_of("0123456789") != dash) continue;
+    const long pid = std::strtol(rest.substr(0, dash).c_str(), nullptr, 10);
+    struct stat st {};
+    if (pid <= 0 || ::stat(e.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) ++removed;
+  }
+  return removed;
+}
 
 Verifier::~Verifier() {
   devices_.clear();
@@ -227,7 +252,13 @@ Status Verifier::setup() {
 
   const char* shm = "/dev/shm";
   std::string base = ::access(shm, W_OK) == 0 ? shm : fs::temp_directory_path().string();
-  std::string tmpl = base + "/kernelllm-verify-XXXXXX";
+  // Run directories hold output files in RAM (/dev/shm): those of runs killed before their
+  // clean-up (SIGKILL, a lost session) are removed here, named by their dead owner's pid.
+  if (int n = remove_stale_run_dirs(base); n > 0) {
+    report_.warnings.push_back(fmt::format("removed {} run director{} of verify runs that no longer exist under {}", n,
+                                           n == 1 ? "y" : "ies", base));
+  }
+  std::string tmpl = fmt::format("{}/{}{}-XXXXXX", base, kRunDirPrefix, ::getpid());
   if (::mkdtemp(tmpl.data()) == nullptr) return error(ErrorCode::io_error, "cannot create a run directory under " + base);
   run_dir_ = tmpl;
 

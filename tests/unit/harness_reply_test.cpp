@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness/verifier.h"
@@ -101,6 +102,29 @@ TEST(CacheEntry, DamagedEntriesAreNamedNotRead) {
                                                   "variants":[{"name":1}]}})")),
             "multishape variant 0 member 'name': expected a string, found integer");
   EXPECT_EQ(cache_entry_error(parse(R"([])")), "expected an object, found array");
+}
+
+// Run directories of verify runs killed before their clean-up (their output files sit in RAM
+// under /dev/shm) are removed by the next run: only ours, only of processes that are gone.
+TEST(RunDirs, OnlyThoseOfDeadProcessesAreRemoved) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::temp_directory_path() / fmt::format("kllm-rundirs-{}", ::getpid());
+  fs::create_directories(base);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // now a pid of no process
+  const fs::path dead = base / fmt::format("kernelllm-verify-{}-aaaaaa", child);
+  const fs::path alive = base / fmt::format("kernelllm-verify-{}-bbbbbb", ::getpid());
+  const fs::path unnamed = base / "kernelllm-verify-cccccc";
+  const fs::path other = base / fmt::format("something-{}-dddddd", child);
+  for (const fs::path& d : {dead, alive, unnamed, other}) fs::create_directories(d / "shared-0");
+  std::ofstream(dead / "shared-0" / "out-0.safetensors") << "left behind";
+  EXPECT_EQ(remove_stale_run_dirs(base), 1);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(alive) && fs::exists(unnamed) && fs::exists(other));
+  EXPECT_EQ(remove_stale_run_dirs(base), 0);
+  fs::remove_all(base);
 }
 
 // A candidate's source travels to the judge's audit as base64 (it may not be UTF-8).
