@@ -396,7 +396,8 @@ def main() -> int:
     monitor = Monitor(device.group(1) if device else None, args.concurrency)
     monitor.start()
     here = machine(args)
-    commit = sh("git", "-C", str(ROOT), "rev-parse", "HEAD") or os.environ.get("KERNELLLM_GIT_COMMIT")
+    # A device machine's copy of the tree may carry stale git metadata: the caller's word first.
+    commit = os.environ.get("KERNELLLM_GIT_COMMIT") or sh("git", "-C", str(ROOT), "rev-parse", "HEAD")
     record = {"command": " ".join(shlex.quote(a) for a in sys.argv), "commit": commit,
               "machine": {**old.get("machine", {}), **here},
               "options": {"device": args.device, "trials": args.trials, "timeout_s": args.timeout_s,

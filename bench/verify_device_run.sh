@@ -72,7 +72,8 @@ for mode in "$@"; do
         --candidates-dir bench/eval_candidates/level1 \
         --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
     coverage)
-      # KernelBench levels 1-3 (of $kb): is every problem evaluable? Resumes from .cov/ (the record of
+      # KernelBench levels 1-3 (of $kb): is every problem evaluable? Set KERNELLLM_GIT_COMMIT (the device
+      # copy's git metadata can be stale). Resumes from .cov/ (the record of
       # an earlier call, carried) so that several calls of at most 10 minutes finish the 250.
       [[ -f .cov/kernelbench-coverage-h100.json ]] && cp .cov/kernelbench-coverage-h100.json "$out/"
       python3 bench/kernelbench_coverage.py --cli "$cli" --kernelbench "$kb" --device cuda:0 \
