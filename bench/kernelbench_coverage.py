@@ -17,7 +17,6 @@ sandboxed pid namespace can hide them) and the device-wide memory.used. GB = 1e9
 from __future__ import annotations
 
 import argparse
-import ast
 import glob
 import json
 import os
@@ -181,31 +180,6 @@ def level_dir(root: Path, level: int) -> Path:
     raise SystemExit(f"no level{level} under {root}/KernelBench or {root}")
 
 
-def size_hint(path: Path) -> int:
-    """Product of the module-level integer constants (batch_size, dims...): a rough input size."""
-    values: dict[str, int] = {}
-
-    def value(node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.Name) and node.id in values:
-            return values[node.id]
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
-            a, b = value(node.left), value(node.right)
-            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op), a // max(b, 1))
-        raise ValueError
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                values[node.targets[0].id] = value(node.value)
-            except ValueError:
-                pass
-    product = 1
-    for v in values.values():
-        product *= max(v, 1)
-    return product
-
-
 def select(args) -> list[tuple[str, Path]]:
     wanted = {w.strip().removesuffix(".py") for w in args.problems.split(",")} if args.problems else None
     chosen = []
@@ -219,8 +193,6 @@ def select(args) -> list[tuple[str, Path]]:
     unknown = (wanted or set()) - {n for n, _ in chosen} - {Path(n).name for n, _ in chosen}
     if unknown:
         raise SystemExit(f"--problems: not found in levels {args.levels}: {', '.join(sorted(unknown))}")
-    if args.order == "size":
-        chosen.sort(key=lambda item: size_hint(item[1]))
     return chosen
 
 
@@ -245,10 +217,10 @@ print(json.dumps(out))
 
 def problem_bytes(paths: list[Path]) -> dict[str, int | None]:
     """Inputs + outputs of each problem, from a pass on torch's meta device (no memory used);
-    None where that fails. Uses the python3 on PATH (the one verify runs candidates with)."""
+    None where that fails. Runs this interpreter (KB_SIZE_PYTHON: another one with torch)."""
     try:
-        res = subprocess.run([sys.executable if os.environ.get("KB_SIZE_PYTHON") is None else os.environ["KB_SIZE_PYTHON"],
-                              "-c", SIZE_PROBE, *map(str, paths)], capture_output=True, text=True, timeout=600)
+        res = subprocess.run([os.environ.get("KB_SIZE_PYTHON", sys.executable), "-c", SIZE_PROBE, *map(str, paths)],
+                             capture_output=True, text=True, timeout=600)
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, ValueError, IndexError, OSError):
         return {}
@@ -376,7 +348,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=1, help="verify calls at once")
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--budget-s", type=float, default=None, help="start no problem after this many seconds")
-    p.add_argument("--order", choices=["file", "size"], default="file", help="size: small module constants first")
+    p.add_argument("--order", choices=["file", "size"], default="file", help="size: smallest inputs + outputs first (meta-device estimate)")
     p.add_argument("--trials", type=int, default=None, help="verify --trials (default: verify's own)")
     p.add_argument("--pass-args", default="", help="extra verify flags, e.g. --pass-args=--no-timing")
     p.add_argument("--alone-over-gb", type=float, default=4.0,
@@ -389,8 +361,14 @@ def main() -> int:
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     rows = {r["problem"]: r for r in old.get("problems", [])}
     todo = [(n, f) for n, f in chosen if n not in rows or (args.retry_not_evaluable and not rows[n]["evaluable"])]
-    sizes = problem_bytes([f for _, f in todo]) if args.concurrency > 1 else {}
-    alone = {n for n, f in todo if sizes.get(str(f), 0) is None or (sizes.get(str(f)) or 0) > args.alone_over_gb * 1e9}
+    sizes = problem_bytes([f for _, f in todo]) if args.concurrency > 1 or args.order == "size" else {}
+    if args.order == "size":  # unknown sizes last
+        todo.sort(key=lambda item: (sizes.get(str(item[1])) is None, sizes.get(str(item[1])) or 0))
+
+    def large(f: Path) -> bool:
+        b = sizes.get(str(f), 0)
+        return b is None or b > args.alone_over_gb * 1e9
+    alone = {n for n, f in todo if args.concurrency > 1 and large(f)}
     gate = Gate()
     device = re.fullmatch(r"cuda:(\d+)", args.device)
     monitor = Monitor(device.group(1) if device else None, args.concurrency)

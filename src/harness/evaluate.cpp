@@ -203,7 +203,7 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   Json init = dev.problem.value("init", Json::object());
   Json req{{"op", "load"},
            {"module_path", module.string()},
-           {"problem", Json{{"source_b64", base64_encode(reference_source_)},
+           {"problem", Json{{"source_b64", reference_b64_},
                             {"recipe", dev.problem.value("inputs_recipe", Json::object())}}},
            {"init", init},
            {"construct_seed", dev.problem.value("construct_seed", 0)},

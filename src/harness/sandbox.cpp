@@ -313,7 +313,7 @@ std::vector<std::string> Sandbox::bwrap_args(const fs::path& work_dir, const std
   };
   // The interpreter's own paths (a venv under /tmp or /dev/shm, pyenv under /root, conda under
   // /home) come back read-only; never one that would expose the run directory: the work dir and
-  // the readable dirs beside it (shared, inputs). The package dir (site-packages when installed)
+  // the readable dirs beside it (the shared dir). The package dir (site-packages when installed)
   // may lie inside an interpreter path: that is no reason to hide the interpreter.
   std::vector<std::string> bound = {work_dir.string()};
   const fs::path run_dir = work_dir.parent_path();

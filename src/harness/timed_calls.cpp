@@ -78,9 +78,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   std::vector<Json> loaded(sets.size());
   if (!cand) dev.load_baseline_ms.assign(sets.size(), 0.0);
   auto load = [&](size_t k, double* excess_ms) -> std::optional<Reply> {
-    Json spec = sets[k].spec();
-    spec["probe"] = false;
-    Reply l = cand ? ask(Json{{"op", "time_load"}, {"inputs", spec}}) : ask(Json{{"op", "time_load"}, {"trial", sets[k].trial}});
+    // (The candidate makes no probe set for a timing set, whatever `probe` says.)
+    Reply l = cand ? ask(Json{{"op", "time_load"}, {"inputs", sets[k].spec()}})
+                   : ask(Json{{"op", "time_load"}, {"trial", sets[k].trial}});
     if (l.ok() && !cand) dev.load_baseline_ms[k] = l.elapsed_ms;
     if (l.ok() && cand && k < dev.load_baseline_ms.size()) {
       const double base = dev.load_baseline_ms[k], excess = l.elapsed_ms - base;

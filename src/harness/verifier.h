@@ -39,7 +39,6 @@ struct TrialInput {
   uint64_t output_bytes = 0;
   std::string distribution;
   Json output_sizes = Json::array();  // bytes per reference output (poisoning sizes)
-  Json output_numels = Json::array(); // elements per reference output (sampled value checks)
   double reference_ms = 0;  // wall time of make_inputs (reference forward, fp64 included)
   // The `inputs` member of a candidate's run / time_load request.
   Json spec() const { return Json{{"seed", seed}, {"distribution", distribution}, {"probe", probe}}; }
@@ -170,6 +169,7 @@ class Verifier {
   VerifyOptions opts_;
   VerifyReport report_;
   std::string reference_source_;
+  std::string reference_b64_;  // the problem's text for candidates' load requests (their get_inputs)
   std::vector<std::string> sources_, source_errors_;
   PythonEnv py_;
   std::filesystem::path package_dir_;

@@ -138,9 +138,10 @@ Status Verifier::setup_device(DeviceState& dev) {
     fs::permissions(init, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
                     fs::perm_options::replace, ec);
   }
-  Json sizes0;
   for (int t = 0; t < n + n_timing; ++t) {
-    TrialInput in;
+    // Every set of a problem has trial 0's shapes (get_inputs under another seed): its sizes
+    // and reference time are copied; only trial 0's inputs and references are made now.
+    TrialInput in = t == 0 ? TrialInput{} : dev.trials.front();
     bool timing = t >= n;
     in.trial = t;
     in.distribution = !timing && t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>() : "normal";
@@ -152,15 +153,13 @@ Status Verifier::setup_device(DeviceState& dev) {
     }
     in.seed = m.message["seed"].get<int64_t>();
     in.probe = m.message.value("probe", false);
-    // Every set of a problem has trial 0's shapes (get_inputs under another seed).
-    if (t == 0) sizes0 = m.message;
-    const Json& sizes = sizes0;
-    in.input_bytes = sizes.value("input_bytes", uint64_t{0});
-    in.output_bytes = sizes.value("output_bytes", uint64_t{0});
-    in.output_sizes = sizes.value("output_sizes", Json::array());
-    in.output_numels = sizes.value("output_numels", Json::array());
-    // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
-    in.reference_ms = t == 0 ? m.elapsed_ms : dev.trials.front().reference_ms;
+    if (t == 0) {
+      in.input_bytes = m.message.value("input_bytes", uint64_t{0});
+      in.output_bytes = m.message.value("output_bytes", uint64_t{0});
+      in.output_sizes = m.message.value("output_sizes", Json::array());
+      // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
+      in.reference_ms = m.elapsed_ms;
+    }
     // Each timing set costs its inputs (held on the candidate's and the judge's device while
     // timed) and its outputs.
     if (const uint64_t set_bytes = in.input_bytes + 3 * in.output_bytes; t == 0 && n_timing > 2 && set_bytes > 0) {
@@ -193,6 +192,7 @@ Status Verifier::setup() {
     return error(ErrorCode::invalid_argument, fmt::format("problem {}: {} bytes of source; the verifier takes problems of up to {} "
                                                           "bytes", problem_path_, reference_source_.size(), kMaxProblemBytes));
   }
+  reference_b64_ = base64_encode(reference_source_);
   for (const std::string& c : candidate_paths_) {
     auto src = read_text_file(c, 16 << 20);
     sources_.push_back(src.ok() ? std::move(*src) : std::string());

@@ -159,7 +159,7 @@ def _history_judge(refs: dict, outputs: dict, probe_ref=None) -> "judge.Judge":
     """A judge holding trials (references, and the candidate's outputs where it ran them)
     for exercising _history_cheat without processes."""
     j = judge.Judge()
-    j.device, j.profile, j.kb_tolerance, j.candidate, j.fp_index, j.fp_index_cpu = "cpu", "strict", "v0", "cand-0", {}, {}
+    j.device, j.profile, j.kb_tolerance, j.candidate, j.fp_index = "cpu", "strict", "v0", "cand-0", {}
     flat = lambda xs: [x.reshape(-1) for x in xs]  # noqa: E731 (fingerprints are flat)
     for u, r in refs.items():
         j.trials[u] = {"fp": {"ref": flat([r]), "ref64": flat([r.double()]), "shapes": [tuple(r.shape)],

@@ -331,11 +331,10 @@ class Candidate:
     def _load_problem(self, problem: Dict[str, Any]) -> None:
         """The problem module (its source sent by the orchestrator, the text the judge loaded),
         run before any candidate code: only its get_inputs() is used, to make input sets here."""
-        import base64
         import types
         try:
-            source = base64.b64decode(problem["source_b64"], validate=True).decode("utf-8")
-        except Exception as e:
+            source = protocol.decode_source(problem).decode("utf-8")
+        except (ValueError, UnicodeDecodeError) as e:
             raise WorkerError("protocol", f"load: problem.source_b64: {type(e).__name__}: {e}") from None
         spec = problem.get("recipe") or {}
         name = f"kllm_problem_{hashlib.sha256(source.encode()).hexdigest()[:12]}_{os.getpid()}"
@@ -459,9 +458,10 @@ class Candidate:
         if self.model is None:
             raise WorkerError("protocol", "run before a successful load")
         args = self._make_inputs(msg["inputs"])
-        inputs_checksum = inputs.combine(inputs.checksums(args))
+        sums = inputs.checksums(args)
+        inputs_checksum = inputs.combine(sums)
         tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
-        hashes_before = [inputs.checksum(t) for t in tensors_in]
+        hashes_before = [s for s in sums if s is not None]
         poisoned = 0
         if msg.get("poison", True):
             in_bytes = sum(t.numel() * t.element_size() for t in tensors_in)

@@ -9,6 +9,7 @@ import collections
 import copy
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 import time
@@ -52,10 +53,6 @@ def split_init(init: Any) -> tuple:
     if isinstance(init, (list, tuple)):
         return list(init), {}, "positional"
     raise WorkerError("problem_error", f"get_init_inputs() must return a list or tuple, found {type(init).__name__}")
-
-
-MIN_SIZE_GLOBAL = inputs.MIN_SIZE_GLOBAL
-scale_size_globals = inputs.scale_size_globals
 
 
 def _release_cached() -> None:
@@ -110,7 +107,7 @@ class Judge:
             self.module = importlib.util.module_from_spec(spec)
             sys.modules[name] = self.module
             spec.loader.exec_module(self.module)
-            self.size_globals = scale_size_globals(self.module, msg.get("size_scale"), bool(msg.get("size_odd", False)))
+            self.size_globals = inputs.scale_size_globals(self.module, msg.get("size_scale"), bool(msg.get("size_odd", False)))
             for attr in ("Model", "get_inputs", "get_init_inputs"):
                 if not hasattr(self.module, attr):
                     raise AttributeError(f"problem defines no {attr}")
@@ -143,8 +140,7 @@ class Judge:
         # a candidate's process for its runs. Derived seeds make the problem's tensors on the device.
         self.recipe = inputs.Recipe(self.module, self.precision, self.device, on_device=self.seed_scheme == "derived")
         self.kept: "collections.OrderedDict[int, Dict[str, Any]]" = collections.OrderedDict()
-        self.fp_index: Dict[int, Optional[torch.Tensor]] = {}
-        self.fp_index_cpu: Dict[int, torch.Tensor] = {}
+        self.fp_index: Dict[int, torch.Tensor] = {}
         try:
             first = inputs.combine(inputs.checksums(self.recipe.raw(self.construct_seed)))
             raw = self.recipe.raw(self.construct_seed)
@@ -249,6 +245,16 @@ class Judge:
             reply.update(self._full(trial)["meta"])
         return reply
 
+    def _make(self, trial: int) -> List[Any]:
+        """A declared trial's inputs, made from its seed."""
+        if trial not in self.trials:
+            raise WorkerError("protocol", f"no inputs were made for trial {trial}")
+        rec = self.trials[trial]
+        try:
+            return self.recipe.make(rec["seed"], rec["distribution"])
+        except Exception as e:
+            raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
+
     def _full(self, trial: int) -> Dict[str, Any]:
         """A trial's inputs' references (fp32, fp64), made from its seed now unless kept."""
         if trial not in self.trials:
@@ -257,10 +263,7 @@ class Judge:
             self.kept.move_to_end(trial)
             return self.kept[trial]
         rec = self.trials[trial]
-        try:
-            args = self.recipe.make(rec["seed"], rec["distribution"])
-        except Exception as e:
-            raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
+        args = self._make(trial)
         sums = inputs.checksums(args)
         checksum = inputs.combine(sums)
         if rec.setdefault("checksum", checksum) != checksum:
@@ -285,8 +288,7 @@ class Judge:
                 del a64
         meta = {"n_inputs": n_inputs, "input_bytes": input_bytes, "input_checksum": checksum,
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
-                "output_sizes": [r.numel() * r.element_size() for r in ref], "output_numels": [r.numel() for r in ref],
-                "input_checksums": sums}
+                "output_sizes": [r.numel() * r.element_size() for r in ref], "output_numels": [r.numel() for r in ref]}
         if "fp" not in rec:
             probe_fp = None
             if rec["probe"]:
@@ -321,21 +323,20 @@ class Judge:
 
     def _fp_positions(self, i: int, numel: int) -> Optional[torch.Tensor]:
         """Output i's fingerprint positions: None (every element) up to FINGERPRINT_MAX, else a fixed
-        sorted random sample of that many (the same for every trial and candidate of this judge)."""
+        sorted random sample of that many (the same for every trial and candidate of this judge),
+        kept on the host."""
         if numel <= FINGERPRINT_MAX:
             return None
-        if i not in self.fp_index or self.fp_index[i] is None or int(self.fp_index[i][-1]) >= numel:
+        if i not in self.fp_index or int(self.fp_index[i][-1]) >= numel:
             g = torch.Generator().manual_seed(derive_seed(self.construct_seed, f"fingerprint:{i}"))
-            idx = torch.randint(0, numel, (FINGERPRINT_MAX,), generator=g).unique(sorted=True)
-            self.fp_index[i] = idx.to(self.device)
-            self.fp_index_cpu[i] = idx
+            self.fp_index[i] = torch.randint(0, numel, (FINGERPRINT_MAX,), generator=g).unique(sorted=True)
         return self.fp_index[i]
 
     def _fp(self, x: torch.Tensor, i: int) -> torch.Tensor:
         """Output i's values at its fingerprint positions (flat), on the judge's device."""
         flat = self._on_compare_device(x).reshape(-1)
         idx = self._fp_positions(i, flat.numel())
-        return flat.clone() if idx is None else flat[idx]
+        return flat.clone() if idx is None else flat[idx.to(flat.device)]
 
     def _note_discrimination(self, trial: int, full: Dict[str, Any]) -> None:
         """Strict profile, correctness trials: per output, the fingerprint elements this trial's
@@ -369,10 +370,7 @@ class Judge:
             n, of = int(undisc.sum()), int((d["below_noise"] | d["discriminated"]).sum())
             if n and of and n / of >= compare.DEGENERATE_SHARE:
                 k = int(undisc.reshape(-1).nonzero()[0])
-                numel = 1
-                for s in d["shape"]:
-                    numel *= s
-                idx = self._fp_positions(i, numel)
+                idx = self._fp_positions(i, math.prod(d["shape"]))
                 flat = k if idx is None else int(idx[k])
                 where = [int(x) for x in torch.unravel_index(torch.tensor(flat), d["shape"])] if d["shape"] else []
                 found[str(i)] = {"count": n, "of": of, "first_index": where, "trials": sorted(d["trials"])}
@@ -592,15 +590,7 @@ class Judge:
         of a candidate's load, which makes the same set the same way)."""
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_load before time_prepare")
-        trial = int(msg["trial"])
-        if trial not in self.trials:
-            raise WorkerError("protocol", f"time_load: no inputs were made for trial {trial}")
-        rec = self.trials[trial]
-        try:
-            args = self.recipe.make(rec["seed"], rec["distribution"])
-        except Exception as e:
-            raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
-        return self.timer.add(args)
+        return self.timer.add(self._make(int(msg["trial"])))
 
     def time_call(self, msg: dict) -> dict:
         if getattr(self, "timer", None) is None:
@@ -639,16 +629,13 @@ class Judge:
         k = max(1, min(int(msg.get("k", 64)), 4096))
         picks = []
         for i, shape in enumerate(fp["shapes"]):
-            numel = 1
-            for d in shape:
-                numel *= d
+            numel = math.prod(shape)
             if numel == 0:
                 picks.append([])
                 continue
             idx = self._fp_positions(i, numel)
             n = numel if idx is None else idx.numel()
-            slots = [0, n - 1] + [int(x) for x in torch.randint(0, n, (max(0, k - 2),))]
-            slots = slots[:min(k, n)] if n < k else slots
+            slots = ([0, n - 1] + [int(x) for x in torch.randint(0, n, (max(0, k - 2),))])[:min(k, n)]
             picks.append([s if idx is None else int(idx[s]) for s in slots])
         return {"indices": picks}
 
@@ -666,11 +653,7 @@ class Judge:
             idx, got = picks[i], values[i]
             if not isinstance(got, list) or len(got) != len(idx):
                 return {"match": False, "message": f"output {i}: no values for the requested indices"}
-            numel = 1
-            for d in fp["shapes"][i]:
-                numel *= d
-            positions = self._fp_positions(i, numel)
-            positions = self.fp_index_cpu[i] if positions is not None else None
+            positions = self._fp_positions(i, math.prod(fp["shapes"][i]))
             try:
                 flat = torch.tensor(idx, dtype=torch.long)
             except (TypeError, ValueError, RuntimeError) as e:
@@ -697,7 +680,7 @@ class Judge:
         names the kernel profile is matched against (kernel_check)."""
         from . import kernel_audit
         try:
-            source = kernel_audit.decode_source(msg)
+            source = protocol.decode_source(msg)
         except ValueError as e:
             raise WorkerError("protocol", f"audit_source: {e}") from None
         device = getattr(self, "device", None) or str(msg.get("device", "cpu"))

@@ -22,7 +22,6 @@ compiler and the kernel profile decide."""
 from __future__ import annotations
 
 import ast
-import base64
 import builtins
 import math
 import re
@@ -526,15 +525,6 @@ def _tf32_flag(node: ast.AST) -> Optional[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return "tf32" if node.value else "ieee"
     return None
-
-
-def decode_source(msg: Dict[str, Any]) -> bytes:
-    if "source_b64" in msg:
-        try:
-            return base64.b64decode(str(msg["source_b64"]).encode(), validate=True)
-        except Exception as e:
-            raise ValueError(f"source_b64 is not base64: {e}") from None
-    return str(msg.get("source", "")).encode()
 
 
 def audit_source(source: bytes, filename: str = "<candidate>", device: str = "cpu", precision_fp32: bool = True,

@@ -4,6 +4,7 @@ safetensors files, size-checked before loading, for tensors. Also the request lo
 the judge and candidate workers."""
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import math
@@ -158,6 +159,16 @@ def decode_value(v: Any, load_file: Callable[[str], Dict[str, Any]]) -> Any:
             raise ProtocolError(f"tensor {v['name']!r} not in {v['file']!r}")
         return tensors[v["name"]]
     raise ProtocolError(f"unknown value type {t!r}")
+
+
+def decode_source(msg: Dict[str, Any], key: str = "source_b64") -> bytes:
+    """A source text sent as base64 in `msg[key]` (it may not be UTF-8); else `msg["source"]`."""
+    if key in msg:
+        try:
+            return base64.b64decode(str(msg[key]).encode(), validate=True)
+        except Exception as e:
+            raise ValueError(f"{key} is not base64: {e}") from None
+    return str(msg.get("source", "")).encode()
 
 
 # ---- tensor files -------------------------------------------------------------------------
