@@ -217,9 +217,9 @@ print(json.dumps(out))
 
 def problem_bytes(paths: list[Path]) -> dict[str, int | None]:
     """Inputs + outputs of each problem, from a pass on torch's meta device (no memory used);
-    None where that fails. Runs this interpreter (KB_SIZE_PYTHON: another one with torch)."""
+    None where that fails. Runs this interpreter, which must have torch."""
     try:
-        res = subprocess.run([os.environ.get("KB_SIZE_PYTHON", sys.executable), "-c", SIZE_PROBE, *map(str, paths)],
+        res = subprocess.run([sys.executable, "-c", SIZE_PROBE, *map(str, paths)],
                              capture_output=True, text=True, timeout=600)
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, ValueError, IndexError, OSError):
