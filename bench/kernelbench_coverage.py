@@ -113,8 +113,9 @@ def shm_dir_of(pids: list[int]) -> str | None:
 
 
 class Call:
-    def __init__(self, pid: int, shm_before: set[str]):
+    def __init__(self, pid: int, shm_before: set[str], gpu_index: str | None):
         self.pid, self.shm_before, self.run_dir, self.pids = pid, shm_before, None, [pid]
+        self.gpu_index = gpu_index
         self.peak = {"host_rss": 0, "shm": 0, "gpu_tree": None, "gpu_device": None}
 
     def bump(self, key: str, value: int | None) -> None:
@@ -125,25 +126,28 @@ class Call:
 class Monitor(threading.Thread):
     """One sampler for all running calls, so nvidia-smi is asked once per tick."""
 
-    def __init__(self, gpu_index: str | None, concurrency: int):
+    def __init__(self, concurrency: int):
         super().__init__(daemon=True)
         self.calls: list[Call] = []
         self.lock = threading.Lock()
         self.smi = shutil.which("nvidia-smi")
-        self.gpu_index, self.concurrency = gpu_index, concurrency
+        self.concurrency = concurrency
 
-    def gpu(self) -> tuple[dict[int, int], int | None]:
+    def gpu(self) -> tuple[dict[int, int], dict[str, int]]:
+        """Memory of each compute process (all GPUs) and memory.used of each GPU by index."""
         if not self.smi:
-            return {}, None
+            return {}, {}
         apps: dict[int, int] = {}
         for line in (sh(self.smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits") or "").splitlines():
             parts = [p.strip() for p in line.split(",")]
             if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
                 apps[int(parts[0])] = apps.get(int(parts[0]), 0) + int(parts[1]) * 2**20
-        select = ["-i", self.gpu_index] if self.gpu_index else []
-        used = sh(self.smi, *select, "--query-gpu=memory.used", "--format=csv,noheader,nounits")
-        values = [int(v) for v in (used or "").split() if v.isdigit()]
-        return apps, sum(values) * 2**20 if values else None
+        used: dict[str, int] = {}
+        for line in (sh(self.smi, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits") or "").splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                used[parts[0]] = int(parts[1]) * 2**20
+        return apps, used
 
     def run(self) -> None:
         while True:
@@ -158,12 +162,12 @@ class Monitor(threading.Thread):
                         print(f"monitor: {type(e).__name__}: {e}", file=sys.stderr)
             time.sleep(0.25)
 
-    def sample(self, call: Call, apps: dict[int, int], device_used: int | None) -> None:
+    def sample(self, call: Call, apps: dict[int, int], device_used: dict[str, int]) -> None:
         call.pids = process_tree(call.pid)
         call.bump("host_rss", sum(rss_bytes(p) for p in call.pids))
         if self.smi:
             call.bump("gpu_tree", sum(apps.get(p, 0) for p in call.pids))
-            call.bump("gpu_device", device_used)
+            call.bump("gpu_device", device_used.get(call.gpu_index or ""))
         if call.run_dir is None:
             call.run_dir = shm_dir_of(call.pids)
         if call.run_dir is None and self.concurrency == 1:  # else: the newest run directory of this call
@@ -259,18 +263,19 @@ def classify(row: dict) -> str | None:
     return None
 
 
-def verify_one(args, monitor: Monitor, active: dict, name: str, problem: Path, work: Path) -> dict:
+def verify_one(args, device: str, monitor: Monitor, active: dict, name: str, problem: Path, work: Path) -> dict:
     stem = name.replace("/", "__")
     candidate, report, log = work / f"{stem}_candidate.py", work / f"{stem}.json", work / f"{stem}.stderr"
     candidate.write_text(problem.read_text() + CANDIDATE_TAIL)
-    cmd = [args.cli, "verify", str(problem), str(candidate), "--device", args.device, "--json", str(report),
+    cmd = [args.cli, "verify", str(problem), str(candidate), "--device", device, "--json", str(report),
            "--no-cache", "--no-multishape", *(["--trials", str(args.trials)] if args.trials else []),
            *shlex.split(args.pass_args)]
     shm_before = set(glob.glob(SHM_GLOB))
     start = time.monotonic()
     with open(log, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    call = Call(proc.pid, shm_before)
+    index = re.fullmatch(r"cuda:(\d+)", device)
+    call = Call(proc.pid, shm_before, index.group(1) if index else None)
     with monitor.lock:
         monitor.calls.append(call)
         active[proc.pid] = call
@@ -288,7 +293,8 @@ def verify_one(args, monitor: Monitor, active: dict, name: str, problem: Path, w
         shutil.rmtree(call.run_dir, ignore_errors=True)  # verify had no chance to remove it
     stderr_tail = log.read_text(errors="replace")[-2000:]
     row = {"problem": name, "file": str(problem), "verdict": None, "rule": None, "message": None, "warnings": [],
-           "returncode": proc.returncode, "timed_out": timed_out, "timeout_s": args.timeout_s, "wall_s": round(wall, 2)}
+           "device": device, "returncode": proc.returncode, "timed_out": timed_out, "timeout_s": args.timeout_s,
+           "wall_s": round(wall, 2)}
     try:
         data = json.loads(report.read_text())
         entry = data["candidates"][0]
@@ -343,9 +349,10 @@ def main() -> int:
     p.add_argument("--kernelbench", type=Path, default=Path(".kb"), help="directory holding KernelBench/level1..3")
     p.add_argument("--levels", default="1,2,3")
     p.add_argument("--problems", default="", help="comma-separated stems or levelN/stem (default: all)")
-    p.add_argument("--device", default="cuda:0")
+    p.add_argument("--device", default="cuda:0", help="one device, or several comma-separated (cuda:0,cuda:1): "
+                   "problems go to whichever has a free slot, --concurrency calls on each")
     p.add_argument("--out", type=Path, required=True, help="JSON record (resumed from when it exists)")
-    p.add_argument("--concurrency", type=int, default=1, help="verify calls at once")
+    p.add_argument("--concurrency", type=int, default=1, help="verify calls at once on each device")
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--budget-s", type=float, default=None, help="start no problem after this many seconds")
     p.add_argument("--order", choices=["file", "size"], default="file", help="size: smallest inputs + outputs first (meta-device estimate)")
@@ -361,17 +368,19 @@ def main() -> int:
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     rows = {r["problem"]: r for r in old.get("problems", [])}
     todo = [(n, f) for n, f in chosen if n not in rows or (args.retry_not_evaluable and not rows[n]["evaluable"])]
-    sizes = problem_bytes([f for _, f in todo]) if args.concurrency > 1 or args.order == "size" else {}
+    devices = [d.strip() for d in args.device.split(",") if d.strip()]
+    slots = max(args.concurrency, 1) * len(devices)
+    sizes = problem_bytes([f for _, f in todo]) if slots > 1 or args.order == "size" else {}
     if args.order == "size":  # unknown sizes last
         todo.sort(key=lambda item: (sizes.get(str(item[1])) is None, sizes.get(str(item[1])) or 0))
 
     def large(f: Path) -> bool:
         b = sizes.get(str(f), 0)
         return b is None or b > args.alone_over_gb * 1e9
-    alone = {n for n, f in todo if args.concurrency > 1 and large(f)}
-    gate = Gate()
-    device = re.fullmatch(r"cuda:(\d+)", args.device)
-    monitor = Monitor(device.group(1) if device else None, args.concurrency)
+    alone = {n for n, f in todo if args.concurrency > 1 and large(f)}  # alone on its device
+    gates = {d: Gate() for d in devices}
+    queue = list(todo)  # taken from the front by whichever device slot is free
+    monitor = Monitor(slots)
     monitor.start()
     here = machine(args)
     # A device machine's copy of the tree may carry stale git metadata: the caller's word first.
@@ -398,16 +407,25 @@ def main() -> int:
                       problems=mine + [r for n, r in rows.items() if n not in names])
         write(args.out, record)
 
-    def job(name: str, path: Path, work: Path) -> None:
-        if halt.is_set() or (args.budget_s is not None and time.monotonic() - began > args.budget_s):
-            return
-        gate.enter(name in alone)
+    def over() -> bool:
+        return halt.is_set() or (args.budget_s is not None and time.monotonic() - began > args.budget_s)
+
+    def slot(device: str, work: Path) -> None:
+        while not over():
+            with lock:
+                if not queue:
+                    return
+                name, path = queue.pop(0)
+            job(device, name, path, work)
+
+    def job(device: str, name: str, path: Path, work: Path) -> None:
+        gates[device].enter(name in alone)
         try:
-            if halt.is_set() or (args.budget_s is not None and time.monotonic() - began > args.budget_s):
+            if over():
                 return
-            row = verify_one(args, monitor, active, name, path, work)
+            row = verify_one(args, device, monitor, active, name, path, work)
         finally:
-            gate.leave()
+            gates[device].leave()
         row["ran_alone"] = name in alone or args.concurrency == 1
         if halt.is_set():  # killed by our own shutdown: not a result
             return
@@ -418,7 +436,7 @@ def main() -> int:
             record["runs"][-1]["problems_run"] += 1
             walls.append(row["wall_s"])
             save()
-            eta = sum(walls) / len(walls) * len(names - rows.keys()) / max(args.concurrency, 1)
+            eta = sum(walls) / len(walls) * len(names - rows.keys()) / slots
             print(f"[{len(names & rows.keys())}/{len(chosen)}] {name}: {row['verdict'] or 'no report'} "
                   f"({row['rule'] or '-'}) {row['wall_s']:.1f} s, rss {row['peak_host_rss_gb']} GB, "
                   f"shm {row['peak_shm_gb']} GB, gpu tree/device {row['peak_gpu_tree_gb']}/"
@@ -441,8 +459,8 @@ def main() -> int:
         with lock:
             save()
         try:
-            with ThreadPoolExecutor(max_workers=max(args.concurrency, 1)) as pool:
-                for future in [pool.submit(job, n, f, Path(tmp)) for n, f in todo]:
+            with ThreadPoolExecutor(max_workers=slots) as pool:
+                for future in [pool.submit(slot, d, Path(tmp)) for d in devices for _ in range(max(args.concurrency, 1))]:
                     future.result()
         except KeyboardInterrupt:
             stop(signal.SIGINT, None)

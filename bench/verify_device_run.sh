@@ -44,6 +44,8 @@ for mode in "$@"; do
       if [[ -n "${CASES_GROUPS:-}" ]]; then
         IFS=';' read -ra groups <<< "$CASES_GROUPS"
         for i in "${!groups[@]}"; do
+          # CASES_GPUS=N: group i runs on GPU i mod N (its own CUDA_VISIBLE_DEVICES).
+          env ${CASES_GPUS:+CUDA_VISIBLE_DEVICES=$((i % CASES_GPUS))} \
           KERNELLLM_CLI=$cli KERNELLLM_CASES_DEVICE=cuda:0 KERNELLLM_CASES_RECORD=$out/cases-part$i.json \
             KERNELLLM_CASES_PROBLEMS=${groups[$i]} \
             timeout -s INT "${CASES_TIMEOUT_S:-86400}" python3 -m pytest tests/python/test_cases.py -q -rf -p no:cacheprovider --timeout 900 \
@@ -76,7 +78,8 @@ for mode in "$@"; do
       # copy's git metadata can be stale). Resumes from .cov/ (the record of
       # an earlier call, carried) so that several calls of at most 10 minutes finish the 250.
       [[ -f .cov/kernelbench-coverage-h100.json ]] && cp .cov/kernelbench-coverage-h100.json "$out/"
-      python3 bench/kernelbench_coverage.py --cli "$cli" --kernelbench "$kb" --device cuda:0 \
+      # COVERAGE_DEVICES: comma-separated devices (cuda:0,cuda:1,...), COVERAGE_CONCURRENCY calls on each.
+      python3 bench/kernelbench_coverage.py --cli "$cli" --kernelbench "$kb" --device "${COVERAGE_DEVICES:-cuda:0}" \
         --out "$out/kernelbench-coverage-h100.json" --concurrency "${COVERAGE_CONCURRENCY:-2}" \
         --budget-s "${COVERAGE_BUDGET_S:-300}" --timeout-s "${COVERAGE_TIMEOUT_S:-240}" ${COVERAGE_ARGS:-} 2>&1 |
         tee "$out/coverage.log" | tail -15 ;;
