@@ -148,3 +148,38 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     with pytest.raises(WorkerError):  # positions the judge did not draw are refused
         outside = [i for i in range(32) if i not in set(positions.tolist())][:1]
         j.check_samples({"trial": 1, "indices": [outside], "values": [[0.0]]})
+
+
+def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key(tmp_path, monkeypatch):
+    # Red team: a 31-bit key behind the trial seeds was found from one seed by brute force, and the
+    # sampled positions followed torch's global generator, which each public input seed reseeds.
+    monkeypatch.setattr(judge, "FINGERPRINT_MAX", 8)
+    a, b = _judge(tmp_path, secret_seed=5), _judge(tmp_path, secret_seed=5 + (1 << 40))
+    seeds_a = [a.make_inputs({"trial": t, "lazy": True})["seed"] for t in range(4)]
+    seeds_b = [b.make_inputs({"trial": t, "lazy": True})["seed"] for t in range(4)]
+    assert seeds_a != seeds_b  # bits above 2^31 of the secret change every seed
+    assert seeds_a == [_judge(tmp_path, secret_seed=5).make_inputs({"trial": t, "lazy": True})["seed"] for t in range(4)]
+    for j in (a, b):
+        j.make_inputs({"trial": 0})
+    # Same secret, same public seeds, torch's generator in the same state: other positions.
+    picks = []
+    for j in (a, _judge(tmp_path, secret_seed=5)):
+        j.make_inputs({"trial": 0})
+        torch.manual_seed(seeds_a[0])
+        picks.append((j._fp_positions(0, 32).tolist(), j.sample_positions({"trial": 0, "k": 6})["indices"]))
+    assert picks[0] != picks[1]
+
+
+def test_inputs_reduced_on_the_cpu_repeat_whatever_the_callers_thread_count():
+    source = PROBLEM.replace("return [torch.randn(4, N), ", "x = torch.randn(1 << 18)\n    return [x - x.mean(), ")
+    r = inputs.Recipe(_module(source), torch.float32, "cpu", on_device=True)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = r.make(3)
+        torch.set_num_threads(max(2, inputs.MAKE_THREADS + 1))
+        many = r.make(3)
+        assert torch.get_num_threads() == max(2, inputs.MAKE_THREADS + 1)  # the caller's count is restored
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one[0], many[0])

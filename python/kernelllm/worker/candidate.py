@@ -107,7 +107,7 @@ class _AtenCompute(TorchDispatchMode):
                               r"transpose|permute|expand|contiguous|detach|alias|unsqueeze|squeeze|select|slice|"
                               r"_to_copy|to$|lift|resize|set_|new_|_unsafe_view|split|chunk|unbind|cat|stack|"
                               r"narrow|flatten|unflatten|movedim|_local_scalar_dense|item|is_|size|stride|numel|"
-                              r"sym_|arange|scalar_tensor|_has_compatible|equal)")
+                              r"sym_|arange|scalar_tensor|_has_compatible|equal|record_stream)")
 
     def __init__(self) -> None:
         super().__init__()

@@ -11,6 +11,7 @@ the recipe's only computes the wrong answer; its checksum tells the judge why.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from typing import Any, Dict, List, Optional
 
@@ -26,6 +27,7 @@ def derive_seed(secret: int, label: str) -> int:
     return int(hashlib.sha256(f"{secret}:{label}".encode()).hexdigest(), 16) % (2 ** 31)
 
 
+MAKE_THREADS = min(8, os.cpu_count() or 1)  # torch's intra-op threads while get_inputs() runs
 MIN_SIZE_GLOBAL = 8  # smaller module ints are dims, kernel sizes, counts: left alone when scaling
 
 
@@ -72,13 +74,17 @@ class Recipe:
             numpy.random.seed(seed % (2 ** 32))
         except ImportError:
             pass
-        dtype = torch.get_default_dtype()
+        dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
         torch.set_default_dtype(torch.float32)
+        # A CPU reduction in get_inputs() rounds by how it is split over threads: the judge and
+        # each candidate process make the inputs with the same count, whatever theirs is.
+        torch.set_num_threads(MAKE_THREADS)
         try:
             with torch.device(self.device if self.on_device else "cpu"):
                 return list(self.module.get_inputs())
         finally:
             torch.set_default_dtype(dtype)
+            torch.set_num_threads(threads)
 
     def _cast(self, x: Any) -> Any:
         if not isinstance(x, torch.Tensor):

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import secrets
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -70,6 +71,8 @@ class Judge:
     def __init__(self) -> None:
         self.loaded = False
         self.trials: Dict[int, Dict[str, Any]] = {}
+        self.private_key = secrets.token_hex(32)  # see _private_int
+        self.sample_draws = 0
 
     def load_problem(self, msg: dict) -> dict:
         if self.loaded:
@@ -89,10 +92,13 @@ class Judge:
         self.max_tensor_bytes = int(msg.get("max_tensor_bytes", 4 << 30))
         secret = int(msg["secret_seed"])
         self.seed_scheme = msg.get("seed_scheme", "derived")
+        # Derived seeds are keyed by the whole secret (62 bits from the orchestrator), never by a
+        # 31-bit seed a candidate is shown: from one trial's seed no other can be searched out.
+        # (KernelBench's scheme keeps its predictable draws: it is for agreement with its eval.)
         if self.seed_scheme == "kernelbench":
             self.construct_seed, self.trial_base = secret, secret
         elif self.seed_scheme == "derived":
-            self.construct_seed, self.trial_base = derive_seed(secret, "construct"), derive_seed(secret, "trials")
+            self.construct_seed, self.trial_base = derive_seed(secret, "construct"), secret
         else:
             raise WorkerError("protocol", f"seed_scheme: expected derived or kernelbench, found {self.seed_scheme!r}")
         self.n_trials = int(msg.get("n_trials", DEFAULT_TRIALS))
@@ -219,7 +225,7 @@ class Judge:
             raise WorkerError("protocol", f"trial must be >= 0, found {trial}")
         if self.seed_scheme == "kernelbench":
             return kernelbench_trial_seeds(self.trial_base, max(trial + 1, self.n_trials))[trial]
-        # One sha256 per trial: a candidate shown one trial's seed learns nothing of another's.
+        # One sha256 of the secret per trial: a candidate shown one trial's seed learns nothing of another's.
         return derive_seed(self.trial_base, f"trial:{trial}")
 
     def make_inputs(self, msg: dict) -> dict:
@@ -321,6 +327,13 @@ class Judge:
             return None
         return [r.detach() for r in ref]
 
+    def _private_int(self, label: str, n: int) -> int:
+        """A number in [0, n) from this judge's own random key, which no other process has: the
+        fingerprint positions and the sampled positions of timed calls. Not torch's global generator
+        (the input seeds, which candidates are sent, reseed it) nor anything derived from a seed a
+        candidate is shown."""
+        return int(hashlib.sha256(f"{self.private_key}:{label}".encode()).hexdigest(), 16) % n
+
     def _fp_positions(self, i: int, numel: int) -> Optional[torch.Tensor]:
         """Output i's fingerprint positions: None (every element) up to FINGERPRINT_MAX, else a fixed
         sorted random sample of that many (the same for every trial and candidate of this judge),
@@ -328,7 +341,7 @@ class Judge:
         if numel <= FINGERPRINT_MAX:
             return None
         if i not in self.fp_index or int(self.fp_index[i][-1]) >= numel:
-            g = torch.Generator().manual_seed(derive_seed(self.construct_seed, f"fingerprint:{i}"))
+            g = torch.Generator().manual_seed(self._private_int(f"fingerprint:{i}", 2 ** 63))
             self.fp_index[i] = torch.randint(0, numel, (FINGERPRINT_MAX,), generator=g).unique(sorted=True)
         return self.fp_index[i]
 
@@ -635,7 +648,9 @@ class Judge:
                 continue
             idx = self._fp_positions(i, numel)
             n = numel if idx is None else idx.numel()
-            slots = ([0, n - 1] + [int(x) for x in torch.randint(0, n, (max(0, k - 2),))])[:min(k, n)]
+            self.sample_draws += 1
+            drawn = [self._private_int(f"sample:{self.sample_draws}:{j}", n) for j in range(max(0, k - 2))]
+            slots = ([0, n - 1] + drawn)[:min(k, n)]
             picks.append([s if idx is None else int(idx[s]) for s in slots])
         return {"indices": picks}
 
