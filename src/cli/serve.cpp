@@ -49,6 +49,14 @@ int fail(const Status& status) {
 }
 
 int run_serve(ServeArgs& a) {
+  // SIGINT/SIGTERM are taken by one thread: blocked here, before any thread exists (the engine's
+  // pools, the HTTP workers), so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a dead server
   serve::ServeOptions& o = a.serve;
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("KERNELLLM_API_KEY")) o.api_key = env;
@@ -91,13 +99,6 @@ int run_serve(ServeArgs& a) {
     std::fprintf(stderr, "note: /v1/chat/completions is refused for this model: %s\n", chat.status().message().c_str());
   }
 
-  // SIGINT/SIGTERM are taken by one thread (blocked everywhere else, as threads inherit the mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a dead server
   auto control = std::make_shared<serve::ServerControl>();
   std::thread([control, signals] {
     int sig = 0;
