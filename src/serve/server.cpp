@@ -178,7 +178,8 @@ Status run_server(const ServeOptions& o, OpenedEngine& engine, const std::functi
   const int threads = o.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http.set_payload_max_length(o.max_body_bytes);
-  http.set_keep_alive_timeout(30);
+  // Short: an idle keep-alive connection holds a worker, and stopping waits for it.
+  http.set_keep_alive_timeout(2);
   http.set_read_timeout(60);
   http.set_pre_routing_handler([&o](const httplib::Request& req, httplib::Response& res) {
     if (req.path.rfind("/v1/", 0) != 0 || authorized(o, req)) return httplib::Server::HandlerResponse::Unhandled;
