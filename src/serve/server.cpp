@@ -103,14 +103,12 @@ void handle_generate(ServerState& s, bool chat, const httplib::Request& req, htt
                   "application/json");
 }
 
-Json models_body(const ServerState& s) {
-  return Json{{"object", "list"},
-              {"data",
-               Json::array({Json{{"id", s.api.model_name},
-                                 {"object", "model"},
-                                 {"created", s.started_s},
-                                 {"owned_by", "kernelllm"},
-                                 {"max_model_len", s.api.limits.context}}})}};
+Json model_body(const ServerState& s) {
+  return Json{{"id", s.api.model_name},
+              {"object", "model"},
+              {"created", s.started_s},
+              {"owned_by", "kernelllm"},
+              {"max_model_len", s.api.limits.context}};
 }
 
 }  // namespace
@@ -225,7 +223,14 @@ Status run_server(const ServeOptions& o, OpenedEngine& engine, const std::functi
                     "application/json");
   });
   http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-    res.set_content(models_body(s).dump(), "application/json");
+    res.set_content(Json{{"object", "list"}, {"data", Json::array({model_body(s)})}}.dump(), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [&s](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != s.api.model_name) {
+      return send_error(res, ApiError{404, "The model '" + std::string(req.matches[1]) + "' does not exist",
+                                      "invalid_request_error", "model", "model_not_found"});
+    }
+    res.set_content(model_body(s).dump(), "application/json");
   });
   http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) { handle_generate(s, false, req, res); });
   http.Post("/v1/chat/completions",

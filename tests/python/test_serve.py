@@ -106,6 +106,9 @@ def answers_after(server) -> None:
 def test_models_lists_the_served_model(client):
     models = client.models.list().data
     assert [m.id for m in models] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
 
 
 def test_completions_give_n_choices_and_count_usage(client, tokenizer):
