@@ -142,6 +142,15 @@ def test_streamed_text_equals_the_whole_greedy_answer(client):
     assert text == whole.choices[0].text
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
+    # n = 2, sampled: each choice's chunks, joined, equal that choice of the whole answer.
+    args = dict(model=MODEL, prompt="import torch", max_tokens=12, temperature=1.0, n=2, seed=9)
+    whole2 = client.completions.create(**args)
+    joined = {0: "", 1: ""}
+    for c in client.completions.create(**args, stream=True):
+        for ch in c.choices:
+            joined[ch.index] += ch.text
+    assert joined == {c.index: c.text for c in whole2.choices}
+
     msgs = [{"role": "user", "content": "hi"}]
     chat_whole = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, temperature=0)
     chat_chunks = list(client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, temperature=0, stream=True))
@@ -188,14 +197,18 @@ def test_concurrent_clients_are_all_answered_as_if_alone(client):
     assert got == solo  # batching with the others changes no token
 
 
-def test_the_api_key_is_enforced(model_dir, tmp_path):
-    s = Server(model_dir, tmp_path / "server.log", "--api-key", "sekret")
+def test_the_api_key_is_enforced_and_chat_needs_a_llama3_template(tiny_model, tmp_path):
+    # tiny_model's tokenizer_config.json has no chat_template: chat is refused, the rest served.
+    s = Server(tiny_model, tmp_path / "server.log", "--api-key", "sekret")
     try:
         with pytest.raises(openai.AuthenticationError):
             s.client("wrong").models.list()
         r = requests.get(s.url + "/v1/models", timeout=30)
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert [m.id for m in s.client("sekret").models.list().data] == [MODEL]
+        with pytest.raises(openai.BadRequestError) as e:
+            s.client("sekret").chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        assert e.value.body["code"] == "chat_template_unsupported" and "chat_template" in e.value.body["message"]
     finally:
         s.stop()
 
