@@ -34,9 +34,13 @@ bool stream_request(ServerState& s, const EngineRequest& r, const std::shared_pt
                     const std::string& id, int64_t created, httplib::DataSink& sink) {
   const std::string& model = s.api.model_name;
   const auto send = [&](const Json& j) { return send_event(sink, j.dump(-1, ' ', false, Json::error_handler_t::replace)); };
+  const auto gone = [&] {  // the client went away: its request ends at the engine's next step
+    ch->cancel();
+    return false;
+  };
   if (r.chat) {
     for (int i = 0; i < r.n; ++i) {
-      if (!send(chunk_body(true, id, created, model, i, "", nullptr, true))) return ch->cancel(), false;
+      if (!send(chunk_body(true, id, created, model, i, "", nullptr, true))) return gone();
     }
   }
   std::vector<StreamPiece> pieces;
@@ -44,9 +48,9 @@ bool stream_request(ServerState& s, const EngineRequest& r, const std::shared_pt
     pieces.clear();
     auto result = ch->wait(kHeartbeat, pieces);
     for (const StreamPiece& p : pieces) {
-      if (!send(chunk_body(r.chat, id, created, model, p.sample, p.text, nullptr, false))) return ch->cancel(), false;
+      if (!send(chunk_body(r.chat, id, created, model, p.sample, p.text, nullptr, false))) return gone();
     }
-    if (pieces.empty() && !result && !sink.write(": keep-alive\n\n", 14)) return ch->cancel(), false;
+    if (pieces.empty() && !result && !sink.write(": keep-alive\n\n", 14)) return gone();
     if (!result) continue;
     if (!result->ok()) {
       send(status_error(result->status()).to_json());
