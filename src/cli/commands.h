@@ -20,6 +20,7 @@ void add_verify_command(CLI::App& app, CommandRun& run);
 void add_optimize_command(CLI::App& app, CommandRun& run);
 void add_eval_command(CLI::App& app, CommandRun& run);  // eval and `eval merge`
 void add_repl_command(CLI::App& app, CommandRun& run);
+void add_serve_command(CLI::App& app, CommandRun& run);
 
 // --gpu-memory-fraction, shared by the commands that run the engine beside the verifier
 // (optimize, repl, eval): 0 (unset) leaves the choice to engine_memory_fraction().

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kernelllm::cli::add_optimize_command(app, run);
   kernelllm::cli::add_eval_command(app, run);
   kernelllm::cli::add_repl_command(app, run);
+  kernelllm::cli::add_serve_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

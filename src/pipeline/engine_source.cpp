@@ -48,23 +48,23 @@ class EngineSource final : public CompletionSource {
   std::string description_;
 };
 
-// Owns the weights (the CPU backend reads them in place), a temporary checkpoint directory
-// (CPU random weights), the tokenizer and the backend; members are destroyed in reverse order,
-// so the backend goes first.
+// Owns an opened engine's parts and a source over them.
 class OwnedEngineSource final : public CompletionSource {
  public:
-  std::unique_ptr<bench::TempDir> temp;
-  std::unique_ptr<WeightStore> weights;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<CompletionSource> source;
+  explicit OwnedEngineSource(OpenedEngine parts) : parts_(std::move(parts)) {
+    source_ = make_engine_source(*parts_.backend, *parts_.tokenizer, parts_.stop_ids, parts_.description);
+  }
 
   Result<std::vector<std::string>> complete(const std::string& prompt, int n, int max_new_tokens,
                                             const SamplingParams& sampling, const StreamCallback& on_text,
                                             GenerateStats* stats) override {
-    return source->complete(prompt, n, max_new_tokens, sampling, on_text, stats);
+    return source_->complete(prompt, n, max_new_tokens, sampling, on_text, stats);
   }
-  std::string describe() const override { return source->describe(); }
+  std::string describe() const override { return source_->describe(); }
+
+ private:
+  OpenedEngine parts_;
+  std::unique_ptr<CompletionSource> source_;  // declared last: destroyed before the parts
 };
 
 struct DeviceChoice {
@@ -119,6 +119,11 @@ double engine_memory_fraction(const std::string& engine_device, const std::vecto
 }
 
 Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& options) {
+  KLLM_ASSIGN_OR_RETURN(OpenedEngine parts, open_engine_parts(options));
+  return std::unique_ptr<CompletionSource>(std::make_unique<OwnedEngineSource>(std::move(parts)));
+}
+
+Result<OpenedEngine> open_engine_parts(const EngineOptions& options) {
   KLLM_ASSIGN_OR_RETURN(DeviceChoice device, parse_engine_device(options.device));
   if (!(options.gpu_memory_fraction >= 0.0 && options.gpu_memory_fraction <= 1.0)) {
     return error(ErrorCode::invalid_argument, "GPU memory fraction: expected a value in (0, 1], found " +
@@ -126,7 +131,13 @@ Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& optio
   }
   KLLM_ASSIGN_OR_RETURN(DType dtype, parse_engine_dtype(options.dtype));
   if (device.cuda) KLLM_RETURN_IF_ERROR(require_cuda_build());
-  auto owned = std::make_unique<OwnedEngineSource>();
+  // Holds what the backend reads (the weights, a temporary checkpoint) until it is gone.
+  struct Storage {
+    std::unique_ptr<bench::TempDir> temp;
+    std::unique_ptr<WeightStore> weights;
+  };
+  auto owned = std::make_shared<Storage>();
+  OpenedEngine out;
   ModelConfig config;
   std::vector<int32_t> stop_ids;
   std::string description;
@@ -136,7 +147,7 @@ Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& optio
     config = model.config;
     stop_ids = stop_ids_of(model.generation, model.config);
     description = options.device + ":" + model.dir.string();
-    owned->tokenizer = std::make_unique<Tokenizer>(std::move(model.tokenizer));
+    out.tokenizer = std::make_unique<Tokenizer>(std::move(model.tokenizer));
     owned->weights = std::move(model.weights);
   } else {
     // The shape's weights, the tokenizer (and generation config, when present) of `model`.
@@ -154,7 +165,7 @@ Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& optio
     stop_ids = stop_ids_of(generation, config);
     description = options.device + ":random " + options.random_config + " (seed " + std::to_string(options.random_seed) +
                   ", tokenizer " + dir.string() + ")";
-    owned->tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
+    out.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
     if (!device.cuda) {
       // The CPU backend reads weights from a checkpoint: write a seeded one and mmap it.
       KLLM_ASSIGN_OR_RETURN(owned->temp, bench::TempDir::create("kernelllm-random-weights"));
@@ -170,18 +181,20 @@ Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& optio
     co.dtype = dtype;
     co.memory_fraction = options.gpu_memory_fraction;
     if (owned->weights) {
-      KLLM_ASSIGN_OR_RETURN(owned->backend, make_cuda_backend(config, *owned->weights, co));
+      KLLM_ASSIGN_OR_RETURN(out.backend, make_cuda_backend(config, *owned->weights, co));
       owned->weights.reset();  // uploaded; the mmap is no longer needed
     } else {
-      KLLM_ASSIGN_OR_RETURN(owned->backend, make_cuda_backend_random(config, options.random_seed, co));
+      KLLM_ASSIGN_OR_RETURN(out.backend, make_cuda_backend_random(config, options.random_seed, co));
     }
   } else {
     CpuBackendOptions co;
     co.num_threads = options.threads;
-    KLLM_ASSIGN_OR_RETURN(owned->backend, make_cpu_backend(config, *owned->weights, co));
+    KLLM_ASSIGN_OR_RETURN(out.backend, make_cpu_backend(config, *owned->weights, co));
   }
-  owned->source = make_engine_source(*owned->backend, *owned->tokenizer, std::move(stop_ids), std::move(description));
-  return std::unique_ptr<CompletionSource>(std::move(owned));
+  if (owned->weights || owned->temp) out.storage = std::move(owned);
+  out.stop_ids = std::move(stop_ids);
+  out.description = std::move(description);
+  return out;
 }
 
 }  // namespace kernelllm

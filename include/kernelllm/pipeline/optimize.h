@@ -51,6 +51,17 @@ struct EngineOptions {
 };
 Result<std::unique_ptr<CompletionSource>> open_engine(const EngineOptions& options);
 
+// The same opened model as parts, for callers that drive the backend themselves (the server's
+// Scheduler). Members are destroyed in reverse order: the backend before what it reads.
+struct OpenedEngine {
+  std::shared_ptr<void> storage;         // weights (read in place) and any temporary checkpoint
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend;
+  std::vector<int32_t> stop_ids;         // generation_config.json's eos ids, else config.json's
+  std::string description;               // as CompletionSource::describe()
+};
+Result<OpenedEngine> open_engine_parts(const EngineOptions& options);
+
 // The engine's GPU memory fraction for a run that generates on `engine_device` and verifies on
 // `verify_devices`: `requested` when the user gave one (> 0); else kSharedGpuMemoryFraction when
 // verification uses the engine's GPU (its judge and candidate processes need memory there too),
