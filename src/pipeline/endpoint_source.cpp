@@ -88,7 +88,7 @@ class EndpointSource final : public CompletionSource {
     };
     auto worker = [&] {
       while (!stop.load()) {
-        Chunk chunk;
+        Chunk chunk{0, 0};
         {
           std::lock_guard<std::mutex> lock(mu);
           if (next_chunk == chunks.size()) return;
