@@ -12,7 +12,6 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "kernelllm/pipeline/endpoint.h"
 
@@ -222,9 +221,12 @@ Result<std::string> endpoint_only_model(const EndpointOptions& o) {
     }
   }
   if (ids.size() != 1) {
+    std::string listed;
+    for (const std::string& id : ids) listed += (listed.empty() ? " (" : ", ") + id;
+    if (!listed.empty()) listed += ")";
     return error(ErrorCode::invalid_argument,
                  fmt::format("endpoint {}: expected exactly one model when --endpoint-model is not given, found {}{}", where,
-                             ids.size(), ids.empty() ? "" : fmt::format(" ({})", fmt::join(ids, ", "))));
+                             ids.size(), listed));
   }
   return ids[0];
 }
