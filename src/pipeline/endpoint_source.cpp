@@ -22,6 +22,23 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// After a 401/403: where the key came from, never the key.
+std::string key_note(const EndpointOptions& o) {
+  return o.api_key.empty() ? fmt::format(" (no API key was sent: ${} is not set)", o.api_key_env)
+                           : fmt::format(" (the API key from ${} was refused)", o.api_key_env);
+}
+
+std::string transport_error(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "cannot connect (refused or unreachable: is the server running and listening there?)";
+    case httplib::Error::ConnectionTimeout:
+      return "cannot connect (no answer to the connection attempt)";
+    default:
+      return "transport error: " + httplib::to_string(e);
+  }
+}
+
 // One request's outcome: choices, or a refusal of its n naming the n to try next.
 struct Answer {
   std::optional<EndpointChoices> choices;
@@ -148,13 +165,9 @@ class EndpointSource final : public CompletionSource {
       if (!res) {
         const httplib::Error e = res.error();
         const double waited = seconds_since(sent);
-        if (e == httplib::Error::Read && waited >= 0.9 * o_.timeout_s) {
-          last = fmt::format("no answer within {:g} s (--endpoint-timeout)", o_.timeout_s);
-        } else if (e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout) {
-          last = fmt::format("cannot connect ({})", httplib::to_string(e));
-        } else {
-          last = fmt::format("transport error: {}", httplib::to_string(e));
-        }
+        last = e == httplib::Error::Read && waited >= 0.9 * o_.timeout_s
+                   ? fmt::format("no answer within {:g} s (--endpoint-timeout)", o_.timeout_s)
+                   : transport_error(e);
         if (e == httplib::Error::SSLServerVerification || e == httplib::Error::SSLLoadingCerts) {
           return error(ErrorCode::io_error, fmt::format("endpoint {}: {}", url_of(path), last));
         }
@@ -168,10 +181,7 @@ class EndpointSource final : public CompletionSource {
           if (auto smaller = endpoint_smaller_n(message, n)) return Answer{std::nullopt, *smaller};
         }
         last = fmt::format("HTTP {}: {}", res->status, message);
-        if (res->status == 401 || res->status == 403) {
-          last += o_.api_key.empty() ? fmt::format(" (no API key was sent: ${} is not set)", o_.api_key_env)
-                                     : fmt::format(" (the API key from ${} was refused)", o_.api_key_env);
-        }
+        if (res->status == 401 || res->status == 403) last += key_note(o_);
         if (!endpoint_status_retryable(res->status)) {
           return error(ErrorCode::io_error, fmt::format("endpoint {} (model {}): {}", url_of(path), o_.model, last));
         }
@@ -206,12 +216,14 @@ Result<std::string> endpoint_only_model(const EndpointOptions& o) {
   const std::string where = url.scheme_host_port + url.path + "/models";
   httplib::Result res = c.Get(url.path + "/models");
   if (!res) {
-    return error(ErrorCode::io_error, fmt::format("endpoint {}: cannot list models ({}); is the server running?", where,
-                                                  httplib::to_string(res.error())));
+    return error(ErrorCode::io_error, fmt::format("endpoint {}: cannot list models: {}", where, transport_error(res.error())));
   }
   if (res->status != 200) {
-    return error(ErrorCode::io_error, fmt::format("endpoint {}: HTTP {}: {} (give --endpoint-model NAME)", where,
-                                                  res->status, endpoint_error_message(res->body)));
+    const std::string note = res->status == 401 || res->status == 403 ? key_note(o)
+                             : res->status == 404                     ? " (give --endpoint-model NAME)"
+                                                                      : "";
+    return error(ErrorCode::io_error,
+                 fmt::format("endpoint {}: HTTP {}: {}{}", where, res->status, endpoint_error_message(res->body), note));
   }
   KLLM_ASSIGN_OR_RETURN(Json j, parse_json(res->body, "model list from " + where));
   std::vector<std::string> ids;

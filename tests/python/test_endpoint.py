@@ -212,12 +212,17 @@ def test_a_refused_key_is_a_clear_error_that_never_shows_the_key(cli, tmp_path):
     try:
         r = run(optimize_args(cli, s.base_url, tmp_path, "--endpoint-model", s.model), OPENAI_API_KEY=KEY)
         tries = len(s.requests("/v1/completions"))
+        listing = run(optimize_args(cli, s.base_url, tmp_path), OPENAI_API_KEY=KEY)
+        keyless = run(optimize_args(cli, s.base_url, tmp_path, "--endpoint-model", s.model))
     finally:
         s.stop()
     assert r.returncode == 1
     assert "HTTP 401: Incorrect API key provided (the API key from $OPENAI_API_KEY was refused)" in r.stderr
     assert KEY not in r.stdout + r.stderr
     assert tries == 1  # 401 is not retried
+    assert listing.returncode == 1 and f"{s.base_url}/models: HTTP 401" in listing.stderr
+    assert "was refused" in listing.stderr and KEY not in listing.stderr
+    assert keyless.returncode == 1 and "(no API key was sent: $OPENAI_API_KEY is not set)" in keyless.stderr
 
 
 def test_a_named_key_variable_that_is_unset_is_a_clear_error(cli, standin, tmp_path):
