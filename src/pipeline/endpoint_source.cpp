@@ -34,6 +34,12 @@ std::string transport_error(httplib::Error e) {
       return "cannot connect (refused or unreachable: is the server running and listening there?)";
     case httplib::Error::ConnectionTimeout:
       return "cannot connect (no answer to the connection attempt)";
+    case httplib::Error::SSLConnection:
+      return "TLS handshake failed (does the server speak https there?)";
+    case httplib::Error::SSLServerVerification:
+      return "the server's TLS certificate did not verify against the system's CA certificates";
+    case httplib::Error::SSLLoadingCerts:
+      return "cannot load the system's CA certificates (install ca-certificates)";
     default:
       return "transport error: " + httplib::to_string(e);
   }
@@ -168,7 +174,9 @@ class EndpointSource final : public CompletionSource {
         last = e == httplib::Error::Read && waited >= 0.9 * o_.timeout_s
                    ? fmt::format("no answer within {:g} s (--endpoint-timeout)", o_.timeout_s)
                    : transport_error(e);
-        if (e == httplib::Error::SSLServerVerification || e == httplib::Error::SSLLoadingCerts) {
+        // TLS failures do not go away on their own: no retries.
+        if (e == httplib::Error::SSLConnection || e == httplib::Error::SSLServerVerification ||
+            e == httplib::Error::SSLLoadingCerts) {
           return error(ErrorCode::io_error, fmt::format("endpoint {}: {}", url_of(path), last));
         }
       } else if (res->status == 200) {

@@ -2,11 +2,13 @@
 speaking the wire format of GET /v1/models, POST /v1/completions and /v1/chat/completions
 (choices with index/text or message, finish_reason, usage), and misbehaving on demand: queued
 faults (a status with headers, e.g. 429 + Retry-After; a delay), a cap on n (400 naming n for
-more), and a required API key (401 otherwise). Every request is logged for the tests to check."""
+more), and a required API key (401 otherwise); https with a given certificate. Every request is
+logged for the tests to check."""
 from __future__ import annotations
 
 import collections
 import json
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,7 +57,7 @@ class Fault:
 
 class StandIn:
     def __init__(self, model: str = "standin-model", api_key: Optional[str] = None, max_n: Optional[int] = None,
-                 reply: Optional[Callable[[dict, int], str]] = None):
+                 reply: Optional[Callable[[dict, int], str]] = None, tls: Optional[tuple[str, str]] = None):
         self.model, self.api_key, self.max_n = model, api_key, max_n
         self.reply = reply or (lambda body, i: CHAT_REPLY if "messages" in body else KERNELLLM_REPLY)
         self.faults: collections.deque[Fault] = collections.deque()
@@ -63,11 +65,17 @@ class StandIn:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
+        self._scheme = "http"
+        if tls:  # (certificate file, key file)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self._scheme}://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def start(self) -> "StandIn":
         self._thread.start()

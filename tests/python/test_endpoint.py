@@ -241,6 +241,28 @@ def test_an_unreachable_endpoint_is_a_clear_error(cli, tmp_path):
     assert r.returncode == 1 and f"endpoint {url}/models: cannot list models" in r.stderr
 
 
+def test_https_verifies_the_server_certificate_against_the_trusted_cas(cli, tmp_path):
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    s = StandIn(tls=(str(cert), str(key))).start()
+    try:
+        # OpenSSL's default verify paths honour SSL_CERT_FILE: our certificate as the one trusted CA.
+        trusted = generate_only(cli, s.base_url, tmp_path / "w", "-k", "1", SSL_CERT_FILE=str(cert))
+        untrusted = run(optimize_args(cli, s.base_url, tmp_path, "--endpoint-model", s.model))
+    finally:
+        s.stop()
+    assert s.base_url.startswith("https://")
+    assert trusted.returncode == 0 and "error" not in trusted.stdout, trusted.stdout + trusted.stderr
+    assert len(samples_written(tmp_path / "w")) == 1
+    assert untrusted.returncode == 1
+    assert "TLS certificate did not verify" in untrusted.stderr
+
+
 def test_bad_endpoint_arguments_are_rejected(cli, standin, tmp_path):
     r = run(optimize_args(cli, "ftp://127.0.0.1/v1", tmp_path, "--endpoint-model", "m"))
     assert r.returncode == 1 and "expected an OpenAI-compatible base URL" in r.stderr
