@@ -2,7 +2,8 @@
 speaking the wire format of GET /v1/models, POST /v1/completions and /v1/chat/completions
 (choices with index/text or message, finish_reason, usage), and misbehaving on demand: queued
 faults (a status with headers, e.g. 429 + Retry-After; a delay), a cap on n (400 naming n for
-more), and a required API key (401 otherwise); https with a given certificate. Every request is
+more) or silently fewer choices than n (as servers without n support do), and a required API
+key (401 otherwise); https with a given certificate. Every request is
 logged for the tests to check."""
 from __future__ import annotations
 
@@ -57,8 +58,9 @@ class Fault:
 
 class StandIn:
     def __init__(self, model: str = "standin-model", api_key: Optional[str] = None, max_n: Optional[int] = None,
-                 reply: Optional[Callable[[dict, int], str]] = None, tls: Optional[tuple[str, str]] = None):
-        self.model, self.api_key, self.max_n = model, api_key, max_n
+                 reply: Optional[Callable[[dict, int], str]] = None, tls: Optional[tuple[str, str]] = None,
+                 choices_cap: Optional[int] = None):
+        self.model, self.api_key, self.max_n, self.choices_cap = model, api_key, max_n, choices_cap
         self.reply = reply or (lambda body, i: CHAT_REPLY if "messages" in body else KERNELLLM_REPLY)
         self.faults: collections.deque[Fault] = collections.deque()
         self.log: list[dict] = []  # {"path", "body", "authorization", "t", "status"}
@@ -71,7 +73,7 @@ class StandIn:
             ctx.load_cert_chain(*tls)
             self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
             self._scheme = "https"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -112,7 +114,7 @@ class StandIn:
         n = int(body.get("n", 1))
         if self.max_n is not None and n > self.max_n:
             return 400, {}, error_body(f"n must be at most {self.max_n}, found {n}", "BadRequestError")
-        texts = [self.reply(body, i) for i in range(n)]
+        texts = [self.reply(body, i) for i in range(min(n, self.choices_cap or n))]
         choices = []
         for i, text in enumerate(texts):
             c = {"index": i, "finish_reason": "stop", "logprobs": None}

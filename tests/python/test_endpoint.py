@@ -171,6 +171,18 @@ def test_a_cap_on_n_is_learned_from_the_servers_400(cli, tmp_path):
     assert len(samples_written(tmp_path)) == 5
 
 
+def test_fewer_choices_than_asked_are_asked_for_again(cli, tmp_path):
+    s = StandIn(choices_cap=1).start()  # a server that ignores n
+    try:
+        r = generate_only(cli, s.base_url, tmp_path, "-k", "3")
+        reqs = s.requests("/v1/completions")
+    finally:
+        s.stop()
+    assert r.returncode == 0 and "error" not in r.stdout, r.stdout + r.stderr
+    assert [(q["body"]["n"], q["body"]["seed"]) for q in reqs] == [(3, 11), (2, 12), (1, 13)]
+    assert len(samples_written(tmp_path)) == 3
+
+
 def test_429_waits_for_retry_after_then_succeeds(cli, standin, tmp_path):
     standin.faults.append(Fault(429, {"Retry-After": "1"}, "Rate limit reached"))
     r = generate_only(cli, standin.base_url, tmp_path, "-k", "2")
