@@ -2,8 +2,9 @@
 stand-in server on 127.0.0.1 (openai_standin.py). Two verified round trips on CPU (optimize with
 KernelLLM's prompt, eval with the chat form: the stand-in answers a correct Triton ReLU, the
 report names the model), then fast paths without verification (`repl --no-verify`, or optimize
-failing before it verifies): n split over requests, a cap on n learned from a 400, 429 with
-Retry-After, 500 then success, a timeout, a refused key, an unreachable server, a bad URL.
+failing before it verifies): n split over requests, a cap on n learned from a 400, fewer choices
+than n, 429 with Retry-After, 500 then success, the last retry, a timeout, a refused or missing
+key, an unreachable server, https with a trusted and an untrusted certificate, bad arguments.
 
 To run the round trips against the real `kernelllm serve` instead, make `roundtrip` yield its base
 URL and model (and expect nonsense, not `correct`, from the tiny model); the fault tests need the
