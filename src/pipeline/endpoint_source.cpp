@@ -1,7 +1,8 @@
 // EndpointSource: CompletionSource over an OpenAI-compatible HTTP endpoint with cpp-httplib. k
 // samples become chunks of at most max_n per request (max_n lowered for good when a 400 names n),
 // run `parallel` at a time; each request is retried with backoff on 408/409/429/5xx and transport
-// errors. Text is not streamed: on_text gets each sample's whole text when its request returns.
+// errors. Text is not streamed: on_text gets each sample's whole text when its request returns
+// (one call at a time, from whichever thread ran that request).
 #include <httplib.h>
 
 #include <algorithm>
