@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/endpoint_args.h"
 #include "kernelllm/eval/eval.h"
 
 namespace kernelllm::cli {
@@ -40,6 +41,7 @@ struct EvalArgs {
   std::string prompt_template;
   std::string pass_at = "1,10,20";
   bool quiet = false;
+  EndpointArgs endpoint;
   // report / merge
   std::string report_run;
   std::vector<std::string> merge_inputs;
@@ -88,7 +90,9 @@ int run_eval_command(const EvalArgs& a) {
   o.problems = a.problems;
   o.out = a.out;
   if (a.problems.empty() || a.out.empty()) return usage("expected --problems DIR and --out RUN (see --help)");
-  if (a.model.empty() == a.candidates.empty()) return usage("expected exactly one of --model DIR and --candidates DIR");
+  if (static_cast<int>(!a.model.empty()) + static_cast<int>(!a.candidates.empty()) + static_cast<int>(a.endpoint.given()) != 1) {
+    return usage("expected exactly one of --model DIR, --endpoint URL and --candidates DIR");
+  }
   if (!a.levels.empty()) {
     auto levels = eval::parse_levels(a.levels);
     if (!levels.ok()) return usage(levels.status().message());
@@ -126,13 +130,21 @@ int run_eval_command(const EvalArgs& a) {
   if (a.no_sandbox) {
     std::fprintf(stderr, "\n*** WARNING: --no-sandbox: candidate code runs UNCONFINED with your user's rights, network and files. ***\n\n");
   }
-  EngineOptions engine;
-  engine.model = a.model;
-  engine.device = a.gen_device;
-  engine.threads = a.threads;
-  engine.gpu_memory_fraction = engine_memory_fraction(a.gen_device, o.verify.devices, a.gpu_memory_fraction);
-  eval::SourceFactory open_source = [engine]() { return open_engine(engine); };
-  auto report = eval::run_eval(o, a.candidates.empty() ? open_source : eval::SourceFactory{});
+  eval::SourceFactory open_source;
+  if (a.endpoint.given()) {
+    auto eopts = endpoint_options(a.endpoint);
+    if (!eopts.ok()) return fail(eopts.status());
+    o.endpoint = *eopts;
+    open_source = [e = *eopts]() { return open_endpoint(e); };
+  } else if (a.candidates.empty()) {
+    EngineOptions engine;
+    engine.model = a.model;
+    engine.device = a.gen_device;
+    engine.threads = a.threads;
+    engine.gpu_memory_fraction = engine_memory_fraction(a.gen_device, o.verify.devices, a.gpu_memory_fraction);
+    open_source = [engine]() { return open_engine(engine); };
+  }
+  auto report = eval::run_eval(o, open_source);
   if (!report.ok()) return fail(report.status());
   std::fprintf(stderr, "eval: wrote %s/report.json and %s/report.html\n", a.out.c_str(), a.out.c_str());
   return print_report(*report);
@@ -169,7 +181,7 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--model", args->model, "model directory to generate samples with");
   cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py (no model needed)");
   cmd->add_option("--out", args->out, "run directory (created; an existing one is resumed)");
-  cmd->add_option("-k", args->k, "samples per problem (with --model)")->check(CLI::Range(1, 10000));
+  cmd->add_option("-k", args->k, "samples per problem (with --model or --endpoint)")->check(CLI::Range(1, 10000));
   cmd->add_option("--device,--verify-device", args->device,
                   "verification devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1");
   cmd->add_option("--gen-device", args->gen_device, "generation device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -188,6 +200,7 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--prompt-template", args->prompt_template, "template file with one {} (default: the model's kernelllm.py, else built-in)");
   cmd->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
   cmd->add_flag("--quiet,-q", args->quiet, "no progress lines on stderr");
+  add_endpoint_options(cmd, args->endpoint);
 
   CLI::App* report = cmd->add_subcommand("report", "rebuild RUN/report.json and RUN/report.html from a run store");
   report->add_option("run", args->report_run, "run directory")->required();

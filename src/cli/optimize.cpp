@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/endpoint_args.h"
 #include "cli/table.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/model.h"
@@ -54,6 +55,7 @@ struct OptimizeArgs {
   int threads = 0;
   double gpu_memory_fraction = 0.0;
   bool verbose = false;
+  EndpointArgs endpoint;
 };
 
 int fail(const Status& status) {
@@ -150,8 +152,9 @@ Status write_text(const fs::path& path, const std::string& text) {
 }
 
 Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::string& template_source,
-                  double gpu_memory_fraction) {
+                  double gpu_memory_fraction, const Json& endpoint) {
   return Json{{"module", a.module_file},
+              {"endpoint", endpoint},
               {"model", a.model},
               {"random_weights", a.random_weights},
               {"device", a.device},
@@ -171,6 +174,14 @@ Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::st
 }
 
 int run_optimize(const OptimizeArgs& a) {
+  if (a.model.empty() == a.endpoint.url.empty()) {
+    std::fprintf(stderr, "kernelllm optimize: expected exactly one of --model and --endpoint\n");
+    return kExitUsage;
+  }
+  if (a.endpoint.given() && !a.random_weights.empty()) {
+    std::fprintf(stderr, "kernelllm optimize: --random-weights needs --model, not --endpoint\n");
+    return kExitUsage;
+  }
   OptimizeOptions o;
   o.k = a.k;
   o.rounds = a.rounds;
@@ -209,25 +220,38 @@ int run_optimize(const OptimizeArgs& a) {
   const fs::path out_file = a.out_file.empty() ? fs::path(stem + "_triton.py") : fs::path(a.out_file);
   const fs::path report_file = a.json_file.empty() ? o.work_dir / "report.json" : fs::path(a.json_file);
 
-  auto model_dir = resolve_model_path(a.model);
-  if (!model_dir.ok()) return fail(model_dir.status());
-  auto tmpl = load_prompt_template(*model_dir, a.template_file);
-  if (!tmpl.ok()) return fail(tmpl.status());
-  o.prompt_template = tmpl->text;
-
+  Result<std::unique_ptr<CompletionSource>> source = error(ErrorCode::internal, "no source");
+  Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
+  Json endpoint_json = nullptr;
   EngineOptions eo;
-  eo.model = model_dir->string();
-  eo.device = a.device;
-  eo.threads = a.threads;
-  eo.random_config = a.random_weights;
-  eo.random_seed = o.sampling.seed;
-  eo.dtype = a.dtype;
-  eo.gpu_memory_fraction = engine_memory_fraction(a.device, o.verify.devices, a.gpu_memory_fraction);
-  std::fprintf(stderr, "loading %s on %s (seed %llu)\n",
-               a.random_weights.empty() ? model_dir->c_str() : ("random " + a.random_weights + " weights").c_str(),
-               a.device.c_str(), static_cast<unsigned long long>(o.sampling.seed));
-  auto source = open_engine(eo);
+  if (a.endpoint.given()) {
+    auto eopts = endpoint_options(a.endpoint);
+    if (!eopts.ok()) return fail(eopts.status());
+    tmpl = endpoint_prompt_template(eopts->prompt, a.template_file);
+    if (!tmpl.ok()) return fail(tmpl.status());
+    endpoint_json = endpoint_facts(*eopts);
+    std::fprintf(stderr, "generating through %s, model %s (seed %llu)\n", eopts->base_url.c_str(), eopts->model.c_str(),
+                 static_cast<unsigned long long>(o.sampling.seed));
+    source = open_endpoint(*eopts);
+  } else {
+    auto model_dir = resolve_model_path(a.model);
+    if (!model_dir.ok()) return fail(model_dir.status());
+    tmpl = load_prompt_template(*model_dir, a.template_file);
+    if (!tmpl.ok()) return fail(tmpl.status());
+    eo.model = model_dir->string();
+    eo.device = a.device;
+    eo.threads = a.threads;
+    eo.random_config = a.random_weights;
+    eo.random_seed = o.sampling.seed;
+    eo.dtype = a.dtype;
+    eo.gpu_memory_fraction = engine_memory_fraction(a.device, o.verify.devices, a.gpu_memory_fraction);
+    std::fprintf(stderr, "loading %s on %s (seed %llu)\n",
+                 a.random_weights.empty() ? model_dir->c_str() : ("random " + a.random_weights + " weights").c_str(),
+                 a.device.c_str(), static_cast<unsigned long long>(o.sampling.seed));
+    source = open_engine(eo);
+  }
   if (!source.ok()) return fail(source.status());
+  o.prompt_template = tmpl->text;
   if (a.no_sandbox) print_no_sandbox_warning();
 
   ProgressPrinter printer(o.rounds > 1);
@@ -240,7 +264,7 @@ int run_optimize(const OptimizeArgs& a) {
   }
   print_table(*result, o.rounds > 1, out_file.string());
   Json report = result->to_json();
-  report["options"] = options_json(a, o, tmpl->source, eo.gpu_memory_fraction);
+  report["options"] = options_json(a, o, tmpl->source, eo.gpu_memory_fraction, endpoint_json);
   report["out"] = result->best ? Json(fs::absolute(out_file).string()) : Json(nullptr);
   report["exit_code"] = exit_code;
   if (Status s = write_text(report_file, report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"); !s.ok()) {
@@ -268,8 +292,8 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("module", args->module_file, "PyTorch module file (KernelBench format: Model, get_inputs, get_init_inputs)")
       ->required();
   cmd->add_option("--model", args->model,
-                  "Model directory, or an HF id found in the local HF cache (with --random-weights: only its tokenizer)")
-      ->required();
+                  "Model directory, or an HF id found in the local HF cache (with --random-weights: only its tokenizer); "
+                  "or --endpoint URL");
   cmd->add_option("-k,--samples", args->k, "Candidates sampled in one batch")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
@@ -307,6 +331,7 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--threads", args->threads, "CPU engine threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
   add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);
   cmd->add_flag("--verbose,-v", args->verbose, "Also print the verifier's progress lines");
+  add_endpoint_options(cmd, args->endpoint);
   cmd->callback([&run, args] { run = [args] { return run_optimize(*args); }; });
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/endpoint_args.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/harness/verify.h"
 #include "kernelllm/pipeline/optimize.h"
@@ -36,6 +37,8 @@ struct ReplArgs {
   bool no_sandbox = false;
   std::string work_dir;
   double gpu_memory_fraction = 0.0;
+  bool model_given = false;  // --model on the command line (exclusive with --endpoint)
+  EndpointArgs endpoint;
 };
 
 int fail(const Status& status) {
@@ -44,6 +47,10 @@ int fail(const Status& status) {
 }
 
 int run_repl_command(const ReplArgs& args) {
+  if (args.model_given && args.endpoint.given()) {
+    std::fprintf(stderr, "kernelllm repl: expected one of --model and --endpoint, found both\n");
+    return kExitUsage;
+  }
   ReplOptions options;
   options.k = args.k;
   options.max_new_tokens = args.max_new_tokens;
@@ -67,21 +74,30 @@ int run_repl_command(const ReplArgs& args) {
   options.work_root = args.work_dir;
   options.interactive = ::isatty(STDIN_FILENO) == 1;
 
-  auto dir = resolve_model_path(args.model);
-  if (!dir.ok()) return fail(dir.status());
-  auto tmpl = load_prompt_template(*dir, args.template_file);
-  if (!tmpl.ok()) return fail(tmpl.status());
-  options.prompt_template = tmpl->text;
-
-  EngineOptions engine;
-  engine.model = dir->string();
-  engine.device = args.device;
-  engine.threads = args.threads;
-  engine.gpu_memory_fraction =
-      engine_memory_fraction(args.device, options.verify_enabled ? options.verify.devices : std::vector<std::string>{},
-                             args.gpu_memory_fraction);
-  auto source = open_engine(engine);
+  Result<std::unique_ptr<CompletionSource>> source = error(ErrorCode::internal, "no source");
+  Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
+  if (args.endpoint.given()) {
+    auto eopts = endpoint_options(args.endpoint);
+    if (!eopts.ok()) return fail(eopts.status());
+    tmpl = endpoint_prompt_template(eopts->prompt, args.template_file);
+    if (!tmpl.ok()) return fail(tmpl.status());
+    source = open_endpoint(*eopts);
+  } else {
+    auto dir = resolve_model_path(args.model);
+    if (!dir.ok()) return fail(dir.status());
+    tmpl = load_prompt_template(*dir, args.template_file);
+    if (!tmpl.ok()) return fail(tmpl.status());
+    EngineOptions engine;
+    engine.model = dir->string();
+    engine.device = args.device;
+    engine.threads = args.threads;
+    engine.gpu_memory_fraction =
+        engine_memory_fraction(args.device, options.verify_enabled ? options.verify.devices : std::vector<std::string>{},
+                               args.gpu_memory_fraction);
+    source = open_engine(engine);
+  }
   if (!source.ok()) return fail(source.status());
+  options.prompt_template = tmpl->text;
 
   std::unique_ptr<LineReader> in = make_fd_line_reader(STDIN_FILENO);
   if (Status s = run_repl(**source, options, *in, std::cout); !s.ok()) return fail(s);
@@ -93,8 +109,8 @@ int run_repl_command(const ReplArgs& args) {
 void add_repl_command(CLI::App& app, CommandRun& run) {
   auto args = std::make_shared<ReplArgs>();
   CLI::App* cmd = app.add_subcommand("repl", "Interactive: paste a PyTorch module, get verified Triton candidates");
-  cmd->add_option("--model", args->model, "Model directory, or an HF id found in the local HF cache")
-      ->capture_default_str();
+  CLI::Option* model = cmd->add_option("--model", args->model, "Model directory, or an HF id found in the local HF cache")
+                           ->capture_default_str();
   cmd->add_option("--device,--gen-device", args->device, "Generation device: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -123,7 +139,11 @@ void add_repl_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--no-sandbox", args->no_sandbox, "Run candidates unconfined (trusted code only)");
   cmd->add_option("--work-dir", args->work_dir, "Where each module's files go (default: a new temp dir)");
   add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);
-  cmd->callback([&run, args] { run = [args] { return run_repl_command(*args); }; });
+  add_endpoint_options(cmd, args->endpoint);
+  cmd->callback([&run, args, model] {
+    args->model_given = model->count() > 0;
+    run = [args] { return run_repl_command(*args); };
+  });
 }
 
 }  // namespace kernelllm::cli

@@ -48,7 +48,9 @@ Status merge_run_stores(const std::vector<fs::path>& inputs, const fs::path& out
     }
     KLLM_ASSIGN_OR_RETURN(RunStore s, RunStore::open_existing(in));
     if (!stores.empty()) {
-      if (auto diff = config_difference(stores.front().config(), s.config(), {"shard"})) {
+      std::vector<std::string> free_keys = kRunConfigFreeKeys;
+      free_keys.push_back("shard");
+      if (auto diff = config_difference(stores.front().config(), s.config(), free_keys)) {
         return error(ErrorCode::invalid_argument, fmt::format("eval merge: {} and {} were run with different options ({})",
                                                               inputs.front().string(), in.string(), *diff));
       }

@@ -209,7 +209,7 @@ Result<RunStore> RunStore::open_or_create(const fs::path& run_dir, const Json& c
   KLLM_RETURN_IF_ERROR(get.prepared());
   if (get.step() == SQLITE_ROW) {
     KLLM_ASSIGN_OR_RETURN(Json stored, parse_json(get.text(0), file.string() + " config"));
-    if (auto diff = config_difference(stored, config)) {
+    if (auto diff = config_difference(stored, config, kRunConfigFreeKeys)) {
       return error(ErrorCode::invalid_argument,
                    fmt::format("{} was started with other options ({}); use the same options to resume it, or another --out",
                                s.dir_.string(), *diff));

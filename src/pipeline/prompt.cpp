@@ -92,6 +92,16 @@ Here is the architecture to optimize:
 Rewrite the architecture named Model with custom Triton kernels and call the result ModelNew. Put the new code in code blocks. It must be real, complete code that runs, not pseudocode. Output only the new model code, without explanations, and NO testing code!
 )TEMPLATE";
 
+// Our own words. No other braces than the field.
+constexpr std::string_view kBuiltinChatTemplate = R"TEMPLATE(Rewrite the PyTorch module below so that it runs faster, replacing some or all of its operators with custom Triton kernels (fuse operators where that helps).
+
+Name the new module class ModelNew. Keep its constructor arguments, forward() inputs and outputs the same as Model's. Answer with one ```python code block holding the complete, runnable module: imports, the @triton.jit kernels, their wrappers and ModelNew. No tests, no explanations.
+
+```python
+{}
+```
+)TEMPLATE";
+
 bool is_ident_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          static_cast<unsigned char>(c) >= 0x80;
@@ -370,6 +380,8 @@ Result<std::string> extract_prompt_template(std::string_view raw_source, std::st
   }
   return *std::move(found);
 }
+
+std::string_view builtin_chat_prompt_template() { return kBuiltinChatTemplate; }
 
 Result<PromptTemplate> load_prompt_template(const std::filesystem::path& model_dir,
                                             const std::filesystem::path& override_file) {

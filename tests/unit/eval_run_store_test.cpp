@@ -70,6 +70,25 @@ TEST(RunStore, ReopenWithOtherOptionsNamesTheKey) {
   EXPECT_FALSE(RunStore::open_existing(d.path() / "none").ok());
 }
 
+TEST(RunStore, ReopenMayReachTheEndpointElsewhereButNotAnotherModel) {
+  TempDir d;
+  Json c = config();
+  c["endpoint"] = {{"url", "http://127.0.0.1:8000/v1"}, {"model", "m"}, {"prompt", "chat"}};
+  ASSERT_TRUE(RunStore::open_or_create(d.path() / "run", c).ok());
+  {
+    Json moved = c;
+    moved["endpoint"]["url"] = "http://127.0.0.1:9000/v1";
+    auto s = RunStore::open_or_create(d.path() / "run", moved);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s->config()["endpoint"]["url"], "http://127.0.0.1:8000/v1");  // as recorded
+  }
+  Json other = c;
+  other["endpoint"]["model"] = "m2";
+  auto r = RunStore::open_or_create(d.path() / "run", other);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("endpoint.model"), std::string::npos) << r.status().message();
+}
+
 TEST(RunStore, ASecondWriterOfTheSameRunIsRefusedUntilTheFirstCloses) {
   TempDir d;
   {
@@ -189,8 +208,10 @@ TEST(RunStore, VerdictsCommitOnceAndOutcomesNeedEveryVerdict) {
 // Makes a shard store holding `problems` (id, position), each with one sample "code of <id>"
 // and a strict verdict.
 void make_shard(const fs::path& dir, const std::string& shard, const std::vector<Problem>& problems,
-                const std::string& v = "correct") {
-  auto s = RunStore::open_or_create(dir, config(shard));
+                const std::string& v = "correct", const Json& endpoint = nullptr) {
+  Json c = config(shard);
+  if (!endpoint.is_null()) c["endpoint"] = endpoint;
+  auto s = RunStore::open_or_create(dir, c);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(s->set_problems(problems).ok());
   for (const Problem& p : problems) {
@@ -236,6 +257,23 @@ TEST(RunStoreMerge, IdenticalDuplicatesMergeDifferingOnesDoNot) {
   ASSERT_FALSE(diff.ok());
   EXPECT_NE(diff.message().find("problem p0 is in both"), std::string::npos) << diff.message();
   EXPECT_NE(diff.message().find("different verdicts"), std::string::npos) << diff.message();
+}
+
+TEST(RunStoreMerge, ShardsMayReachTheirEndpointsAtDifferentUrls) {
+  TempDir d;
+  const Json a{{"url", "http://127.0.0.1:8000/v1"}, {"model", "m"}, {"prompt", "kernelllm"}};
+  Json b = a;
+  b["url"] = "http://127.0.0.1:8001/v1";
+  make_shard(d.path() / "a", "0/2", {problem("p0", 0)}, "correct", a);
+  make_shard(d.path() / "b", "1/2", {problem("p1", 1)}, "correct", b);
+  Status merged = merge_run_stores({d.path() / "a", d.path() / "b"}, d.path() / "m");
+  ASSERT_TRUE(merged.ok()) << merged.to_string();
+  Json other = a;
+  other["model"] = "m2";
+  make_shard(d.path() / "c", "1/2", {problem("p1", 1)}, "correct", other);
+  Status refused = merge_run_stores({d.path() / "a", d.path() / "c"}, d.path() / "n");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("endpoint.model"), std::string::npos) << refused.message();
 }
 
 TEST(RunStoreMerge, ConfigsMustAgreeApartFromTheShard) {

@@ -16,6 +16,7 @@
 #include "kernelllm/eval/metrics.h"
 #include "kernelllm/eval/problems.h"
 #include "kernelllm/harness/verify.h"
+#include "kernelllm/pipeline/endpoint.h"
 #include "kernelllm/pipeline/optimize.h"
 
 namespace kernelllm::eval {
@@ -36,6 +37,9 @@ struct EvalOptions {
   int max_new_tokens = 2048;
   SamplingParams sampling;                    // seed included; one seed for every problem
   std::filesystem::path prompt_template_file; // empty: the model's kernelllm.py, else built-in
+  // Generation through an OpenAI-compatible endpoint instead of `model` (its model name filled in):
+  // the run records its url, model and prompt form; the template is endpoint_prompt_template().
+  std::optional<EndpointOptions> endpoint;
 
   std::vector<std::string> profiles = {"strict", "kernelbench"};
   // Devices, jobs, sandbox, trials, timing... `profile`, `cache_path`, `select`, `multishape` and
@@ -51,7 +55,8 @@ struct EvalOptions {
 using SourceFactory = std::function<Result<std::unique_ptr<CompletionSource>>()>;
 
 // What the store records and checks on restart: everything that changes samples or verdicts
-// (problems root, levels, candidates dir or model + k + sampling + prompt template, profiles,
+// (problems root, levels, candidates dir or model (or endpoint url, model, prompt form) + k +
+// sampling + prompt template, profiles,
 // verifier version and options, device kind cpu/cuda) and the shard. Jobs, device indices and
 // the generation device's threads are not part of it.
 Result<Json> run_config(const EvalOptions& options);

@@ -69,6 +69,10 @@ struct VerificationRow {
 std::optional<std::string> config_difference(const Json& stored, const Json& given,
                                              const std::vector<std::string>& ignore = {});
 
+// Run config keys a restart or a shard may change: where an endpoint was reached (a server moved
+// or one per shard host); its model name and prompt form are compared like everything else.
+inline const std::vector<std::string> kRunConfigFreeKeys = {"endpoint.url"};
+
 class RunStore {
  public:
   RunStore() = default;
@@ -79,8 +83,8 @@ class RunStore {
   RunStore& operator=(const RunStore&) = delete;
 
   // Creates `run_dir`/run.sqlite recording `config` (a JSON object), or opens an existing one
-  // whose recorded config must equal `config` (invalid_argument naming the first differing key
-  // otherwise). The store holds an exclusive lock on `run_dir`/run.lock while it lives: a second
+  // whose recorded config must equal `config` apart from kRunConfigFreeKeys (invalid_argument naming
+  // the first differing key otherwise; the recorded config is kept). The store holds an exclusive lock on `run_dir`/run.lock while it lives: a second
   // process opening the same run this way gets invalid_argument (two writers would verify the same
   // samples twice).
   static Result<RunStore> open_or_create(const std::filesystem::path& run_dir, const Json& config);
@@ -126,7 +130,7 @@ class RunStore {
 };
 
 // Combines shard stores into `out_dir` (which must not hold a run store yet): their configs must
-// be equal apart from "shard"; a problem in several inputs must be identical in each (same file,
+// be equal apart from "shard" and kRunConfigFreeKeys (the first input's are kept); a problem in several inputs must be identical in each (same file,
 // sample hashes and verdicts). Candidate files are copied; the output's "shard" is "0/1".
 Status merge_run_stores(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir);
 

@@ -16,6 +16,11 @@ namespace kernelllm {
 // replacement field "{}", and the request for ModelNew in code blocks without testing code.
 std::string_view builtin_prompt_template();
 
+// Our template for instruction (chat) models behind an endpoint (`--endpoint-prompt chat`): a
+// short instruction, then the module in a python code block as the one "{}" field. The reply's
+// code is taken out by extract_model_new like any completion.
+std::string_view builtin_chat_prompt_template();
+
 // The value of the top-level `PROMPT_TEMPLATE = ...` assignment in Python source: one string
 // literal or adjacent literals (implicit concatenation, optionally parenthesized), with
 // r/u prefixes, single or triple quotes and Python's escape sequences. The last top-level
