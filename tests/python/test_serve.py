@@ -291,3 +291,21 @@ def test_optimize_streams_one_verdict_per_candidate_then_the_report(server):
 def test_optimize_refuses_a_module_without_model(server):
     r = requests.post(server.url + "/v1/kernelllm/optimize", json={"module": "x = 1", "k": 2}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "module"
+
+
+@pytest.mark.parametrize("form", ["kernelllm", "chat"])
+def test_our_endpoint_client_round_trips_through_our_server(server, tmp_path, form):
+    # Part 3's client (`--endpoint`) against part 2's server, both real, on loopback: the samples
+    # come back split over requests (--endpoint-max-n 2 for k = 3) and are extracted per sample.
+    work = tmp_path / "work"
+    args = [find_cli(), "repl", "--endpoint", server.url + "/v1", "--endpoint-prompt", form, "--endpoint-max-n", "2",
+            "-k", "3", "--no-verify", "--seed", "5", "--max-new-tokens", "12", "--work-dir", str(work)]
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    before = requests.get(server.url + "/health", timeout=30).json()
+    r = subprocess.run(args, input=(ROOT / "examples" / "relu.py").read_text(), capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(sorted((work / "module-1").glob("sample*.py"))) == 3, r.stderr[-3000:]
+    after = requests.get(server.url + "/health", timeout=30).json()
+    assert after["requests_finished"] - before["requests_finished"] >= 2  # 3 samples at most 2 per request
+    assert MODEL in r.stderr + r.stdout  # the model named as the one that wrote the samples
