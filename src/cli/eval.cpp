@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/hub.h"
 #include "kernelllm/eval/eval.h"
 
 namespace kernelllm::cli {
@@ -20,6 +21,7 @@ struct EvalArgs {
   std::string problems;
   std::string levels;
   std::string model;
+  HubOptions hub;
   std::string candidates;
   std::string out;
   int k = 20;
@@ -105,7 +107,11 @@ int run_eval_command(const EvalArgs& a) {
     if (p != "strict" && p != "kernelbench") return usage(fmt::format("--profiles: expected strict and/or kernelbench, found \"{}\"", p));
   }
   o.candidates = a.candidates;
-  o.model = a.model;
+  if (!a.model.empty()) {
+    auto model_dir = find_or_download_model(a.model, a.hub);
+    if (!model_dir.ok()) return fail(model_dir.status());
+    o.model = model_dir->string();
+  }
   o.gen_device = a.gen_device;
   o.k = a.k;
   o.max_new_tokens = a.max_new_tokens;
@@ -127,7 +133,7 @@ int run_eval_command(const EvalArgs& a) {
     std::fprintf(stderr, "\n*** WARNING: --no-sandbox: candidate code runs UNCONFINED with your user's rights, network and files. ***\n\n");
   }
   EngineOptions engine;
-  engine.model = a.model;
+  engine.model = o.model;
   engine.device = a.gen_device;
   engine.threads = a.threads;
   engine.gpu_memory_fraction = engine_memory_fraction(a.gen_device, o.verify.devices, a.gpu_memory_fraction);
@@ -166,7 +172,9 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->require_subcommand(0, 1);
   cmd->add_option("--problems", args->problems, "KernelBench root (level1/, ...) or a directory of problem .py files");
   cmd->add_option("--levels", args->levels, "KernelBench levels, e.g. 1 or 1,2,3 (default 1; KernelBench roots only)");
-  cmd->add_option("--model", args->model, "model directory to generate samples with");
+  cmd->add_option("--model", args->model, "model to generate samples with: a directory, or an HF id (org/name) from the HF "
+                                           "cache, downloaded there first when missing");
+  add_hub_options(cmd, args->hub);
   cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py (no model needed)");
   cmd->add_option("--out", args->out, "run directory (created; an existing one is resumed)");
   cmd->add_option("-k", args->k, "samples per problem (with --model)")->check(CLI::Range(1, 10000));

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/hub.h"
 #include "cli/table.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/model.h"
@@ -31,6 +32,7 @@ constexpr int kExitNothingCorrect = 3;
 struct OptimizeArgs {
   std::string module_file;
   std::string model;
+  HubOptions hub;
   int k = 10;
   float temperature = 0.6f;  // kernelllm.py's defaults
   float top_p = 0.95f;
@@ -153,6 +155,7 @@ Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::st
                   double gpu_memory_fraction) {
   return Json{{"module", a.module_file},
               {"model", a.model},
+              {"revision", a.hub.revision.empty() ? Json(nullptr) : Json(a.hub.revision)},
               {"random_weights", a.random_weights},
               {"device", a.device},
               {"gpu_memory_fraction", gpu_memory_fraction},
@@ -209,7 +212,7 @@ int run_optimize(const OptimizeArgs& a) {
   const fs::path out_file = a.out_file.empty() ? fs::path(stem + "_triton.py") : fs::path(a.out_file);
   const fs::path report_file = a.json_file.empty() ? o.work_dir / "report.json" : fs::path(a.json_file);
 
-  auto model_dir = resolve_model_path(a.model);
+  auto model_dir = find_or_download_model(a.model, a.hub);
   if (!model_dir.ok()) return fail(model_dir.status());
   auto tmpl = load_prompt_template(*model_dir, a.template_file);
   if (!tmpl.ok()) return fail(tmpl.status());
@@ -268,8 +271,10 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("module", args->module_file, "PyTorch module file (KernelBench format: Model, get_inputs, get_init_inputs)")
       ->required();
   cmd->add_option("--model", args->model,
-                  "Model directory, or an HF id found in the local HF cache (with --random-weights: only its tokenizer)")
+                  "Model directory, or an HF id (org/name) from the HF cache, downloaded there first when missing "
+                  "(with --random-weights: only its tokenizer is used)")
       ->required();
+  add_hub_options(cmd, args->hub);
   cmd->add_option("-k,--samples", args->k, "Candidates sampled in one batch")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
