@@ -1,9 +1,10 @@
 """KernelLLM with kernelllm's own C++ engine: a drop-in for the `KernelLLM` class of the
 `kernelllm.py` script that ships with facebook/KernelLLM (same methods and defaults), with
-model lookup in the local Hugging Face cache (never a download) and k-sample generation.
+the model taken from the Hugging Face cache (downloaded there first when missing, like
+transformers does) and k-sample generation.
 
     from kernelllm import KernelLLM
-    model = KernelLLM()                       # or KernelLLM("/path/to/model/dir")
+    model = KernelLLM()                       # facebook/KernelLLM; or KernelLLM("/path/to/model/dir")
     print(model.generate_triton(pytorch_code, max_new_tokens=512))
     model.stream_raw("a text prompt", max_new_tokens=128)
     result = model.optimize(pytorch_code, k=10)   # generate, verify, pick the fastest correct
@@ -136,6 +137,34 @@ def _pick_device(device: Optional[str]) -> str:
     return device
 
 
+_HUB_ERRORS = {"not_found": FileNotFoundError, "offline": FileNotFoundError, "missing_library": ModuleNotFoundError,
+               "gated": PermissionError, "unreachable": ConnectionError, "invalid": ValueError}
+
+
+def _locate_model(model_name: str, revision: Optional[str], offline: bool) -> str:
+    """The model directory: a local one, the complete snapshot of an HF id in the HF cache, or,
+    for an org/name id that is not (completely) there, the snapshot hub.download fetches. Raises
+    FileNotFoundError (not found, or offline and not cached), PermissionError (a gated repo),
+    ConnectionError (Hub unreachable), OSError (a download cut off, others)."""
+    from . import hub  # not at import time: `python3 -m kernelllm.hub` runs it as __main__
+
+    if not isinstance(model_name, str):
+        model_name = os.fspath(model_name)
+    try:
+        return _native.resolve_model_path(model_name, revision or "")
+    except FileNotFoundError as not_cached:
+        if not hub.is_repo_id(model_name) or os.path.exists(model_name):
+            raise
+        if hub.offline_requested(offline):
+            raise FileNotFoundError(f"{not_cached}\nOffline (offline=True or HF_HUB_OFFLINE), so nothing was "
+                                    "downloaded.") from None
+    try:
+        return hub.download(model_name, revision)
+    except hub.HubError as e:
+        cls = _HUB_ERRORS.get(e.kind, OSError)
+        raise cls(f"model {model_name!r}: {e}") from None
+
+
 def _random_seed() -> int:
     return random.SystemRandom().getrandbits(63)
 
@@ -143,10 +172,14 @@ def _random_seed() -> int:
 class KernelLLM:
     """KernelLLM on kernelllm's engine.
 
-    `model_name` is a local model directory or an HF id already in the local HF cache
-    ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub). `prompt_template` is an
-    optional file whose text replaces the Triton prompt template (one `{}` field); by default
-    the template comes from the model directory's kernelllm.py, else a built-in one.
+    `model_name` is a local model directory or an HF id: taken from the HF cache
+    ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub) when complete there, else
+    downloaded into it with huggingface_hub (progress bar on stderr; HF_ENDPOINT, HF_TOKEN and
+    HF_HUB_OFFLINE apply), only the files the engine reads. `revision` (branch, tag or commit)
+    picks the HF id's version (default main); `offline=True` (or HF_HUB_OFFLINE=1) never
+    downloads. `prompt_template` is an optional file whose text replaces the Triton prompt
+    template (one `{}` field); by default the template comes from the model directory's
+    kernelllm.py, else a built-in one.
     """
 
     def __init__(
@@ -156,10 +189,12 @@ class KernelLLM:
         *,
         threads: int = 0,
         prompt_template: Optional[str] = None,
+        revision: Optional[str] = None,
+        offline: bool = False,
     ):
         self.model_name = model_name
         self.device = _pick_device(device)
-        self._engine = _native.Engine(model_name, self.device, threads)
+        self._engine = _native.Engine(_locate_model(model_name, revision, offline), self.device, threads)
         self.model_dir = self._engine.model_dir
         self.prompt_template, self.prompt_template_source = _native.load_prompt_template(
             self.model_dir, prompt_template or ""

@@ -8,7 +8,10 @@ from . import HF_MODEL, KernelLLM
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m kernelllm", description=__doc__)
-    ap.add_argument("--model", default=HF_MODEL, help="model directory or HF id in the local HF cache")
+    ap.add_argument("--model", default=HF_MODEL,
+                    help="model directory, or an HF id (org/name) from the HF cache, downloaded there first when missing")
+    ap.add_argument("--revision", default=None, help="branch, tag or commit of an HF id --model (default main)")
+    ap.add_argument("--offline", action="store_true", help="never download (as HF_HUB_OFFLINE=1)")
     ap.add_argument("--device", default=None, help="generation device: cpu, cuda, or auto (default)")
     ap.add_argument("-k", type=int, default=10, help="samples per module (:k N changes it)")
     ap.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (:temp T changes it)")
@@ -21,7 +24,7 @@ def main() -> int:
     ap.add_argument("--work-dir", default=None, help="where each module's files go (default: a new temp dir)")
     args = ap.parse_args()
     try:
-        model = KernelLLM(args.model, device=args.device)
+        model = KernelLLM(args.model, device=args.device, revision=args.revision, offline=args.offline)
         model.run_repl(args.max_new_tokens, k=args.k, temperature=args.temperature, top_p=args.top_p,
                        seed=args.seed, verify=not args.no_verify, device=args.verify_device,
                        profile=args.profile, work_dir=args.work_dir)

@@ -355,7 +355,9 @@ PYBIND11_MODULE(_native, m) {
         [](const std::string& tmpl, const std::string& code) { return unwrap(format_triton_prompt(tmpl, code)); },
         py::arg("template"), py::arg("code"), "template.format(code) with Python's rules for one field.");
   m.def("resolve_model_path",
-        [](const std::string& name) { return unwrap(resolve_model_path(name)).string(); }, py::arg("name_or_path"));
+        [](const std::string& name, const std::string& revision) { return unwrap(resolve_model_path(name, revision)).string(); },
+        py::arg("name_or_path"), py::arg("revision") = "",
+        "A model directory, or the complete snapshot of an HF id in the HF cache (never downloads).");
 
   py::class_<Completion>(m, "Completion")
       .def_readonly("text", &Completion::text)

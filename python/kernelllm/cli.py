@@ -19,6 +19,9 @@ def main() -> int:
         print(f"kernelllm: the CLI binary is missing (expected {exe}); reinstall the package", file=sys.stderr)
         return 1
     argv = [str(exe), *sys.argv[1:]]
+    # The CLI downloads models with huggingface_hub through this interpreter, which has the
+    # package's dependencies (python3 on PATH may not: pipx, a venv not activated).
+    os.environ.setdefault("KERNELLLM_HUB_PYTHON", sys.executable)
     if os.name == "posix":
         sys.stdout.flush()
         sys.stderr.flush()

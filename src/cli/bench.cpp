@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/hub.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/bench.h"
 
@@ -16,6 +17,7 @@ namespace {
 
 struct BenchArgs {
   BenchOptions options;
+  HubOptions hub;
   bool random_weights = false;
   bool no_cuda_graphs = false;
   std::string dtype = "bf16";
@@ -57,6 +59,14 @@ int run_bench_command(BenchArgs args) {
     std::fprintf(stderr, "kernelllm bench: expected exactly one of --model or --config with --random-weights\n");
     return kExitUsage;
   }
+  if (!args.options.model.empty()) {
+    auto model_dir = find_or_download_model(args.options.model, args.hub);
+    if (!model_dir.ok()) {
+      std::fprintf(stderr, "kernelllm bench: error: %s\n", model_dir.status().to_string().c_str());
+      return kExitFailure;
+    }
+    args.options.model = model_dir->string();
+  }
   args.options.dtype = args.dtype == "f16" ? DType::f16 : DType::bf16;
   args.options.cuda_graphs = !args.no_cuda_graphs;
   args.options.command_line = command_line();
@@ -91,7 +101,9 @@ void add_bench_command(CLI::App& app, CommandRun& run) {
     shapes += name;
   }
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (tok/s, ms/step, GB/s)");
-  cmd->add_option("--model", o.model, "Model directory, or an HF id found in the local HF cache");
+  cmd->add_option("--model", o.model,
+                  "Model directory, or an HF id (org/name) from the HF cache, downloaded there first when missing");
+  add_hub_options(cmd, args->hub);
   cmd->add_option("--config", o.config, "With --random-weights: a named shape (" + shapes + ") or a config.json path");
   cmd->add_flag("--random-weights", args->random_weights, "Seeded random weights of --config's shape");
   cmd->add_option("--seed", o.seed, "Seed of the random weights and the random prompt ids")->capture_default_str();

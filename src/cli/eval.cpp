@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/endpoint_args.h"
+#include "cli/hub.h"
 #include "kernelllm/eval/eval.h"
 
 namespace kernelllm::cli {
@@ -21,6 +22,7 @@ struct EvalArgs {
   std::string problems;
   std::string levels;
   std::string model;
+  HubOptions hub;
   std::string candidates;
   std::string out;
   int k = 20;
@@ -109,7 +111,11 @@ int run_eval_command(const EvalArgs& a) {
     if (p != "strict" && p != "kernelbench") return usage(fmt::format("--profiles: expected strict and/or kernelbench, found \"{}\"", p));
   }
   o.candidates = a.candidates;
-  o.model = a.model;
+  if (!a.model.empty()) {
+    auto model_dir = find_or_download_model(a.model, a.hub);
+    if (!model_dir.ok()) return fail(model_dir.status());
+    o.model = model_dir->string();
+  }
   o.gen_device = a.gen_device;
   o.k = a.k;
   o.max_new_tokens = a.max_new_tokens;
@@ -138,7 +144,7 @@ int run_eval_command(const EvalArgs& a) {
     open_source = [e = *eopts]() { return open_endpoint(e); };
   } else if (a.candidates.empty()) {
     EngineOptions engine;
-    engine.model = a.model;
+    engine.model = o.model;
     engine.device = a.gen_device;
     engine.threads = a.threads;
     engine.gpu_memory_fraction = engine_memory_fraction(a.gen_device, o.verify.devices, a.gpu_memory_fraction);
@@ -178,7 +184,9 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->require_subcommand(0, 1);
   cmd->add_option("--problems", args->problems, "KernelBench root (level1/, ...) or a directory of problem .py files");
   cmd->add_option("--levels", args->levels, "KernelBench levels, e.g. 1 or 1,2,3 (default 1; KernelBench roots only)");
-  cmd->add_option("--model", args->model, "model directory to generate samples with");
+  cmd->add_option("--model", args->model, "model to generate samples with: a directory, or an HF id (org/name) from the HF "
+                                           "cache, downloaded there first when missing");
+  add_hub_options(cmd, args->hub);
   cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py (no model needed)");
   cmd->add_option("--out", args->out, "run directory (created; an existing one is resumed)");
   cmd->add_option("-k", args->k, "samples per problem (with --model or --endpoint)")->check(CLI::Range(1, 10000));

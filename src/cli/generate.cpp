@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/hub.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/json.h"
 #include "kernelllm/engine/backend.h"
@@ -26,6 +27,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model;
+  HubOptions hub;
   std::string prompt;
   std::string prompt_file;
   std::string module_file;
@@ -108,7 +110,7 @@ int run_generate(const GenerateArgs& args) {
     return kExitUsage;
   }
 
-  auto dir = resolve_model_path(args.model);
+  auto dir = find_or_download_model(args.model, args.hub);
   if (!dir.ok()) return fail(dir.status());
   auto prompt = build_prompt(args, *dir);
   if (!prompt.ok()) return fail(prompt.status());
@@ -175,7 +177,10 @@ int run_generate(const GenerateArgs& args) {
 void add_generate_command(CLI::App& app, CommandRun& run) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Sample completions of one prompt with the CPU engine");
-  cmd->add_option("--model", args->model, "Model directory, or an HF id found in the local HF cache")->required();
+  cmd->add_option("--model", args->model,
+                  "Model directory, or an HF id (org/name) from the HF cache, downloaded there first when missing")
+      ->required();
+  add_hub_options(cmd, args->hub);
   CLI::Option_group* input = cmd->add_option_group("prompt", "Exactly one prompt source");
   input->add_option("--prompt", args->prompt, "Prompt text, used verbatim");
   input->add_option("--prompt-file", args->prompt_file, "File whose content is the prompt, verbatim")

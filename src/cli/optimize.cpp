@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/endpoint_args.h"
+#include "cli/hub.h"
 #include "cli/table.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/model.h"
@@ -32,6 +33,7 @@ constexpr int kExitNothingCorrect = 3;
 struct OptimizeArgs {
   std::string module_file;
   std::string model;
+  HubOptions hub;
   int k = 10;
   float temperature = 0.6f;  // kernelllm.py's defaults
   float top_p = 0.95f;
@@ -156,6 +158,7 @@ Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::st
   return Json{{"module", a.module_file},
               {"endpoint", endpoint},
               {"model", a.model},
+              {"revision", a.hub.revision.empty() ? Json(nullptr) : Json(a.hub.revision)},
               {"random_weights", a.random_weights},
               {"device", a.device},
               {"gpu_memory_fraction", gpu_memory_fraction},
@@ -234,7 +237,7 @@ int run_optimize(const OptimizeArgs& a) {
                  static_cast<unsigned long long>(o.sampling.seed));
     source = open_endpoint(*eopts);
   } else {
-    auto model_dir = resolve_model_path(a.model);
+    auto model_dir = find_or_download_model(a.model, a.hub);
     if (!model_dir.ok()) return fail(model_dir.status());
     tmpl = load_prompt_template(*model_dir, a.template_file);
     if (!tmpl.ok()) return fail(tmpl.status());
@@ -292,8 +295,9 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("module", args->module_file, "PyTorch module file (KernelBench format: Model, get_inputs, get_init_inputs)")
       ->required();
   cmd->add_option("--model", args->model,
-                  "Model directory, or an HF id found in the local HF cache (with --random-weights: only its tokenizer); "
-                  "or --endpoint URL");
+                  "Model directory, or an HF id (org/name) from the HF cache, downloaded there first when missing "
+                  "(with --random-weights: only its tokenizer is used); or --endpoint URL");
+  add_hub_options(cmd, args->hub);
   cmd->add_option("-k,--samples", args->k, "Candidates sampled in one batch")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/endpoint_args.h"
+#include "cli/hub.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/harness/verify.h"
 #include "kernelllm/pipeline/optimize.h"
@@ -21,6 +22,7 @@ namespace {
 
 struct ReplArgs {
   std::string model = "facebook/KernelLLM";
+  HubOptions hub;
   std::string device = "cpu";
   int threads = 0;
   int k = 10;
@@ -83,7 +85,7 @@ int run_repl_command(const ReplArgs& args) {
     if (!tmpl.ok()) return fail(tmpl.status());
     source = open_endpoint(*eopts);
   } else {
-    auto dir = resolve_model_path(args.model);
+    auto dir = find_or_download_model(args.model, args.hub);
     if (!dir.ok()) return fail(dir.status());
     tmpl = load_prompt_template(*dir, args.template_file);
     if (!tmpl.ok()) return fail(tmpl.status());
@@ -109,8 +111,11 @@ int run_repl_command(const ReplArgs& args) {
 void add_repl_command(CLI::App& app, CommandRun& run) {
   auto args = std::make_shared<ReplArgs>();
   CLI::App* cmd = app.add_subcommand("repl", "Interactive: paste a PyTorch module, get verified Triton candidates");
-  CLI::Option* model = cmd->add_option("--model", args->model, "Model directory, or an HF id found in the local HF cache")
+  CLI::Option* model = cmd->add_option("--model", args->model,
+                                       "Model directory, or an HF id (org/name) from the HF cache, downloaded there "
+                                       "first when missing")
                            ->capture_default_str();
+  add_hub_options(cmd, args->hub);
   cmd->add_option("--device,--gen-device", args->device, "Generation device: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

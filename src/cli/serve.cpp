@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/hub.h"
 #include "cli/table.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/pipeline/optimize.h"
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 struct ServeArgs {
   serve::ServeOptions serve;
   std::string model;
+  HubOptions hub;
   std::string device = "cpu";
   std::string dtype = "bf16";
   int threads = 0;
@@ -73,7 +75,7 @@ int run_serve(ServeArgs& a) {
   o.verify.cache_path = a.cache_file;
   o.work_root = a.work_dir.empty() ? fs::temp_directory_path() / "kernelllm-serve" : fs::path(a.work_dir);
 
-  auto model_dir = resolve_model_path(a.model);
+  auto model_dir = find_or_download_model(a.model, a.hub);
   if (!model_dir.ok()) return fail(model_dir.status());
   o.model_dir = *model_dir;
   if (o.model_name.empty()) o.model_name = a.model;
@@ -127,7 +129,10 @@ void add_serve_command(CLI::App& app, CommandRun& run) {
   cmd->footer(
       "Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (Llama-3 chat format from the model's "
       "tokenizer_config.json), POST /v1/kernelllm/optimize, GET /health. Errors are OpenAI-style JSON bodies.");
-  cmd->add_option("--model", a->model, "Model directory, or an HF id found in the local HF cache")->required();
+  cmd->add_option("--model", a->model,
+                  "Model directory, or an HF id (org/name) from the HF cache, downloaded there first when missing")
+      ->required();
+  add_hub_options(cmd, a->hub);
   cmd->add_option("--host", o.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o.port, "Port; 0 picks a free one (printed)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' on /v1/ (default $KERNELLLM_API_KEY)");

@@ -231,8 +231,9 @@ Result<SafetensorsHeader> open_checked(const std::filesystem::path& path, std::u
   return header;
 }
 
-// model.safetensors.index.json → {tensor name: shard file name}.
-Result<std::map<std::string, std::string>> read_index(const std::filesystem::path& path) {
+}  // namespace
+
+Result<std::map<std::string, std::string>> read_safetensors_index(const std::filesystem::path& path) {
   const std::string what = path.string();
   KLLM_ASSIGN_OR_RETURN(std::string text, read_text_file(path, size_t{256} << 20));
   KLLM_ASSIGN_OR_RETURN(Json root, parse_json(text, what));
@@ -260,8 +261,6 @@ Result<std::map<std::string, std::string>> read_index(const std::filesystem::pat
   }
   return out;
 }
-
-}  // namespace
 
 Result<WeightStore> WeightStore::open(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
@@ -293,7 +292,7 @@ Result<WeightStore> WeightStore::open(const std::filesystem::path& path) {
   }
   const fs::path index_path = path / "model.safetensors.index.json";
   if (fs::exists(index_path, ec)) {
-    KLLM_ASSIGN_OR_RETURN(auto weight_map, read_index(index_path));
+    KLLM_ASSIGN_OR_RETURN(auto weight_map, read_safetensors_index(index_path));
     std::map<std::string, size_t> shard_index;
     for (const auto& [name, shard] : weight_map) {
       if (shard_index.count(shard)) continue;

@@ -1,6 +1,6 @@
 """Fixtures for the Python tests of the installed kernelllm package: test data made by
 tools/make_test_data.py (or taken from $KERNELLLM_TESTDATA), a tiny model directory, a fake
-HF cache, and the installed `kernelllm` console script."""
+HF cache, and the installed `kernelllm` console script. The Hub is out of reach (below)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# No test reaches the real Hugging Face Hub: downloads are off and the endpoint is a local port
+# nothing listens on, set before anything imports huggingface_hub (which reads them then).
+# test_hub.py points them at its stand-in Hub on 127.0.0.1 for its own subprocesses.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 TINY = "tiny-f32-gqa"  # fp32, GQA, llama3 RoPE: the model the HF comparisons use
 
 

@@ -104,9 +104,11 @@ def test_hf_id_resolves_in_fake_hf_cache(hf_home, tiny_model):
 
 
 def test_unknown_hf_id_says_how_to_get_it(hf_home):
+    # conftest turns downloads off (HF_HUB_OFFLINE=1); test_hub.py covers the download itself.
     with pytest.raises(FileNotFoundError) as e:
         KernelLLM("nobody/NoSuchModel")
     assert "nobody/NoSuchModel" in str(e.value)
+    assert "`hf download nobody/NoSuchModel`" in str(e.value) and "nothing was downloaded" in str(e.value)
 
 
 def test_stream_callback_sees_the_returned_text(tiny_engine):

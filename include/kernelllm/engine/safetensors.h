@@ -55,6 +55,10 @@ struct TensorView {
   int64_t numel() const;
 };
 
+// model.safetensors.index.json → {tensor name: shard file name}; shard names are plain file
+// names (next to the index), anything else is a parse_error.
+Result<std::map<std::string, std::string>> read_safetensors_index(const std::filesystem::path& path);
+
 // All tensors of a checkpoint directory (or of one .safetensors file), mmapped.
 class WeightStore {
  public:
