@@ -67,7 +67,7 @@ cleanup() {
     kill -0 "$pid" 2>/dev/null && { log "    $pidfile: pid $pid still alive after 10s, sending SIGKILL"; kill -9 "$pid"; }
   done
   if ((rc != 0)); then
-    for f in "$WORK"/log/*.log "$WORK"/runs/logs/*.log; do
+    for f in "$WORK"/munge/munged.log "$WORK"/log/*.log "$WORK"/runs/logs/*.log; do
       [[ -f $f ]] && { echo "---- last lines of $f"; tail -n 30 "$f"; }
     done
   fi
@@ -199,7 +199,7 @@ run_array() {
     now="array: $(job_state "$array_id"), merge: $(job_state "$merge_id")"
     [[ $now != "$last" ]] && log "    $now"
     last=$now
-    sleep 5
+    sleep 2
   done
   local a m
   a=$(job_state "$array_id")
