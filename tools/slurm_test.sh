@@ -27,7 +27,7 @@ declare -A MIX=(
   [relu]="correct_basic wrong_shape_flat"
   [scale_shift_kwargs]="correct_kwargs compile_positional_only"
 )
-EVAL_OPTIONS="--pass-at 1,2"
+PASS_AT=1,2
 
 t_start=$SECONDS
 log() { echo "[slurm-test $((SECONDS - t_start))s] $*"; }
@@ -185,7 +185,7 @@ run_array() {
   local out
   # --jobs 1: the two shards share this machine's cores.
   out=$(PROBLEMS=$WORK/problems LEVELS= CANDIDATES=$WORK/candidates SHARDS=2 OUT=$WORK/runs DEVICE=cpu \
-    KERNELLLM=$KERNELLLM EXTRA_ARGS="$EVAL_OPTIONS --jobs 1" PARTITION=$PARTITION GPUS_PER_TASK=0 TIME=01:00:00 \
+    KERNELLLM=$KERNELLLM EXTRA_ARGS="--jobs 1" PASS_AT=$PASS_AT PARTITION=$PARTITION GPUS_PER_TASK=0 TIME=01:00:00 \
     bash examples/slurm/eval_array.sbatch)
   echo "    $out"
   [[ $out =~ submitted\ array\ ([0-9]+)\ .*\ merge\ ([0-9]+) ]] ||
@@ -210,9 +210,8 @@ run_array() {
 }
 
 run_one_process() {
-  # shellcheck disable=SC2086  # EVAL_OPTIONS is a list of options
   "$KERNELLLM" eval --problems "$WORK/problems" --candidates "$WORK/candidates" --device cpu --out "$WORK/single" \
-    $EVAL_OPTIONS --quiet >"$WORK/single.log" 2>&1 || { tail -n 30 "$WORK/single.log"; fail "the one-process eval failed"; }
+    --pass-at "$PASS_AT" --quiet >"$WORK/single.log" 2>&1 || { tail -n 30 "$WORK/single.log"; fail "the one-process eval failed"; }
 }
 
 compare_reports() {
