@@ -223,10 +223,13 @@ compare_reports() {
     }
     log "    $f: byte-equal ($(wc -c <"$WORK/single/$f") bytes)"
   done
-  python3 - "$WORK/single/report.json" <<'EOF'
+  # The shards ran inside Slurm tasks as root: their verifier must still have used its sandbox.
+  python3 - "$WORK/single/report.json" <<'EOF' || fail "the report's run facts say the verifier ran without its sandbox"
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("    problems:", ", ".join(p["id"] for p in r["problems"]))
+sandbox = r.get("run", {}).get("verifier", {}).get("sandbox")
+print("    problems:", ", ".join(p["id"] for p in r["problems"]), "| verifier sandbox:", sandbox)
+sys.exit(0 if sandbox is True else 1)
 EOF
 }
 
