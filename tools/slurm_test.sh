@@ -51,7 +51,6 @@ WORK=$(mktemp -d /tmp/kernelllm-slurm.XXXXXX)
 chmod 755 "$WORK"
 export SLURM_CONF=$WORK/slurm.conf
 installed=()
-started_pids=()
 
 cleanup() {
   local rc=$?
@@ -175,7 +174,7 @@ make_problem_set() {
       i=$((i + 1))
     done
   done
-  log "    $(ls "$WORK/problems" | wc -l) problems, $(find "$WORK/candidates" -name '*.py' | wc -l) candidates under $WORK"
+  log "    $(find "$WORK/problems" -name '*.py' | wc -l) problems, $(find "$WORK/candidates" -name '*.py' | wc -l) candidates under $WORK"
 }
 
 # job_state ID: the job's state while slurmctld remembers it (MinJobAge above keeps finished ones).
@@ -184,7 +183,7 @@ job_state() { scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | 
 run_array() {
   local out
   # --jobs 1: the two shards share this machine's cores.
-  out=$(PROBLEMS=$WORK/problems LEVELS= CANDIDATES=$WORK/candidates SHARDS=2 OUT=$WORK/runs DEVICE=cpu \
+  out=$(PROBLEMS=$WORK/problems LEVELS='' CANDIDATES=$WORK/candidates SHARDS=2 OUT=$WORK/runs DEVICE=cpu \
     KERNELLLM=$KERNELLLM EXTRA_ARGS="--jobs 1" PASS_AT=$PASS_AT PARTITION=$PARTITION GPUS_PER_TASK=0 TIME=01:00:00 \
     bash examples/slurm/eval_array.sbatch)
   echo "    $out"
