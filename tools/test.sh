@@ -18,3 +18,10 @@ ctest --preset release -j "$jobs"
 # pytest reuses the test data ctest's fixture made (tools/make_test_data.py skips up-to-date data).
 KERNELLLM_TESTDATA="$PWD/build/release/testdata" \
   python3 -m pytest tests/python -q -p no:cacheprovider --basetemp "$PWD/build/pytest"
+
+# Slurm end to end (tools/slurm_test.sh: a one-node Slurm, examples/slurm/eval_array.sbatch, the merged
+# report against a one-process run). About 3-5 minutes on 2 cores, more than CI's time budget has
+# left, so only on request: KERNELLLM_SLURM_TEST=1 bash tools/test.sh (root, Debian 12).
+if [[ ${KERNELLLM_SLURM_TEST:-0} == 1 ]]; then
+  bash tools/slurm_test.sh
+fi
