@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/devices.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/bench.h"
 
@@ -19,6 +20,7 @@ struct BenchArgs {
   bool random_weights = false;
   bool no_cuda_graphs = false;
   std::string dtype = "bf16";
+  std::string device;  // empty: resolve_gen_device's default
   std::string json_file;
 };
 
@@ -57,6 +59,12 @@ int run_bench_command(BenchArgs args) {
     std::fprintf(stderr, "kernelllm bench: expected exactly one of --model or --config with --random-weights\n");
     return kExitUsage;
   }
+  auto device = resolve_gen_device(args.device, "bench");
+  if (!device.ok()) {
+    std::fprintf(stderr, "kernelllm bench: %s\n", device.status().message().c_str());
+    return kExitUsage;
+  }
+  args.options.device = *device;
   args.options.dtype = args.dtype == "f16" ? DType::f16 : DType::bf16;
   args.options.cuda_graphs = !args.no_cuda_graphs;
   args.options.command_line = command_line();
@@ -95,7 +103,7 @@ void add_bench_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--config", o.config, "With --random-weights: a named shape (" + shapes + ") or a config.json path");
   cmd->add_flag("--random-weights", args->random_weights, "Seeded random weights of --config's shape");
   cmd->add_option("--seed", o.seed, "Seed of the random weights and the random prompt ids")->capture_default_str();
-  cmd->add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  add_device_options(cmd, args->device, nullptr);
   cmd->add_option("--dtype", args->dtype, "Weight (and CUDA KV) dtype")
       ->check(CLI::IsMember({"bf16", "f16"}))
       ->capture_default_str();

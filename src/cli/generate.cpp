@@ -1,5 +1,5 @@
 // `kernelllm generate`: one prompt (raw text, a file, or a PyTorch module put into the Triton
-// template) → n sampled completions on the CPU backend. Completions go to stdout, the run
+// template) → n sampled completions on the CPU or CUDA engine. Completions go to stdout, the run
 // summary to stderr, and everything optionally to a JSON file. Parsing and printing only.
 #include <chrono>
 #include <cstdint>
@@ -14,11 +14,13 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/devices.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/json.h"
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/generator.h"
 #include "kernelllm/engine/model.h"
+#include "kernelllm/pipeline/optimize.h"
 #include "kernelllm/pipeline/prompt.h"
 
 namespace kernelllm::cli {
@@ -38,6 +40,7 @@ struct GenerateArgs {
   int32_t max_new_tokens = 2048;
   bool stream = false;
   int threads = 0;
+  std::string device;  // empty: resolve_gen_device's default
   std::string json_file;
 };
 
@@ -66,14 +69,14 @@ Result<Prompt> build_prompt(const GenerateArgs& args, const std::filesystem::pat
   return Prompt{args.prompt, "--prompt", ""};
 }
 
-Status write_json(const GenerateArgs& args, const LoadedModel& model, const Prompt& prompt, uint64_t seed,
+Status write_json(const GenerateArgs& args, const std::filesystem::path& model_dir, const Prompt& prompt, uint64_t seed,
                   const std::vector<Completion>& completions, const GenerateStats& stats) {
   Json samples = Json::array();
   for (const auto& c : completions) {
     samples.push_back({{"text", c.text}, {"tokens", c.tokens}, {"finish", finish_reason_name(c.finish)}});
   }
   Json doc = {
-      {"model", model.dir.string()},
+      {"model", model_dir.string()},
       {"prompt_source", prompt.source},
       {"prompt_template", prompt.template_source},
       {"sampling",
@@ -112,23 +115,28 @@ int run_generate(const GenerateArgs& args) {
   if (!dir.ok()) return fail(dir.status());
   auto prompt = build_prompt(args, *dir);
   if (!prompt.ok()) return fail(prompt.status());
-  auto model = load_model(dir->string());
-  if (!model.ok()) return fail(model.status());
+  auto device = resolve_gen_device(args.device, "generate");
+  if (!device.ok()) {
+    std::fprintf(stderr, "kernelllm generate: %s\n", device.status().message().c_str());
+    return kExitUsage;
+  }
+  EngineOptions engine_options;
+  engine_options.model = dir->string();
+  engine_options.device = *device;
+  engine_options.threads = args.threads;
+  auto engine = open_engine_parts(engine_options);
+  if (!engine.ok()) return fail(engine.status());
+  Backend& backend = *engine->backend;
+  const Tokenizer& tokenizer = *engine->tokenizer;
 
-  CpuBackendOptions backend_options;
-  backend_options.num_threads = args.threads;
-  auto backend = make_cpu_backend(model->config, *model->weights, backend_options);
-  if (!backend.ok()) return fail(backend.status());
-
-  auto ids = model->tokenizer.encode(prompt->text, /*add_special_tokens=*/true);
+  auto ids = tokenizer.encode(prompt->text, /*add_special_tokens=*/true);
   if (!ids.ok()) return fail(ids.status().with_context("prompt"));
 
   GenerateOptions options;
   options.num_samples = args.num_samples;
   options.max_new_tokens = args.max_new_tokens;
   options.sampling = sampling;
-  options.stop_ids = model->generation.eos_token_ids.empty() ? model->config.eos_token_ids
-                                                             : model->generation.eos_token_ids;
+  options.stop_ids = engine->stop_ids;
   options.skip_special_tokens = true;
 
   StreamCallback on_text;
@@ -144,7 +152,7 @@ int run_generate(const GenerateArgs& args) {
     };
   }
   GenerateStats stats;
-  auto completions = generate(**backend, model->tokenizer, *ids, options, on_text, &stats);
+  auto completions = generate(backend, tokenizer, *ids, options, on_text, &stats);
   if (!completions.ok()) return fail(completions.status());
 
   for (size_t i = 0; i < completions->size(); ++i) {
@@ -162,10 +170,10 @@ int run_generate(const GenerateArgs& args) {
                "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f ms, decode: %.2f tok/s (%s backend, "
                "seed %llu)\n",
                static_cast<long long>(stats.prompt_tokens), static_cast<long long>(stats.generated_tokens),
-               stats.prefill_ms, decode_tok_s, std::string((*backend)->name()).c_str(),
+               stats.prefill_ms, decode_tok_s, std::string(backend.name()).c_str(),
                static_cast<unsigned long long>(sampling.seed));
   if (!args.json_file.empty()) {
-    if (Status s = write_json(args, *model, *prompt, sampling.seed, *completions, stats); !s.ok()) return fail(s);
+    if (Status s = write_json(args, *dir, *prompt, sampling.seed, *completions, stats); !s.ok()) return fail(s);
   }
   return 0;
 }
@@ -174,7 +182,7 @@ int run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app, CommandRun& run) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Sample completions of one prompt with the CPU engine");
+  CLI::App* cmd = app.add_subcommand("generate", "Sample completions of one prompt with the engine");
   cmd->add_option("--model", args->model, "Model directory, or an HF id found in the local HF cache")->required();
   CLI::Option_group* input = cmd->add_option_group("prompt", "Exactly one prompt source");
   input->add_option("--prompt", args->prompt, "Prompt text, used verbatim");
@@ -196,6 +204,7 @@ void add_generate_command(CLI::App& app, CommandRun& run) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--stream", args->stream, "Print sample 0 as it is generated; the others follow when done");
+  add_device_options(cmd, args->device, nullptr);
   cmd->add_option("--threads", args->threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", args->json_file, "Also write completions and stats to this JSON file");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/devices.h"
 #include "cli/endpoint_args.h"
 #include "cli/table.h"
 #include "kernelllm/base/file.h"
@@ -42,8 +43,8 @@ struct OptimizeArgs {
   std::string out_file;
   std::string json_file;
   std::string work_dir;
-  std::string device = "cpu";
-  std::string verify_device;
+  std::string device;         // empty: resolve_gen_device's default
+  std::string verify_device;  // empty: resolve_verify_devices's default
   std::string profile = "strict";
   std::string template_file;
   std::string random_weights;
@@ -152,12 +153,12 @@ Status write_text(const fs::path& path, const std::string& text) {
 }
 
 Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::string& template_source,
-                  double gpu_memory_fraction, const Json& endpoint) {
+                  const std::string& device, double gpu_memory_fraction, const Json& endpoint) {
   return Json{{"module", a.module_file},
               {"endpoint", endpoint},
               {"model", a.model},
               {"random_weights", a.random_weights},
-              {"device", a.device},
+              {"device", device},
               {"gpu_memory_fraction", gpu_memory_fraction},
               {"verify_devices", o.verify.devices},
               {"profile", o.verify.profile},
@@ -194,7 +195,12 @@ int run_optimize(const OptimizeArgs& a) {
     std::fprintf(stderr, "kernelllm optimize: %s\n", s.to_string().c_str());
     return kExitUsage;
   }
-  auto devices = harness::parse_devices(a.verify_device.empty() ? (a.device == "cpu" ? "cpu" : "cuda") : a.verify_device);
+  if (a.endpoint.given() && !a.device.empty()) {
+    std::fprintf(stderr, "kernelllm optimize: --device is where the local model generates; with --endpoint the server "
+                         "generates (--verify-device chooses where candidates are verified)\n");
+    return kExitUsage;
+  }
+  auto devices = resolve_verify_devices(a.verify_device);
   if (!devices.ok()) {
     std::fprintf(stderr, "kernelllm optimize: %s\n", devices.status().message().c_str());
     return kExitUsage;
@@ -224,6 +230,7 @@ int run_optimize(const OptimizeArgs& a) {
   Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
   Json endpoint_json = nullptr;
   EngineOptions eo;
+  std::string gen_device;
   if (a.endpoint.given()) {
     auto eopts = endpoint_options(a.endpoint);
     if (!eopts.ok()) return fail(eopts.status());
@@ -236,18 +243,24 @@ int run_optimize(const OptimizeArgs& a) {
   } else {
     auto model_dir = resolve_model_path(a.model);
     if (!model_dir.ok()) return fail(model_dir.status());
+    auto device = resolve_gen_device(a.device, "optimize");
+    if (!device.ok()) {
+      std::fprintf(stderr, "kernelllm optimize: %s\n", device.status().message().c_str());
+      return kExitUsage;
+    }
+    gen_device = *device;
     tmpl = load_prompt_template(*model_dir, a.template_file);
     if (!tmpl.ok()) return fail(tmpl.status());
     eo.model = model_dir->string();
-    eo.device = a.device;
+    eo.device = gen_device;
     eo.threads = a.threads;
     eo.random_config = a.random_weights;
     eo.random_seed = o.sampling.seed;
     eo.dtype = a.dtype;
-    eo.gpu_memory_fraction = engine_memory_fraction(a.device, o.verify.devices, a.gpu_memory_fraction);
+    eo.gpu_memory_fraction = engine_memory_fraction(gen_device, o.verify.devices, a.gpu_memory_fraction);
     std::fprintf(stderr, "loading %s on %s (seed %llu)\n",
                  a.random_weights.empty() ? model_dir->c_str() : ("random " + a.random_weights + " weights").c_str(),
-                 a.device.c_str(), static_cast<unsigned long long>(o.sampling.seed));
+                 gen_device.c_str(), static_cast<unsigned long long>(o.sampling.seed));
     source = open_engine(eo);
   }
   if (!source.ok()) return fail(source.status());
@@ -264,7 +277,7 @@ int run_optimize(const OptimizeArgs& a) {
   }
   print_table(*result, o.rounds > 1, out_file.string());
   Json report = result->to_json();
-  report["options"] = options_json(a, o, tmpl->source, eo.gpu_memory_fraction, endpoint_json);
+  report["options"] = options_json(a, o, tmpl->source, gen_device, eo.gpu_memory_fraction, endpoint_json);
   report["out"] = result->best ? Json(fs::absolute(out_file).string()) : Json(nullptr);
   report["exit_code"] = exit_code;
   if (Status s = write_text(report_file, report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"); !s.ok()) {
@@ -311,11 +324,8 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--json", args->json_file, "Report JSON (default <work dir>/report.json)");
   cmd->add_option("--work-dir", args->work_dir, "Directory for the problem copy, prompts, completions and candidates "
                                                 "(default ./<module stem>_optimize; reused files are overwritten)");
-  cmd->add_option("--device,--gen-device", args->device, "Engine device: cpu, cuda or cuda:N")->capture_default_str();
+  add_device_options(cmd, args->device, &args->verify_device);
   cmd->add_option("--dtype", args->dtype, "CUDA weights: bf16 or fp16")->check(CLI::IsMember({"bf16", "fp16"}))->capture_default_str();
-  cmd->add_option("--verify-device", args->verify_device,
-                  "Verifier devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1 "
-                  "(default: cpu with --device cpu, else cuda)");
   cmd->add_option("--profile", args->profile, "strict (fp64 reference, normalized error) or kernelbench")
       ->check(CLI::IsMember({"strict", "kernelbench"}))
       ->capture_default_str();
