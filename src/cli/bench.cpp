@@ -76,8 +76,11 @@ int run_bench_command(BenchArgs args) {
     return kExitFailure;
   }
   const std::string table = format_bench_table(*result);
-  std::fputs(table.c_str(), stdout);
-  if (!args.json_file.empty()) {
+  // With `--json -` stdout carries only the JSON; the table goes to stderr.
+  std::fputs(table.c_str(), args.json_file == "-" ? stderr : stdout);
+  if (args.json_file == "-") {
+    std::fputs((result->dump(2) + "\n").c_str(), stdout);
+  } else if (!args.json_file.empty()) {
     std::ofstream out(args.json_file);
     out << result->dump(2) << '\n';
     if (!out) {
@@ -134,7 +137,7 @@ void add_bench_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--peer", o.peer, "Also time a peer on the same shape and prompt")->check(CLI::IsMember({"hf"}));
   cmd->add_option("--python", o.python, "Python for the peer")->capture_default_str();
   cmd->add_option("--peer-script", o.peer_script, "Path of bench/peer_hf.py (default: found above the executable)");
-  cmd->add_option("--json", args->json_file, "Also write the results to this JSON file");
+  cmd->add_option("--json", args->json_file, "Also write the results to this JSON file; - writes them to stdout (the table then goes to stderr)");
   cmd->callback([&run, args] { run = [args] { return run_bench_command(*args); }; });
 }
 

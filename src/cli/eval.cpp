@@ -125,6 +125,7 @@ int run_eval_command(const EvalArgs& a) {
   o.sampling.top_p = a.top_p;
   o.sampling.seed = a.seed;
   o.prompt_template_file = a.prompt_template;
+  if (Status s = validate(o.sampling); !s.ok()) return usage(s.message());
   auto devices = resolve_verify_devices(a.verify_device);
   if (!devices.ok()) return usage(devices.status().message());
   o.verify.devices = *devices;
@@ -209,8 +210,8 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   add_device_options(cmd, args->device, &args->verify_device);
   cmd->add_option("--profiles", args->profiles, "verifier profiles, comma-separated (default strict,kernelbench)");
   cmd->add_option("--shard", args->shard, "i/N: only problems j with j % N == i (merge shards with `eval merge`)");
-  cmd->add_option("--temperature", args->temperature, "sampling temperature (default 0.6)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold (default 0.95)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--temperature", args->temperature, "sampling temperature; 0 is greedy");
+  cmd->add_option("--top-p", args->top_p, "nucleus sampling mass in (0, 1]");
   cmd->add_option("--seed", args->seed, "sampling seed (the same for every problem; default 0)");
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens per sample (default 2048)")->check(CLI::PositiveNumber);
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);

@@ -93,9 +93,15 @@ Status write_json(const GenerateArgs& args, const std::filesystem::path& model_d
         {"prefill_ms", stats.prefill_ms},
         {"decode_ms", stats.decode_ms}}},
   };
-  std::ofstream out(args.json_file);
   // Invalid UTF-8 cannot occur (the decoder replaces it), but never let the dump throw.
-  out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
+  const std::string text = doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (args.json_file == "-") {
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    return {};
+  }
+  std::ofstream out(args.json_file);
+  out << text;
   if (!out) return error(ErrorCode::io_error, args.json_file + ": cannot write the JSON report");
   return {};
 }
@@ -111,15 +117,15 @@ int run_generate(const GenerateArgs& args) {
     return kExitUsage;
   }
 
-  auto dir = resolve_model_path(args.model);
-  if (!dir.ok()) return fail(dir.status());
-  auto prompt = build_prompt(args, *dir);
-  if (!prompt.ok()) return fail(prompt.status());
   auto device = resolve_gen_device(args.device, "generate");
   if (!device.ok()) {
     std::fprintf(stderr, "kernelllm generate: %s\n", device.status().message().c_str());
     return kExitUsage;
   }
+  auto dir = resolve_model_path(args.model);
+  if (!dir.ok()) return fail(dir.status());
+  auto prompt = build_prompt(args, *dir);
+  if (!prompt.ok()) return fail(prompt.status());
   EngineOptions engine_options;
   engine_options.model = dir->string();
   engine_options.device = *device;
@@ -139,14 +145,16 @@ int run_generate(const GenerateArgs& args) {
   options.stop_ids = engine->stop_ids;
   options.skip_special_tokens = true;
 
+  // With `--json -` stdout carries only the JSON; the completions go to stderr.
+  std::FILE* text_out = args.json_file == "-" ? stderr : stdout;
   StreamCallback on_text;
   if (args.stream) {
-    std::printf("=== sample 0 ===\n");
-    std::fflush(stdout);
-    on_text = [](int32_t sample, std::string_view text) {
+    std::fprintf(text_out, "=== sample 0 ===\n");
+    std::fflush(text_out);
+    on_text = [text_out](int32_t sample, std::string_view text) {
       if (sample == 0) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
+        std::fwrite(text.data(), 1, text.size(), text_out);
+        std::fflush(text_out);
       }
       return true;
     };
@@ -158,13 +166,13 @@ int run_generate(const GenerateArgs& args) {
   for (size_t i = 0; i < completions->size(); ++i) {
     const Completion& c = (*completions)[i];
     if (args.stream && i == 0) {
-      std::printf("\n=== end of sample 0 (%zu tokens, %s) ===\n", c.tokens.size(), finish_reason_name(c.finish).data());
+      std::fprintf(text_out, "\n=== end of sample 0 (%zu tokens, %s) ===\n", c.tokens.size(), finish_reason_name(c.finish).data());
       continue;
     }
-    std::printf("=== sample %zu (%zu tokens, %s) ===\n%s\n", i, c.tokens.size(), finish_reason_name(c.finish).data(),
+    std::fprintf(text_out, "=== sample %zu (%zu tokens, %s) ===\n%s\n", i, c.tokens.size(), finish_reason_name(c.finish).data(),
                 c.text.c_str());
   }
-  std::fflush(stdout);
+  std::fflush(text_out);
   double decode_tok_s = stats.decode_ms > 0 ? static_cast<double>(stats.generated_tokens) * 1000.0 / stats.decode_ms : 0.0;
   std::fprintf(stderr,
                "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f ms, decode: %.2f tok/s (%s backend, "
@@ -206,7 +214,7 @@ void add_generate_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--stream", args->stream, "Print sample 0 as it is generated; the others follow when done");
   add_device_options(cmd, args->device, nullptr);
   cmd->add_option("--threads", args->threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--json", args->json_file, "Also write completions and stats to this JSON file");
+  cmd->add_option("--json", args->json_file, "Also write completions and stats to this JSON file; - writes them to stdout (the text then goes to stderr)");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });
 }
 

@@ -111,12 +111,12 @@ class ProgressPrinter {
   double last_line_s_ = -1e9;
 };
 
-void print_table(const OptimizeResult& r, bool with_round, const std::string& written_to) {
-  std::printf("%s\n", r.sandbox.c_str());
-  std::printf("problem: %s  source: %s\n", r.problem_file.c_str(), r.source.c_str());
+void print_table(const OptimizeResult& r, bool with_round, const std::string& written_to, std::FILE* out) {
+  std::fprintf(out, "%s\n", r.sandbox.c_str());
+  std::fprintf(out, "problem: %s  source: %s\n", r.problem_file.c_str(), r.source.c_str());
   const std::string header = fmt::format("{:<4} {:<5} {:<6} {:<18} {:<60} {:>8}", "#", "round", "sample", "verdict",
                                          "rule/message", "speedup");
-  std::printf("%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
+  std::fprintf(out, "%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
   for (size_t i = 0; i < r.candidates.size(); ++i) {
     const OptimizeCandidate& c = r.candidates[i];
     const bool plain = c.result.rule.empty() || c.result.rule == harness::verdict_name(c.result.verdict);
@@ -126,22 +126,22 @@ void print_table(const OptimizeResult& r, bool with_round, const std::string& wr
     }
     const std::string speed = c.result.speedup > 0 ? fmt::format("{:.2f}x", c.result.speedup) : "-";
     const std::string mark = r.best && *r.best == i ? "*" : "";
-    std::printf("%s\n", fmt::format("{:<4} {:<5} {:<6} {:<18} {:<60} {:>8}", std::to_string(i) + mark, c.round, c.sample,
+    std::fprintf(out, "%s\n", fmt::format("{:<4} {:<5} {:<6} {:<18} {:<60} {:>8}", std::to_string(i) + mark, c.round, c.sample,
                                     harness::verdict_name(c.result.verdict), cell(why, 60), speed)
                             .c_str());
   }
   const double gen_s = r.generate_ms / 1000.0;
-  std::printf("generate: %.1f s, %lld tokens, %.1f tok/s; verify: %.1f s\n", gen_s,
+  std::fprintf(out, "generate: %.1f s, %lld tokens, %.1f tok/s; verify: %.1f s\n", gen_s,
               static_cast<long long>(r.generation.generated_tokens),
               gen_s > 0 ? static_cast<double>(r.generation.generated_tokens) / gen_s : 0.0, r.verify_ms / 1000.0);
   if (r.best) {
     const OptimizeCandidate& b = r.candidates[*r.best];
-    std::printf("best: #%zu %s (%s)\n", *r.best, b.file.c_str(), r.selection_reason.c_str());
-    std::printf("written to %s\n", written_to.c_str());
+    std::fprintf(out, "best: #%zu %s (%s)\n", *r.best, b.file.c_str(), r.selection_reason.c_str());
+    std::fprintf(out, "written to %s\n", written_to.c_str());
     return;
   }
-  std::printf("no correct candidate%s:\n", with_round ? fmt::format(" after {} round(s)", r.rounds_run).c_str() : "");
-  for (const std::string& line : r.failure_reasons) std::printf("  %s\n", line.c_str());
+  std::fprintf(out, "no correct candidate%s:\n", with_round ? fmt::format(" after {} round(s)", r.rounds_run).c_str() : "");
+  for (const std::string& line : r.failure_reasons) std::fprintf(out, "  %s\n", line.c_str());
 }
 
 Status write_text(const fs::path& path, const std::string& text) {
@@ -224,7 +224,9 @@ int run_optimize(const OptimizeArgs& a) {
   o.work_dir = a.work_dir.empty() ? fs::path(stem + "_optimize") : fs::path(a.work_dir);
   if (Status s = validate_optimize_input(*code, o); !s.ok()) return fail(s.with_context(a.module_file));
   const fs::path out_file = a.out_file.empty() ? fs::path(stem + "_triton.py") : fs::path(a.out_file);
-  const fs::path report_file = a.json_file.empty() ? o.work_dir / "report.json" : fs::path(a.json_file);
+  // `--json -`: the report on stdout (the table then on stderr) and in the work directory.
+  const bool json_to_stdout = a.json_file == "-";
+  const fs::path report_file = a.json_file.empty() || json_to_stdout ? o.work_dir / "report.json" : fs::path(a.json_file);
 
   Result<std::unique_ptr<CompletionSource>> source = error(ErrorCode::internal, "no source");
   Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
@@ -275,15 +277,16 @@ int run_optimize(const OptimizeArgs& a) {
   if (result->best) {
     if (Status s = write_text(out_file, result->candidates[*result->best].code); !s.ok()) return fail(s);
   }
-  print_table(*result, o.rounds > 1, out_file.string());
+  std::FILE* table_out = json_to_stdout ? stderr : stdout;
+  print_table(*result, o.rounds > 1, out_file.string(), table_out);
   Json report = result->to_json();
   report["options"] = options_json(a, o, tmpl->source, gen_device, eo.gpu_memory_fraction, endpoint_json);
   report["out"] = result->best ? Json(fs::absolute(out_file).string()) : Json(nullptr);
   report["exit_code"] = exit_code;
-  if (Status s = write_text(report_file, report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"); !s.ok()) {
-    return fail(s);
-  }
-  std::printf("report: %s\n", report_file.c_str());
+  const std::string report_text = report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (Status s = write_text(report_file, report_text); !s.ok()) return fail(s);
+  std::fprintf(table_out, "report: %s\n", report_file.c_str());
+  if (json_to_stdout) std::fputs(report_text.c_str(), stdout);
   std::fflush(stdout);
   return exit_code;
 }
@@ -321,7 +324,7 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--out", args->out_file, "Where the winning ModelNew module is written (default ./<module stem>_triton.py)");
-  cmd->add_option("--json", args->json_file, "Report JSON (default <work dir>/report.json)");
+  cmd->add_option("--json", args->json_file, "Report JSON (default <work dir>/report.json); - also writes it to stdout (the table then goes to stderr)");
   cmd->add_option("--work-dir", args->work_dir, "Directory for the problem copy, prompts, completions and candidates "
                                                 "(default ./<module stem>_optimize; reused files are overwritten)");
   add_device_options(cmd, args->device, &args->verify_device);
