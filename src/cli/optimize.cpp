@@ -206,6 +206,15 @@ int run_optimize(const OptimizeArgs& a) {
     return kExitUsage;
   }
   o.verify.devices = *devices;
+  std::string gen_device;  // empty with --endpoint
+  if (!a.endpoint.given()) {
+    auto device = resolve_gen_device(a.device, "optimize");
+    if (!device.ok()) {
+      std::fprintf(stderr, "kernelllm optimize: %s\n", device.status().message().c_str());
+      return kExitUsage;
+    }
+    gen_device = *device;
+  }
   o.verify.profile = a.profile;
   o.verify.jobs = a.jobs;
   o.verify.sandbox = !a.no_sandbox;
@@ -232,7 +241,6 @@ int run_optimize(const OptimizeArgs& a) {
   Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
   Json endpoint_json = nullptr;
   EngineOptions eo;
-  std::string gen_device;
   if (a.endpoint.given()) {
     auto eopts = endpoint_options(a.endpoint);
     if (!eopts.ok()) return fail(eopts.status());
@@ -245,12 +253,6 @@ int run_optimize(const OptimizeArgs& a) {
   } else {
     auto model_dir = resolve_model_path(a.model);
     if (!model_dir.ok()) return fail(model_dir.status());
-    auto device = resolve_gen_device(a.device, "optimize");
-    if (!device.ok()) {
-      std::fprintf(stderr, "kernelllm optimize: %s\n", device.status().message().c_str());
-      return kExitUsage;
-    }
-    gen_device = *device;
     tmpl = load_prompt_template(*model_dir, a.template_file);
     if (!tmpl.ok()) return fail(tmpl.status());
     eo.model = model_dir->string();
