@@ -292,3 +292,20 @@ def test_negative_temperature_is_a_usage_error_with_a_plain_number(cli, problem_
     r = run(eval_args(cli, problem_set, tmp_path / "run", "--temperature", "-1e30"))
     assert r.returncode == 2
     assert "expected a finite temperature >= 0, found -1e+30" in r.stderr, r.stderr
+
+
+def test_sigterm_cleans_up_and_prints_the_resume_command(cli, problem_set, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(eval_args(cli, problem_set, out, "--quiet"), env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(Path("/dev/shm").glob(f"kernelllm-verify-{proc.pid}-*")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err
+    assert f"the run store {out} keeps every sample and verdict committed so far" in err
+    assert "resume with the same command: " in err and f"--out {out}" in err
+    assert not list(Path("/dev/shm").glob(f"kernelllm-verify-{proc.pid}-*"))
