@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/devices.h"
+#include "cli/progress.h"
 #include "cli/endpoint_args.h"
 #include "cli/table.h"
 #include "kernelllm/base/file.h"
@@ -64,8 +65,9 @@ int fail(const Status& status) {
   return kExitFailure;
 }
 
-// Live progress on stderr: generation speed (rewritten in place on a terminal, else a line
-// every few seconds) and one line per verified candidate.
+// Live progress on stderr: generation speed and elapsed time (rewritten in place on a terminal,
+// else a line every few seconds) and one line per verified candidate with elapsed time and the
+// verification's ETA.
 class ProgressPrinter {
  public:
   explicit ProgressPrinter(bool with_round) : tty_(isatty(STDERR_FILENO) == 1), with_round_(with_round) {}
@@ -74,7 +76,8 @@ class ProgressPrinter {
     const std::string round = with_round_ ? fmt::format("round {}: ", e.round) : "";
     switch (e.kind) {
       case OptimizeEventKind::generating: {
-        const std::string line = fmt::format("{}generating: {} tokens, {:.1f} tok/s", round, e.tokens, e.tokens_per_s);
+        const std::string line = fmt::format("{}generating: {} tokens, {:.1f} tok/s, elapsed {}", round, e.tokens,
+                                             e.tokens_per_s, duration_text(seconds()));
         if (tty_) {
           std::fprintf(stderr, "\r%s   ", line.c_str());
         } else if (seconds() - last_line_s_ >= 5) {
@@ -84,6 +87,7 @@ class ProgressPrinter {
         break;
       }
       case OptimizeEventKind::generated:
+        verify_start_s_ = seconds();
         std::fprintf(stderr, "%s%sgenerated %lld tokens (%.1f tok/s)\n", tty_ ? "\r" : "", round.c_str(),
                      static_cast<long long>(e.tokens), e.tokens_per_s);
         break;
@@ -92,7 +96,10 @@ class ProgressPrinter {
                                  : e.any_correct ? "correct found (timing not meaningful)"
                                                  : "none correct yet";
         // e.line names the round itself when there are several.
-        std::fprintf(stderr, "verified %d/%d  %s  [%s]\n", e.verified, e.total, e.line.c_str(), best.c_str());
+        const double verifying_s = seconds() - verify_start_s_;
+        const std::string eta = e.verified >= e.total ? "" : fmt::format(", ETA {}", duration_text(verifying_s / e.verified * (e.total - e.verified)));
+        std::fprintf(stderr, "verified %d/%d  %s  [%s; elapsed %s%s]\n", e.verified, e.total, e.line.c_str(), best.c_str(),
+                     duration_text(seconds()).c_str(), eta.c_str());
         break;
       }
       case OptimizeEventKind::round_done:
@@ -109,6 +116,7 @@ class ProgressPrinter {
   bool with_round_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double last_line_s_ = -1e9;
+  double verify_start_s_ = 0;  // when the round's generation ended
 };
 
 void print_table(const OptimizeResult& r, bool with_round, const std::string& written_to, std::FILE* out) {
