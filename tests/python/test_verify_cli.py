@@ -225,14 +225,19 @@ def test_cuda_without_a_visible_gpu_is_a_clear_usage_error(files):
 
 
 def test_nothing_correct_exits_3_and_json_dash_goes_to_stdout(files):
-    r = subprocess.run([find_cli(), "verify", str(files["problem"]), str(files["wrong"]), "--verify-device", "cpu",
-                        "--no-cache", "--json", "-", "--progress", "--run-timeout", "8"],
+    raises = files["dir"] / "raises.py"
+    raises.write_text(GOOD.replace("def forward(self, x):", "def forward(self, x):\n        undefined_name(x)", 1))
+    r = subprocess.run([find_cli(), "verify", str(files["problem"]), str(files["wrong"]), str(raises),
+                        "--verify-device", "cpu", "--no-cache", "--json", "-", "--progress", "--run-timeout", "8"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 3, r.stderr[-3000:]
     report = json.loads(r.stdout)  # stdout holds only the JSON; the table went to stderr
-    assert report["candidates"][0]["verdict"] == "wrong_output"
+    assert [c["verdict"] for c in report["candidates"]] == ["wrong_output", "runtime_error"], r.stdout[-3000:]
+    # The traceback names the user's file, never the sandbox's copy of it.
+    assert f'File \\"{raises}\\", line' in r.stdout  # as JSON escapes it
+    assert "kernelllm-verify-" not in r.stdout
     assert "no candidate is correct" in r.stderr
-    assert "1/1 candidate(s) verified, elapsed" in r.stderr
+    assert "2/2 candidate(s) verified, elapsed" in r.stderr
     assert "candidate" in r.stderr and "verdict" in r.stderr  # the table
 
 
