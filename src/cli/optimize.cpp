@@ -1,7 +1,8 @@
 // `kernelllm optimize MODULE.py --model DIR`: k Triton candidates from the engine, verified in
 // the sandbox, the fastest correct one written out. Live progress on stderr, the verdict table
 // on stdout, a JSON report in the work directory. Exit 0: a correct candidate was written;
-// 3: the run finished but no candidate was correct; 1: the tool failed; 2: usage errors.
+// 3: the run finished but no candidate was correct; 1: the tool failed; 2: usage errors;
+// 130/143: interrupted (workers stopped, the verifier's temporary files removed).
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/devices.h"
+#include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "cli/endpoint_args.h"
 #include "cli/table.h"
@@ -279,6 +281,9 @@ int run_optimize(const OptimizeArgs& a) {
   o.prompt_template = tmpl->text;
   if (a.no_sandbox) print_no_sandbox_warning();
 
+  install_interrupt_cleanup("kernelllm optimize",
+                            fmt::format("the work directory {} keeps the prompt and the candidates written so far",
+                                        o.work_dir.string()));
   ProgressPrinter printer(o.rounds > 1);
   auto result = optimize(*code, **source, o, [&printer](const OptimizeEvent& e) { printer(e); });
   if (!result.ok()) return fail(result.status());
