@@ -143,7 +143,7 @@ def run_kernelbench(args, problem: Path, candidate: Path) -> dict:
 def our_verdicts(args, problem: Path, candidates: list[Path], work: Path) -> dict[Path, dict]:
     out = work / f"{problem.stem}.json"
     cmd = [args.cli, "verify", str(problem), *map(str, candidates), "--profile", "kernelbench",
-           "--kernelbench-tolerance", args.kernelbench_tolerance, "--device", args.device, "--json", str(out),
+           "--kernelbench-tolerance", args.kernelbench_tolerance, "--verify-device", args.device, "--json", str(out),
            "--no-cache"]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

@@ -267,7 +267,7 @@ def verify_one(args, device: str, monitor: Monitor, active: dict, name: str, pro
     stem = name.replace("/", "__")
     candidate, report, log = work / f"{stem}_candidate.py", work / f"{stem}.json", work / f"{stem}.stderr"
     candidate.write_text(problem.read_text() + CANDIDATE_TAIL)
-    cmd = [args.cli, "verify", str(problem), str(candidate), "--device", device, "--json", str(report),
+    cmd = [args.cli, "verify", str(problem), str(candidate), "--verify-device", device, "--json", str(report),
            "--no-cache", "--no-multishape", *(["--trials", str(args.trials)] if args.trials else []),
            *shlex.split(args.pass_args)]
     shm_before = set(glob.glob(SHM_GLOB))

@@ -46,7 +46,7 @@ echo "build ok"
 problems=/tmp/kb-eval
 rm -rf "$problems" && mkdir -p "$problems/level1"
 for d in bench/eval_candidates/level1/*/; do cp "$kb/KernelBench/level1/$(basename "$d").py" "$problems/level1/"; done
-eval_cmd=("$cli" eval --problems "$problems" --levels 1 --candidates bench/eval_candidates/level1 --device cuda:0)
+eval_cmd=("$cli" eval --problems "$problems" --levels 1 --candidates bench/eval_candidates/level1 --verify-device cuda:0)
 for mode in "$@"; do
   case $mode in
     optimize)

@@ -50,7 +50,7 @@ def main() -> int:
         for run in range(args.runs):
             for profile in args.profiles.split(","):
                 out = tmp / f"{Path(problem).stem}-{profile}-{run}.json"
-                cmd = [args.cli, "verify", problem, *cands, "--device", args.device, "--profile", profile,
+                cmd = [args.cli, "verify", problem, *cands, "--verify-device", args.device, "--profile", profile,
                        "--no-cache", "--no-multishape", "--json", str(out)]
                 commands.append(" ".join(cmd))
                 proc = subprocess.run(cmd, capture_output=True, text=True)

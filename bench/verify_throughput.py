@@ -86,7 +86,7 @@ def main() -> int:
     def one(problem: Path, cases: list[Path], tmp: str) -> str | None:
         nonlocal n_candidates
         out = Path(tmp) / f"{problem.stem}.json"
-        cmd = [args.cli, "verify", str(problem), *map(str, cases), "--device", args.device, "--json", str(out),
+        cmd = [args.cli, "verify", str(problem), *map(str, cases), "--verify-device", args.device, "--json", str(out),
                "--no-cache", "--quiet", "--jobs", str(args.jobs)]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)

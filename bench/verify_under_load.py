@@ -79,7 +79,7 @@ def expected(path: str) -> tuple[str, str | None]:
 def run_group(cli: str, profile: str, problem: str, candidates: list[str], device: str, workdir: Path,
               tag: str) -> dict:
     out = workdir / f"{tag}.json"
-    cmd = [cli, "verify", problem, *candidates, "--profile", profile, "--device", device, "--json", str(out),
+    cmd = [cli, "verify", problem, *candidates, "--profile", profile, "--verify-device", device, "--json", str(out),
            "--no-cache"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)

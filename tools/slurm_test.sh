@@ -209,7 +209,7 @@ run_array() {
 }
 
 run_one_process() {
-  "$KERNELLLM" eval --problems "$WORK/problems" --candidates "$WORK/candidates" --device cpu --out "$WORK/single" \
+  "$KERNELLLM" eval --problems "$WORK/problems" --candidates "$WORK/candidates" --verify-device cpu --out "$WORK/single" \
     --pass-at "$PASS_AT" --quiet >"$WORK/single.log" 2>&1 || { tail -n 30 "$WORK/single.log"; fail "the one-process eval failed"; }
 }
 

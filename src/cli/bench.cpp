@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/hub.h"
+#include "cli/devices.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/bench.h"
 
@@ -21,6 +22,7 @@ struct BenchArgs {
   bool random_weights = false;
   bool no_cuda_graphs = false;
   std::string dtype = "bf16";
+  std::string device;  // empty: resolve_gen_device's default
   std::string json_file;
 };
 
@@ -59,6 +61,12 @@ int run_bench_command(BenchArgs args) {
     std::fprintf(stderr, "kernelllm bench: expected exactly one of --model or --config with --random-weights\n");
     return kExitUsage;
   }
+  auto device = resolve_gen_device(args.device, "bench");
+  if (!device.ok()) {
+    std::fprintf(stderr, "kernelllm bench: %s\n", device.status().message().c_str());
+    return kExitUsage;
+  }
+  args.options.device = *device;
   if (!args.options.model.empty()) {
     auto model_dir = find_or_download_model(args.options.model, args.hub);
     if (!model_dir.ok()) {
@@ -78,8 +86,11 @@ int run_bench_command(BenchArgs args) {
     return kExitFailure;
   }
   const std::string table = format_bench_table(*result);
-  std::fputs(table.c_str(), stdout);
-  if (!args.json_file.empty()) {
+  // With `--json -` stdout carries only the JSON; the table goes to stderr.
+  std::fputs(table.c_str(), args.json_file == "-" ? stderr : stdout);
+  if (args.json_file == "-") {
+    std::fputs((result->dump(2) + "\n").c_str(), stdout);
+  } else if (!args.json_file.empty()) {
     std::ofstream out(args.json_file);
     out << result->dump(2) << '\n';
     if (!out) {
@@ -107,7 +118,7 @@ void add_bench_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--config", o.config, "With --random-weights: a named shape (" + shapes + ") or a config.json path");
   cmd->add_flag("--random-weights", args->random_weights, "Seeded random weights of --config's shape");
   cmd->add_option("--seed", o.seed, "Seed of the random weights and the random prompt ids")->capture_default_str();
-  cmd->add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  add_device_options(cmd, args->device, nullptr);
   cmd->add_option("--dtype", args->dtype, "Weight (and CUDA KV) dtype")
       ->check(CLI::IsMember({"bf16", "f16"}))
       ->capture_default_str();
@@ -138,7 +149,7 @@ void add_bench_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--peer", o.peer, "Also time a peer on the same shape and prompt")->check(CLI::IsMember({"hf"}));
   cmd->add_option("--python", o.python, "Python for the peer")->capture_default_str();
   cmd->add_option("--peer-script", o.peer_script, "Path of bench/peer_hf.py (default: found above the executable)");
-  cmd->add_option("--json", args->json_file, "Also write the results to this JSON file");
+  cmd->add_option("--json", args->json_file, "Also write the results to this JSON file; - writes them to stdout (the table then goes to stderr)");
   cmd->callback([&run, args] { run = [args] { return run_bench_command(*args); }; });
 }
 

@@ -1,6 +1,7 @@
 // `kernelllm eval` (score a model or pre-generated candidates on a problem set; resumable),
 // `kernelllm eval report RUN` (rebuild the report from a store) and `kernelllm eval merge RUN...
 // --out RUN` (combine shard stores). Summary table on stdout, progress on stderr.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -11,6 +12,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/devices.h"
+#include "cli/interrupt.h"
+#include "cli/progress.h"
 #include "cli/endpoint_args.h"
 #include "cli/hub.h"
 #include "kernelllm/eval/eval.h"
@@ -26,8 +30,8 @@ struct EvalArgs {
   std::string candidates;
   std::string out;
   int k = 20;
-  std::string device = "cpu";
-  std::string gen_device = "cpu";
+  std::string device;         // generation; empty: resolve_gen_device's default
+  std::string verify_device;  // empty: resolve_verify_devices's default
   std::string profiles = "strict,kernelbench";
   std::string shard = "0/1";
   float temperature = 0.6f;  // kernelllm.py's defaults
@@ -43,6 +47,7 @@ struct EvalArgs {
   std::string prompt_template;
   std::string pass_at = "1,10,20";
   bool quiet = false;
+  bool progress = false;
   EndpointArgs endpoint;
   // report / merge
   std::string report_run;
@@ -111,19 +116,23 @@ int run_eval_command(const EvalArgs& a) {
     if (p != "strict" && p != "kernelbench") return usage(fmt::format("--profiles: expected strict and/or kernelbench, found \"{}\"", p));
   }
   o.candidates = a.candidates;
+  if (!a.device.empty() && a.model.empty()) {
+    return usage("--device is where the local model generates; with --candidates or --endpoint nothing is generated "
+                 "here: use --verify-device for where candidates are verified");
+  }
   if (!a.model.empty()) {
     auto model_dir = find_or_download_model(a.model, a.hub);
     if (!model_dir.ok()) return fail(model_dir.status());
     o.model = model_dir->string();
   }
-  o.gen_device = a.gen_device;
   o.k = a.k;
   o.max_new_tokens = a.max_new_tokens;
   o.sampling.temperature = a.temperature;
   o.sampling.top_p = a.top_p;
   o.sampling.seed = a.seed;
   o.prompt_template_file = a.prompt_template;
-  auto devices = harness::parse_devices(a.device);
+  if (Status s = validate(o.sampling); !s.ok()) return usage(s.message());
+  auto devices = resolve_verify_devices(a.verify_device);
   if (!devices.ok()) return usage(devices.status().message());
   o.verify.devices = *devices;
   o.verify.jobs = a.jobs;
@@ -143,13 +152,29 @@ int run_eval_command(const EvalArgs& a) {
     o.endpoint = *eopts;
     open_source = [e = *eopts]() { return open_endpoint(e); };
   } else if (a.candidates.empty()) {
+    auto device = resolve_gen_device(a.device, "eval");
+    if (!device.ok()) return usage(device.status().message());
+    o.gen_device = *device;
     EngineOptions engine;
     engine.model = o.model;
-    engine.device = a.gen_device;
+    engine.device = *device;
     engine.threads = a.threads;
-    engine.gpu_memory_fraction = engine_memory_fraction(a.gen_device, o.verify.devices, a.gpu_memory_fraction);
+    engine.gpu_memory_fraction = engine_memory_fraction(*device, o.verify.devices, a.gpu_memory_fraction);
     open_source = [engine]() { return open_engine(engine); };
   }
+  ProgressMeter meter("eval", a.progress);
+  if (meter.enabled()) {
+    o.on_tick = [&meter](const eval::EvalTick& t) {
+      std::string what = fmt::format("problem {}/{} {}", std::min(t.problem + 1, t.problems), t.problems, t.id);
+      if (t.phase == "generating") what += fmt::format(": generating, {:.1f} kB of text so far", static_cast<double>(t.text_bytes) / 1e3);
+      else if (t.phase == "done") what += ": done";
+      else what += fmt::format(": {}, {}/{} verdict(s)", t.phase, t.verified, t.to_verify);
+      meter.update(t.problem, t.problems, what, t.phase == "done" && t.problem == t.problems);
+    };
+  }
+  install_interrupt_cleanup("kernelllm eval", fmt::format("the run store {} keeps every sample and verdict committed so far; "
+                                                          "resume with the same command: {}",
+                                                          a.out, quoted_command_line()));
   auto report = eval::run_eval(o, open_source);
   if (!report.ok()) return fail(report.status());
   std::fprintf(stderr, "eval: wrote %s/report.json and %s/report.html\n", a.out.c_str(), a.out.c_str());
@@ -190,13 +215,11 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py (no model needed)");
   cmd->add_option("--out", args->out, "run directory (created; an existing one is resumed)");
   cmd->add_option("-k", args->k, "samples per problem (with --model or --endpoint)")->check(CLI::Range(1, 10000));
-  cmd->add_option("--device,--verify-device", args->device,
-                  "verification devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1");
-  cmd->add_option("--gen-device", args->gen_device, "generation device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  add_device_options(cmd, args->device, &args->verify_device);
   cmd->add_option("--profiles", args->profiles, "verifier profiles, comma-separated (default strict,kernelbench)");
   cmd->add_option("--shard", args->shard, "i/N: only problems j with j % N == i (merge shards with `eval merge`)");
-  cmd->add_option("--temperature", args->temperature, "sampling temperature (default 0.6)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold (default 0.95)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--temperature", args->temperature, "sampling temperature; 0 is greedy");
+  cmd->add_option("--top-p", args->top_p, "nucleus sampling mass in (0, 1]");
   cmd->add_option("--seed", args->seed, "sampling seed (the same for every problem; default 0)");
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens per sample (default 2048)")->check(CLI::PositiveNumber);
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
@@ -207,7 +230,8 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--timing,!--no-timing", args->timing, "time correct candidates (default on)");
   cmd->add_option("--prompt-template", args->prompt_template, "template file with one {} (default: the model's kernelllm.py, else built-in)");
   cmd->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
-  cmd->add_flag("--quiet,-q", args->quiet, "no progress lines on stderr");
+  cmd->add_flag("--quiet,-q", args->quiet, "no per-event log lines on stderr");
+  cmd->add_flag("--progress", args->progress, "progress lines with elapsed time and ETA (default: when stderr is a terminal)");
   add_endpoint_options(cmd, args->endpoint);
 
   CLI::App* report = cmd->add_subcommand("report", "rebuild RUN/report.json and RUN/report.html from a run store");

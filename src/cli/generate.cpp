@@ -1,5 +1,5 @@
 // `kernelllm generate`: one prompt (raw text, a file, or a PyTorch module put into the Triton
-// template) → n sampled completions on the CPU backend. Completions go to stdout, the run
+// template) → n sampled completions on the CPU or CUDA engine. Completions go to stdout, the run
 // summary to stderr, and everything optionally to a JSON file. Parsing and printing only.
 #include <chrono>
 #include <cstdint>
@@ -15,11 +15,13 @@
 
 #include "cli/commands.h"
 #include "cli/hub.h"
+#include "cli/devices.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/json.h"
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/generator.h"
 #include "kernelllm/engine/model.h"
+#include "kernelllm/pipeline/optimize.h"
 #include "kernelllm/pipeline/prompt.h"
 
 namespace kernelllm::cli {
@@ -40,6 +42,7 @@ struct GenerateArgs {
   int32_t max_new_tokens = 2048;
   bool stream = false;
   int threads = 0;
+  std::string device;  // empty: resolve_gen_device's default
   std::string json_file;
 };
 
@@ -68,14 +71,14 @@ Result<Prompt> build_prompt(const GenerateArgs& args, const std::filesystem::pat
   return Prompt{args.prompt, "--prompt", ""};
 }
 
-Status write_json(const GenerateArgs& args, const LoadedModel& model, const Prompt& prompt, uint64_t seed,
+Status write_json(const GenerateArgs& args, const std::filesystem::path& model_dir, const Prompt& prompt, uint64_t seed,
                   const std::vector<Completion>& completions, const GenerateStats& stats) {
   Json samples = Json::array();
   for (const auto& c : completions) {
     samples.push_back({{"text", c.text}, {"tokens", c.tokens}, {"finish", finish_reason_name(c.finish)}});
   }
   Json doc = {
-      {"model", model.dir.string()},
+      {"model", model_dir.string()},
       {"prompt_source", prompt.source},
       {"prompt_template", prompt.template_source},
       {"sampling",
@@ -92,9 +95,15 @@ Status write_json(const GenerateArgs& args, const LoadedModel& model, const Prom
         {"prefill_ms", stats.prefill_ms},
         {"decode_ms", stats.decode_ms}}},
   };
-  std::ofstream out(args.json_file);
   // Invalid UTF-8 cannot occur (the decoder replaces it), but never let the dump throw.
-  out << doc.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
+  const std::string text = doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (args.json_file == "-") {
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    return {};
+  }
+  std::ofstream out(args.json_file);
+  out << text;
   if (!out) return error(ErrorCode::io_error, args.json_file + ": cannot write the JSON report");
   return {};
 }
@@ -110,64 +119,71 @@ int run_generate(const GenerateArgs& args) {
     return kExitUsage;
   }
 
+  auto device = resolve_gen_device(args.device, "generate");
+  if (!device.ok()) {
+    std::fprintf(stderr, "kernelllm generate: %s\n", device.status().message().c_str());
+    return kExitUsage;
+  }
   auto dir = find_or_download_model(args.model, args.hub);
   if (!dir.ok()) return fail(dir.status());
   auto prompt = build_prompt(args, *dir);
   if (!prompt.ok()) return fail(prompt.status());
-  auto model = load_model(dir->string());
-  if (!model.ok()) return fail(model.status());
+  EngineOptions engine_options;
+  engine_options.model = dir->string();
+  engine_options.device = *device;
+  engine_options.threads = args.threads;
+  auto engine = open_engine_parts(engine_options);
+  if (!engine.ok()) return fail(engine.status());
+  Backend& backend = *engine->backend;
+  const Tokenizer& tokenizer = *engine->tokenizer;
 
-  CpuBackendOptions backend_options;
-  backend_options.num_threads = args.threads;
-  auto backend = make_cpu_backend(model->config, *model->weights, backend_options);
-  if (!backend.ok()) return fail(backend.status());
-
-  auto ids = model->tokenizer.encode(prompt->text, /*add_special_tokens=*/true);
+  auto ids = tokenizer.encode(prompt->text, /*add_special_tokens=*/true);
   if (!ids.ok()) return fail(ids.status().with_context("prompt"));
 
   GenerateOptions options;
   options.num_samples = args.num_samples;
   options.max_new_tokens = args.max_new_tokens;
   options.sampling = sampling;
-  options.stop_ids = model->generation.eos_token_ids.empty() ? model->config.eos_token_ids
-                                                             : model->generation.eos_token_ids;
+  options.stop_ids = engine->stop_ids;
   options.skip_special_tokens = true;
 
+  // With `--json -` stdout carries only the JSON; the completions go to stderr.
+  std::FILE* text_out = args.json_file == "-" ? stderr : stdout;
   StreamCallback on_text;
   if (args.stream) {
-    std::printf("=== sample 0 ===\n");
-    std::fflush(stdout);
-    on_text = [](int32_t sample, std::string_view text) {
+    std::fprintf(text_out, "=== sample 0 ===\n");
+    std::fflush(text_out);
+    on_text = [text_out](int32_t sample, std::string_view text) {
       if (sample == 0) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
+        std::fwrite(text.data(), 1, text.size(), text_out);
+        std::fflush(text_out);
       }
       return true;
     };
   }
   GenerateStats stats;
-  auto completions = generate(**backend, model->tokenizer, *ids, options, on_text, &stats);
+  auto completions = generate(backend, tokenizer, *ids, options, on_text, &stats);
   if (!completions.ok()) return fail(completions.status());
 
   for (size_t i = 0; i < completions->size(); ++i) {
     const Completion& c = (*completions)[i];
     if (args.stream && i == 0) {
-      std::printf("\n=== end of sample 0 (%zu tokens, %s) ===\n", c.tokens.size(), finish_reason_name(c.finish).data());
+      std::fprintf(text_out, "\n=== end of sample 0 (%zu tokens, %s) ===\n", c.tokens.size(), finish_reason_name(c.finish).data());
       continue;
     }
-    std::printf("=== sample %zu (%zu tokens, %s) ===\n%s\n", i, c.tokens.size(), finish_reason_name(c.finish).data(),
+    std::fprintf(text_out, "=== sample %zu (%zu tokens, %s) ===\n%s\n", i, c.tokens.size(), finish_reason_name(c.finish).data(),
                 c.text.c_str());
   }
-  std::fflush(stdout);
+  std::fflush(text_out);
   double decode_tok_s = stats.decode_ms > 0 ? static_cast<double>(stats.generated_tokens) * 1000.0 / stats.decode_ms : 0.0;
   std::fprintf(stderr,
                "prompt tokens: %lld, generated tokens: %lld, prefill: %.1f ms, decode: %.2f tok/s (%s backend, "
                "seed %llu)\n",
                static_cast<long long>(stats.prompt_tokens), static_cast<long long>(stats.generated_tokens),
-               stats.prefill_ms, decode_tok_s, std::string((*backend)->name()).c_str(),
+               stats.prefill_ms, decode_tok_s, std::string(backend.name()).c_str(),
                static_cast<unsigned long long>(sampling.seed));
   if (!args.json_file.empty()) {
-    if (Status s = write_json(args, *model, *prompt, sampling.seed, *completions, stats); !s.ok()) return fail(s);
+    if (Status s = write_json(args, *dir, *prompt, sampling.seed, *completions, stats); !s.ok()) return fail(s);
   }
   return 0;
 }
@@ -176,7 +192,7 @@ int run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app, CommandRun& run) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Sample completions of one prompt with the CPU engine");
+  CLI::App* cmd = app.add_subcommand("generate", "Sample completions of one prompt with the engine");
   cmd->add_option("--model", args->model,
                   "Model directory, or an HF id (org/name) from the HF cache, downloaded there first when missing")
       ->required();
@@ -201,8 +217,9 @@ void add_generate_command(CLI::App& app, CommandRun& run) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--stream", args->stream, "Print sample 0 as it is generated; the others follow when done");
+  add_device_options(cmd, args->device, nullptr);
   cmd->add_option("--threads", args->threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--json", args->json_file, "Also write completions and stats to this JSON file");
+  cmd->add_option("--json", args->json_file, "Also write completions and stats to this JSON file; - writes them to stdout (the text then goes to stderr)");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });
 }
 

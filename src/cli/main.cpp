@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kernelllm: run KernelLLM with its own engine to write Triton kernels", "kernelllm"};
   app.set_version_flag("--version", std::string("kernelllm ") + KERNELLLM_VERSION);
   app.require_subcommand(1);
+  // Every option's default shows in --help (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
   kernelllm::cli::CommandRun run;
   kernelllm::cli::add_generate_command(app, run);
   kernelllm::cli::add_bench_command(app, run);

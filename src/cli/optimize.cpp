@@ -1,7 +1,8 @@
 // `kernelllm optimize MODULE.py --model DIR`: k Triton candidates from the engine, verified in
 // the sandbox, the fastest correct one written out. Live progress on stderr, the verdict table
 // on stdout, a JSON report in the work directory. Exit 0: a correct candidate was written;
-// 3: the run finished but no candidate was correct; 1: the tool failed; 2: usage errors.
+// 3: the run finished but no candidate was correct; 1: the tool failed; 2: usage errors;
+// 130/143: interrupted (workers stopped, the verifier's temporary files removed).
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +16,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/devices.h"
+#include "cli/interrupt.h"
+#include "cli/progress.h"
 #include "cli/endpoint_args.h"
 #include "cli/hub.h"
 #include "cli/table.h"
@@ -44,8 +48,8 @@ struct OptimizeArgs {
   std::string out_file;
   std::string json_file;
   std::string work_dir;
-  std::string device = "cpu";
-  std::string verify_device;
+  std::string device;         // empty: resolve_gen_device's default
+  std::string verify_device;  // empty: resolve_verify_devices's default
   std::string profile = "strict";
   std::string template_file;
   std::string random_weights;
@@ -65,8 +69,9 @@ int fail(const Status& status) {
   return kExitFailure;
 }
 
-// Live progress on stderr: generation speed (rewritten in place on a terminal, else a line
-// every few seconds) and one line per verified candidate.
+// Live progress on stderr: generation speed and elapsed time (rewritten in place on a terminal,
+// else a line every few seconds) and one line per verified candidate with elapsed time and the
+// verification's ETA.
 class ProgressPrinter {
  public:
   explicit ProgressPrinter(bool with_round) : tty_(isatty(STDERR_FILENO) == 1), with_round_(with_round) {}
@@ -75,7 +80,8 @@ class ProgressPrinter {
     const std::string round = with_round_ ? fmt::format("round {}: ", e.round) : "";
     switch (e.kind) {
       case OptimizeEventKind::generating: {
-        const std::string line = fmt::format("{}generating: {} tokens, {:.1f} tok/s", round, e.tokens, e.tokens_per_s);
+        const std::string line = fmt::format("{}generating: {} tokens, {:.1f} tok/s, elapsed {}", round, e.tokens,
+                                             e.tokens_per_s, duration_text(seconds()));
         if (tty_) {
           std::fprintf(stderr, "\r%s   ", line.c_str());
         } else if (seconds() - last_line_s_ >= 5) {
@@ -85,6 +91,7 @@ class ProgressPrinter {
         break;
       }
       case OptimizeEventKind::generated:
+        verify_start_s_ = seconds();
         std::fprintf(stderr, "%s%sgenerated %lld tokens (%.1f tok/s)\n", tty_ ? "\r" : "", round.c_str(),
                      static_cast<long long>(e.tokens), e.tokens_per_s);
         break;
@@ -93,7 +100,10 @@ class ProgressPrinter {
                                  : e.any_correct ? "correct found (timing not meaningful)"
                                                  : "none correct yet";
         // e.line names the round itself when there are several.
-        std::fprintf(stderr, "verified %d/%d  %s  [%s]\n", e.verified, e.total, e.line.c_str(), best.c_str());
+        const double verifying_s = seconds() - verify_start_s_;
+        const std::string eta = e.verified >= e.total ? "" : fmt::format(", ETA {}", duration_text(verifying_s / e.verified * (e.total - e.verified)));
+        std::fprintf(stderr, "verified %d/%d  %s  [%s; elapsed %s%s]\n", e.verified, e.total, e.line.c_str(), best.c_str(),
+                     duration_text(seconds()).c_str(), eta.c_str());
         break;
       }
       case OptimizeEventKind::round_done:
@@ -110,14 +120,15 @@ class ProgressPrinter {
   bool with_round_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double last_line_s_ = -1e9;
+  double verify_start_s_ = 0;  // when the round's generation ended
 };
 
-void print_table(const OptimizeResult& r, bool with_round, const std::string& written_to) {
-  std::printf("%s\n", r.sandbox.c_str());
-  std::printf("problem: %s  source: %s\n", r.problem_file.c_str(), r.source.c_str());
+void print_table(const OptimizeResult& r, bool with_round, const std::string& written_to, std::FILE* out) {
+  std::fprintf(out, "%s\n", r.sandbox.c_str());
+  std::fprintf(out, "problem: %s  source: %s\n", r.problem_file.c_str(), r.source.c_str());
   const std::string header = fmt::format("{:<4} {:<5} {:<6} {:<18} {:<60} {:>8}", "#", "round", "sample", "verdict",
                                          "rule/message", "speedup");
-  std::printf("%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
+  std::fprintf(out, "%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
   for (size_t i = 0; i < r.candidates.size(); ++i) {
     const OptimizeCandidate& c = r.candidates[i];
     const bool plain = c.result.rule.empty() || c.result.rule == harness::verdict_name(c.result.verdict);
@@ -127,22 +138,22 @@ void print_table(const OptimizeResult& r, bool with_round, const std::string& wr
     }
     const std::string speed = c.result.speedup > 0 ? fmt::format("{:.2f}x", c.result.speedup) : "-";
     const std::string mark = r.best && *r.best == i ? "*" : "";
-    std::printf("%s\n", fmt::format("{:<4} {:<5} {:<6} {:<18} {:<60} {:>8}", std::to_string(i) + mark, c.round, c.sample,
+    std::fprintf(out, "%s\n", fmt::format("{:<4} {:<5} {:<6} {:<18} {:<60} {:>8}", std::to_string(i) + mark, c.round, c.sample,
                                     harness::verdict_name(c.result.verdict), cell(why, 60), speed)
                             .c_str());
   }
   const double gen_s = r.generate_ms / 1000.0;
-  std::printf("generate: %.1f s, %lld tokens, %.1f tok/s; verify: %.1f s\n", gen_s,
+  std::fprintf(out, "generate: %.1f s, %lld tokens, %.1f tok/s; verify: %.1f s\n", gen_s,
               static_cast<long long>(r.generation.generated_tokens),
               gen_s > 0 ? static_cast<double>(r.generation.generated_tokens) / gen_s : 0.0, r.verify_ms / 1000.0);
   if (r.best) {
     const OptimizeCandidate& b = r.candidates[*r.best];
-    std::printf("best: #%zu %s (%s)\n", *r.best, b.file.c_str(), r.selection_reason.c_str());
-    std::printf("written to %s\n", written_to.c_str());
+    std::fprintf(out, "best: #%zu %s (%s)\n", *r.best, b.file.c_str(), r.selection_reason.c_str());
+    std::fprintf(out, "written to %s\n", written_to.c_str());
     return;
   }
-  std::printf("no correct candidate%s:\n", with_round ? fmt::format(" after {} round(s)", r.rounds_run).c_str() : "");
-  for (const std::string& line : r.failure_reasons) std::printf("  %s\n", line.c_str());
+  std::fprintf(out, "no correct candidate%s:\n", with_round ? fmt::format(" after {} round(s)", r.rounds_run).c_str() : "");
+  for (const std::string& line : r.failure_reasons) std::fprintf(out, "  %s\n", line.c_str());
 }
 
 Status write_text(const fs::path& path, const std::string& text) {
@@ -154,13 +165,13 @@ Status write_text(const fs::path& path, const std::string& text) {
 }
 
 Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::string& template_source,
-                  double gpu_memory_fraction, const Json& endpoint) {
+                  const std::string& device, double gpu_memory_fraction, const Json& endpoint) {
   return Json{{"module", a.module_file},
               {"endpoint", endpoint},
               {"model", a.model},
               {"revision", a.hub.revision.empty() ? Json(nullptr) : Json(a.hub.revision)},
               {"random_weights", a.random_weights},
-              {"device", a.device},
+              {"device", device},
               {"gpu_memory_fraction", gpu_memory_fraction},
               {"verify_devices", o.verify.devices},
               {"profile", o.verify.profile},
@@ -197,12 +208,26 @@ int run_optimize(const OptimizeArgs& a) {
     std::fprintf(stderr, "kernelllm optimize: %s\n", s.to_string().c_str());
     return kExitUsage;
   }
-  auto devices = harness::parse_devices(a.verify_device.empty() ? (a.device == "cpu" ? "cpu" : "cuda") : a.verify_device);
+  if (a.endpoint.given() && !a.device.empty()) {
+    std::fprintf(stderr, "kernelllm optimize: --device is where the local model generates; with --endpoint the server "
+                         "generates (--verify-device chooses where candidates are verified)\n");
+    return kExitUsage;
+  }
+  auto devices = resolve_verify_devices(a.verify_device);
   if (!devices.ok()) {
     std::fprintf(stderr, "kernelllm optimize: %s\n", devices.status().message().c_str());
     return kExitUsage;
   }
   o.verify.devices = *devices;
+  std::string gen_device;  // empty with --endpoint
+  if (!a.endpoint.given()) {
+    auto device = resolve_gen_device(a.device, "optimize");
+    if (!device.ok()) {
+      std::fprintf(stderr, "kernelllm optimize: %s\n", device.status().message().c_str());
+      return kExitUsage;
+    }
+    gen_device = *device;
+  }
   o.verify.profile = a.profile;
   o.verify.jobs = a.jobs;
   o.verify.sandbox = !a.no_sandbox;
@@ -221,7 +246,9 @@ int run_optimize(const OptimizeArgs& a) {
   o.work_dir = a.work_dir.empty() ? fs::path(stem + "_optimize") : fs::path(a.work_dir);
   if (Status s = validate_optimize_input(*code, o); !s.ok()) return fail(s.with_context(a.module_file));
   const fs::path out_file = a.out_file.empty() ? fs::path(stem + "_triton.py") : fs::path(a.out_file);
-  const fs::path report_file = a.json_file.empty() ? o.work_dir / "report.json" : fs::path(a.json_file);
+  // `--json -`: the report on stdout (the table then on stderr) and in the work directory.
+  const bool json_to_stdout = a.json_file == "-";
+  const fs::path report_file = a.json_file.empty() || json_to_stdout ? o.work_dir / "report.json" : fs::path(a.json_file);
 
   Result<std::unique_ptr<CompletionSource>> source = error(ErrorCode::internal, "no source");
   Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
@@ -242,21 +269,24 @@ int run_optimize(const OptimizeArgs& a) {
     tmpl = load_prompt_template(*model_dir, a.template_file);
     if (!tmpl.ok()) return fail(tmpl.status());
     eo.model = model_dir->string();
-    eo.device = a.device;
+    eo.device = gen_device;
     eo.threads = a.threads;
     eo.random_config = a.random_weights;
     eo.random_seed = o.sampling.seed;
     eo.dtype = a.dtype;
-    eo.gpu_memory_fraction = engine_memory_fraction(a.device, o.verify.devices, a.gpu_memory_fraction);
+    eo.gpu_memory_fraction = engine_memory_fraction(gen_device, o.verify.devices, a.gpu_memory_fraction);
     std::fprintf(stderr, "loading %s on %s (seed %llu)\n",
                  a.random_weights.empty() ? model_dir->c_str() : ("random " + a.random_weights + " weights").c_str(),
-                 a.device.c_str(), static_cast<unsigned long long>(o.sampling.seed));
+                 gen_device.c_str(), static_cast<unsigned long long>(o.sampling.seed));
     source = open_engine(eo);
   }
   if (!source.ok()) return fail(source.status());
   o.prompt_template = tmpl->text;
   if (a.no_sandbox) print_no_sandbox_warning();
 
+  install_interrupt_cleanup("kernelllm optimize",
+                            fmt::format("the work directory {} keeps the prompt and the candidates written so far",
+                                        o.work_dir.string()));
   ProgressPrinter printer(o.rounds > 1);
   auto result = optimize(*code, **source, o, [&printer](const OptimizeEvent& e) { printer(e); });
   if (!result.ok()) return fail(result.status());
@@ -265,15 +295,16 @@ int run_optimize(const OptimizeArgs& a) {
   if (result->best) {
     if (Status s = write_text(out_file, result->candidates[*result->best].code); !s.ok()) return fail(s);
   }
-  print_table(*result, o.rounds > 1, out_file.string());
+  std::FILE* table_out = json_to_stdout ? stderr : stdout;
+  print_table(*result, o.rounds > 1, out_file.string(), table_out);
   Json report = result->to_json();
-  report["options"] = options_json(a, o, tmpl->source, eo.gpu_memory_fraction, endpoint_json);
+  report["options"] = options_json(a, o, tmpl->source, gen_device, eo.gpu_memory_fraction, endpoint_json);
   report["out"] = result->best ? Json(fs::absolute(out_file).string()) : Json(nullptr);
   report["exit_code"] = exit_code;
-  if (Status s = write_text(report_file, report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"); !s.ok()) {
-    return fail(s);
-  }
-  std::printf("report: %s\n", report_file.c_str());
+  const std::string report_text = report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (Status s = write_text(report_file, report_text); !s.ok()) return fail(s);
+  std::fprintf(table_out, "report: %s\n", report_file.c_str());
+  if (json_to_stdout) std::fputs(report_text.c_str(), stdout);
   std::fflush(stdout);
   return exit_code;
 }
@@ -312,14 +343,11 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--out", args->out_file, "Where the winning ModelNew module is written (default ./<module stem>_triton.py)");
-  cmd->add_option("--json", args->json_file, "Report JSON (default <work dir>/report.json)");
+  cmd->add_option("--json", args->json_file, "Report JSON (default <work dir>/report.json); - also writes it to stdout (the table then goes to stderr)");
   cmd->add_option("--work-dir", args->work_dir, "Directory for the problem copy, prompts, completions and candidates "
                                                 "(default ./<module stem>_optimize; reused files are overwritten)");
-  cmd->add_option("--device,--gen-device", args->device, "Engine device: cpu, cuda or cuda:N")->capture_default_str();
+  add_device_options(cmd, args->device, &args->verify_device);
   cmd->add_option("--dtype", args->dtype, "CUDA weights: bf16 or fp16")->check(CLI::IsMember({"bf16", "fp16"}))->capture_default_str();
-  cmd->add_option("--verify-device", args->verify_device,
-                  "Verifier devices: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1 "
-                  "(default: cpu with --device cpu, else cuda)");
   cmd->add_option("--profile", args->profile, "strict (fp64 reference, normalized error) or kernelbench")
       ->check(CLI::IsMember({"strict", "kernelbench"}))
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/devices.h"
 #include "cli/endpoint_args.h"
 #include "cli/hub.h"
 #include "kernelllm/engine/model.h"
@@ -23,7 +24,7 @@ namespace {
 struct ReplArgs {
   std::string model = "facebook/KernelLLM";
   HubOptions hub;
-  std::string device = "cpu";
+  std::string device;  // empty: resolve_gen_device's default
   int threads = 0;
   int k = 10;
   float temperature = 0.6f;  // kernelllm.py's defaults
@@ -32,7 +33,7 @@ struct ReplArgs {
   int max_new_tokens = 2048;
   int rounds = 1;
   std::string template_file;
-  std::string verify_device;  // empty: the generation device
+  std::string verify_device;  // empty: resolve_verify_devices's default
   std::string profile = "strict";
   int jobs = 0;
   bool no_verify = false;
@@ -69,8 +70,11 @@ int run_repl_command(const ReplArgs& args) {
   options.verify.jobs = args.jobs;
   options.verify.sandbox = !args.no_sandbox;
   if (options.verify_enabled) {
-    auto devices = harness::parse_devices(args.verify_device.empty() ? args.device : args.verify_device);
-    if (!devices.ok()) return fail(devices.status().with_context("--verify-device"));
+    auto devices = resolve_verify_devices(args.verify_device);
+    if (!devices.ok()) {
+      std::fprintf(stderr, "kernelllm repl: %s\n", devices.status().message().c_str());
+      return kExitUsage;
+    }
     options.verify.devices = *devices;
   }
   options.work_root = args.work_dir;
@@ -78,6 +82,10 @@ int run_repl_command(const ReplArgs& args) {
 
   Result<std::unique_ptr<CompletionSource>> source = error(ErrorCode::internal, "no source");
   Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
+  if (args.endpoint.given() && !args.device.empty()) {
+    std::fprintf(stderr, "kernelllm repl: --device is where the local model generates; with --endpoint the server generates\n");
+    return kExitUsage;
+  }
   if (args.endpoint.given()) {
     auto eopts = endpoint_options(args.endpoint);
     if (!eopts.ok()) return fail(eopts.status());
@@ -89,12 +97,17 @@ int run_repl_command(const ReplArgs& args) {
     if (!dir.ok()) return fail(dir.status());
     tmpl = load_prompt_template(*dir, args.template_file);
     if (!tmpl.ok()) return fail(tmpl.status());
+    auto device = resolve_gen_device(args.device, "repl");
+    if (!device.ok()) {
+      std::fprintf(stderr, "kernelllm repl: %s\n", device.status().message().c_str());
+      return kExitUsage;
+    }
     EngineOptions engine;
     engine.model = dir->string();
-    engine.device = args.device;
+    engine.device = *device;
     engine.threads = args.threads;
     engine.gpu_memory_fraction =
-        engine_memory_fraction(args.device, options.verify_enabled ? options.verify.devices : std::vector<std::string>{},
+        engine_memory_fraction(*device, options.verify_enabled ? options.verify.devices : std::vector<std::string>{},
                                args.gpu_memory_fraction);
     source = open_engine(engine);
   }
@@ -116,9 +129,7 @@ void add_repl_command(CLI::App& app, CommandRun& run) {
                                        "first when missing")
                            ->capture_default_str();
   add_hub_options(cmd, args->hub);
-  cmd->add_option("--device,--gen-device", args->device, "Generation device: cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  add_device_options(cmd, args->device, &args->verify_device);
   cmd->add_option("--threads", args->threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
   cmd->add_option("-k", args->k, "Samples per module (change with :k N)")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy (change with :temp T)")
@@ -134,8 +145,6 @@ void add_repl_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--prompt-template", args->template_file,
                   "Template with one '{}' field (default: the model's kernelllm.py, else built-in)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--verify-device", args->verify_device,
-                  "Verification device: cpu, cuda, cuda:N or cuda:0,cuda:1 (default: the generation device)");
   cmd->add_option("--profile", args->profile, "Verifier profile: strict or kernelbench")
       ->check(CLI::IsMember({"strict", "kernelbench"}))
       ->capture_default_str();

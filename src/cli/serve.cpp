@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/hub.h"
+#include "cli/devices.h"
 #include "cli/table.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/pipeline/optimize.h"
@@ -30,7 +31,7 @@ struct ServeArgs {
   serve::ServeOptions serve;
   std::string model;
   HubOptions hub;
-  std::string device = "cpu";
+  std::string device;  // empty: resolve_gen_device's default
   std::string dtype = "bf16";
   int threads = 0;
   std::string random_weights;
@@ -63,11 +64,17 @@ int run_serve(ServeArgs& a) {
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("KERNELLLM_API_KEY")) o.api_key = env;
   }
-  auto devices = harness::parse_devices(a.verify_device.empty() ? (a.device == "cpu" ? "cpu" : "cuda") : a.verify_device);
+  auto devices = resolve_verify_devices(a.verify_device);
   if (!devices.ok()) {
     std::fprintf(stderr, "kernelllm serve: %s\n", devices.status().message().c_str());
     return kExitUsage;
   }
+  auto device = resolve_gen_device(a.device, "serve");
+  if (!device.ok()) {
+    std::fprintf(stderr, "kernelllm serve: %s\n", device.status().message().c_str());
+    return kExitUsage;
+  }
+  a.device = *device;
   o.verify.devices = *devices;
   o.verify.profile = a.profile;
   o.verify.sandbox = !a.no_sandbox;
@@ -137,7 +144,7 @@ void add_serve_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--port", o.port, "Port; 0 picks a free one (printed)")->check(CLI::Range(0, 65535))->capture_default_str();
   cmd->add_option("--api-key", o.api_key, "Require 'Authorization: Bearer KEY' on /v1/ (default $KERNELLLM_API_KEY)");
   cmd->add_option("--served-model-name", o.model_name, "The model id clients name (default: --model as given)");
-  cmd->add_option("--device", a->device, "Engine device: cpu, cuda or cuda:N")->capture_default_str();
+  add_device_options(cmd, a->device, nullptr);
   cmd->add_option("--dtype", a->dtype, "CUDA weights: bf16 or fp16")->check(CLI::IsMember({"bf16", "fp16"}))->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU engine threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
   cmd->add_option("--random-weights", a->random_weights, "Random weights of a named shape (e.g. llama-3.1-8b): speed runs");
@@ -155,7 +162,9 @@ void add_serve_command(CLI::App& app, CommandRun& run) {
       ->check(CLI::Range(2, 4096))
       ->capture_default_str();
   cmd->add_option("--max-k", o.max_k, "Optimize: most candidates per request")->check(CLI::Range(1, 4096))->capture_default_str();
-  cmd->add_option("--verify-device", a->verify_device, "Optimize: verifier devices (default: cpu with --device cpu, else cuda)");
+  cmd->add_option("--verify-device", a->verify_device,
+                  "Optimize: where candidates are verified: cpu, cuda, cuda:N or a list (default: cuda when a GPU is visible, "
+                  "else cpu)");
   cmd->add_option("--profile", a->profile, "Optimize: strict or kernelbench")
       ->check(CLI::IsMember({"strict", "kernelbench"}))
       ->capture_default_str();

@@ -1,7 +1,12 @@
 // `kernelllm verify PROBLEM.py CAND.py [CAND2.py ...]`: verdicts, timings and the sandbox line
-// as a table on stdout, progress on stderr, everything as JSON with --json. Exit 0 when the
-// verifier ran (whatever the verdicts), 1 on an infrastructure failure, 2 on usage errors.
+// as a table on stdout (stderr with `--json -`), progress on stderr, everything as JSON with
+// --json. Exit 0: at least one candidate is correct; 3: none is; 2: usage errors (missing or
+// unreadable files included, found before any work); 1: the verifier failed; 130/143: interrupted.
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -10,6 +15,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/devices.h"
+#include "cli/interrupt.h"
+#include "cli/progress.h"
 #include "cli/table.h"
 #include "kernelllm/harness/verify.h"
 
@@ -21,8 +29,9 @@ struct VerifyArgs {
   std::vector<std::string> candidates;
   std::string profile = "strict";
   std::string kernelbench_tolerance = "v0";
-  std::string device = "cpu";
-  std::string json_file;
+  std::string verify_device;  // empty: resolve_verify_devices's default
+  std::string device;         // the old spelling of --verify-device (verify generates nothing)
+  std::string json_file;      // "-": stdout
   int jobs = 0;
   int trials = 5;
   bool no_sandbox = false;
@@ -32,21 +41,24 @@ struct VerifyArgs {
   bool time_compile = false;
   bool multishape = true;
   bool quiet = false;
+  bool progress = false;
   double load_timeout_s = 120;
   double run_timeout_s = 30;
 };
 
-void print_table(const harness::VerifyReport& rep) {
-  std::printf("%s\n", rep.sandbox.c_str());
-  std::printf("problem: %s  profile: %s\n", rep.problem.c_str(), rep.profile.c_str());
+constexpr int kExitNothingCorrect = 3;
+
+void print_table(const harness::VerifyReport& rep, std::FILE* out) {
+  std::fprintf(out, "%s\n", rep.sandbox.c_str());
+  std::fprintf(out, "problem: %s  profile: %s\n", rep.problem.c_str(), rep.profile.c_str());
   if (rep.reference_timing) {
-    std::printf("reference: median %.4f ms (IQR %.4f)%s\n", rep.reference_timing->stats.median_ms,
+    std::fprintf(out, "reference: median %.4f ms (IQR %.4f)%s\n", rep.reference_timing->stats.median_ms,
                 rep.reference_timing->stats.iqr_ms(), rep.reference_timing->meaningful ? "" : "  [timing not meaningful on CPU]");
   }
-  if (rep.compile_timing) std::printf("torch.compile reference: median %.4f ms\n", rep.compile_timing->stats.median_ms);
+  if (rep.compile_timing) std::fprintf(out, "torch.compile reference: median %.4f ms\n", rep.compile_timing->stats.median_ms);
   std::string header = fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8} {:<6}", "#", "candidate", "verdict",
                                    "rule/reason", "max err", "median ms", "speedup", "shapes");
-  std::printf("%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
+  std::fprintf(out, "%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
   for (size_t i = 0; i < rep.candidates.size(); ++i) {
     const harness::CandidateResult& c = rep.candidates[i];
     std::string reason = c.rule.empty() ? c.message : c.rule + ": " + c.message;
@@ -62,7 +74,7 @@ void print_table(const harness::VerifyReport& rep) {
     std::string mark = rep.selected && *rep.selected == i ? "*" : "";
     // Multi-shape result beside the verdict: pass, FAIL, or - when not run.
     std::string shapes = !c.multishape ? "-" : c.multishape->verdict == harness::ShapeVerdict::pass ? "pass" : "FAIL";
-    std::printf("%s\n", fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8} {:<6}", std::to_string(i) + mark,
+    std::fprintf(out, "%s\n", fmt::format("{:<3} {:<34} {:<18} {:<28} {:>10} {:>11} {:>8} {:<6}", std::to_string(i) + mark,
                                     path_cell(c.path, 34), verdict, cell(reason, 28), err, median, speed, shapes)
                             .c_str());
   }
@@ -71,18 +83,42 @@ void print_table(const harness::VerifyReport& rep) {
     if (!c.multishape || c.multishape->verdict == harness::ShapeVerdict::pass) continue;
     for (const harness::ShapeVariantResult& v : c.multishape->variants) {
       if (v.verdict == harness::Verdict::correct) continue;
-      std::printf("shapes #%zu %s: %s (%s)\n", i, v.name.c_str(), std::string(harness::verdict_name(v.verdict)).c_str(),
+      std::fprintf(out, "shapes #%zu %s: %s (%s)\n", i, v.name.c_str(), std::string(harness::verdict_name(v.verdict)).c_str(),
                   cell(v.message, 160).c_str());
     }
   }
-  if (rep.selected) std::printf("selected: #%zu %s (%s)\n", *rep.selected, rep.candidates[*rep.selected].path.c_str(), rep.selection_reason.c_str());
-  else if (!rep.selection_reason.empty()) std::printf("selected: none (%s)\n", rep.selection_reason.c_str());
-  for (const std::string& w : rep.warnings) std::printf("warning: %s\n", w.c_str());
+  if (rep.selected) std::fprintf(out, "selected: #%zu %s (%s)\n", *rep.selected, rep.candidates[*rep.selected].path.c_str(), rep.selection_reason.c_str());
+  else if (!rep.selection_reason.empty()) std::fprintf(out, "selected: none (%s)\n", rep.selection_reason.c_str());
+  for (const std::string& w : rep.warnings) std::fprintf(out, "warning: %s\n", w.c_str());
+}
+
+// Every named file must be a readable regular file: checked before any worker starts.
+int check_inputs(const VerifyArgs& a) {
+  std::vector<std::pair<std::string, std::string>> files = {{"problem", a.problem}};
+  for (const std::string& c : a.candidates) files.emplace_back("candidate", c);
+  for (const auto& [what, path] : files) {
+    std::error_code ec;
+    const char* why = !std::filesystem::exists(path, ec)          ? "no such file"
+                      : !std::filesystem::is_regular_file(path, ec) ? "not a regular file"
+                      : ::access(path.c_str(), R_OK) != 0          ? "not readable"
+                                                                    : nullptr;
+    if (why != nullptr) {
+      std::fprintf(stderr, "kernelllm verify: %s %s: %s\n", what.c_str(), path.c_str(), why);
+      return kExitUsage;
+    }
+  }
+  return 0;
 }
 
 int run_verify(const VerifyArgs& a) {
+  if (int rc = check_inputs(a); rc != 0) return rc;
+  if (!a.device.empty() && !a.verify_device.empty()) {
+    std::fprintf(stderr, "kernelllm verify: expected one of --verify-device and --device (its old spelling), found both\n");
+    return kExitUsage;
+  }
+  if (!a.device.empty()) std::fprintf(stderr, "kernelllm verify: note: --device is read as --verify-device here\n");
   harness::VerifyOptions o;
-  auto devices = harness::parse_devices(a.device);
+  auto devices = resolve_verify_devices(a.device.empty() ? a.verify_device : a.device);
   if (!devices.ok()) {
     std::fprintf(stderr, "kernelllm verify: %s\n", devices.status().message().c_str());
     return kExitUsage;
@@ -101,22 +137,41 @@ int run_verify(const VerifyArgs& a) {
   o.load_timeout_s = a.load_timeout_s;
   o.run_timeout_min_s = a.run_timeout_s;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "verify: %s\n", line.c_str()); };
+  ProgressMeter meter("verify", a.progress);
+  std::atomic<size_t> done{0};
+  const size_t total = a.candidates.size();
+  if (meter.enabled()) {
+    o.on_result = [&meter, &done, total](size_t, const harness::CandidateResult&) {
+      const size_t n = ++done;
+      meter.update(n, total, fmt::format("{}/{} candidate(s) verified", n, total), n == total);
+    };
+  }
   if (a.no_sandbox) print_no_sandbox_warning();
+  install_interrupt_cleanup("kernelllm verify", "");
   auto rep = harness::verify(a.problem, a.candidates, o);
   if (!rep.ok()) {
     std::fprintf(stderr, "kernelllm verify: error: %s\n", rep.status().to_string().c_str());
     return kExitFailure;
   }
-  print_table(*rep);
-  if (!a.json_file.empty()) {
+  const bool json_to_stdout = a.json_file == "-";
+  print_table(*rep, json_to_stdout ? stderr : stdout);
+  const std::string json = rep->to_json().dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (json_to_stdout) {
+    std::fputs(json.c_str(), stdout);
+    std::fflush(stdout);
+  } else if (!a.json_file.empty()) {
     std::ofstream f(a.json_file);
-    f << rep->to_json().dump(2) << "\n";
+    f << json;
     if (!f) {
       std::fprintf(stderr, "kernelllm verify: error: cannot write %s\n", a.json_file.c_str());
       return kExitFailure;
     }
   }
-  return 0;
+  for (const harness::CandidateResult& c : rep->candidates) {
+    if (c.verdict == harness::Verdict::correct) return 0;
+  }
+  std::fprintf(stderr, "kernelllm verify: no candidate is correct (exit %d)\n", kExitNothingCorrect);
+  return kExitNothingCorrect;
 }
 
 }  // namespace
@@ -124,7 +179,11 @@ int run_verify(const VerifyArgs& a) {
 void add_verify_command(CLI::App& app, CommandRun& run) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* cmd = app.add_subcommand("verify", "verify Triton ModelNew candidates against a PyTorch Model (sandboxed)");
-  cmd->add_option("problem", args->problem, "problem file (Model, get_inputs, get_init_inputs)")->required()->check(CLI::ExistingFile);
+  cmd->footer(
+      "Exit codes: 0 at least one candidate is correct; 3 none is correct; 2 usage error (a missing or unreadable "
+      "problem or candidate file included, found before any work); 1 the verifier failed; 130/143 interrupted "
+      "(SIGINT/SIGTERM: workers stopped, temporary files removed).");
+  cmd->add_option("problem", args->problem, "problem file (Model, get_inputs, get_init_inputs)")->required();
   cmd->add_option("candidates", args->candidates, "candidate files (ModelNew)")->required();
   cmd->add_option("--profile", args->profile, "strict (default: fp64 reference, normalized error) or kernelbench")
       ->check(CLI::IsMember({"strict", "kernelbench"}));
@@ -133,8 +192,11 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
                   "(1e-4 for fp32, 1e-2 for fp16/bf16, as KernelBench's eval now compares)")
       ->check(CLI::IsMember({"v0", "current"}))
       ->capture_default_str();
-  cmd->add_option("--device", args->device, "cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1");
-  cmd->add_option("--json", args->json_file, "write the full report as JSON");
+  cmd->add_option("--verify-device", args->verify_device,
+                  "where candidates are verified: cpu (Triton interpreter), cuda (all visible), cuda:N or cuda:0,cuda:1 "
+                  "(default: cuda when a GPU is visible, else cpu)");
+  cmd->add_option("--device", args->device, "old spelling of --verify-device (verify generates nothing)");
+  cmd->add_option("--json", args->json_file, "write the full report as JSON; - writes it to stdout (the table then goes to stderr)");
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
   cmd->add_option("--trials", args->trials, "correctness trials per candidate")->check(CLI::Range(1, 100));
   cmd->add_flag("--no-sandbox", args->no_sandbox, "run candidates unconfined (debugging only; prints a warning)");
@@ -149,7 +211,8 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--run-timeout", args->run_timeout_s, "minimum seconds per forward (scaled up by 50x the reference time)")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--quiet,-q", args->quiet, "no progress lines on stderr");
+  cmd->add_flag("--quiet,-q", args->quiet, "no verifier log lines on stderr");
+  cmd->add_flag("--progress", args->progress, "progress lines with elapsed time and ETA (default: when stderr is a terminal)");
   cmd->callback([args, &run] { run = [args] { return run_verify(*args); }; });
 }
 

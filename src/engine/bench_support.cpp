@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/bench_internal.h"
+#include "kernelllm/base/device.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/system.h"
 
@@ -67,17 +68,8 @@ std::string gib(uint64_t bytes) {
 }  // namespace
 
 Result<Device> parse_device(std::string_view text) {
-  if (text == "cpu") return Device{false, 0};
-  if (text == "cuda") return Device{true, 0};
-  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() < 9) {
-    int index = 0;
-    for (char ch : text.substr(5)) {
-      if (ch < '0' || ch > '9') index = -1;
-      if (index >= 0) index = index * 10 + (ch - '0');
-    }
-    if (index >= 0) return Device{true, index};
-  }
-  return error(ErrorCode::invalid_argument, "bench: expected device cpu or cuda:N, found \"" + std::string(text) + "\"");
+  KLLM_ASSIGN_OR_RETURN(DeviceSpec d, kernelllm::parse_device(text, "bench: --device"));
+  return Device{d.cuda, d.index_or_0()};
 }
 
 Result<std::unique_ptr<TempDir>> TempDir::create(std::string_view prefix) {

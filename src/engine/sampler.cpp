@@ -15,16 +15,18 @@
 #include <optional>
 #include <string>
 
+#include <fmt/format.h>
+
 namespace kernelllm {
 
 Status validate(const SamplingParams& params) {
   if (!std::isfinite(params.temperature) || params.temperature < 0.0f) {
     return error(ErrorCode::invalid_argument,
-                 "sampling: expected a finite temperature >= 0, found " + std::to_string(params.temperature));
+                 fmt::format("sampling: expected a finite temperature >= 0, found {}", params.temperature));
   }
   if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) {
     return error(ErrorCode::invalid_argument,
-                 "sampling: expected top_p in (0, 1], found " + std::to_string(params.top_p));
+                 fmt::format("sampling: expected top_p in (0, 1], found {}", params.top_p));
   }
   if (params.top_k < 0) {
     return error(ErrorCode::invalid_argument,

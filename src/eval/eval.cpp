@@ -70,7 +70,7 @@ struct Generator {
   std::unique_ptr<CompletionSource> source;
   std::optional<PromptTemplate> prompt_template;
 
-  Result<std::vector<NewSample>> samples_for(const Problem& p, const Progress& progress) {
+  Result<std::vector<NewSample>> samples_for(const Problem& p, const Progress& progress, EvalTick tick) {
     if (!source) {
       if (!open_source) return error(ErrorCode::invalid_argument, "eval: samples must be generated but no model was given");
       progress("opening the model");
@@ -82,8 +82,16 @@ struct Generator {
     KLLM_ASSIGN_OR_RETURN(std::string code, read_text_file(p.file));
     KLLM_ASSIGN_OR_RETURN(std::string prompt, format_triton_prompt(prompt_template->text, code));
     GenerateStats stats;
+    StreamCallback on_text;
+    if (options.on_tick) {
+      on_text = [this, &tick](int32_t, std::string_view text) {
+        tick.text_bytes += text.size();
+        options.on_tick(tick);
+        return true;
+      };
+    }
     KLLM_ASSIGN_OR_RETURN(std::vector<std::string> completions,
-                          source->complete(prompt, options.k, options.max_new_tokens, options.sampling, {}, &stats));
+                          source->complete(prompt, options.k, options.max_new_tokens, options.sampling, on_text, &stats));
     double seconds = (stats.prefill_ms + stats.decode_ms) / 1e3;
     progress(fmt::format("{}: generated {} sample(s), {} tokens in {:.1f} s ({:.1f} tok/s)", p.id, completions.size(),
                          stats.generated_tokens, seconds, seconds > 0 ? static_cast<double>(stats.generated_tokens) / seconds : 0.0));
@@ -114,7 +122,7 @@ Result<std::vector<NewSample>> copied_samples(const EvalOptions& options, const 
 // its speedup is the same number in every profile. Returns how many came back not_verified (not
 // committed, so a rerun retries them).
 Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Problem& p, const std::string& profile,
-                           const Progress& progress) {
+                           const Progress& progress, EvalTick tick) {
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
   std::set<int> done;
@@ -133,6 +141,9 @@ Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Pr
   progress(fmt::format("{} [{}]: verifying {} sample(s){}", p.id, profile, to_time.size() + to_share.size(),
                        to_share.empty() ? "" : fmt::format(", {} sharing an earlier profile's timing", to_share.size())));
   int not_verified = 0;
+  tick.phase = "verifying " + profile;
+  tick.to_verify = to_time.size() + to_share.size();
+  if (options.on_tick) options.on_tick(tick);
   for (const std::vector<const StoredSample*>* group : {&to_time, &to_share}) {
     if (group->empty()) continue;
     const bool share = group == &to_share;
@@ -175,6 +186,8 @@ Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Pr
       if (!s_put.ok() && commit_error.ok()) commit_error = s_put;
       progress(fmt::format("{} sample {} [{}]: {}{}{}", p.id, s.sample, profile, v.verdict, v.rule.empty() ? "" : " (" + v.rule + ")",
                            r.cached ? " (verifier cache)" : ""));
+      ++tick.verified;
+      if (options.on_tick) options.on_tick(tick);
     };
     auto report = harness::verify(p.file.string(), paths, o);
     if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
@@ -261,22 +274,25 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   for (size_t i = 0; i < problems.size(); ++i) {
     const Problem& p = problems[i];
     progress(fmt::format("[{}/{}] {}", i + 1, problems.size(), p.id));
+    EvalTick tick{i, problems.size(), p.id, "generating", 0, 0, 0};
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> existing, store.samples(p.id));
     if (existing.empty()) {
       std::vector<NewSample> samples;
       if (!options.candidates.empty()) {
         KLLM_ASSIGN_OR_RETURN(samples, copied_samples(options, p));
       } else {
-        KLLM_ASSIGN_OR_RETURN(samples, generator.samples_for(p, progress));
+        if (options.on_tick) options.on_tick(tick);
+        KLLM_ASSIGN_OR_RETURN(samples, generator.samples_for(p, progress, tick));
       }
       KLLM_RETURN_IF_ERROR(store.add_samples(p, samples));
     } else {
       progress(fmt::format("{}: {} sample(s) from the store", p.id, existing.size()));
     }
     for (const std::string& profile : options.profiles) {
-      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, options, p, profile, progress));
+      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, options, p, profile, progress, tick));
       not_verified += missed;
     }
+    if (options.on_tick) options.on_tick(EvalTick{i + 1, problems.size(), p.id, "done", 0, 0, 0});
   }
   if (not_verified > 0) {
     return error(ErrorCode::resource_exhausted,

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "kernelllm/base/device.h"
 #include "kernelllm/harness/verify.h"
 
 namespace kernelllm::harness {
@@ -95,11 +96,7 @@ Result<std::vector<std::string>> parse_devices(std::string_view spec) {
     std::string d(spec.substr(start, end - start));
     start = end + 1;
     if (d.empty()) continue;
-    bool ok = d == "cpu" || d == "cuda";
-    if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5) {
-      ok = d.find_first_not_of("0123456789", 5) == std::string::npos;
-    }
-    if (!ok) return error(ErrorCode::invalid_argument, fmt::format("device: expected cpu, cuda or cuda:N, found '{}'", d));
+    KLLM_RETURN_IF_ERROR(parse_device(d).status());
     out.push_back(d);
   }
   if (out.empty()) return error(ErrorCode::invalid_argument, "device: expected cpu, cuda or cuda:N, found nothing");

@@ -44,6 +44,33 @@ int remove_stale_run_dirs(const fs::path& base) {
   return removed;
 }
 
+namespace {
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+}
+
+void replace_all(Json& j, const std::string& from, const std::string& to) {
+  if (j.is_string()) {
+    std::string s = j.get<std::string>();
+    replace_all(s, from, to);
+    j = s;
+  } else if (j.is_structured()) {
+    for (Json& v : j) replace_all(v, from, to);
+  }
+}
+
+// Messages and tracebacks name the user's file, not the copy the sandbox ran
+// (<run dir>/cand-T-S/candidate.py, removed when the run ends).
+void name_user_path(CandidateResult& r, const fs::path& work_dir) {
+  const std::string copy = (work_dir / "candidate.py").string();
+  for (std::string* s : {&r.message, &r.stderr_tail, &r.multishape_note}) replace_all(*s, copy, r.path);
+  replace_all(r.evidence, copy, r.path);
+  replace_all(r.stats, copy, r.path);
+}
+
+}  // namespace
+
 Verifier::~Verifier() {
   devices_.clear();
   if (!run_dir_.empty()) {
@@ -414,6 +441,7 @@ void Verifier::worker_thread(size_t thread) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
     size_memory_limit(*w, *dev);
     evaluate(i, *w, *dev, r);
+    name_user_path(r, w->work_dir);
     r.evidence["phases"]["start_ms"] = start_ms;
     w->proc.kill_tree();
     (void)judge_call(*dev, Json{{"op", "forget"}, {"candidate", w->id()}}, opts_.load_timeout_s);

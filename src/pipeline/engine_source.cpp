@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/bench_internal.h"
+#include "kernelllm/base/device.h"
 #include "kernelllm/engine/bench.h"
 #include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/model.h"
@@ -73,13 +74,8 @@ struct DeviceChoice {
 };
 
 Result<DeviceChoice> parse_engine_device(const std::string& device) {
-  if (device == "cpu") return DeviceChoice{false, 0};
-  if (device == "cuda") return DeviceChoice{true, 0};
-  if (device.starts_with("cuda:") && device.size() > 5 && device.size() < 9 &&
-      device.find_first_not_of("0123456789", 5) == std::string::npos) {
-    return DeviceChoice{true, std::stoi(device.substr(5))};
-  }
-  return error(ErrorCode::invalid_argument, "engine device: expected cpu, cuda or cuda:N, found \"" + device + "\"");
+  KLLM_ASSIGN_OR_RETURN(DeviceSpec d, parse_device(device, "engine device"));
+  return DeviceChoice{d.cuda, d.index_or_0()};
 }
 
 Result<DType> parse_engine_dtype(const std::string& dtype) {

@@ -1,6 +1,10 @@
 """The installed `kernelllm` console script (which execs the packaged C++ CLI)."""
 import json
+import os
 import subprocess
+from pathlib import Path
+
+import pytest
 
 import kernelllm
 
@@ -78,3 +82,43 @@ def test_gpu_memory_fraction_is_one_option_of_every_engine_command(kernelllm_scr
         args = [str(module)] if cmd != "repl" else []
         r = run(kernelllm_script, cmd, *args, "--gpu-memory-fraction", "1.5")
         assert r.returncode == 2 and "--gpu-memory-fraction" in r.stderr, (cmd, r.returncode, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def cli(kernelllm_script) -> str:
+    """$KERNELLLM_CLI (a build tree's binary) when set, else the installed console script."""
+    return os.environ.get("KERNELLLM_CLI") or kernelllm_script
+
+
+def test_negative_temperature_is_refused_with_a_plain_number(cli, tiny_model):
+    for command in (["generate", "--prompt", "a"], ["optimize", "/etc/hostname"]):
+        r = run(cli, *command, "--model", str(tiny_model), "--temperature", "-1e30", timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert "expected a finite temperature >= 0, found -1e+30" in r.stderr
+        assert len(r.stderr) < 300, r.stderr
+
+
+def test_help_shows_the_defaults(cli):
+    for command, shown in [("eval", ["INT:INT in [1 - 10000]=20", "--temperature FLOAT=0.6", "--top-p FLOAT=0.95"]),
+                           ("verify", ["--trials INT:INT in [1 - 100]=5", "--profile TEXT:{strict,kernelbench}=strict",
+                                       "Exit codes: 0 at least one candidate is correct; 3 none"]),
+                           ("optimize", ["INT:INT in [1 - 4096]=10", "--max-new-tokens INT:INT in [1 - 1048576]=2048"])]:
+        r = run(cli, command, "--help", timeout=60)
+        assert r.returncode == 0
+        for text in shown:
+            assert text in r.stdout, (command, text)
+
+
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="a GPU is visible here")
+def test_device_defaults_to_cpu_without_a_gpu_and_cuda_is_a_clear_error(cli, tiny_model):
+    args = ["generate", "--model", str(tiny_model), "--prompt", "def f(x):", "--seed", "1", "--max-new-tokens", "4"]
+    r = run(cli, *args, "--json", "-", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "generate: generating on cpu (no GPU is visible; --device chooses)" in r.stderr
+    report = json.loads(r.stdout)  # `--json -`: stdout is the JSON alone, the samples went to stderr
+    assert report["samples"][0]["text"] and "=== sample 0 (" in r.stderr
+    for command in (args, ["optimize", "/etc/hostname", "--model", str(tiny_model)],
+                    ["repl", "--model", str(tiny_model)]):
+        r = run(cli, *command[:1], *command[1:], "--device", "cuda", timeout=60)
+        assert r.returncode == 2, (command, r.stderr)
+        assert "--device cuda: no GPU is visible to this process" in r.stderr

@@ -123,7 +123,7 @@ def test_eval_through_a_chat_endpoint_records_the_model_per_run_and_sample(cli, 
     out = tmp_path / "run"
     r = run([cli, "eval", "--problems", str(problems), "--endpoint", url, "--endpoint-model", model,
              "--endpoint-prompt", "chat", "--api-key-env", "MY_KEY", "-k", "2", "--max-new-tokens", "64",
-             "--profiles", "strict", "--pass-at", "1,2", "--device", "cpu", "--jobs", "2", "--out", str(out)],
+             "--profiles", "strict", "--pass-at", "1,2", "--verify-device", "cpu", "--jobs", "2", "--out", str(out)],
             MY_KEY=KEY)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())

@@ -82,7 +82,7 @@ def env() -> dict:
 
 def eval_args(cli: str, ps: dict, out: Path, *extra: str) -> list[str]:
     return [cli, "eval", "--problems", str(ps["problems"]), "--candidates", str(ps["candidates"]), "--out", str(out),
-            "--device", "cpu", "--jobs", "2", "--pass-at", PASS_AT, *extra]
+            "--verify-device", "cpu", "--jobs", "2", "--pass-at", PASS_AT, *extra]
 
 
 def run(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
@@ -108,7 +108,7 @@ def verifications(run_dir: Path) -> list[tuple]:
 @pytest.fixture(scope="module")
 def full_run(cli, problem_set) -> dict:
     out = problem_set["dir"] / "run-full"
-    r = run(eval_args(cli, problem_set, out))
+    r = run(eval_args(cli, problem_set, out, "--progress"))
     assert r.returncode == 0, r.stderr[-4000:]
     return {"out": out, "stdout": r.stdout, "stderr": r.stderr, "report": json.loads((out / "report.json").read_text()),
             "bytes": (out / "report.json").read_bytes()}
@@ -156,10 +156,7 @@ def test_pass_at_k_equals_the_hand_computed_values(full_run, problem_set):
 def test_restart_redoes_nothing(cli, full_run, problem_set):
     before = verifications(full_run["out"])
     assert len(before) == TOTAL_VERIFICATIONS
-    # --verify-device is --device's other name (the name optimize and repl use): the same options.
-    args = eval_args(cli, problem_set, full_run["out"])
-    args[args.index("--device")] = "--verify-device"
-    r = run(args)
+    r = run(eval_args(cli, problem_set, full_run["out"]))
     assert r.returncode == 0, r.stderr[-4000:]
     assert "verifying" not in r.stderr
     assert verifications(full_run["out"]) == before
@@ -257,6 +254,8 @@ def test_model_generation_end_to_end(cli, tiny_model, tmp_path):
     r = run(args)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "generated 2 sample(s)" in r.stderr
+    if not Path("/dev/nvidiactl").exists():
+        assert "eval: generating on cpu (no GPU is visible" in r.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["run"]["k"] == 2 and report["run"]["model"] == str(tiny_model)
     samples = report["problems"][0]["samples"]
@@ -272,3 +271,41 @@ def test_model_generation_end_to_end(cli, tiny_model, tmp_path):
     again = run(args)  # resume: no generation, no verification
     assert again.returncode == 0, again.stderr[-4000:]
     assert "generated" not in again.stderr and "verifying" not in again.stderr
+
+
+def test_progress_lines_carry_elapsed_time_and_eta(full_run):
+    lines = [l for l in full_run["stderr"].splitlines() if ", elapsed " in l]
+    assert lines, full_run["stderr"][-2000:]
+    assert any("ETA " in l for l in lines), lines
+    assert lines[-1].endswith("done"), lines[-1]
+
+
+def test_device_without_a_model_is_a_usage_error(cli, problem_set, tmp_path):
+    # --device is where the local model generates; --candidates generates nothing.
+    r = run(eval_args(cli, problem_set, tmp_path / "run", "--device", "cpu"))
+    assert r.returncode == 2
+    assert "--verify-device" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_negative_temperature_is_a_usage_error_with_a_plain_number(cli, problem_set, tmp_path):
+    r = run(eval_args(cli, problem_set, tmp_path / "run", "--temperature", "-1e30"))
+    assert r.returncode == 2
+    assert "expected a finite temperature >= 0, found -1e+30" in r.stderr, r.stderr
+
+
+def test_sigterm_cleans_up_and_prints_the_resume_command(cli, problem_set, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(eval_args(cli, problem_set, out, "--quiet"), env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(Path("/dev/shm").glob(f"kernelllm-verify-{proc.pid}-*")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err
+    assert f"the run store {out} keeps every sample and verdict committed so far" in err
+    assert "resume with the same command: " in err and f"--out {out}" in err
+    assert not list(Path("/dev/shm").glob(f"kernelllm-verify-{proc.pid}-*"))

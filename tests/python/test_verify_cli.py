@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -109,7 +110,7 @@ def files(tmp_path_factory) -> dict:
 
 def run_verify(files, names, *extra, cache: Path | None = None):
     report = files["dir"] / f"report-{'-'.join(names)}-{len(extra)}-{time.monotonic_ns()}.json"
-    cmd = [find_cli(), "verify", str(files["problem"]), *[str(files[n]) for n in names], "--device", "cpu",
+    cmd = [find_cli(), "verify", str(files["problem"]), *[str(files[n]) for n in names], "--verify-device", "cpu",
            "--json", str(report), "--run-timeout", "8", "--load-timeout", "60", *extra]
     cmd += ["--cache", str(cache)] if cache else ["--no-cache"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -200,6 +201,65 @@ def test_usage_errors_exit_2(files):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "expected cpu, cuda or cuda:N" in r.stderr
+
+
+def test_missing_files_are_usage_errors_found_before_any_work(files):
+    missing = files["dir"] / "no_such_candidate.py"
+    r = subprocess.run([find_cli(), "verify", str(files["problem"]), str(files["good"]), str(missing),
+                        "--verify-device", "cpu", "--no-cache"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert f"candidate {missing}: no such file" in r.stderr
+    assert "judge" not in r.stderr  # nothing was started
+    r = subprocess.run([find_cli(), "verify", str(files["dir"] / "no_problem.py"), str(files["good"])],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "problem " + str(files["dir"] / "no_problem.py") + ": no such file" in r.stderr
+
+
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="a GPU is visible here")
+def test_cuda_without_a_visible_gpu_is_a_clear_usage_error(files):
+    r = subprocess.run([find_cli(), "verify", str(files["problem"]), str(files["good"]), "--verify-device", "cuda"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "--verify-device cuda: no GPU is visible" in r.stderr
+
+
+def test_nothing_correct_exits_3_and_json_dash_goes_to_stdout(files):
+    raises = files["dir"] / "raises.py"
+    raises.write_text(GOOD.replace("def forward(self, x):", "def forward(self, x):\n        undefined_name(x)", 1))
+    r = subprocess.run([find_cli(), "verify", str(files["problem"]), str(files["wrong"]), str(raises),
+                        "--verify-device", "cpu", "--no-cache", "--json", "-", "--progress", "--run-timeout", "8"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 3, r.stderr[-3000:]
+    report = json.loads(r.stdout)  # stdout holds only the JSON; the table went to stderr
+    assert [c["verdict"] for c in report["candidates"]] == ["wrong_output", "runtime_error"], r.stdout[-3000:]
+    # The traceback names the user's file, never the sandbox's copy of it.
+    assert f'File \\"{raises}\\", line' in r.stdout  # as JSON escapes it
+    assert "kernelllm-verify-" not in r.stdout
+    assert "no candidate is correct" in r.stderr
+    assert "2/2 candidate(s) verified, elapsed" in r.stderr
+    assert "candidate" in r.stderr and "verdict" in r.stderr  # the table
+
+
+def test_sigint_stops_workers_and_removes_the_run_directory(files):
+    proc = subprocess.Popen([find_cli(), "verify", str(files["problem"]), str(files["hang"]), "--verify-device", "cpu",
+                             "--no-cache", "--run-timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    run_dirs = lambda: list(Path("/dev/shm").glob(f"kernelllm-verify-{proc.pid}-*"))
+    deadline = time.monotonic() + 120
+    # Wait until the hanging candidate runs (its sleepers exist), so that there is work to stop.
+    while not sleeper_pids() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert run_dirs(), "the run directory was never created"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted (SIGINT)" in err and "removed 1 temporary run directory" in err, err[-3000:]
+    assert not run_dirs()
+    deadline = time.monotonic() + 10
+    while sleeper_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not sleeper_pids()
 
 
 def test_broken_problem_is_an_infrastructure_failure(files):

@@ -175,7 +175,7 @@ TEST(Bench, BadOptionsAreErrors) {
   base.new_tokens = 3;
   BenchOptions o = base;
   o.device = "gpu";
-  fails_with(o, "expected device cpu or cuda:N");
+  fails_with(o, "expected cpu, cuda or cuda:N");
   o = base;
   o.model = "/nonexistent";
   fails_with(o, "exactly one of");

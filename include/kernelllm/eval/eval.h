@@ -21,6 +21,8 @@
 
 namespace kernelllm::eval {
 
+struct EvalTick;
+
 struct EvalOptions {
   std::filesystem::path problems;          // KernelBench root or plain directory
   std::optional<std::vector<int>> levels;  // KernelBench root only; unset: {1}
@@ -48,6 +50,19 @@ struct EvalOptions {
   harness::VerifyOptions verify;
   MetricsOptions metrics;
   std::function<void(const std::string&)> progress;  // one line per event (may be empty)
+  std::function<void(const EvalTick&)> on_tick;  // where the run is, for meters (may be empty)
+};
+
+// The run's position, reported as each problem starts a phase, as generated text arrives and as
+// each verdict is committed; a meter throttles and prints it.
+struct EvalTick {
+  size_t problem = 0;   // problems finished before this one (0-based index of the current one)
+  size_t problems = 0;  // problems in this run (this shard)
+  std::string id;       // the current problem
+  std::string phase;    // "generating", "verifying <profile>" or "done"
+  size_t text_bytes = 0;  // generating: text received so far (all samples)
+  size_t verified = 0;    // verifying: verdicts of this profile so far, of `to_verify`
+  size_t to_verify = 0;
 };
 
 // Opens the completion source when some problem still needs samples (not at all on a resume
