@@ -18,6 +18,7 @@
 #include "cli/endpoint_args.h"
 #include "cli/table.h"
 #include "kernelllm/base/file.h"
+#include "kernelllm/base/run_facts.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/pipeline/optimize.h"
 #include "kernelllm/pipeline/prompt.h"
@@ -267,6 +268,7 @@ int run_optimize(const OptimizeArgs& a) {
   report["options"] = options_json(a, o, tmpl->source, eo.gpu_memory_fraction, endpoint_json);
   report["out"] = result->best ? Json(fs::absolute(out_file).string()) : Json(nullptr);
   report["exit_code"] = exit_code;
+  report["run"] = run_facts(result->environment);
   if (Status s = write_text(report_file, report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"); !s.ok()) {
     return fail(s);
   }

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "kernelllm/base/run_facts.h"
 #include "kernelllm/harness/verify.h"
 
 namespace kernelllm::cli {
@@ -110,7 +111,9 @@ int run_verify(const VerifyArgs& a) {
   print_table(*rep);
   if (!a.json_file.empty()) {
     std::ofstream f(a.json_file);
-    f << rep->to_json().dump(2) << "\n";
+    Json report = rep->to_json();
+    report["run"] = run_facts(rep->environment);
+    f << report.dump(2) << "\n";
     if (!f) {
       std::fprintf(stderr, "kernelllm verify: error: cannot write %s\n", a.json_file.c_str());
       return kExitFailure;
