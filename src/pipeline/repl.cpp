@@ -610,8 +610,9 @@ Status check_module_code(std::string_view code) {
 
 std::unique_ptr<LineReader> make_fd_line_reader(int fd) {
 #ifdef KERNELLLM_HAVE_LIBEDIT
-  // Line editing for a person at a terminal; pipes (scripts, tests) keep the plain reader.
-  if (fd == STDIN_FILENO && ::isatty(fd) == 1 && std::getenv("KERNELLLM_NO_LINE_EDIT") == nullptr) {
+  // Line editing for a person at a terminal (it draws the line on stdout); pipes keep the plain reader.
+  if (fd == STDIN_FILENO && ::isatty(fd) == 1 && ::isatty(STDOUT_FILENO) == 1 &&
+      std::getenv("KERNELLLM_NO_LINE_EDIT") == nullptr) {
     return std::make_unique<EditLineReader>(fd);
   }
 #endif

@@ -202,3 +202,39 @@ def test_cli_repl_on_a_terminal_takes_one_input_after_another(cli, tiny_model, t
     assert (tmp_path / "module-1" / "problem.py").read_text().strip() == MODULE.strip()
     assert "* 4.0" in (tmp_path / "module-2" / "problem.py").read_text()
     assert "nothing to save: no verified correct candidate yet (the last module had none)" in text
+
+
+def test_cli_repl_on_a_terminal_edits_lines_and_keeps_history(cli, tiny_model, tmp_path):
+    if b"libedit" not in subprocess.run(["ldd", cli], capture_output=True).stdout:
+        pytest.skip("this kernelllm was built without libedit")
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_STATE_HOME", "KERNELLLM_NO_LINE_EDIT")}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.Popen(repl_cmd(cli, tiny_model, tmp_path / "w", "--no-verify"), stdin=slave, stdout=slave,
+                            stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    try:
+        out = _Output(master)
+        out.until(b">>> ", 60)
+        # Ctrl+A goes to the start of the line: "help" becomes the command ":help".
+        os.write(master, b"help\x01:\r")
+        out.until(b"leave (also `exit`)", 30)
+        out.until(b">>> ", 30)
+        # Up-arrow recalls ":help" from the history.
+        os.write(master, b"\x1b[A\r")
+        out.until(b"leave (also `exit`)", 30)
+        out.until(b">>> ", 30)
+        # Ctrl+C at the prompt discards the line being typed; the REPL goes on.
+        os.write(master, b"half a line")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out.until(b"(input discarded", 30)
+        out.until(b">>> ", 30)
+        os.write(master, b":quit\r")
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert proc.returncode == 0
+    assert ":help" in (tmp_path / ".kernelllm_history").read_text()

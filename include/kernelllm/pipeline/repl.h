@@ -44,7 +44,8 @@ class LineReader {
   }
 };
 // Reads a file descriptor directly (no stdio buffering, so a terminal's EOF does not stick); a
-// terminal gets line editing and history when built with libedit (unless $KERNELLLM_NO_LINE_EDIT).
+// terminal (stdin and stdout) gets line editing and history when built with libedit (unless
+// $KERNELLLM_NO_LINE_EDIT is set).
 // Reports `interrupted` when SIGINT arrives during the wait while run_repl's handler is active.
 std::unique_ptr<LineReader> make_fd_line_reader(int fd);
 // Reads a std::istream (tests); never interrupted.
