@@ -1,7 +1,8 @@
 """The REPL end to end on CPU with the tiny random model: `kernelllm repl` and `python -m kernelllm`
 driven through pipes (commands, the built-in example notice, the user's own code in the work dir,
 sample 0 streamed, the verification table with the tiny model's non-correct verdicts and their
-reasons, Ctrl+C during generation) and through a terminal (a pty: one input after another).
+reasons, Ctrl+C during generation) and through a terminal (a pty: one input after another; with
+libedit, line editing, history and Ctrl+C discarding the line being typed).
 Uses $KERNELLLM_CLI when set (a build tree's binary), else the installed console script."""
 from __future__ import annotations
 
