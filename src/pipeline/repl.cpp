@@ -466,7 +466,7 @@ class Repl {
     } else {
       run_generate_only(code, streaming, sampling, tmpl, work_dir);
     }
-    if (take_sigint() && !streaming.cancelled()) out_ << "(Ctrl+C only cancels generation; verification ran to the end)\n";
+    take_sigint();
     out_ << '\n';
     out_.flush();
   }
@@ -481,6 +481,8 @@ class Repl {
     o.prompt_template = tmpl;
     o.work_dir = work_dir;
     o.verify = options_.verify;
+    // Ctrl+C stops verification too: its workers give up at their next wait.
+    if (options_.handle_sigint) o.verify.cancel = &g_sigint;
     bool announced = false;
     auto progress = [&](const OptimizeEvent& ev) {
       if (ev.kind != OptimizeEventKind::candidate_verified) return;
@@ -493,7 +495,13 @@ class Repl {
     };
     auto result = optimize(code, streaming, o, progress);
     if (!result.ok()) {
-      out_ << (streaming.cancelled() ? "generation cancelled; back to the prompt\n" : "error: " + result.status().to_string() + "\n");
+      if (streaming.cancelled()) {
+        out_ << "generation cancelled; back to the prompt\n";
+      } else if (g_sigint.load()) {
+        out_ << "verification cancelled; back to the prompt\n";
+      } else {
+        out_ << "error: " << result.status().to_string() << "\n";
+      }
       return;
     }
     std::filesystem::path report = work_dir / "report.json";

@@ -141,6 +141,28 @@ def test_cli_repl_ctrl_c_cancels_generation(cli, tiny_model, tmp_path):
     assert "rule / message" not in out
 
 
+def test_cli_repl_ctrl_c_stops_verification(cli, tiny_model, tmp_path):
+    (tmp_path / "module.py").write_text(MODULE)
+    with open(tmp_path / "module.py", "rb") as stdin:
+        proc = subprocess.Popen([cli, "repl", "--model", str(tiny_model), "--max-new-tokens", "8", "-k", "2",
+                                 "--work-dir", str(tmp_path / "w")],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = b""
+    deadline = time.time() + 120
+    # Generation is over when its summary line is out; the verifier is starting its judge then.
+    while b"tokens/s over all samples" not in out and time.time() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            out += os.read(proc.stdout.fileno(), 65536)
+    assert b"tokens/s over all samples" in out, out.decode(errors="replace")
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=120)
+    out = (out + rest).decode(errors="replace")
+    assert proc.returncode == 0, err.decode(errors="replace")
+    assert "verification cancelled; back to the prompt" in out
+    assert "rule / message" not in out  # no table of verdicts from stopped workers
+
+
 def test_python_m_kernelllm_runs_the_same_repl(tiny_model, tmp_path):
     stdin = ":k 2\n:nope\n" + MODULE
     run = subprocess.run([sys.executable, "-m", "kernelllm", "--model", str(tiny_model), "--device", "cpu",
