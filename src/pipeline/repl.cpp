@@ -347,7 +347,7 @@ class Repl {
          << "`get_init_inputs()` functions), then press Ctrl+D. KernelLLM writes k Triton versions\n"
          << "(`ModelNew`), streams the first, and "
          << (options_.verify_enabled ? "verifies them all against your module." : "extracts them (verification is off).")
-         << "\nAn empty input uses a built-in example. Ctrl+C cancels a generation.\n"
+         << "\nAn empty input uses a built-in example. Ctrl+C cancels a generation or a verification.\n"
          << fmt::format(fmt::runtime(kCommandHelp), fmt::arg("k", k_), fmt::arg("temp", temperature_))
          << "Work directory: " << work_root_.string() << "\n\n";
     out_.flush();
