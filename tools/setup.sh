@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(g++ make cmake ninja-build pkg-config git
               nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libgtest-dev libgmock-dev
-              libsqlite3-dev libcpp-httplib-dev bubblewrap)
+              libsqlite3-dev libcpp-httplib-dev libedit-dev bubblewrap)
 if [[ "${KERNELLLM_SKIP_APT:-0}" != 1 ]] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${apt_packages[@]}"; do

@@ -169,6 +169,25 @@ def _random_seed() -> int:
     return random.SystemRandom().getrandbits(63)
 
 
+class _Tokenizer:
+    """`KernelLLM.tokenizer`: the engine's own tokenizer (the model's tokenizer.json), with the
+    calls kernelllm.py makes of a Hugging Face tokenizer: encode, decode and `tok(text)`. Lists
+    of ids, never tensors."""
+
+    def __init__(self, engine: Any):
+        self._engine = engine
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        return list(self._engine.encode(text, add_special_tokens))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self._engine.decode([int(i) for i in ids], skip_special_tokens)
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> Dict[str, List[int]]:
+        ids = self.encode(text, add_special_tokens)
+        return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+
+
 class KernelLLM:
     """KernelLLM on kernelllm's engine.
 
@@ -180,7 +199,13 @@ class KernelLLM:
     downloads. `prompt_template` is an optional file whose text replaces the Triton prompt
     template (one `{}` field); by default the template comes from the model directory's
     kernelllm.py, else a built-in one.
+
+    As in Meta's kernelllm.py: `PROMPT_TEMPLATE` (the built-in template; the one in use is
+    `self.prompt_template`), `self.tokenizer` (encode/decode over the engine's tokenizer, see
+    _Tokenizer) and `self.model` (the native engine, not a torch module: README, Drop-in).
     """
+
+    PROMPT_TEMPLATE = _native.builtin_prompt_template()
 
     def __init__(
         self,
@@ -196,6 +221,8 @@ class KernelLLM:
         self.device = _pick_device(device)
         self._engine = _native.Engine(_locate_model(model_name, revision, offline), self.device, threads)
         self.model_dir = self._engine.model_dir
+        self.model = self._engine
+        self.tokenizer = _Tokenizer(self._engine)
         self.prompt_template, self.prompt_template_source = _native.load_prompt_template(
             self.model_dir, prompt_template or ""
         )

@@ -18,6 +18,7 @@
 #include "cli/endpoint_args.h"
 #include "cli/hub.h"
 #include "kernelllm/eval/eval.h"
+#include "kernelllm/eval/kernelbench.h"
 
 namespace kernelllm::cli {
 namespace {
@@ -53,6 +54,11 @@ struct EvalArgs {
   std::string report_run;
   std::vector<std::string> merge_inputs;
   std::string merge_out;
+  // export-kernelbench
+  std::string export_run;
+  std::string export_out;
+  std::string export_profile = "kernelbench";
+  int export_level = 0;
 };
 
 int fail(const Status& status) {
@@ -201,6 +207,21 @@ int run_merge_command(const EvalArgs& a) {
   return print_report(*report);
 }
 
+int run_export_kernelbench_command(const EvalArgs& a) {
+  int missing = 0;
+  auto text = eval::kernelbench_eval_results(a.export_run, a.export_profile,
+                                             a.export_level > 0 ? std::optional<int>(a.export_level) : std::nullopt, &missing);
+  if (!text.ok()) return fail(text.status());
+  std::FILE* f = std::fopen(a.export_out.c_str(), "wb");
+  if (!f) return fail(error(ErrorCode::io_error, fmt::format("cannot open {} for writing", a.export_out)));
+  const bool written = std::fwrite(text->data(), 1, text->size(), f) == text->size();
+  if (std::fclose(f) != 0 || !written) return fail(error(ErrorCode::io_error, fmt::format("cannot write {}", a.export_out)));
+  std::fprintf(stderr, "eval: wrote %s (KernelBench eval_results.json, profile %s)%s\n", a.export_out.c_str(),
+               a.export_profile.c_str(),
+               missing ? fmt::format("; {} sample(s) without a verdict left out", missing).c_str() : "");
+  return 0;
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app, CommandRun& run) {
@@ -212,7 +233,8 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--model", args->model, "model to generate samples with: a directory, or an HF id (org/name) from the HF "
                                            "cache, downloaded there first when missing");
   add_hub_options(cmd, args->hub);
-  cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py (no model needed)");
+  cmd->add_option("--candidates", args->candidates, "pre-generated samples: DIR/<problem file stem>/<sample>.py, or a KernelBench run directory "
+                  "(level_N_problem_M_sample_K_kernel.py); no model needed");
   cmd->add_option("--out", args->out, "run directory (created; an existing one is resumed)");
   cmd->add_option("-k", args->k, "samples per problem (with --model or --endpoint)")->check(CLI::Range(1, 10000));
   add_device_options(cmd, args->device, &args->verify_device);
@@ -244,6 +266,14 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   merge->add_option("--out", args->merge_out, "the merged run directory (new)")->required();
   merge->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
   merge->callback([args, &run] { run = [args] { return run_merge_command(*args); }; });
+
+  CLI::App* kb = cmd->add_subcommand("export-kernelbench", "write a run's verdicts as KernelBench's eval_results.json");
+  kb->add_option("run", args->export_run, "run directory")->required();
+  kb->add_option("--out", args->export_out, "the eval_results.json to write")->required();
+  kb->add_option("--profile", args->export_profile, "verifier profile to export (default kernelbench)")
+      ->check(CLI::IsMember({"strict", "kernelbench"}));
+  kb->add_option("--level", args->export_level, "the level to export when the run covers several")->check(CLI::PositiveNumber);
+  kb->callback([args, &run] { run = [args] { return run_export_kernelbench_command(*args); }; });
 
   cmd->callback([args, cmd, &run] {
     if (cmd->get_subcommands().empty()) run = [args] { return run_eval_command(*args); };

@@ -23,6 +23,7 @@
 #include "cli/hub.h"
 #include "cli/table.h"
 #include "kernelllm/base/file.h"
+#include "kernelllm/base/run_facts.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/pipeline/optimize.h"
 #include "kernelllm/pipeline/prompt.h"
@@ -301,6 +302,7 @@ int run_optimize(const OptimizeArgs& a) {
   report["options"] = options_json(a, o, tmpl->source, gen_device, eo.gpu_memory_fraction, endpoint_json);
   report["out"] = result->best ? Json(fs::absolute(out_file).string()) : Json(nullptr);
   report["exit_code"] = exit_code;
+  report["run"] = run_facts(result->environment);
   const std::string report_text = report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
   if (Status s = write_text(report_file, report_text); !s.ok()) return fail(s);
   std::fprintf(table_out, "report: %s\n", report_file.c_str());

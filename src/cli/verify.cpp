@@ -19,6 +19,7 @@
 #include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "cli/table.h"
+#include "kernelllm/base/run_facts.h"
 #include "kernelllm/harness/verify.h"
 
 namespace kernelllm::cli {
@@ -155,7 +156,9 @@ int run_verify(const VerifyArgs& a) {
   }
   const bool json_to_stdout = a.json_file == "-";
   print_table(*rep, json_to_stdout ? stderr : stdout);
-  const std::string json = rep->to_json().dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  Json report = rep->to_json();
+  report["run"] = run_facts(rep->environment);
+  const std::string json = report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
   if (json_to_stdout) {
     std::fputs(json.c_str(), stdout);
     std::fflush(stdout);

@@ -3,6 +3,7 @@
 // committed from on_result → the report from the store. Restarts skip everything committed.
 #include "kernelllm/eval/eval.h"
 
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kernelllm/base/file.h"
+#include "kernelllm/base/run_facts.h"
 #include "kernelllm/eval/report.h"
 #include "kernelllm/eval/run_store.h"
 #include "kernelllm/harness/cache.h"
@@ -122,7 +124,7 @@ Result<std::vector<NewSample>> copied_samples(const EvalOptions& options, const 
 // its speedup is the same number in every profile. Returns how many came back not_verified (not
 // committed, so a rerun retries them).
 Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Problem& p, const std::string& profile,
-                           const Progress& progress, EvalTick tick) {
+                           const Progress& progress, EvalTick tick, Json* environment) {
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
   std::set<int> done;
@@ -191,9 +193,21 @@ Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Pr
     };
     auto report = harness::verify(p.file.string(), paths, o);
     if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
+    *environment = report->environment;
     if (!commit_error.ok()) return commit_error;
   }
   return not_verified;
+}
+
+// Run-specific facts stay out of report.json, whose bytes depend on the outcomes only
+// (docs/eval.md): each `kernelllm eval` invocation appends its own line here instead.
+Status append_invocation(const fs::path& run_dir, const Json& environment) {
+  const fs::path file = run_dir / "invocations.jsonl";
+  std::ofstream out(file, std::ios::app);
+  out << Json{{"run", run_facts(environment)}}.dump() << "\n";
+  out.flush();
+  if (!out) return error(ErrorCode::io_error, fmt::format("cannot append to {}", file.string()));
+  return {};
 }
 
 Json report_run_facts(const Json& config) {
@@ -271,6 +285,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
 
   Generator generator{options, open_source, nullptr, std::nullopt};
   int not_verified = 0;
+  Json environment = nullptr;  // the verifier's, for this invocation's line in invocations.jsonl
   for (size_t i = 0; i < problems.size(); ++i) {
     const Problem& p = problems[i];
     progress(fmt::format("[{}/{}] {}", i + 1, problems.size(), p.id));
@@ -289,11 +304,12 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       progress(fmt::format("{}: {} sample(s) from the store", p.id, existing.size()));
     }
     for (const std::string& profile : options.profiles) {
-      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, options, p, profile, progress, tick));
+      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, options, p, profile, progress, tick, &environment));
       not_verified += missed;
     }
     if (options.on_tick) options.on_tick(EvalTick{i + 1, problems.size(), p.id, "done", 0, 0, 0});
   }
+  KLLM_RETURN_IF_ERROR(append_invocation(store.dir(), environment));
   if (not_verified > 0) {
     return error(ErrorCode::resource_exhausted,
                  fmt::format("eval: {} verification(s) came back not_verified (no healthy device or worker); everything "

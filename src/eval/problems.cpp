@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "kernelllm/eval/kernelbench.h"
+
 namespace kernelllm::eval {
 namespace fs = std::filesystem;
 namespace {
@@ -169,6 +171,7 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
 }
 
 Result<std::vector<fs::path>> candidate_files(const fs::path& candidates_root, const Problem& problem) {
+  if (is_kernelbench_run_dir(candidates_root)) return kernelbench_candidate_files(candidates_root, problem);
   std::error_code ec;
   fs::path dir = candidates_root / problem.id;
   if (!fs::is_directory(dir, ec)) dir = candidates_root / problem.stem;

@@ -35,7 +35,9 @@ Json SampleOutcome::to_json() const {
           {"rule", rule},
           {"message", message},
           {"correct", correct},
-          {"speedup", speedup ? Json(*speedup) : Json(nullptr)}};
+          {"speedup", speedup ? Json(*speedup) : Json(nullptr)},
+          {"candidate_ms", candidate_ms ? Json(*candidate_ms) : Json(nullptr)},
+          {"reference_ms", reference_ms ? Json(*reference_ms) : Json(nullptr)}};
 }
 
 Result<SampleOutcome> SampleOutcome::from_json(const Json& j, std::string_view what) {
@@ -53,6 +55,8 @@ Result<SampleOutcome> SampleOutcome::from_json(const Json& j, std::string_view w
   s.message = message.value_or("");
   KLLM_ASSIGN_OR_RETURN(s.correct, json_bool(j, "correct", what));
   KLLM_ASSIGN_OR_RETURN(s.speedup, json_opt_number(j, "speedup", what));
+  KLLM_ASSIGN_OR_RETURN(s.candidate_ms, json_opt_number(j, "candidate_ms", what));
+  KLLM_ASSIGN_OR_RETURN(s.reference_ms, json_opt_number(j, "reference_ms", what));
   return s;
 }
 

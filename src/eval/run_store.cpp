@@ -502,6 +502,12 @@ Result<std::vector<ProblemOutcome>> RunStore::outcomes(const std::vector<std::st
         so.message = found->message;
         so.correct = found->verdict == "correct";
         so.speedup = found->speedup;
+        // The absolute times behind the speedup, from the verifier's stored timing.
+        const Json timing = found->result.is_object() ? found->result.value("timing", Json(nullptr)) : Json(nullptr);
+        if (so.speedup && timing.is_object() && timing.contains("median_ms") && timing["median_ms"].is_number()) {
+          so.candidate_ms = timing["median_ms"].get<double>();
+          so.reference_ms = *so.speedup * *so.candidate_ms;
+        }
         list.push_back(std::move(so));
       }
     }

@@ -210,6 +210,7 @@ Process& Process::operator=(Process&& other) noexcept {
   decoder_ = std::move(other.decoder_);
   cgroup_procs_files_ = std::move(other.cgroup_procs_files_);
   exit_ = std::move(other.exit_);
+  cancel_ = std::exchange(other.cancel_, nullptr);
   return *this;
 }
 
@@ -267,6 +268,7 @@ Status Process::send(const Json& message, Deadline deadline) {
       return error(ErrorCode::io_error, fmt::format("writing request: {}", std::strerror(errno)));
     }
     if (Clock::now() >= deadline) return error(ErrorCode::resource_exhausted, "child did not read its request before the deadline");
+    if (cancel_ && cancel_->load()) return error(ErrorCode::resource_exhausted, "cancelled");
     pollfd p{to_child_, POLLOUT, 0};
     ::poll(&p, 1, std::min(ms_until(deadline), 50));
     drain(0);
@@ -292,6 +294,11 @@ Received Process::receive(Deadline deadline) {
     if (from_child_ < 0) {
       out.status = ReceiveStatus::closed;
       out.error = "reply pipe closed";
+      return out;
+    }
+    if (cancel_ && cancel_->load()) {
+      out.status = ReceiveStatus::timeout;
+      out.error = "cancelled";
       return out;
     }
     int left = ms_until(deadline);

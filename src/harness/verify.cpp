@@ -116,6 +116,7 @@ Status Verifier::spawn_judge(DeviceState& dev) {
                             std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2));
   if (!judge.ok()) return judge.status();
   dev.judge = std::move(*judge);
+  dev.judge->proc.set_cancel(opts_.cancel);
   return {};
 }
 
@@ -366,8 +367,10 @@ Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& de
   uint64_t seq = worker_seq_++;
   fs::path dir = run_dir_ / fmt::format("cand-{}-{}", thread, seq);
   int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, jobs_));
-  return spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir}, dev.name, sandbox_.active() ? &sandbox_ : nullptr,
-                      threads);
+  auto w = spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir}, dev.name,
+                        sandbox_.active() ? &sandbox_ : nullptr, threads);
+  if (w.ok()) (*w)->proc.set_cancel(opts_.cancel);
+  return w;
 }
 
 void Verifier::worker_thread(size_t thread) {
@@ -378,6 +381,11 @@ void Verifier::worker_thread(size_t thread) {
     if (i >= candidate_paths_.size()) break;
     CandidateResult& r = report_.candidates[i];
     r.path = candidate_paths_[i];
+    if (opts_.cancel && opts_.cancel->load()) {
+      r.verdict = Verdict::not_verified;
+      r.message = "verification cancelled";
+      continue;  // verify() returns an error: no verdict to announce
+    }
     if (!source_errors_[i].empty()) {
       r.verdict = Verdict::compile_error;
       r.message = "cannot read the candidate: " + source_errors_[i];
@@ -561,7 +569,10 @@ Result<VerifyReport> verify(const std::string& problem_path, const std::vector<s
                             const VerifyOptions& options) {
   if (candidate_paths.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
   Verifier v(problem_path, candidate_paths, options);
-  return v.run();
+  auto report = v.run();
+  // Verdicts of workers stopped midway say nothing about their candidates: no report.
+  if (options.cancel && options.cancel->load()) return error(ErrorCode::resource_exhausted, "verification cancelled");
+  return report;
 }
 
 }  // namespace kernelllm::harness

@@ -13,7 +13,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <ostream>
@@ -24,6 +26,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+#ifdef KERNELLLM_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
 
 #include "kernelllm/pipeline/extract.h"
 #include "kernelllm/pipeline/prompt.h"
@@ -136,6 +142,62 @@ class FdLineReader final : public LineReader {
   std::string buf_;  // bytes read past the last returned line
 };
 
+#ifdef KERNELLLM_HAVE_LIBEDIT
+// Standard input at a terminal with line editing and history through libedit (BSD licence;
+// readline's API, which reads stdin).
+// History persists in $XDG_STATE_HOME/kernelllm/history, else ~/.kernelllm_history. Ctrl+C
+// interrupts libedit's read (our handler has no SA_RESTART); the line is then discarded.
+class EditLineReader final : public LineReader {
+ public:
+  explicit EditLineReader(int fd) : fd_(fd), history_file_(history_path()) {
+    rl_catch_signals = 0;  // run_repl's SIGINT handler stays the one in charge
+    using_history();
+    stifle_history(1000);
+    if (!history_file_.empty()) read_history(history_file_.c_str());
+  }
+  bool set_prompt(const std::string& prompt) override {
+    prompt_ = prompt;
+    return true;
+  }
+
+  ReadStatus read_line(std::string& line) override {
+    char* raw = ::readline(prompt_.c_str());
+    prompt_.clear();  // the lines after the first of an input: no prompt (pasted code)
+    if (take_sigint()) {
+      std::free(raw);
+      return ReadStatus::interrupted;
+    }
+    if (raw == nullptr) {
+      pollfd p{fd_, POLLIN, 0};
+      ::poll(&p, 1, 0);
+      return (p.revents & POLLHUP) != 0 ? ReadStatus::closed : ReadStatus::eof;
+    }
+    line = raw;
+    std::free(raw);
+    if (line.find_first_not_of(" \t") != std::string::npos) {
+      add_history(line.c_str());
+      if (!history_file_.empty()) write_history(history_file_.c_str());
+    }
+    return ReadStatus::line;
+  }
+
+ private:
+  static std::string history_path() {
+    if (const char* state = std::getenv("XDG_STATE_HOME"); state && *state) {
+      std::error_code ec;
+      std::filesystem::path dir = std::filesystem::path(state) / "kernelllm";
+      std::filesystem::create_directories(dir, ec);
+      return ec ? std::string() : (dir / "history").string();
+    }
+    const char* home = std::getenv("HOME");
+    return home && *home ? (std::filesystem::path(home) / ".kernelllm_history").string() : std::string();
+  }
+  int fd_;
+  std::string history_file_;
+  std::string prompt_;
+};
+#endif
+
 class StreamLineReader final : public LineReader {
  public:
   explicit StreamLineReader(std::istream& in) : in_(in) {}
@@ -242,8 +304,7 @@ class Repl {
     if (Status s = prepare_work_root(); !s.ok()) return s;
     print_banner();
     for (;;) {
-      out_ << ">>> ";
-      out_.flush();
+      prompt();
       std::optional<std::string> code;
       Next next = read_input(code);
       if (next == Next::quit) break;
@@ -258,6 +319,12 @@ class Repl {
 
  private:
   enum class Next { module, again, quit };
+
+  // A line-editing reader draws the prompt itself (so that it can redraw the line).
+  void prompt() {
+    if (!in_.set_prompt(">>> ")) out_ << ">>> ";
+    out_.flush();
+  }
 
   Status prepare_work_root() {
     work_root_ = options_.work_root;
@@ -280,7 +347,7 @@ class Repl {
          << "`get_init_inputs()` functions), then press Ctrl+D. KernelLLM writes k Triton versions\n"
          << "(`ModelNew`), streams the first, and "
          << (options_.verify_enabled ? "verifies them all against your module." : "extracts them (verification is off).")
-         << "\nAn empty input uses a built-in example. Ctrl+C cancels a generation.\n"
+         << "\nAn empty input uses a built-in example. Ctrl+C cancels a generation or a verification.\n"
          << fmt::format(fmt::runtime(kCommandHelp), fmt::arg("k", k_), fmt::arg("temp", temperature_))
          << "Work directory: " << work_root_.string() << "\n\n";
     out_.flush();
@@ -310,8 +377,7 @@ class Repl {
         if (t == "exit" || t == "quit") return Next::quit;
         if (t.front() == ':') {
           if (!handle_command(t)) return Next::quit;
-          out_ << ">>> ";
-          out_.flush();
+          prompt();
           continue;
         }
         started = true;
@@ -400,7 +466,7 @@ class Repl {
     } else {
       run_generate_only(code, streaming, sampling, tmpl, work_dir);
     }
-    if (take_sigint() && !streaming.cancelled()) out_ << "(Ctrl+C only cancels generation; verification ran to the end)\n";
+    take_sigint();
     out_ << '\n';
     out_.flush();
   }
@@ -415,6 +481,8 @@ class Repl {
     o.prompt_template = tmpl;
     o.work_dir = work_dir;
     o.verify = options_.verify;
+    // Ctrl+C stops verification too: its workers give up at their next wait.
+    if (options_.handle_sigint) o.verify.cancel = &g_sigint;
     bool announced = false;
     auto progress = [&](const OptimizeEvent& ev) {
       if (ev.kind != OptimizeEventKind::candidate_verified) return;
@@ -427,7 +495,13 @@ class Repl {
     };
     auto result = optimize(code, streaming, o, progress);
     if (!result.ok()) {
-      out_ << (streaming.cancelled() ? "generation cancelled; back to the prompt\n" : "error: " + result.status().to_string() + "\n");
+      if (streaming.cancelled()) {
+        out_ << "generation cancelled; back to the prompt\n";
+      } else if (g_sigint.load()) {
+        out_ << "verification cancelled; back to the prompt\n";
+      } else {
+        out_ << "error: " << result.status().to_string() << "\n";
+      }
       return;
     }
     std::filesystem::path report = work_dir / "report.json";
@@ -542,7 +616,16 @@ Status check_module_code(std::string_view code) {
                "`def get_init_inputs()`; missing: " + list);
 }
 
-std::unique_ptr<LineReader> make_fd_line_reader(int fd) { return std::make_unique<FdLineReader>(fd); }
+std::unique_ptr<LineReader> make_fd_line_reader(int fd) {
+#ifdef KERNELLLM_HAVE_LIBEDIT
+  // Line editing for a person at a terminal (it draws the line on stdout); pipes keep the plain reader.
+  if (fd == STDIN_FILENO && ::isatty(fd) == 1 && ::isatty(STDOUT_FILENO) == 1 &&
+      std::getenv("KERNELLLM_NO_LINE_EDIT") == nullptr) {
+    return std::make_unique<EditLineReader>(fd);
+  }
+#endif
+  return std::make_unique<FdLineReader>(fd);
+}
 std::unique_ptr<LineReader> make_stream_line_reader(std::istream& in) { return std::make_unique<StreamLineReader>(in); }
 
 Status run_repl(CompletionSource& source, const ReplOptions& options, LineReader& in, std::ostream& out) {

@@ -125,3 +125,16 @@ def test_stream_callback_exception_propagates(tiny_engine):
 
     with pytest.raises(KeyError, match="stop here"):
         tiny_engine._engine.generate("hello", 1, 10, 0.6, 0.95, 0, 7, boom)
+
+
+def test_drop_in_attributes_of_meta_class(tiny_model):
+    model = KernelLLM(str(tiny_model))
+    assert "{}" in KernelLLM.PROMPT_TEMPLATE
+    assert KernelLLM.PROMPT_TEMPLATE == kernelllm._native.builtin_prompt_template()
+    ids = model.tokenizer.encode("def relu(x):")
+    assert ids and all(isinstance(i, int) for i in ids)
+    assert model.tokenizer("def relu(x):")["input_ids"] == ids
+    assert model.tokenizer.decode(ids, skip_special_tokens=True) == "def relu(x):"
+    assert model.model.model_dir == model.model_dir
+    completions, _ = model.model.generate(ids, 1, 4)
+    assert len(completions) == 1

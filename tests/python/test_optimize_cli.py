@@ -71,6 +71,8 @@ def test_report_has_phases_options_and_the_run_environment(nonsense_run):
     assert report["source"].startswith("cpu:")
     assert report["sandbox"]
     assert report["environment"]["torch"]
+    assert report["run"]["argv"][1] == "optimize" and report["run"]["date_utc"].endswith("Z")
+    assert report["run"]["torch"] == report["environment"]["torch"]
     opts = report["options"]
     assert (opts["k"], opts["seed"], opts["max_new_tokens"], opts["rounds"]) == (2, 5, 24, 1)
     assert opts["verify_devices"] == ["cpu"]

@@ -1,7 +1,8 @@
 """The REPL end to end on CPU with the tiny random model: `kernelllm repl` and `python -m kernelllm`
 driven through pipes (commands, the built-in example notice, the user's own code in the work dir,
 sample 0 streamed, the verification table with the tiny model's non-correct verdicts and their
-reasons, Ctrl+C during generation) and through a terminal (a pty: one input after another).
+reasons, Ctrl+C during generation) and through a terminal (a pty: one input after another; with
+libedit, line editing, history and Ctrl+C discarding the line being typed).
 Uses $KERNELLLM_CLI when set (a build tree's binary), else the installed console script."""
 from __future__ import annotations
 
@@ -140,6 +141,28 @@ def test_cli_repl_ctrl_c_cancels_generation(cli, tiny_model, tmp_path):
     assert "rule / message" not in out
 
 
+def test_cli_repl_ctrl_c_stops_verification(cli, tiny_model, tmp_path):
+    (tmp_path / "module.py").write_text(MODULE)
+    with open(tmp_path / "module.py", "rb") as stdin:
+        proc = subprocess.Popen([cli, "repl", "--model", str(tiny_model), "--max-new-tokens", "8", "-k", "2",
+                                 "--work-dir", str(tmp_path / "w")],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = b""
+    deadline = time.time() + 120
+    # Generation is over when its summary line is out; the verifier is starting its judge then.
+    while b"tokens/s over all samples" not in out and time.time() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            out += os.read(proc.stdout.fileno(), 65536)
+    assert b"tokens/s over all samples" in out, out.decode(errors="replace")
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=120)
+    out = (out + rest).decode(errors="replace")
+    assert proc.returncode == 0, err.decode(errors="replace")
+    assert "verification cancelled; back to the prompt" in out
+    assert "rule / message" not in out  # no table of verdicts from stopped workers
+
+
 def test_python_m_kernelllm_runs_the_same_repl(tiny_model, tmp_path):
     stdin = ":k 2\n:nope\n" + MODULE
     run = subprocess.run([sys.executable, "-m", "kernelllm", "--model", str(tiny_model), "--device", "cpu",
@@ -202,3 +225,39 @@ def test_cli_repl_on_a_terminal_takes_one_input_after_another(cli, tiny_model, t
     assert (tmp_path / "module-1" / "problem.py").read_text().strip() == MODULE.strip()
     assert "* 4.0" in (tmp_path / "module-2" / "problem.py").read_text()
     assert "nothing to save: no verified correct candidate yet (the last module had none)" in text
+
+
+def test_cli_repl_on_a_terminal_edits_lines_and_keeps_history(cli, tiny_model, tmp_path):
+    if b"libedit" not in subprocess.run(["ldd", cli], capture_output=True).stdout:
+        pytest.skip("this kernelllm was built without libedit")
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_STATE_HOME", "KERNELLLM_NO_LINE_EDIT")}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.Popen(repl_cmd(cli, tiny_model, tmp_path / "w", "--no-verify"), stdin=slave, stdout=slave,
+                            stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    try:
+        out = _Output(master)
+        out.until(b">>> ", 60)
+        # Ctrl+A goes to the start of the line: "help" becomes the command ":help".
+        os.write(master, b"help\x01:\r")
+        out.until(b"leave (also `exit`)", 30)
+        out.until(b">>> ", 30)
+        # Up-arrow recalls ":help" from the history.
+        os.write(master, b"\x1b[A\r")
+        out.until(b"leave (also `exit`)", 30)
+        out.until(b">>> ", 30)
+        # Ctrl+C at the prompt discards the line being typed; the REPL goes on.
+        os.write(master, b"half a line")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out.until(b"(input discarded", 30)
+        out.until(b">>> ", 30)
+        os.write(master, b":quit\r")
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert proc.returncode == 0
+    assert ":help" in (tmp_path / ".kernelllm_history").read_text()

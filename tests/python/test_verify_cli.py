@@ -159,6 +159,11 @@ def test_report_carries_evidence_and_the_sandbox_line(full_run):
     assert report["selected_path"] == str(by["good"]["path"])
     assert report["sandbox"].startswith("sandbox: ")
     assert report["sandbox"] in r.stdout
+    # What a benchmark needs to be repeated: versions, the command, when and where.
+    run = report["run"]
+    assert run["argv"][1] == "verify" and run["kernelllm_version"] and run["host"]
+    assert run["date_utc"].endswith("Z") and run["torch"] and run["triton"]
+    assert run["devices"] == [{"name": "cpu", "hardware": "cpu"}]
     if shutil.which("bwrap"):
         assert "net=off" in report["sandbox"] and "fs=read-only" in report["sandbox"], report["sandbox"]
     # The table lists every candidate with its verdict.

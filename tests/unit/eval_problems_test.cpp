@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernelllm/eval/kernelbench.h"
 #include "kernelllm/eval/problems.h"
 
 namespace kernelllm::eval {
@@ -177,6 +178,58 @@ TEST(EvalProblems, CandidateDirectoryErrors) {
   auto dup = candidate_files(d.path(), p);
   ASSERT_FALSE(dup.ok());
   EXPECT_NE(dup.status().message().find("sample 1"), std::string::npos) << dup.status().message();
+}
+
+TEST(EvalProblems, KernelBenchSampleNamesParseOnlyInTheirExactForm) {
+  auto n = parse_kernelbench_sample_name("level_2_problem_19_sample_3_kernel.py");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->level, 2);
+  EXPECT_EQ(n->problem, 19);
+  EXPECT_EQ(n->sample, 3);
+  for (const char* bad : {"level_1_problem_1_sample_0_prompt.txt", "level_1_problem_1_sample_0_kernel.pyc",
+                          "level_1_problem__sample_0_kernel.py", "level_x_problem_1_sample_0_kernel.py", "0.py",
+                          "level_1_problem_1_sample_0_kernel.py.bak"}) {
+    EXPECT_FALSE(parse_kernelbench_sample_name(bad).has_value()) << bad;
+  }
+}
+
+TEST(EvalProblems, KernelBenchRunDirectoryMapsSamplesByLevelAndProblemNumber) {
+  TempDir kb, run;
+  for (const char* f : {"level1/1_ReLU.py", "level1/19_Sum.py", "level2/1_Fused.py"}) kb.touch(f);
+  for (const char* f : {"level_1_problem_1_sample_10_kernel.py", "level_1_problem_1_sample_2_kernel.py",
+                        "level_1_problem_1_sample_0_prompt.txt", "level_2_problem_1_sample_0_kernel.py"}) {
+    run.touch(f);
+  }
+  ASSERT_TRUE(is_kernelbench_run_dir(run.path()));
+  EXPECT_FALSE(is_kernelbench_run_dir(kb.path()));
+  auto problems = discover_problems(kb.path(), std::vector<int>{1, 2});
+  ASSERT_TRUE(problems.ok()) << problems.status().to_string();
+  ASSERT_EQ(ids(*problems), (std::vector<std::string>{"level1/1_ReLU", "level1/19_Sum", "level2/1_Fused"}));
+  auto relu = candidate_files(run.path(), (*problems)[0]);
+  ASSERT_TRUE(relu.ok()) << relu.status().to_string();
+  ASSERT_EQ(relu->size(), 2u);  // samples 2 then 10, numerically; the prompt file is not a sample
+  EXPECT_EQ((*relu)[0].filename(), "level_1_problem_1_sample_2_kernel.py");
+  EXPECT_EQ((*relu)[1].filename(), "level_1_problem_1_sample_10_kernel.py");
+  auto fused = candidate_files(run.path(), (*problems)[2]);
+  ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+  EXPECT_EQ(fused->at(0).filename(), "level_2_problem_1_sample_0_kernel.py");
+  auto sum = candidate_files(run.path(), (*problems)[1]);
+  ASSERT_FALSE(sum.ok());
+  EXPECT_NE(sum.status().message().find("level_1_problem_19_sample_<K>_kernel.py"), std::string::npos)
+      << sum.status().message();
+
+  // A plain problem directory has no level: samples of two levels for one number are ambiguous.
+  TempDir plain;
+  plain.touch("1_ReLU.py");
+  plain.touch("relu.py");
+  auto plain_problems = discover_problems(plain.path(), std::nullopt);
+  ASSERT_TRUE(plain_problems.ok());
+  auto ambiguous = candidate_files(run.path(), (*plain_problems)[0]);
+  ASSERT_FALSE(ambiguous.ok());
+  EXPECT_NE(ambiguous.status().message().find("levels 1 and 2"), std::string::npos) << ambiguous.status().message();
+  auto unnumbered = candidate_files(run.path(), (*plain_problems)[1]);
+  ASSERT_FALSE(unnumbered.ok());
+  EXPECT_NE(unnumbered.status().message().find("<number>_<name>.py"), std::string::npos) << unnumbered.status().message();
 }
 
 }  // namespace

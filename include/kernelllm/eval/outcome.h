@@ -21,8 +21,11 @@ struct SampleOutcome {
   std::string message;            // one-line reason; may be empty
   bool correct = false;           // verdict == correct
   std::optional<double> speedup;  // reference median / candidate median; only with meaningful timing
+  std::optional<double> candidate_ms;  // the candidate's median time (ms) behind `speedup`
+  std::optional<double> reference_ms;  // the reference's median time (ms): speedup × candidate_ms
 
-  // {"sample", "candidate_file", "verdict", "rule", "message", "correct", "speedup" (null when absent)}.
+  // {"sample", "candidate_file", "verdict", "rule", "message", "correct", "speedup", "candidate_ms",
+  // "reference_ms" (each null when absent)}.
   Json to_json() const;
   // The inverse of to_json; `what` names the source in errors.
   static Result<SampleOutcome> from_json(const Json& j, std::string_view what);

@@ -53,6 +53,8 @@ std::vector<Problem> select_shard(const std::vector<Problem>& problems, const Sh
 // `<root>/<id>` when it exists (needed when several levels share a stem), else `<root>/<stem>`;
 // its files named `<number>.py`, in numeric order. not_found when neither directory exists;
 // invalid_argument for a .py file whose name is not a number, or a directory with no .py file.
+// A KernelBench run directory (files level_N_problem_M_sample_K_kernel.py) is read by
+// kernelbench_candidate_files instead (kernelbench.h).
 Result<std::vector<std::filesystem::path>> candidate_files(const std::filesystem::path& candidates_root,
                                                            const Problem& problem);
 

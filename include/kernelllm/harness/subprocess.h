@@ -5,6 +5,7 @@
 // kills and reaps. Not thread-safe per object; different objects may be used from different threads.
 #pragma once
 
+#include <atomic>
 #include <sys/types.h>
 
 #include <chrono>
@@ -96,6 +97,9 @@ class Process {
   static Result<Process> spawn(const SpawnOptions& options);
 
   pid_t pid() const { return pid_; }
+  // Once *flag is true, send() and receive() give up at their next poll (within 200 ms) as if
+  // their deadline had passed; the owner then kills the process as usual. nullptr: never.
+  void set_cancel(const std::atomic<bool>* flag) { cancel_ = flag; }
   bool running() const { return pid_ > 0 && !exit_.has_value(); }
 
   // Writes one frame; fails when the child does not read it before the deadline or is gone.
@@ -126,6 +130,7 @@ class Process {
   FrameDecoder decoder_;
   std::vector<std::string> cgroup_procs_files_;
   std::optional<ExitInfo> exit_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 // All live descendants of `root` (children, grandchildren, ...) from /proc, in discovery order.

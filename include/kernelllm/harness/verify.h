@@ -5,6 +5,7 @@
 // problem cannot load, no healthy device) are errors.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -71,6 +72,9 @@ struct VerifyOptions {
   // included: index into the candidate list and its result. A correct candidate's multi-shape
   // check and the selection re-timing come later and only appear in the final report.
   std::function<void(size_t, const struct CandidateResult&)> on_result;
+  // When *cancel becomes true (the REPL's Ctrl+C), the workers stop at their next wait (within
+  // 200 ms), nothing more is started, and verify() returns an error instead of a report.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // One timed batch, clocked by the orchestrator (docs/verification.md, Timing): per timed call the

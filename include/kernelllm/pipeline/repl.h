@@ -36,8 +36,16 @@ class LineReader {
   // (Ctrl+C while waiting) or closed (a read error or hang-up: nothing more will come). After
   // eof a terminal may deliver more lines (Ctrl+D ends one input); a pipe or stream never.
   virtual ReadStatus read_line(std::string& line) = 0;
+  // A reader that draws the prompt itself (line editing) keeps it for its next read_line and
+  // returns true; the others return false and the caller prints it.
+  virtual bool set_prompt(const std::string& prompt) {
+    (void)prompt;
+    return false;
+  }
 };
-// Reads a file descriptor directly (no stdio buffering, so a terminal's EOF does not stick).
+// Reads a file descriptor directly (no stdio buffering, so a terminal's EOF does not stick); a
+// terminal (stdin and stdout) gets line editing and history when built with libedit (unless
+// $KERNELLLM_NO_LINE_EDIT is set).
 // Reports `interrupted` when SIGINT arrives during the wait while run_repl's handler is active.
 std::unique_ptr<LineReader> make_fd_line_reader(int fd);
 // Reads a std::istream (tests); never interrupted.

@@ -1,0 +1,16 @@
+// The "run" block of the optimize, verify and eval reports: what a reader needs to repeat or
+// weigh a measurement (kernelllm version, command line, UTC date, host, NVIDIA driver, and the
+// Python/torch/Triton versions and devices the verifier reported). Run-specific by design.
+#pragma once
+
+#include "kernelllm/base/json.h"
+
+namespace kernelllm {
+
+// {"kernelllm_version", "argv" (this process's, from /proc/self/cmdline), "date_utc"
+// (ISO 8601), "host", "nvidia_driver" (null without /proc/driver/nvidia/version), and from
+// `verifier_environment` (VerifyReport::environment; null when none ran): "python_version",
+// "torch", "triton", "devices" [{"name", "hardware"}]}.
+Json run_facts(const Json& verifier_environment = nullptr);
+
+}  // namespace kernelllm
