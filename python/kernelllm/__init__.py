@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 import warnings
@@ -124,16 +125,31 @@ def has_cuda() -> bool:
     return bool(_native.has_cuda())
 
 
+def _gpu_visible() -> bool:
+    """Whether this process sees a GPU: torch's answer when torch is installed, else the driver's
+    device node (CUDA_VISIBLE_DEVICES="" hides every GPU)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return os.path.exists("/dev/nvidiactl")
+
+
 def _pick_device(device: Optional[str]) -> str:
+    """None / "auto": a visible GPU (cuda) when this build has the CUDA backend, else the CPU.
+    "cuda" and "cuda:N" name a GPU; "cpu" the CPU backend."""
     if device is None or device == "auto":
-        return "cuda" if has_cuda() else "cpu"
+        return "cuda" if has_cuda() and _gpu_visible() else "cpu"
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise ValueError(f"device: expected None, 'auto', 'cpu', 'cuda' or 'cuda:N', found {device!r}")
     if device.startswith("cuda") and not has_cuda():
         raise RuntimeError(
             f"device {device!r}: this kernelllm was built without the CUDA backend; "
             "use device='cpu' (or None to pick automatically)"
         )
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device: expected None, 'auto', 'cpu' or 'cuda', found {device!r}")
     return device
 
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "kernelllm/engine/backend.h"
+#include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/generator.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/harness/verify.h"
@@ -183,27 +185,25 @@ std::string verify_completions_json(const std::string& code, const std::vector<s
 // One loaded model and its backend. Generation on one Engine is serialized by `mutex_`.
 class Engine {
  public:
+  // `device`: "cpu", "cuda" or "cuda:N" (the CLI's engine devices; open_engine_parts names the
+  // cause when this build or machine has no CUDA).
   static std::unique_ptr<Engine> create(const std::string& model, const std::string& device, int threads) {
-    if (device == "cuda") {
-      throw std::runtime_error(
-          "device 'cuda': this kernelllm was built without the CUDA backend (no CUDA toolkit at build "
-          "time); use device='cpu' or rebuild on a machine with CUDA");
+    EngineOptions options;
+    options.model = model;
+    options.device = device;
+    options.threads = threads;
+    Result<OpenedEngine> opened = error(ErrorCode::internal, "not opened");
+    {
+      py::gil_scoped_release release;
+      opened = open_engine_parts(options);
     }
-    if (device != "cpu") throw py::value_error("device: expected 'cpu' or 'cuda', found '" + device + "'");
-    // Heap-held so the backend may keep references into it (config, weights).
-    auto loaded = std::make_unique<LoadedModel>(unwrap(load_model(model)));
-    CpuBackendOptions options;
-    options.num_threads = threads;
-    std::unique_ptr<Backend> backend = unwrap(make_cpu_backend(loaded->config, *loaded->weights, options));
-    return std::unique_ptr<Engine>(new Engine(std::move(loaded), std::move(backend)));
+    return std::unique_ptr<Engine>(new Engine(model, device, unwrap(std::move(opened))));
   }
 
-  std::string model_dir() const { return model_->dir.string(); }
-  std::string device() const { return "cpu"; }
-  const Tokenizer& tokenizer() const { return model_->tokenizer; }
-  std::vector<int32_t> stop_ids() const {
-    return model_->generation.eos_token_ids.empty() ? model_->config.eos_token_ids : model_->generation.eos_token_ids;
-  }
+  std::string model_dir() const { return dir_.string(); }
+  std::string device() const { return device_; }
+  const Tokenizer& tokenizer() const { return *parts_.tokenizer; }
+  std::vector<int32_t> stop_ids() const { return parts_.stop_ids; }
 
   std::pair<std::vector<Completion>, GenerateStats> generate(const std::variant<std::string, std::vector<int32_t>>& prompt,
                                                              int32_t n, int32_t max_new_tokens, float temperature,
@@ -212,7 +212,7 @@ class Engine {
                                                              bool skip_special_tokens) {
     std::vector<int32_t> ids;
     if (const auto* text = std::get_if<std::string>(&prompt)) {
-      ids = unwrap(model_->tokenizer.encode(*text, /*add_special_tokens=*/true));
+      ids = unwrap(parts_.tokenizer->encode(*text, /*add_special_tokens=*/true));
     } else {
       ids = std::get<std::vector<int32_t>>(prompt);
     }
@@ -248,7 +248,7 @@ class Engine {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      result = kernelllm::generate(*backend_, model_->tokenizer, ids, options, on_text, &stats);
+      result = kernelllm::generate(*parts_.backend, *parts_.tokenizer, ids, options, on_text, &stats);
     }
     if (callback_error) throw std::move(*callback_error);
     return {unwrap(std::move(result)), stats};
@@ -256,7 +256,7 @@ class Engine {
 
   std::string optimize_json(const std::string& code, const std::string& options_json) {
     OptimizeOptions options = optimize_options_from_json(parse_options(options_json, "optimize options"));
-    std::unique_ptr<CompletionSource> source = make_engine_source(*backend_, model_->tokenizer, stop_ids(), describe());
+    std::unique_ptr<CompletionSource> source = make_engine_source(*parts_.backend, *parts_.tokenizer, stop_ids(), describe());
     return run_optimize_json(code, *source, options, &mutex_);
   }
 
@@ -280,7 +280,7 @@ class Engine {
     }
     if (o.k < 1) throw py::value_error("k: expected at least 1 sample, found " + std::to_string(o.k));
     if (o.verify_enabled) o.verify = verify_options_from_json(j.value("verify", Json::object()));
-    std::unique_ptr<CompletionSource> source = make_engine_source(*backend_, model_->tokenizer, stop_ids(), describe());
+    std::unique_ptr<CompletionSource> source = make_engine_source(*parts_.backend, *parts_.tokenizer, stop_ids(), describe());
     std::unique_ptr<LineReader> in = make_fd_line_reader(STDIN_FILENO);
     Status status;
     {
@@ -293,12 +293,13 @@ class Engine {
   }
 
  private:
-  std::string describe() const { return "cpu:" + model_->dir.string(); }
-  Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend)
-      : model_(std::move(model)), backend_(std::move(backend)) {}
+  std::string describe() const { return parts_.description; }
+  Engine(std::filesystem::path dir, std::string device, OpenedEngine parts)
+      : dir_(std::move(dir)), device_(std::move(device)), parts_(std::move(parts)) {}
 
-  std::unique_ptr<LoadedModel> model_;
-  std::unique_ptr<Backend> backend_;
+  std::filesystem::path dir_;
+  std::string device_;
+  OpenedEngine parts_;  // weights, tokenizer, backend (destroyed first)
   std::mutex mutex_;
 };
 
@@ -322,7 +323,7 @@ PYBIND11_MODULE(_native, m) {
   using namespace kernelllm;
   m.doc() = "kernelllm native engine (C++): model loading, tokenizer, generation, prompt templates";
   m.attr("__version__") = KERNELLLM_VERSION;
-  m.def("has_cuda", [] { return false; }, "Whether the CUDA backend was built in.");
+  m.def("has_cuda", [] { return cuda_backend_built(); }, "Whether the CUDA backend was built in.");
   m.def("verify_json", &verify_json, py::arg("problem"), py::arg("candidates"), py::arg("options_json"),
         "Runs the verifier; options and the returned report are JSON text (see kernelllm.verify).");
 

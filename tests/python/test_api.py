@@ -40,13 +40,17 @@ def test_readme_examples_run_unchanged(tiny_model, capsys):
 
 
 def test_device_selection(tiny_model):
-    assert KernelLLM(str(tiny_model)).device == ("cuda" if kernelllm.has_cuda() else "cpu")
+    # By what is visible, not by how it was built: a CUDA build on a machine without a GPU picks the CPU.
+    visible = kernelllm.has_cuda() and kernelllm._gpu_visible()
+    assert KernelLLM(str(tiny_model)).device == ("cuda" if visible else "cpu")
     assert KernelLLM(str(tiny_model), device="cpu").device == "cpu"
-    if not kernelllm.has_cuda():
-        with pytest.raises(RuntimeError, match="CUDA backend"):
-            KernelLLM(str(tiny_model), device="cuda")
-    with pytest.raises(ValueError, match="device"):
-        KernelLLM(str(tiny_model), device="tpu")
+    if not visible:
+        for device in ("cuda", "cuda:1"):
+            with pytest.raises((RuntimeError, ValueError), match="(?i)cuda"):
+                KernelLLM(str(tiny_model), device=device)
+    for bad in ("tpu", "cuda:x", "cuda:"):
+        with pytest.raises(ValueError, match="device"):
+            KernelLLM(str(tiny_model), device=bad)
 
 
 def test_generate_is_reproducible_and_independent_of_n(tiny_engine):
