@@ -59,7 +59,7 @@ def kb(tmp_path_factory) -> dict:
 def scored(cli, kb) -> Path:
     out = kb["dir"] / "run"
     r = run([cli, "eval", "--problems", kb["root"], "--levels", "1", "--candidates", kb["samples"], "--out", out,
-             "--device", "cpu", "--profiles", "kernelbench", "--jobs", "2", "--pass-at", "1", "--quiet"])
+             "--verify-device", "cpu", "--profiles", "kernelbench", "--jobs", "2", "--pass-at", "1", "--quiet"])
     assert r.returncode == 0, r.stderr
     return out
 
@@ -121,7 +121,7 @@ def test_missing_kernelbench_sample_is_named_before_anything_runs(cli, kb, tmp_p
     shutil.copyfile(kb["samples"] / "level_1_problem_1_sample_0_kernel.py",
                     samples / "level_1_problem_1_sample_0_kernel.py")
     r = run([cli, "eval", "--problems", kb["root"], "--candidates", samples, "--out", tmp_path / "run",
-             "--device", "cpu"])
+             "--verify-device", "cpu"])
     assert r.returncode == 1
     assert "level_1_problem_2_sample_<K>_kernel.py" in r.stderr and "level1/2_Add" in r.stderr
     assert not (tmp_path / "run" / "run.sqlite").exists()
