@@ -13,37 +13,13 @@ import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Callable, Optional
 
 # A correct Triton ReLU in KernelLLM's output format (one fenced python block), as the model
-# would continue its prompt; the same code as tests/cases/relu/correct_basic.py.
-RELU_MODEL_NEW = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
-
-
-def launch_relu(x, out):
-    n = x.numel()
-    relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
-    return out
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return launch_relu(x.contiguous(), torch.empty_like(x))
-'''
+# would continue its prompt: the labelled case tests/cases/relu/correct_basic.py, less its header.
+_CASE = Path(__file__).resolve().parents[1] / "cases" / "relu" / "correct_basic.py"
+RELU_MODEL_NEW = "".join(line for line in _CASE.read_text().splitlines(True) if not line.startswith("# "))
 KERNELLLM_REPLY = "```python\n" + RELU_MODEL_NEW + "```\n"
 CHAT_REPLY = "Here is the module with a Triton kernel:\n\n```python\n" + RELU_MODEL_NEW + "```\n\nIt fuses nothing else."
 
