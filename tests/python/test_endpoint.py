@@ -26,6 +26,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from openai_standin import Fault, StandIn  # noqa: E402
 
+from cli_path import find_cli  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 RELU = ROOT / "tests" / "cases" / "problems" / "relu.py"
 KEY = "sk-test-4f1d2c"  # never to be printed by the CLI
@@ -34,12 +36,7 @@ EXIT_NOTHING_CORRECT = 3
 
 @pytest.fixture(scope="module")
 def cli() -> str:
-    if os.environ.get("KERNELLLM_CLI"):
-        return os.environ["KERNELLLM_CLI"]
-    here = Path(sys.executable).parent / "kernelllm"
-    found = str(here) if here.is_file() else shutil.which("kernelllm")
-    assert found, "the kernelllm console script is not installed and $KERNELLLM_CLI is unset"
-    return found
+    return find_cli()
 
 
 @pytest.fixture

@@ -28,6 +28,8 @@ CASES = ROOT / "tests" / "cases"
 sys.path.insert(0, str(CASES))
 from case_header import parse_header  # noqa: E402
 
+from cli_path import find_cli  # noqa: E402
+
 # Samples per problem, in sample order (file i.py of the candidates dir).
 MIX = {
     "add": ["correct_basic", "correct_fixed_grid"],  # n=2, c=2
@@ -49,12 +51,7 @@ TOTAL_VERIFICATIONS = sum(len(v) for v in MIX.values()) * len(PROFILES)
 
 @pytest.fixture(scope="module")
 def cli() -> str:
-    if os.environ.get("KERNELLLM_CLI"):
-        return os.environ["KERNELLLM_CLI"]
-    here = Path(sys.executable).parent / "kernelllm"
-    found = str(here) if here.is_file() else shutil.which("kernelllm")
-    assert found, "the kernelllm console script is not installed and $KERNELLLM_CLI is unset"
-    return found
+    return find_cli()
 
 
 @pytest.fixture(scope="module")

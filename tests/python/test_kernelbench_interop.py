@@ -9,10 +9,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from cli_path import find_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases"
@@ -26,12 +27,7 @@ PROBLEMS = [
 
 @pytest.fixture(scope="module")
 def cli() -> str:
-    if os.environ.get("KERNELLLM_CLI"):
-        return os.environ["KERNELLLM_CLI"]
-    here = Path(sys.executable).parent / "kernelllm"
-    found = str(here) if here.is_file() else shutil.which("kernelllm")
-    assert found, "the kernelllm console script is not installed and $KERNELLLM_CLI is unset"
-    return found
+    return find_cli()
 
 
 def run(args: list, timeout: float = 600) -> subprocess.CompletedProcess:

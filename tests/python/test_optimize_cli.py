@@ -5,26 +5,17 @@ Uses $KERNELLLM_CLI when set (a build tree's binary), else the installed console
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_path import find_cli  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests" / "cases" / "problems" / "add.py"
 EXIT_NOTHING_CORRECT = 3
-
-
-def find_cli() -> str:
-    if os.environ.get("KERNELLLM_CLI"):
-        return os.environ["KERNELLLM_CLI"]
-    here = Path(sys.executable).parent / "kernelllm"
-    found = str(here) if here.is_file() else shutil.which("kernelllm")
-    assert found, "the kernelllm console script is not installed and $KERNELLLM_CLI is unset"
-    return found
 
 
 def optimize(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +18,8 @@ import openai
 import pytest
 import requests
 from tokenizers import Tokenizer
+
+from cli_path import find_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "tiny-served"
@@ -31,15 +31,6 @@ LLAMA3_TEMPLATE = (
     "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
 )
-
-
-def find_cli() -> str:
-    if os.environ.get("KERNELLLM_CLI"):
-        return os.environ["KERNELLLM_CLI"]
-    here = Path(sys.executable).parent / "kernelllm"
-    found = str(here) if here.is_file() else shutil.which("kernelllm")
-    assert found, "the kernelllm console script is not installed and $KERNELLLM_CLI is unset"
-    return found
 
 
 class Server:

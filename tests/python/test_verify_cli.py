@@ -5,15 +5,14 @@ Uses $KERNELLLM_CLI when set (a build tree's binary), else the installed console
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_path import find_cli
 
 PROBLEM = """
 import torch
@@ -77,6 +76,7 @@ class ModelNew(nn.Module):
 # Leaves a setsid grandchild behind and hangs: the tree must be killed and the verdict a timeout.
 HANG = """
 import subprocess, time, torch.nn as nn
+
 class ModelNew(nn.Module):
     def __init__(self, scale):
         super().__init__()
@@ -84,15 +84,6 @@ class ModelNew(nn.Module):
         subprocess.Popen(["sh", "-c", "setsid sleep 4242 & sleep 4242"])
         time.sleep(4242)
 """
-
-
-def find_cli() -> str:
-    if os.environ.get("KERNELLLM_CLI"):
-        return os.environ["KERNELLLM_CLI"]
-    here = Path(sys.executable).parent / "kernelllm"
-    found = str(here) if here.is_file() else shutil.which("kernelllm")
-    assert found, "the kernelllm console script is not installed and $KERNELLLM_CLI is unset"
-    return found
 
 
 @pytest.fixture(scope="module")
