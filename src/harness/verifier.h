@@ -123,7 +123,8 @@ class Verifier {
   // evaluate.cpp
   void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
-  void run_trials(Worker& w, DeviceState& dev, CandidateResult& r);
+  // `profiled` (a GPU's main trials): the last trial's run is profiled and its facts kept there.
+  void run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled = nullptr);
   // One `run` of the candidate on trial `in` (its process makes the inputs from the trial's seed;
   // the GPU's lock held shared), outputs to `out`.
   Reply run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const std::filesystem::path& out, double timeout_s,
@@ -133,7 +134,7 @@ class Verifier {
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   // GPU only: one profiled forward on trial 0's inputs; the judge classifies its kernels against the
   // audit's @triton.jit names (no_triton_kernel / torch_fallback in strict; shares reported).
-  void check_kernel_profile(Worker& w, DeviceState& dev, CandidateResult& r);
+  void check_kernel_profile(DeviceState& dev, CandidateResult& r, const Json& facts);
   // After a crash or sticky CUDA error on a GPU: health-check it in a fresh process and stop
   // using it when unhealthy (never reset). Records the result in r.evidence.
   void check_gpu_after_fault(DeviceState& dev, CandidateResult& r);

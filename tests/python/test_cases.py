@@ -210,10 +210,11 @@ def test_every_case_has_a_valid_header():
 RULES = {"no_triton_kernel", "stale_memory", "zeros_pass", "cached_result", "side_stream", "patched_timer",
          "input_mutation", "globals_rebinding", "reads_reference", "output_not_plain_tensor", "output_aliases_input",
          "precision_downgrade", "background_thread", "closed_form", "timing_implausible", "timed_output_mismatch", "network", "file_escape",
-         "env_escape", "process_flood", "kill_parent", "torch_fallback", "output_file_tampered", "inputs_differ"}
+         "env_escape", "process_flood", "kill_parent", "torch_fallback", "output_file_tampered", "inputs_differ",
+         "output_rewritten"}
 # Rules only a GPU run can catch: their `# device: cuda` cases are not discovered on CPU, so only
 # their near-misses are required there (torch_fallback has a CPU counterpart: candidate.py's
-# _AtenCompute).
+# accounting.AtenCompute).
 GPU_ONLY_RULES: set = set()
 
 

@@ -290,3 +290,39 @@ def test_malformed_rows_are_skipped():
                                                                   {"name": "k", "us": float("inf")},
                                                                   {"name": "k", "us": 3.0}]}, ["k"])
     assert res["violation"] is None and res["summary"]["kernels_by_class"]["triton"] == 1
+
+
+RELU_ATEN = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar>"
+RANDN = "void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4>"
+FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul>>"
+
+
+def test_padding_the_run_does_not_dilute_torch_work_measured_against_the_reference():
+    # torch.relu beside a Triton copy, padded with fills and an idle Triton kernel so that the
+    # torch share of the run's GPU time is small; the reference forward's own relu took 10 us
+    padded = prof((RELU_ATEN, 10.0), ("copy_one", 10.0), ("spin", 60.0), (FILL, 100.0))
+    assert ka.check_kernel_profile(padded, ["copy_one", "spin"])["violation"] is None  # the share rule alone
+    ref = prof((RELU_ATEN, 9.0))
+    res = ka.check_kernel_profile(padded, ["copy_one", "spin"], reference=ref)
+    assert res["violation"]["rule"] == "torch_fallback" and "reference forward" in res["violation"]["evidence"]
+    assert res["summary"]["reference_work_us"] == pytest.approx(9.0)
+    # an honest Triton relu with a small torch epilogue stays clean against the same reference
+    ok = ka.check_kernel_profile(prof(("relu_kernel", 10.0), ("void at::native::reduce_kernel<512, 1>", 2.0)),
+                                 ["relu_kernel"], reference=ref)
+    assert ok["violation"] is None
+
+
+def test_the_judges_baseline_is_taken_off_by_launch_count():
+    from kernelllm.worker import accounting
+    # the run: making the inputs (2 randn launches), forward (a Triton kernel) and a checksum reduce
+    run = [{"name": RANDN, "us": 8.0, "count": 2}, {"name": "relu_kernel", "us": 5.0, "count": 1},
+           {"name": "void at::native::reduce_kernel<512, 1>", "us": 3.0, "count": 3}, "junk"]
+    base = accounting.kernel_counts({"kernels": [{"name": RANDN, "us": 7.0, "count": 2}]},
+                                    {"kernels": [{"name": "void at::native::reduce_kernel<512, 1>", "us": 1.0, "count": 2}]})
+    left = accounting.kernels_beyond(run, base)
+    assert left == [{"name": "relu_kernel", "us": 5.0, "count": 1},
+                    {"name": "void at::native::reduce_kernel<512, 1>", "us": 1.0, "count": 1}]
+    # the same for torch's compute ops (CPU mode): only bytes beyond the baseline are the candidate's
+    assert accounting.ops_beyond({"normal_": 400, "relu": 4096, "sum": 10, "x": "bad"}, {"normal_": 400, "sum": 20}) == \
+        {"relu": 4096}
+    assert accounting.merge_ops({"a": 1}, {"a": 2, "b": 3}, times=[1, 2]) == {"a": 5, "b": 6}

@@ -121,11 +121,11 @@ def test_rules_each_fire_with_evidence_in_precedence_order():
                  sandbox_events=[{"kind": k, "detail": k, "where": "candidate.py:1"}
                                  for k in ("env", "open_read", "network", "kill")],
                  process_spawns=rules.MAX_SPAWNS + 1, unjoined_streams=["torch.cpu.Stream"],
-                 aten_compute={"read_bytes": 4096, "input_bytes": 4096, "top_ops": [["relu", 4096]]})
+                 aten_compute={"read_bytes": 4096, "input_bytes": 4096, "ops": {"relu": 4096}})
     found = [v["rule"] for v in rules.evaluate_run(dirty, torch_fallback=True)]
     assert found == list(rules.RULES)
     # torch ops that read a small share of the inputs (glue) are not a fallback
-    glue = dict(clean, aten_compute={"read_bytes": 1000, "input_bytes": 4096, "top_ops": [["sum", 1000]]})
+    glue = dict(clean, aten_compute={"read_bytes": 1000, "input_bytes": 4096, "ops": {"sum": 1000}})
     assert rules.evaluate_run(glue, torch_fallback=True) == []
     assert rules.evaluate_run(dict(clean, triton_launches=0), require_triton=False) == []
     assert rules.evaluate_run(dict(clean, process_spawns=rules.MAX_SPAWNS)) == []

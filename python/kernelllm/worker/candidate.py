@@ -19,7 +19,6 @@ import traceback
 from typing import Any, Dict, List
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 # The first switch into deterministic mode rebinds some torch functions (torch.manual_seed among
 # them) once; do it now, before any identity snapshot, so _filled_uninitialized() below does not
@@ -27,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 torch.use_deterministic_algorithms(True, warn_only=True)
 torch.use_deterministic_algorithms(False)
 
-from . import inputs, protocol, rules, timing
+from . import accounting, inputs, protocol, rules, timing
 from .guard import GUARD
 from .protocol import WorkerError
 
@@ -98,36 +97,6 @@ class _LaunchCounter:
 _COUNTER = _LaunchCounter()
 
 
-class _AtenCompute(TorchDispatchMode):
-    """Counts what torch's compute ops read while forward runs on CPU: every ATen op except
-    allocation, views, copies and fills. A candidate whose torch ops read as much as its inputs
-    did the work in torch, whatever Triton kernel it also launched (rule torch_fallback)."""
-
-    _NOT_COMPUTE = re.compile(r"^(empty|zeros|ones|full|fill|zero|copy|clone|view|reshape|_reshape|as_strided|t$|"
-                              r"transpose|permute|expand|contiguous|detach|alias|unsqueeze|squeeze|select|slice|"
-                              r"_to_copy|to$|lift|resize|set_|new_|_unsafe_view|split|chunk|unbind|cat|stack|"
-                              r"narrow|flatten|unflatten|movedim|_local_scalar_dense|item|is_|size|stride|numel|"
-                              r"sym_|arange|scalar_tensor|_has_compatible|equal|record_stream)")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.read_bytes = 0
-        self.ops: Dict[str, int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.__name__.split(".")[0]
-        if not self._NOT_COMPUTE.match(name):
-            read = sum(a.numel() * a.element_size() for a in list(args) + list((kwargs or {}).values())
-                       if isinstance(a, torch.Tensor))
-            self.read_bytes += read
-            self.ops[name] = self.ops.get(name, 0) + read
-        return func(*args, **(kwargs or {}))
-
-    def facts(self, input_bytes: int) -> Dict[str, Any]:
-        top = sorted(self.ops.items(), key=lambda kv: -kv[1])[:5]
-        return {"read_bytes": self.read_bytes, "input_bytes": input_bytes, "top_ops": [[n, b] for n, b in top]}
-
-
 class _StreamTracker:
     """Streams other than the default that Triton kernels were launched on and that no
     wait_stream / wait_event / synchronize has joined yet (side_stream). torch.cpu streams are
@@ -189,80 +158,6 @@ class _StreamTracker:
             return _o(*a, **k)
 
         torch.cuda.synchronize = device_synchronize
-
-
-class _KernelProfiler:
-    """GPU kernels run during one forward, by torch.profiler (kineto / CUPTI, ProfilerActivity.CUDA):
-    {"available", "reason", "kernels": [{"name", "us", "count"}] (aggregated by name, longest first)}.
-    The judge classifies them against the static audit's @triton.jit names (kernel_audit.py).
-    Honest limit: this runs in the candidate's own process, so native code could tamper with the
-    profiler or CUPTI; it is a cross-check below Python (stronger than the launch counter), not a
-    proof. Never raises: a profiler that fails or records no CUDA event is reported as unavailable
-    with the reason, and the launch counter stays the fact. Not used on CPU (no GPU kernels)."""
-
-    MAX_KERNELS = 64
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.prof: Any = None
-        self.reason = ""
-
-    def __enter__(self) -> "_KernelProfiler":
-        if not self.device.startswith("cuda"):
-            self.reason = "CPU mode: no GPU kernels to profile"
-            return self
-        try:
-            from torch.autograd.profiler import _is_profiler_enabled
-            if _is_profiler_enabled:
-                self.reason = "a profiler was already running in the candidate process (started by the candidate)"
-                return self
-        except Exception:
-            pass
-        try:
-            from torch.profiler import ProfilerActivity, profile
-            # CPU activity too: kernels are correlated with their launches through it.
-            self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=False,
-                                with_stack=False)
-            self.prof.__enter__()
-        except BaseException as e:  # CUPTI missing, profiler already active, ...
-            self.prof, self.reason = None, f"torch.profiler did not start: {type(e).__name__}: {e}"[:300]
-        return self
-
-    def __exit__(self, *exc: Any) -> bool:
-        if self.prof is not None:
-            try:
-                self.prof.__exit__(None, None, None)
-            except BaseException as e:
-                self.prof, self.reason = None, f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300]
-        return False
-
-    def result(self) -> Dict[str, Any]:
-        if self.prof is None:
-            return {"available": False, "reason": self.reason or "not profiled"}
-        try:
-            from torch.autograd import DeviceType
-            per: Dict[str, List[float]] = {}
-            for e in self.prof.events():
-                if getattr(e, "device_type", None) != DeviceType.CUDA:
-                    continue
-                tr = getattr(e, "time_range", None)
-                us = float(tr.elapsed_us()) if tr is not None else float(getattr(e, "device_time", 0.0) or 0.0)
-                row = per.setdefault(str(e.name)[:300], [0.0, 0])
-                row[0] += max(us, 0.0)
-                row[1] += 1
-        except BaseException as e:
-            return {"available": False, "reason": f"reading the profile failed: {type(e).__name__}: {e}"[:300]}
-        if not per:
-            return {"available": False, "reason": "the profiler recorded no CUDA kernel events (CUPTI unavailable, "
-                                                  "or the forward ran no GPU work)"}
-        rows = sorted(per.items(), key=lambda kv: -kv[1][0])
-        kernels = [{"name": n, "us": v[0], "count": int(v[1])} for n, v in rows[:self.MAX_KERNELS]]
-        rest = rows[self.MAX_KERNELS:]
-        if rest:
-            kernels.append({"name": f"({len(rest)} more kernel names)", "us": sum(v[0] for _, v in rest),
-                            "count": int(sum(v[1] for _, v in rest))})
-        return {"available": True, "kernels": kernels, "n_events": int(sum(v[1] for v in per.values())),
-                "source": "torch.profiler (kineto/CUPTI) in the candidate process"}
 
 
 _CPU_DEFAULT_STREAM = torch.cpu.current_stream()
@@ -457,48 +352,55 @@ class Candidate:
     def run(self, msg: dict) -> dict:
         if self.model is None:
             raise WorkerError("protocol", "run before a successful load")
-        args = self._make_inputs(msg["inputs"])
-        sums = inputs.checksums(args)
-        inputs_checksum = inputs.combine(sums)
-        tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
-        hashes_before = [s for s in sums if s is not None]
-        poisoned = 0
-        if msg.get("poison", True):
-            in_bytes = sum(t.numel() * t.element_size() for t in tensors_in)
-            sizes = [int(x) for x in msg.get("poison_sizes") or [t.numel() * t.element_size() for t in tensors_in]]
-            poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))), sizes)
-        threads_before = threading.active_count()
-        launches_before = _COUNTER.count
-        names_before = dict(_COUNTER.names)
-        _STREAMS.pending = {}
-        # On a GPU, when asked: the kernels that really ran, recorded by torch.profiler (CUPTI).
-        profiler = _KernelProfiler(self.device) if msg.get("profile_kernels") else None
-        # The bytes torch's own compute ops read during forward (Triton kernels, compiled or run by
-        # the interpreter in NumPy, do not go through these ops). On a GPU the kernel profile's
-        # time shares say little for tiny problems (launch latency); bytes do.
-        aten = _AtenCompute()
-        t0 = time.perf_counter()
-        try:
-            with torch.no_grad(), _filled_uninitialized(), (profiler or contextlib.nullcontext()), aten:
-                out = self.model(*args)
-                unjoined = sorted(_STREAMS.pending.values())
-                if self.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-        except BaseException as e:
-            self._check_sandbox("in ModelNew.forward")
-            raise self._candidate_error(e, "run", "running ModelNew.forward") from None
-        run_ms = (time.perf_counter() - t0) * 1e3
-        launches = _COUNTER.count - launches_before
+        # The accounted span is the whole request up to the outputs' checksums (accounting.py):
+        # on a GPU, when asked, the kernels that really ran (torch.profiler / CUPTI); always, the
+        # bytes torch's own compute ops read. Work hidden in the input maker or after forward
+        # returned is counted; the judge takes off what making and checksumming the inputs costs.
+        profiler = accounting.KernelProfiler(self.device) if msg.get("profile_kernels") else None
+        aten = accounting.AtenCompute()
+        with (profiler or contextlib.nullcontext()), aten:
+            args = self._make_inputs(msg["inputs"])
+            sums = inputs.checksums(args)
+            inputs_checksum = inputs.combine(sums)
+            tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
+            hashes_before = [s for s in sums if s is not None]
+            poisoned = 0
+            if msg.get("poison", True):  # fills: not compute ops; copy-class kernels on a GPU
+                in_bytes = sum(t.numel() * t.element_size() for t in tensors_in)
+                sizes = [int(x) for x in msg.get("poison_sizes") or [t.numel() * t.element_size() for t in tensors_in]]
+                poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))), sizes)
+            threads_before = threading.active_count()
+            launches_before = _COUNTER.count
+            names_before = dict(_COUNTER.names)
+            _STREAMS.pending = {}
+            t0 = time.perf_counter()
+            try:
+                with torch.no_grad(), _filled_uninitialized():
+                    out = self.model(*args)
+                    unjoined = sorted(_STREAMS.pending.values())
+                    if self.device.startswith("cuda"):
+                        torch.cuda.synchronize()
+            except BaseException as e:
+                self._check_sandbox("in ModelNew.forward")
+                raise self._candidate_error(e, "run", "running ModelNew.forward") from None
+            run_ms = (time.perf_counter() - t0) * 1e3
+            launches = _COUNTER.count - launches_before
+            input_ptrs = {}
+            for i, a in enumerate(args):
+                if isinstance(a, torch.Tensor) and a.layout == torch.strided:
+                    input_ptrs.setdefault(a.untyped_storage().data_ptr(), i)
+            outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+            output_types = [_describe_output(o, input_ptrs) for o in outputs]
+            plain = all(t["type"] == "torch.Tensor" and t["layout"] == "torch.strided" for t in output_types)
+            hashes_after = [inputs.checksum(t) for t in tensors_in]
+            # The values the judge will read, bound here: an output changed after this point
+            # (filled in lazily when copied or saved) no longer matches its checksum.
+            output_checksums = [inputs.checksum(o) for o in outputs] if plain else None
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize()
         launched_names = {k: v - names_before.get(k, 0) for k, v in _COUNTER.names.items() if v != names_before.get(k, 0)}
         threads = threading.enumerate()
         new_threads = [f"{t.name} ({type(t).__name__})" for t in threads if t.ident not in self.baseline_threads]
-        hashes_after = [inputs.checksum(t) for t in tensors_in]
-        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
-        input_ptrs = {}
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and a.layout == torch.strided:
-                input_ptrs.setdefault(a.untyped_storage().data_ptr(), i)
-        output_types = [_describe_output(o, input_ptrs) for o in outputs]
         report = {
             "run_ms": run_ms,
             "n_outputs": len(outputs),
@@ -513,6 +415,7 @@ class Candidate:
             "input_hashes_before": hashes_before,
             "input_hashes_after": hashes_after,
             "output_types": output_types,
+            "output_checksums": output_checksums,
             "patched": self._patched(),
             "poisoned_bytes": poisoned,
             "unjoined_streams": unjoined,
@@ -523,7 +426,6 @@ class Candidate:
         # Cumulative since the hook was installed, so attempts made while loading show here too.
         report.update(GUARD.facts())
         report["violations"] = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
-        plain = all(t["type"] == "torch.Tensor" and t["layout"] == "torch.strided" for t in output_types)
         if plain:
             # Host copies now, so that the probe run below may reuse the device memory.
             saved = {str(i): o.detach().to("cpu", copy=True) for i, o in enumerate(outputs)}

@@ -6,6 +6,7 @@ candidate outputs, evaluates the cheat rules on a candidate's run facts, times t
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import hashlib
 import importlib.util
@@ -18,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import compare, inputs, protocol, rules, timing
+from . import accounting, compare, inputs, protocol, rules, timing
 from .protocol import WorkerError
 
 PRECISIONS = inputs.PRECISIONS
@@ -269,8 +270,24 @@ class Judge:
             self.kept.move_to_end(trial)
             return self.kept[trial]
         rec = self.trials[trial]
-        args = self._make(trial)
-        sums = inputs.checksums(args)
+        # What a candidate's process does in its accounted span besides forward (make the inputs,
+        # checksum them before and after, checksum the outputs), measured here on the same trial:
+        # the baseline taken off its report (accounting.py). Torch's compute ops on every trial;
+        # on a GPU also the kernels, for the trial the orchestrator profiles (the last), together
+        # with the reference forward's own kernels.
+        measure = "baseline" not in rec
+        profile_kernels = measure and self.device.startswith("cuda") and trial == self.n_trials - 1
+        acc_make, acc_sums, acc_out = accounting.AtenCompute(), accounting.AtenCompute(), accounting.AtenCompute()
+        nothing = contextlib.nullcontext
+        prof_base = accounting.KernelProfiler(self.device) if profile_kernels else None
+        with (prof_base or nothing()):
+            with (acc_make if measure else nothing()):
+                args = self._make(trial)
+            with (acc_sums if measure else nothing()):
+                sums = inputs.checksums(args)
+            if prof_base is not None:
+                inputs.checksums(args)  # the candidate's second pass (inputs after forward)
+                torch.cuda.synchronize()
         checksum = inputs.combine(sums)
         if rec.setdefault("checksum", checksum) != checksum:
             raise WorkerError("problem_error", f"trial {trial}: get_inputs() made other values from the same seed")
@@ -280,11 +297,28 @@ class Judge:
             # not needed after it (no clone of a set that may be most of the device's memory).
             a64 = [(a.to(torch.float64, copy=True) if a.is_floating_point() else a.clone()) if isinstance(a, torch.Tensor)
                    else a for a in args] if self.model64 is not None else None
-            ref = _as_list(self.model(*args))
+            prof_ref = accounting.KernelProfiler(self.device) if profile_kernels else None
+            with (prof_ref or nothing()):
+                ref = _as_list(self.model(*args))
+                if prof_ref is not None:
+                    torch.cuda.synchronize()
             del args
             if not all(isinstance(r, torch.Tensor) for r in ref):
                 raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
             ref = [r.detach() for r in ref]
+            if measure:
+                prof_out = accounting.KernelProfiler(self.device) if profile_kernels else None
+                with (prof_out or nothing()), acc_out:
+                    for r in ref:
+                        inputs.checksum(r)
+                baseline: Dict[str, Any] = {"ops": accounting.merge_ops(acc_make.ops, acc_sums.ops, acc_out.ops,
+                                                                         times=[1, 2, 1])}
+                if profile_kernels:
+                    made = [p.result(allow_empty=True) for p in (prof_base, prof_out)]
+                    if all(m.get("available") for m in made):
+                        baseline["kernels"] = accounting.kernel_counts(*made, times=[1, 1])
+                    baseline["reference"] = prof_ref.result()
+                rec["baseline"] = baseline
             ref64 = None
             if a64 is not None:
                 try:
@@ -431,6 +465,10 @@ class Judge:
         probe_outs = {k: on(v) for k, v in probe_outs.items()}
         if sorted(outs) != [str(i) for i in range(len(ref))]:
             return self._fail("wrong_shape", f"expected {len(ref)} output(s) named 0..{len(ref) - 1}, found {sorted(outs)}")
+        if report is not None:
+            rewritten = _rewritten_outputs(report.get("output_checksums"), [outs[str(i)] for i in range(len(ref))])
+            if rewritten:
+                return self._fail("cheat", rewritten, rule="output_rewritten", evidence=rewritten)
         # What the history rules keep of this run: each output's fingerprint (where its shape is right).
         t["outputs"][self.candidate] = [self._fp(outs[str(i)], i) if tuple(outs[str(i)].shape) == tuple(r.shape) else None
                                         for i, r in enumerate(ref)]
@@ -469,8 +507,9 @@ class Judge:
                 return self._fail("wrong_output", f"output {i}: {where} ({checker.describe})", **detail)
         # Right values computed by torch's own ops (strict): decided only for a matching output,
         # so a wrong output stays wrong_output whatever it used.
-        if self.profile == "strict" and msg.get("run_report") is not None:
-            fallback = [v for v in rules.evaluate_run(msg["run_report"], require_triton=False, torch_fallback=True)
+        if self.profile == "strict" and report is not None:
+            fallback = [v for v in rules.evaluate_run(self._beyond_baseline(report, t, full), require_triton=False,
+                                                      torch_fallback=True)
                         if v["rule"] == "torch_fallback"]
             if fallback:
                 return {"match": False, "verdict_hint": "cheat", "rule": "torch_fallback", "evidence": fallback[0]["evidence"],
@@ -493,6 +532,18 @@ class Judge:
         return {"match": True, "verdict_hint": hint, "rule": None, "stats": all_stats, "message": message,
                 "tolerance_trusted": trusted, "baselines_passing": passing_baselines,
                 "undiscriminated_elements": undisc, "distribution": t["distribution"]}
+
+    @staticmethod
+    def _beyond_baseline(report: Dict[str, Any], t: Dict[str, Any], full: Dict[str, Any]) -> Dict[str, Any]:
+        """The run report with its torch-op accounting less this trial's baseline (what making and
+        checksumming the inputs and outputs reads in the judge), against the judge's input size."""
+        aten = report.get("aten_compute")
+        base = (t.get("baseline") or {}).get("ops")
+        if not isinstance(aten, dict) or base is None:
+            return report
+        extra = accounting.ops_beyond(aten.get("ops"), base)
+        return dict(report, aten_compute={"read_bytes": sum(extra.values()), "input_bytes": full["meta"]["input_bytes"],
+                                          "ops": extra})
 
     def _history_cheat(self, trial: int, i: int, o: torch.Tensor, checker: compare.Checker,
                        probe: Optional[torch.Tensor]) -> Optional[Dict[str, str]]:
@@ -714,8 +765,19 @@ class Judge:
         from . import kernel_audit
         names = [str(n) for n in (msg.get("kernel_names") or []) if isinstance(n, str)]
         launches = msg.get("triton_launches")
-        res = kernel_audit.check_kernel_profile(msg.get("kernel_profile"), names, getattr(self, "profile", "strict"),
-                                                launches if isinstance(launches, int) else None)
+        profile = msg.get("kernel_profile")
+        # The profiled span is the whole run request: the kernels the judge's own steps besides
+        # forward launched on the same trial are taken off (accounting.py), and the reference
+        # forward's kernels measure how much torch work the problem is.
+        rec = self.trials.get(int(msg["trial"])) if isinstance(msg.get("trial"), int) else None
+        base = (rec or {}).get("baseline") or {}
+        if isinstance(profile, dict) and profile.get("available") and "kernels" in base:
+            profile = dict(profile, kernels=accounting.kernels_beyond(profile.get("kernels"), base["kernels"]),
+                           baseline_taken_off=True)
+        res = kernel_audit.check_kernel_profile(profile, names, getattr(self, "profile", "strict"),
+                                                launches if isinstance(launches, int) else None,
+                                                reference=base.get("reference"))
+        res["summary"]["baseline_taken_off"] = bool(isinstance(profile, dict) and profile.get("baseline_taken_off"))
         if res["violation"] is not None:
             res["violation"] = rules.violation(res["violation"]["rule"], res["violation"]["evidence"])
         return res
@@ -723,6 +785,19 @@ class Judge:
     def _need_problem(self) -> None:
         if not self.loaded:
             raise WorkerError("protocol", "load_problem must come first")
+
+
+def _rewritten_outputs(bound: Any, outs: List[torch.Tensor]) -> Optional[str]:
+    """Evidence when the outputs read from the file are not the ones the candidate's process
+    checksummed at the end of its accounted span (None when they are)."""
+    if not isinstance(bound, list) or len(bound) != len(outs):
+        return (f"the run reported {len(bound) if isinstance(bound, list) else 'no'} output checksum(s) for "
+                f"{len(outs)} output(s): the outputs were not bound when forward's request ended")
+    for i, o in enumerate(outs):
+        if inputs.checksum(o) != bound[i]:
+            return (f"output {i} in the file differs from the output the candidate's process checksummed when "
+                    "forward's request ended: it was changed afterwards (work done outside the accounted run)")
+    return None
 
 
 def main() -> int:

@@ -599,6 +599,7 @@ _COPY = re.compile(r"memcpy|memset|copy|fill|cast|convert|transpose|cat_?array|i
                    r"zero|clone|contiguous", re.IGNORECASE)
 _ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|pointwise", re.IGNORECASE)
 CLASSES = ("triton", "compute", "copy", "elementwise", "other")
+REFERENCE_WORK_SHARE = 0.5  # torch work of at least this share of the reference forward's: torch_fallback
 
 
 def classify_kernel(name: str, triton_names: Set[str]) -> str:
@@ -618,10 +619,26 @@ def classify_kernel(name: str, triton_names: Set[str]) -> str:
     return "other"
 
 
+def reference_work_us(reference: Optional[Dict[str, Any]]) -> Optional[float]:
+    """GPU time of the reference forward's compute and elementwise kernels (the judge's own
+    profile): how much work the problem is when torch does it. None when not measured."""
+    if not isinstance(reference, dict) or not reference.get("available"):
+        return None
+    total = 0.0
+    for k in reference.get("kernels") or []:
+        if classify_kernel(str(k.get("name", "")), set()) in ("compute", "elementwise"):
+            total += float(k.get("us", 0.0))
+    return total
+
+
 def check_kernel_profile(profile: Optional[Dict[str, Any]], triton_names: Iterable[str], mode: str = "strict",
-                         triton_launches: Optional[int] = None) -> Dict[str, Any]:
+                         triton_launches: Optional[int] = None,
+                         reference: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """{"summary": {...}, "violation": {"rule", "evidence"} | None} for a candidate's reported
-    `kernel_profile` ({"available", "reason", "kernels": [{"name", "us", "count"}]})."""
+    `kernel_profile` ({"available", "reason", "kernels": [{"name", "us", "count"}]}). With the
+    judge's profile of the reference forward (`reference`), torch work of at least half the
+    reference's own is torch_fallback however much other GPU time the run spent (padding with
+    fills or idle Triton kernels does not dilute it)."""
     names = {str(n) for n in triton_names}
     summary: Dict[str, Any] = {"available": False, "triton_launches_counted": triton_launches}
     if not isinstance(profile, dict) or not profile.get("available"):
@@ -667,6 +684,9 @@ def check_kernel_profile(profile: Optional[Dict[str, Any]], triton_names: Iterab
     # torch.relu on an elementwise problem is the whole work: ATen elementwise kernels count as
     # work done outside Triton (copies, fills and casts do not), as on CPU (candidate._AtenCompute).
     work = by_class["compute"] + by_class["elementwise"]
+    ref_work = reference_work_us(reference)
+    summary["reference_work_us"] = ref_work
+    summary["torch_work_us"] = work
     violation = None
     if mode == "strict":
         if counts["triton"] == 0:
@@ -678,6 +698,12 @@ def check_kernel_profile(profile: Optional[Dict[str, Any]], triton_names: Iterab
             top = ", ".join(f"{r['name'][:80]} {r['us']:.1f} us" for r in summary["top_non_triton"][:3])
             violation = {"rule": "torch_fallback",
                          "evidence": f"non-Triton compute and elementwise kernels took {work:.1f} of {total:.1f} us "
-                                     f"({work / total:.0%}) of the profiled forward's GPU time; Triton "
+                                     f"({work / total:.0%}) of the profiled run's GPU time; Triton "
                                      f"{by_class['triton']:.1f} us. Top: {top}"}
+        elif ref_work and work >= REFERENCE_WORK_SHARE * ref_work:
+            top = ", ".join(f"{r['name'][:80]} {r['us']:.1f} us" for r in summary["top_non_triton"][:3])
+            violation = {"rule": "torch_fallback",
+                         "evidence": f"non-Triton compute and elementwise kernels took {work:.1f} us in the profiled "
+                                     f"run, {work / ref_work:.0%} of the {ref_work:.1f} us the reference forward's own "
+                                     f"kernels take; Triton {by_class['triton']:.1f} us. Top: {top}"}
     return {"summary": summary, "violation": violation}

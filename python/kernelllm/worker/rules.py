@@ -23,7 +23,7 @@ RULES = (
     "background_thread",        # Python threads alive after forward that were not there before
     "side_stream",              # Triton work launched on a stream the caller's stream never waited on
     "no_triton_kernel",         # forward launched no Triton kernel (launch counter, static audit, GPU profile)
-    "torch_fallback",           # GPU profile: non-Triton compute kernels (GEMM/conv/reduce/scan) took > half the time
+    "torch_fallback",           # torch did the work: its compute ops (CPU) or non-Triton kernels (GPU profile)
 )
 
 SANDBOX_RULES = frozenset(("kill_parent", "process_flood", "network", "file_escape", "env_escape"))
@@ -114,8 +114,10 @@ def evaluate_run(report: Dict[str, Any], require_triton: bool = True, torch_fall
         read, inputs = aten.get("read_bytes") or 0, aten.get("input_bytes") or 0
         if isinstance(read, (int, float)) and isinstance(inputs, (int, float)) and inputs > 0 and \
                 read >= CPU_TORCH_READ_SHARE * inputs:
-            top = ", ".join(f"{n} {b} B" for n, b in (aten.get("top_ops") or [])[:3])
-            found.append(violation("torch_fallback", f"torch compute ops read {read:.0f} bytes during forward, "
+            ops = aten.get("ops") if isinstance(aten.get("ops"), dict) else {}
+            ops = {str(n)[:60]: b for n, b in ops.items() if isinstance(b, (int, float)) and not isinstance(b, bool)}
+            top = ", ".join(f"{n} {b:.0f} B" for n, b in sorted(ops.items(), key=lambda kv: -kv[1])[:3])
+            found.append(violation("torch_fallback", f"torch compute ops read {read:.0f} bytes during the run, "
                                                      f"{read / inputs:.0%} of the inputs' {inputs:.0f} (top: {top}): "
                                                      "torch, not Triton, did the work"))
     found.sort(key=lambda v: RULES.index(v["rule"]))

@@ -1,5 +1,5 @@
 # expect: correct
-# near_miss: output_not_plain_tensor
+# near_miss: output_not_plain_tensor, output_rewritten
 # why: near-miss of output_not_plain_tensor: returns a plain, dense but non-contiguous tensor (a transpose of the buffer the kernel wrote).
 import torch
 import torch.nn as nn
