@@ -12,6 +12,9 @@
 #             HF transformers beside it (--peer hf) → bench-h100.json
 #   bench-sampled  the same with sampled draws (--temperature 0.6 --top-p 0.95, kernelllm.py's
 #             settings; the HF peer samples alike) → bench-h100-sampled.json
+#   serve     issue #44: `kernelllm bench` n = 20 (sampled, no peer) → bench-n20-beside-serve.json, then
+#             `kernelllm serve` (random 8B weights) under 20 clients × one 512-token sample for
+#             SERVE_DURATION (60) s, the bench record embedded (--beside) → serve-load.json
 # Usage on the GPU machine, from the repo root: bash bench/loop_device_run.sh OUT_DIR MODE...
 # KB: the KernelBench tree (default .kb0, June 2025 problem sizes as in KernelLLM's evaluation).
 set -uo pipefail
@@ -105,6 +108,33 @@ for mode in "$@"; do
         --new-tokens 512 -n 1,10,20 --warmup 2 --temperature 0.6 --top-p 0.95 --peer hf \
         --json "$out/bench-h100-sampled.json" > "$out/bench-sampled.stdout" 2> "$out/bench-sampled.stderr"
       echo "bench-sampled exit $?"; tail -20 "$out/bench-sampled.stdout"; tail -5 "$out/bench-sampled.stderr" ;;
+    serve)
+      # bench first: the served record then embeds its n = 20 decode rate (serve_load.py --beside).
+      # One process on the GPU at a time: the server starts after bench has exited.
+      python3 tools/make_toy_tokenizer.py --out /tmp/tok > "$out/tokenizer.log" 2>&1 || { tail "$out/tokenizer.log"; exit 1; }
+      start=$SECONDS
+      timeout 200 "$cli" bench --config llama-3.1-8b --random-weights --seed 0 --device cuda:0 --dtype bf16 \
+        --prompt-tokens 1500 --new-tokens 512 -n 20 --warmup 1 --temperature 0.6 --top-p 0.95 \
+        --json "$out/bench-n20-beside-serve.json" > "$out/bench.stdout" 2> "$out/bench.stderr"
+      echo "bench exit $? after $((SECONDS - start)) s"; tail -12 "$out/bench.stdout"; tail -3 "$out/bench.stderr"
+      start=$SECONDS
+      "$cli" serve --model /tmp/tok --random-weights llama-3.1-8b --device cuda:0 --port 8000 --max-tokens 512 \
+        > /dev/null 2> "$out/serve.stderr" &
+      server=$!
+      until grep -q "listening on" "$out/serve.stderr"; do
+        if ! kill -0 "$server" 2>/dev/null || ((SECONDS - start > 240)); then
+          echo "the server did not start"; tail "$out/serve.stderr"; kill "$server" 2>/dev/null; exit 1
+        fi
+        sleep 1
+      done
+      echo "server listening after $((SECONDS - start)) s"
+      duration=${SERVE_DURATION:-60}
+      timeout $((duration + 180)) python3 bench/serve_load.py --url http://127.0.0.1:8000 --cli "$cli" --clients 20 \
+        --duration "$duration" --max-tokens 512 --temperature 0.6 --beside "$out/bench-n20-beside-serve.json" \
+        --label "issue #44: served aggregate at 20 concurrent samples, random llama-3.1-8b weights, toy tokenizer" \
+        --out "$out/serve-load.json"
+      echo "serve_load exit $?"
+      kill -TERM "$server"; wait "$server"; echo "server exit $?"; tail -3 "$out/serve.stderr" ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
 done

@@ -8,9 +8,10 @@ and the machine and versions, as JSON.
   # start a server itself (tiny model on CPU: shows the script works; not a benchmark record)
   python3 bench/serve_load.py --cli build/release/kernelllm --model DIR --clients 4 --duration 10 \
       --max-tokens 32 --out /tmp/serve-load-cpu.json -- --threads 2
-  # or against a running server (e.g. on the H100: 20 clients, each one sample of 512 tokens)
-  python3 bench/serve_load.py --url http://127.0.0.1:8000 --model-name facebook/KernelLLM --clients 20 \
-      --duration 120 --max-tokens 512 --temperature 0.6 --out bench/results/serve-load-h100.json
+  # or against a running server (on a GPU: 20 clients, each one sample of 512 tokens), beside a
+  # `kernelllm bench --json` record whose decode rate at n = clients x n is embedded for comparison
+  python3 bench/serve_load.py --url http://127.0.0.1:8000 --clients 20 --duration 60 --max-tokens 512 \
+      --temperature 0.6 --beside bench-n20.json --out serve-load.json
 """
 from __future__ import annotations
 
@@ -104,14 +105,32 @@ def run_load(client: openai.OpenAI, model: str, args) -> dict:
     }
 
 
+def beside(path: Path, samples: int) -> dict:
+    """The `kernelllm bench --json` record's decode at n = samples (the same count of live sequences)."""
+    rec = json.loads(path.read_text())
+    rows = [d for d in rec.get("decode", []) if d.get("n") == samples]
+    if not rows:
+        raise ValueError(f"{path}: expected a decode entry with n = {samples}, found n = "
+                         f"{[d.get('n') for d in rec.get('decode', [])]}")
+    d = rows[0]
+    return {"file": path.name, "command": rec.get("command"), "n": samples,
+            "prompt_tokens": rec.get("options", {}).get("prompt_tokens"),
+            "new_tokens": rec.get("options", {}).get("new_tokens"),
+            "decode_tok_s_aggregate": d["tok_s_aggregate"], "decode_ms_per_step_median": d["ms_per_step_median"],
+            "prefill_ms": d.get("prefill_ms")}
+
+
 def machine(cli: str | None) -> dict:
     info = {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "openai": openai.__version__}
-    try:
-        info["git_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                            text=True, timeout=30).stdout.strip()
-    except OSError:
-        info["git_commit"] = None
+    # Outside a checkout (a build from `git archive`) the commit comes from the environment.
+    info["git_commit"] = os.environ.get("KERNELLLM_GIT_COMMIT") or None
+    if not info["git_commit"]:
+        try:
+            info["git_commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                                text=True, timeout=30).stdout.strip() or None
+        except OSError:
+            pass
     if cli:
         info["kernelllm"] = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     try:
@@ -136,6 +155,8 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.6)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--label", default="", help="what this run is, recorded (e.g. 'CPU smoke run, not a benchmark')")
+    ap.add_argument("--beside", type=Path, help="a `kernelllm bench --json` record: its decode at n = clients x n "
+                                                "is embedded, with served / bench")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("serve_args", nargs="*", help="after --: more `kernelllm serve` arguments")
     args = ap.parse_args()
@@ -167,12 +188,25 @@ def main() -> int:
         "concurrent_samples": args.clients * args.n,
         **load, "machine": machine(args.cli),
     }
+    if args.beside:
+        # A missing or broken bench record must not lose the measured load: it is noted instead.
+        try:
+            b = beside(args.beside, args.clients * args.n)
+            ratio = record["tokens_per_s"] / b["decode_tok_s_aggregate"] if record["tokens_per_s"] else None
+            b["served_over_bench"] = round(ratio, 3) if ratio is not None else None
+        except (OSError, ValueError, KeyError) as e:
+            b = {"file": str(args.beside), "error": str(e)[:300]}
+        record["beside_bench"] = b
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     lat = record["latency_ms"]
     print(f"{record['requests_answered']}/{record['requests_sent']} answered, {record['requests_failed']} failed; "
           f"{record['tokens_per_s']} tok/s; latency p50 {lat['p50']:.0f} ms, p99 {lat['p99']:.0f} ms"
           if lat["p50"] is not None else f"no request answered: {record['errors'][:3]}")
+    if "decode_tok_s_aggregate" in record.get("beside_bench", {}):
+        b = record["beside_bench"]
+        print(f"beside kernelllm bench n = {b['n']}: {b['decode_tok_s_aggregate']:.0f} tok/s decode "
+              f"(served / bench = {b['served_over_bench']})")
     return 0 if record["nothing_lost"] else 1
 
 
