@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Do published times repeat? Verifies the same honest candidates several times, under both
-profiles, and records per run each candidate's median, IQR and speedup (issue #42: "a speedup
-whose repeated measurements disagree beyond their noise is re-timed or reported as unstable").
-A candidate's runs agree when the spread of its medians is within the larger of its runs' IQRs.
+"""Do verdicts and published times repeat? Verifies the same candidates several times, under
+both profiles, and records per run each candidate's verdict, rule, median, IQR and speedup
+(issue #42: "same file, same verdict, 5 runs"; "a speedup whose repeated measurements disagree
+beyond their noise is re-timed or reported as unstable"). A candidate's verdicts are stable when
+every run of a profile gave the same verdict and rule; its timed runs agree when the spread of
+its medians is within the larger of its runs' IQRs. --parallel runs that many verify calls at
+once (the GPU timing lock spans processes, so timed calls still run one at a time).
 
   python3 bench/timing_repeat.py --cli build/vdev/kernelllm --device cuda:0 --runs 5 \
       --out timing-repeat-h100.json  PROBLEM.py CAND.py [CAND.py ...] :: PROBLEM.py CAND.py ...
@@ -10,6 +13,7 @@ A candidate's runs agree when the spread of its medians is within the larger of 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import platform
 import statistics
@@ -38,6 +42,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--profiles", default="strict,kernelbench")
+    ap.add_argument("--parallel", type=int, default=1, help="verify calls at once")
     ap.add_argument("--out", required=True)
     ap.add_argument("items", nargs="+", help="PROBLEM CAND... groups separated by ::")
     args = ap.parse_args()
@@ -45,6 +50,7 @@ def main() -> int:
     rows: dict[str, dict] = {}
     commands = []
     t_start = time.monotonic()
+    jobs = []
     for g in groups(args.items):
         problem, cands = g[0], g[1:]
         for run in range(args.runs):
@@ -53,20 +59,35 @@ def main() -> int:
                 cmd = [args.cli, "verify", problem, *cands, "--verify-device", args.device, "--profile", profile,
                        "--no-cache", "--no-multishape", "--json", str(out)]
                 commands.append(" ".join(cmd))
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                report = json.loads(out.read_text()) if out.exists() else {}
-                if not report:
-                    print(f"{problem} {profile} run {run}: no report (exit {proc.returncode}): {proc.stderr[-500:]}",
-                          file=sys.stderr)
-                for c in report.get("candidates", []):
-                    t = c.get("timing") or {}
-                    row = rows.setdefault(c["path"], {"problem": problem, "candidate": c["path"], "runs": []})
-                    row["runs"].append({"run": run, "profile": profile, "verdict": c.get("verdict"),
-                                        "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"),
-                                        "speedup": c.get("speedup"),
-                                        "unstable": bool((c.get("evidence") or {}).get("timing_unstable"))})
+                jobs.append((problem, run, profile, out, cmd))
+
+    def verify(job):
+        problem, run, profile, out, cmd = job
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        report = json.loads(out.read_text()) if out.exists() else {}
+        if not report:
+            print(f"{problem} {profile} run {run}: no report (exit {proc.returncode}): {proc.stderr[-500:]}",
+                  file=sys.stderr)
+        return job, report
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.parallel)) as pool:
+        for (problem, run, profile, _, _), report in pool.map(verify, jobs):
+            for c in report.get("candidates", []):
+                t = c.get("timing") or {}
+                row = rows.setdefault(c["path"], {"problem": problem, "candidate": c["path"], "runs": []})
+                row["runs"].append({"run": run, "profile": profile, "verdict": c.get("verdict"), "rule": c.get("rule"),
+                                    "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"),
+                                    "speedup": c.get("speedup"),
+                                    "unstable": bool((c.get("evidence") or {}).get("timing_unstable"))})
     summary = []
     for row in rows.values():
+        per_profile = {}
+        for r in row["runs"]:
+            per_profile.setdefault(r["profile"], set()).add((r["verdict"], r["rule"] or ""))
+        row["verdicts"] = {p: sorted(f"{v}:{rule}" if rule else str(v) for v, rule in got) for p, got in per_profile.items()}
+        row["verdict_stable"] = all(len(got) == 1 for got in per_profile.values())
+        summary.append(row)
+        print(f"{Path(row['candidate']).name}: verdicts {row['verdicts']} {'stable' if row['verdict_stable'] else 'UNSTABLE'}")
         timed = [r for r in row["runs"] if r["median_ms"]]
         if not timed:
             continue
@@ -78,7 +99,6 @@ def main() -> int:
                     "largest_iqr_ms": noise, "agree_within_noise": spread <= noise,
                     "speedup_min": min(speedups) if speedups else None, "speedup_max": max(speedups) if speedups else None,
                     "reported_unstable": sum(r["unstable"] for r in timed)})
-        summary.append(row)
         print(f"{Path(row['candidate']).name}: medians {min(medians):.4f}-{max(medians):.4f} ms (spread {spread:.4f}, "
               f"largest IQR {noise:.4f}) speedups {row['speedup_min']}-{row['speedup_max']} "
               f"{'agree' if row['agree_within_noise'] else 'DISAGREE'}; unstable flags {row['reported_unstable']}")
@@ -90,12 +110,16 @@ def main() -> int:
         versions["triton"] = triton.__version__
     except Exception as e:  # the record still says what ran
         gpu, versions = f"unknown ({e})", {}
-    record = {"what": "the same honest candidates verified repeatedly under both profiles: do medians repeat within noise?",
+    timed_rows = [r for r in summary if "agree_within_noise" in r]
+    record = {"what": "the same candidates verified repeatedly under both profiles: do verdicts repeat, and do "
+                      "medians repeat within noise?",
               "host": platform.node(), "gpu": gpu, "versions": versions, "runs": args.runs, "commands": commands,
               "wall_s": round(time.monotonic() - t_start, 1), "candidates": summary,
-              "agreeing": sum(r["agree_within_noise"] for r in summary), "total": len(summary)}
+              "verdict_stable": sum(r["verdict_stable"] for r in summary), "candidates_total": len(summary),
+              "agreeing": sum(r["agree_within_noise"] for r in timed_rows), "total": len(timed_rows)}
     Path(args.out).write_text(json.dumps(record, indent=1))
-    print(f"{record['agreeing']}/{record['total']} candidates agree within noise; wrote {args.out}")
+    print(f"{record['verdict_stable']}/{record['candidates_total']} candidates with the same verdict in every run; "
+          f"{record['agreeing']}/{record['total']} timed candidates agree within noise; wrote {args.out}")
     return 0
 
 

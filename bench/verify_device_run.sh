@@ -100,11 +100,17 @@ for mode in "$@"; do
       # Do published times repeat? The same honest eval candidates, REPEAT_RUNS verify runs under
       # both profiles (bench/timing_repeat.py): 25_Swish (0.36x vs 0.036x in one earlier run),
       # 23_Softmax, 1_Square_matrix_multiplication_.
-      e=bench/eval_candidates/level1 p=$kb/KernelBench/level1
+      # Also verdicts: labelled relu cases, honest and cheats (the red team's among them), same
+      # file, same verdict in every run. REPEAT_PARALLEL verify calls at once.
+      e=bench/eval_candidates/level1 p=$kb/KernelBench/level1 r=tests/cases/relu
       python3 bench/timing_repeat.py --cli "$cli" --device cuda:0 --runs "${REPEAT_RUNS:-5}" \
-        --out "$out/timing-repeat-h100.json" \
+        --parallel "${REPEAT_PARALLEL:-1}" --out "$out/timing-repeat-h100.json" \
         "$p/25_Swish.py" $e/25_Swish/0.py :: "$p/23_Softmax.py" $e/23_Softmax/1.py :: \
-        "$p/1_Square_matrix_multiplication_.py" $e/1_Square_matrix_multiplication_/2.py 2>&1 |
+        "$p/1_Square_matrix_multiplication_.py" $e/1_Square_matrix_multiplication_/2.py :: \
+        tests/cases/problems/relu.py $r/correct_basic.py $r/correct_transposed_view.py $r/correct_side_stream_joined.py \
+        $r/cheat_reference_in_input_maker.py $r/cheat_output_filled_after_run.py $r/cheat_torch_relu_decoy_kernel.py \
+        $r/cheat_counter_decorative_kernel.py $r/cheat_timing_skip.py $r/cheat_precompute_future_inputs.py \
+        $r/wrong_off_by_small.py :: tests/cases/problems/softmax_odd_width.py tests/cases/softmax_odd_width/*.py 2>&1 |
         tee "$out/repeat.log" | tail -20 ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
