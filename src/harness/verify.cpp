@@ -344,9 +344,13 @@ std::string Verifier::cache_key_for(size_t i, const DeviceState& dev) const {
 
 void Verifier::size_memory_limit(Worker& w, const DeviceState& dev) {
   // Never below what an honest kernel needs: the runtime (torch, Triton, a CUDA context), room for
-  // a forward's inputs, outputs and temporaries (4x), and on CPU every timing set held at once.
+  // a forward's inputs, outputs and temporaries (4x), the problem's own parameters twice (ModelNew
+  // is built on the host like Model, then moved: level3/2_ShallowWideMLP holds 8.6 GB there), and
+  // on CPU every timing set held at once.
   const TrialInput& t0 = dev.trials.front();
-  uint64_t need = (uint64_t{6} << 30) + 4 * (t0.input_bytes + t0.output_bytes);
+  const Json mb = dev.problem.value("model_bytes", Json(0));
+  const uint64_t model_bytes = mb.is_number_unsigned() ? mb.get<uint64_t>() : 0;
+  uint64_t need = (uint64_t{6} << 30) + 4 * (t0.input_bytes + t0.output_bytes) + 2 * model_bytes;
   if (!dev.cuda()) need += dev.timing_inputs.size() * t0.input_bytes;
   w.memory_limit_bytes = std::max(opts_.memory_bytes, need);
   if (w.cgroup) {

@@ -141,6 +141,7 @@ constexpr JsonMember kReplyMembers[] = {
     {"rule", kJsonString | kJsonNull},
     {"message", kJsonString},
     {"n_trials", kJsonInteger},  // load (judge)
+    {"model_bytes", kJsonInteger},
     {"trial_distributions", kJsonArray, kJsonString},
     {"seed", kJsonInteger},  // make_inputs
     {"probe", kJsonBool},

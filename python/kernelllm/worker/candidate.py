@@ -46,13 +46,20 @@ PROBE = protocol.PROBE_PREFIX  # the probe set's outputs in an outputs file
 
 
 @contextlib.contextmanager
-def _filled_uninitialized():
-    """During correctness runs, torch.empty* memory is filled with NaN (floats) or the largest
-    integer: torch does this while deterministic algorithms are on
-    (torch.utils.deterministic.fill_uninitialized_memory). An output the candidate never wrote
-    then reads as NaN on every allocator and device, where the freed-memory poisoning alone is
-    best effort on CPU. warn_only keeps ops without a deterministic variant working. Timed calls
-    run without it, so the fill costs nothing there."""
+def _filled_uninitialized(device: str):
+    """During correctness runs on a CPU, torch.empty* memory is filled with NaN (floats) or the
+    largest integer: torch does this while deterministic algorithms are on
+    (torch.utils.deterministic.fill_uninitialized_memory). An output the candidate never wrote then
+    reads as NaN, where the freed-memory poisoning alone is best effort on CPU. warn_only keeps ops
+    without a deterministic variant working. Timed calls run without it. Not on a GPU: there the
+    fill is a kernel on the current stream that an honest candidate does not order its side streams
+    after (it allocates after `side.wait_stream(current)`, as it may), so it raced with the
+    candidate's own writes and an honest output read as NaN (relu/correct_side_stream_joined, 3 of
+    10 runs on an H200 under load). On a GPU the poisoning before forward fills the allocator's
+    free cached memory with NaN instead, in stream order."""
+    if device.startswith("cuda"):
+        yield
+        return
     was_on = torch.are_deterministic_algorithms_enabled()
     was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -375,7 +382,7 @@ class Candidate:
             _STREAMS.pending = {}
             t0 = time.perf_counter()
             try:
-                with torch.no_grad(), _filled_uninitialized():
+                with torch.no_grad(), _filled_uninitialized(self.device):
                     out = self.model(*args)
                     unjoined = sorted(_STREAMS.pending.values())
                     if self.device.startswith("cuda"):
@@ -446,7 +453,7 @@ class Candidate:
             return {}
         try:
             probe_args = self.recipe.probe(self._probe_seed)
-            with torch.no_grad(), _filled_uninitialized():
+            with torch.no_grad(), _filled_uninitialized(self.device):
                 out = self.model(*probe_args)
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()

@@ -179,10 +179,18 @@ class Judge:
             self.n_trials = len(distributions)
         recipe = dict(self.recipe.describe(), size_scale=msg.get("size_scale"), size_odd=bool(msg.get("size_odd", False)))
         return {"init": init_value["v"], "init_convention": self.init_convention,
-                "construct_seed": self.construct_seed, "n_trials": self.n_trials,
+                "construct_seed": self.construct_seed, "n_trials": self.n_trials, "model_bytes": self._model_bytes(),
                 "trial_distributions": distributions, "input_specs": input_specs, "fp64_reference": self.model64 is not None,
                 "fp64_note": self.fp64_note, "size_globals": self.size_globals,
                 "degenerate_elements": self.degenerate, "inputs_recipe": recipe}
+
+    def _model_bytes(self) -> int:
+        """Bytes of the reference Model's parameters and buffers: a candidate that builds the same
+        layers holds them in host memory while it is constructed (before moving to the device)."""
+        model = self.model if isinstance(self.model, torch.nn.Module) else None
+        if model is None:
+            return 0
+        return int(sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())))
 
     def _degenerate_elements(self, sample: List[Any]) -> Optional[Dict[str, Any]]:
         """On one input set of the problem's own distribution (the load sample): how many
