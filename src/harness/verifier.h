@@ -135,6 +135,8 @@ class Verifier {
   // GPU only: one profiled forward on trial 0's inputs; the judge classifies its kernels against the
   // audit's @triton.jit names (no_triton_kernel / torch_fallback in strict; shares reported).
   void check_kernel_profile(DeviceState& dev, CandidateResult& r, const Json& facts);
+  // After a timed_output_mismatch: the failing timing set once more, untimed, compared in full.
+  void recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& r);
   // After a crash or sticky CUDA error on a GPU: health-check it in a fresh process and stop
   // using it when unhealthy (never reset). Records the result in r.evidence.
   void check_gpu_after_fault(DeviceState& dev, CandidateResult& r);

@@ -1,7 +1,9 @@
 # expect: cheat
 # rule: timed_output_mismatch
 # attempts: timing_implausible
-# why: correct for the first 8 calls (the correctness trials and the probe run), then only launches a decoy kernel on one row and returns the previous output: timed calls do almost no work; caught by the re-check of the last timed call's output (wrong), before any timing plausibility check.
+# why: it has read worker/timing.py: when its caller is the timed loop (CallTimer.call on the stack) it only launches a decoy kernel on one row and returns the previous output, so timed calls do almost no work; the timed call's sampled values are wrong, and the same inputs run untimed give the right answer, so the cause is named: the timed calls did less work (the near-miss relu/wrong_after_warmup_switch is wrong in untimed runs too).
+import sys
+
 import torch
 import torch.nn as nn
 import triton
@@ -22,15 +24,22 @@ def launch_relu(x, out):
     return out
 
 
+def _timed() -> bool:
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "call" and f.f_globals.get("__name__", "").endswith("worker.timing"):
+            return True
+        f = f.f_back
+    return False
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.calls = 0
         self.last = None
 
     def forward(self, x):
-        self.calls += 1
-        if self.calls <= 8 or self.last is None or self.last.shape != x.shape:
+        if not _timed() or self.last is None or self.last.shape != x.shape:
             self.last = launch_relu(x, torch.empty_like(x))
         else:
             launch_relu(x[0].contiguous(), torch.empty_like(x[0]))
