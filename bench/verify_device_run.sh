@@ -64,8 +64,9 @@ for mode in "$@"; do
         --concurrency "${THROUGHPUT_CONCURRENCY:-1}" 2>&1 |
         tee "$out/throughput.log" | tail -30 ;;
     agreement)
-      mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl &&
+      # Wheels KernelBench's eval imports that the device lacks, if any were carried (.whl/*.whl).
+      mkdir -p /tmp/site && { ! compgen -G ".whl/*.whl" >/dev/null ||
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; } &&
       # AGREEMENT_EVAL: the KernelBench tree whose eval runs (default $kb); problems come from $kb.
       # AGREEMENT_TOLERANCE: our kernelbench tolerance version (v0 | current, to match that eval's).
       PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench "${AGREEMENT_EVAL:-$kb}" \
