@@ -103,6 +103,9 @@ class Judge:
         else:
             raise WorkerError("protocol", f"seed_scheme: expected derived or kernelbench, found {self.seed_scheme!r}")
         self.n_trials = int(msg.get("n_trials", DEFAULT_TRIALS))
+        # The orchestrator profiles a candidate's last trial on the main problem only, not on the
+        # multi-shape variants: only there does the judge profile its own baseline and reference.
+        self.kernel_baseline = msg.get("size_scale") is None and not msg.get("size_odd")
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
         path = msg["problem_path"]
@@ -284,7 +287,7 @@ class Judge:
         # on a GPU also the kernels, for the trial the orchestrator profiles (the last), together
         # with the reference forward's own kernels.
         measure = "baseline" not in rec
-        profile_kernels = measure and self.device.startswith("cuda") and trial == self.n_trials - 1
+        profile_kernels = measure and self.device.startswith("cuda") and trial == self.n_trials - 1 and self.kernel_baseline
         acc_make, acc_sums, acc_out = accounting.AtenCompute(), accounting.AtenCompute(), accounting.AtenCompute()
         nothing = contextlib.nullcontext
         prof_base = accounting.KernelProfiler(self.device) if profile_kernels else None
