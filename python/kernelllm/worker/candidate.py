@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import math
 import os
-import re
 import sys
 import threading
 import time
