@@ -26,10 +26,14 @@ from . import _native
 from .verify import _default_device, verify
 
 __version__ = _native.__version__
-__all__ = ["KernelLLM", "OptimizeResult", "HF_MODEL", "DEFAULT_MODEL_CODE", "has_cuda", "verify",
-           "verify_completions", "__version__"]
+__all__ = ["KernelLLM", "OptimizeResult", "HF_MODEL", "DEFAULT_MODEL_CODE", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P",
+           "has_cuda", "verify", "verify_completions", "__version__"]
 
 HF_MODEL = "facebook/KernelLLM"
+
+# KernelLLM's sampling defaults (kernelllm.py's 0.6 and 0.95): one copy, in the C++ sampler.h.
+DEFAULT_TEMPERATURE = round(float(_native.DEFAULT_TEMPERATURE), 6)
+DEFAULT_TOP_P = round(float(_native.DEFAULT_TOP_P), 6)
 
 # The REPL's example when the user gives no code (one copy, in the C++ REPL).
 DEFAULT_MODEL_CODE = _native.default_module_code()
@@ -247,8 +251,8 @@ class KernelLLM:
         self,
         prompt: Union[str, List[int]],
         n: int = 1,
-        temperature: float = 0.6,
-        top_p: float = 0.95,
+        temperature: float = DEFAULT_TEMPERATURE,
+        top_p: float = DEFAULT_TOP_P,
         top_k: int = 0,
         seed: Optional[int] = None,
         max_new_tokens: int = 2048,
@@ -262,9 +266,9 @@ class KernelLLM:
         )
         return [c.text for c in completions]
 
-    def generate_raw(self, prompt: str, temperature: float = 0.6, max_new_tokens: int = 2048) -> str:
+    def generate_raw(self, prompt: str, temperature: float = DEFAULT_TEMPERATURE, max_new_tokens: int = 2048) -> str:
         """The completion of `prompt` used verbatim, stripped of surrounding whitespace."""
-        return self.generate(prompt, 1, temperature, 0.95, 0, None, max_new_tokens)[0].strip()
+        return self.generate(prompt, 1, temperature, DEFAULT_TOP_P, 0, None, max_new_tokens)[0].strip()
 
     def stream_raw(self, prompt: str, max_new_tokens: int = 2048) -> str:
         """Prints the completion of `prompt` as it is generated; returns its text."""
@@ -275,7 +279,7 @@ class KernelLLM:
             return True
 
         completions, _ = self._engine.generate(
-            prompt, 1, max_new_tokens, 0.6, 0.95, 0, _random_seed(), on_text
+            prompt, 1, max_new_tokens, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, 0, _random_seed(), on_text
         )
         sys.stdout.write("\n")
         sys.stdout.flush()
@@ -285,11 +289,11 @@ class KernelLLM:
         """The Triton prompt for a PyTorch module (`template.format(code)`)."""
         return _native.format_triton_prompt(self.prompt_template, code)
 
-    def generate_triton(self, code: str, temperature: float = 0.6, max_new_tokens: int = 2048) -> str:
+    def generate_triton(self, code: str, temperature: float = DEFAULT_TEMPERATURE, max_new_tokens: int = 2048) -> str:
         """A Triton rewrite (`ModelNew`) of the PyTorch module in `code`, as the model writes it."""
         return self.generate_raw(self.format_prompt(code), temperature, max_new_tokens)
 
-    def optimize(self, code: str, k: int = 10, temperature: float = 0.6, top_p: float = 0.95,
+    def optimize(self, code: str, k: int = 10, temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
                  seed: Optional[int] = None, max_new_tokens: int = 2048, rounds: int = 1,
                  device: Optional[str] = None, profile: str = "strict",
                  work_dir: Optional[Union[str, "os.PathLike[str]"]] = None, jobs: int = 0,
@@ -318,8 +322,8 @@ class KernelLLM:
 
     verify_completions = staticmethod(verify_completions)
 
-    def run_repl(self, max_new_tokens: int = 2048, *, k: int = 10, temperature: float = 0.6,
-                 top_p: float = 0.95, seed: Optional[int] = None, verify: bool = True,
+    def run_repl(self, max_new_tokens: int = 2048, *, k: int = 10, temperature: float = DEFAULT_TEMPERATURE,
+                 top_p: float = DEFAULT_TOP_P, seed: Optional[int] = None, verify: bool = True,
                  device: Optional[str] = None, profile: str = "strict",
                  work_dir: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
         """The REPL (the same one as `kernelllm repl`) on this process's stdin and stdout: paste a

@@ -3,7 +3,7 @@ candidates); the same C++ REPL as `kernelllm repl`, through KernelLLM.run_repl."
 import argparse
 import sys
 
-from . import HF_MODEL, KernelLLM
+from . import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, HF_MODEL, KernelLLM
 
 
 def main() -> int:
@@ -14,8 +14,8 @@ def main() -> int:
     ap.add_argument("--offline", action="store_true", help="never download (as HF_HUB_OFFLINE=1)")
     ap.add_argument("--device", default=None, help="generation device: cpu, cuda, or auto (default)")
     ap.add_argument("-k", type=int, default=10, help="samples per module (:k N changes it)")
-    ap.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (:temp T changes it)")
-    ap.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass in (0, 1]")
+    ap.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="sampling temperature (:temp T changes it)")
+    ap.add_argument("--top-p", type=float, default=DEFAULT_TOP_P, help="nucleus sampling mass in (0, 1]")
     ap.add_argument("--seed", type=int, default=None, help="sampling seed for every module (default: random)")
     ap.add_argument("--max-new-tokens", type=int, default=2048, help="most tokens generated per sample")
     ap.add_argument("--verify-device", default=None, help="verification device: cpu, cuda, cuda:N (default: auto)")

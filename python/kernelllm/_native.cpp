@@ -23,6 +23,7 @@
 #include "kernelllm/engine/backend.h"
 #include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/generator.h"
+#include "kernelllm/engine/sampler.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/harness/verify.h"
 #include "kernelllm/pipeline/optimize.h"
@@ -95,8 +96,8 @@ OptimizeOptions optimize_options_from_json(const Json& j) {
   try {
     o.k = j.value("k", o.k);
     o.max_new_tokens = j.value("max_new_tokens", o.max_new_tokens);
-    o.sampling.temperature = j.value("temperature", 0.6f);
-    o.sampling.top_p = j.value("top_p", 0.95f);
+    o.sampling.temperature = j.value("temperature", kKernelLLMTemperature);
+    o.sampling.top_p = j.value("top_p", kKernelLLMTopP);
     o.sampling.top_k = j.value("top_k", 0);
     o.sampling.seed = j.value("seed", uint64_t{0});
     o.rounds = j.value("rounds", o.rounds);
@@ -323,6 +324,8 @@ PYBIND11_MODULE(_native, m) {
   using namespace kernelllm;
   m.doc() = "kernelllm native engine (C++): model loading, tokenizer, generation, prompt templates";
   m.attr("__version__") = KERNELLLM_VERSION;
+  m.attr("DEFAULT_TEMPERATURE") = kKernelLLMTemperature;  // KernelLLM's sampling defaults (sampler.h)
+  m.attr("DEFAULT_TOP_P") = kKernelLLMTopP;
   m.def("has_cuda", [] { return cuda_backend_built(); }, "Whether the CUDA backend was built in.");
   m.def("verify_json", &verify_json, py::arg("problem"), py::arg("candidates"), py::arg("options_json"),
         "Runs the verifier; options and the returned report are JSON text (see kernelllm.verify).");
@@ -393,7 +396,7 @@ PYBIND11_MODULE(_native, m) {
           },
           py::arg("ids"), py::arg("skip_special_tokens") = false)
       .def("generate", &Engine::generate, py::arg("prompt"), py::arg("n") = 1, py::arg("max_new_tokens") = 2048,
-           py::arg("temperature") = 0.6f, py::arg("top_p") = 0.95f, py::arg("top_k") = 0, py::arg("seed") = 0,
+           py::arg("temperature") = kKernelLLMTemperature, py::arg("top_p") = kKernelLLMTopP, py::arg("top_k") = 0, py::arg("seed") = 0,
            py::arg("stream") = py::none(), py::arg("skip_special_tokens") = true,
            "(completions, stats) for n samples of a prompt (text, BOS added; or token ids). "
            "stream(sample_index, text) is called as text is produced; returning False cancels.")

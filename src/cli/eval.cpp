@@ -17,6 +17,7 @@
 #include "cli/progress.h"
 #include "cli/endpoint_args.h"
 #include "cli/hub.h"
+#include "kernelllm/engine/sampler.h"
 #include "kernelllm/eval/eval.h"
 #include "kernelllm/eval/kernelbench.h"
 
@@ -35,8 +36,8 @@ struct EvalArgs {
   std::string verify_device;  // empty: resolve_verify_devices's default
   std::string profiles = "strict,kernelbench";
   std::string shard = "0/1";
-  float temperature = 0.6f;  // kernelllm.py's defaults
-  float top_p = 0.95f;
+  float temperature = kKernelLLMTemperature;
+  float top_p = kKernelLLMTopP;
   uint64_t seed = 0;
   int max_new_tokens = 2048;
   int jobs = 0;

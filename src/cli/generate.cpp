@@ -19,6 +19,7 @@
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/json.h"
 #include "kernelllm/engine/backend.h"
+#include "kernelllm/engine/sampler.h"
 #include "kernelllm/engine/generator.h"
 #include "kernelllm/engine/model.h"
 #include "kernelllm/pipeline/optimize.h"
@@ -35,8 +36,8 @@ struct GenerateArgs {
   std::string module_file;
   std::string template_file;
   int32_t num_samples = 1;
-  float temperature = 0.6f;  // kernelllm.py's defaults
-  float top_p = 0.95f;
+  float temperature = kKernelLLMTemperature;
+  float top_p = kKernelLLMTopP;
   int32_t top_k = 0;
   std::optional<uint64_t> seed;
   int32_t max_new_tokens = 2048;

@@ -25,6 +25,7 @@
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/run_facts.h"
 #include "kernelllm/engine/model.h"
+#include "kernelllm/engine/sampler.h"
 #include "kernelllm/pipeline/optimize.h"
 #include "kernelllm/pipeline/prompt.h"
 
@@ -40,8 +41,8 @@ struct OptimizeArgs {
   std::string model;
   HubOptions hub;
   int k = 10;
-  float temperature = 0.6f;  // kernelllm.py's defaults
-  float top_p = 0.95f;
+  float temperature = kKernelLLMTemperature;
+  float top_p = kKernelLLMTopP;
   int32_t top_k = 0;
   std::optional<uint64_t> seed;
   int max_new_tokens = 2048;

@@ -13,6 +13,7 @@
 #include "cli/endpoint_args.h"
 #include "cli/hub.h"
 #include "kernelllm/engine/model.h"
+#include "kernelllm/engine/sampler.h"
 #include "kernelllm/harness/verify.h"
 #include "kernelllm/pipeline/optimize.h"
 #include "kernelllm/pipeline/prompt.h"
@@ -27,8 +28,8 @@ struct ReplArgs {
   std::string device;  // empty: resolve_gen_device's default
   int threads = 0;
   int k = 10;
-  float temperature = 0.6f;  // kernelllm.py's defaults
-  float top_p = 0.95f;
+  float temperature = kKernelLLMTemperature;
+  float top_p = kKernelLLMTopP;
   std::optional<uint64_t> seed;
   int max_new_tokens = 2048;
   int rounds = 1;

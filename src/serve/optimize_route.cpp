@@ -10,6 +10,8 @@
 
 #include "serve/routes.h"
 
+#include "kernelllm/engine/sampler.h"
+
 namespace kernelllm::serve {
 namespace {
 
@@ -106,8 +108,8 @@ std::optional<ApiError> parse_optimize(ServerState& s, const std::string& body_t
   o.rounds = static_cast<int>(v);
   if (auto e = integer("seed", 0, std::numeric_limits<int64_t>::max(), static_cast<int64_t>(std::random_device{}() >> 1), v)) return e;
   o.sampling.seed = static_cast<uint64_t>(v);
-  o.sampling.temperature = 0.6f;  // kernelllm.py's defaults
-  o.sampling.top_p = 0.95f;
+  o.sampling.temperature = kKernelLLMTemperature;
+  o.sampling.top_p = kKernelLLMTopP;
   for (const char* key : {"temperature", "top_p"}) {
     if (!body.contains(key) || body[key].is_null()) continue;
     if (!body[key].is_number()) return bad(key, std::string("'") + key + "': expected a number, found " + body[key].dump());

@@ -15,8 +15,13 @@
 
 namespace kernelllm {
 
+// KernelLLM's sampling defaults (Meta's kernelllm.py: temperature 0.6, top_p 0.95): the CLI's
+// generate/optimize/repl/eval, the server's optimize route and the Python package start from these.
+inline constexpr float kKernelLLMTemperature = 0.6f;
+inline constexpr float kKernelLLMTopP = 0.95f;
+
 struct SamplingParams {
-  float temperature = 0.6f;  // 0 → greedy (argmax, lowest id on ties)
+  float temperature = kKernelLLMTemperature;  // 0 → greedy (argmax, lowest id on ties)
   float top_p = 1.0f;        // (0, 1]; 1 disables
   int32_t top_k = 0;         // 0 disables
   uint64_t seed = 0;

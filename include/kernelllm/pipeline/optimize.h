@@ -78,7 +78,7 @@ std::unique_ptr<CompletionSource> make_engine_source(Backend& backend, const Tok
 struct OptimizeOptions {
   int k = 10;
   int max_new_tokens = 2048;
-  SamplingParams sampling;  // seed included; temperature 0.6, top_p 0.95 by the CLI's defaults
+  SamplingParams sampling;  // seed included; the CLI starts from kKernelLLMTemperature / kKernelLLMTopP
   int rounds = 1;           // > 1: failing candidates' errors go back to the model (one sample each)
   std::string prompt_template;    // template text with one "{}" (load_prompt_template)
   std::filesystem::path work_dir;  // problem copy, completions, candidates, report (created)

@@ -54,7 +54,7 @@ std::unique_ptr<LineReader> make_stream_line_reader(std::istream& in);
 struct ReplOptions {
   int k = 10;
   int max_new_tokens = 2048;
-  SamplingParams sampling = {0.6f, 0.95f, 0, 0};  // kernelllm.py's defaults
+  SamplingParams sampling = {kKernelLLMTemperature, kKernelLLMTopP, 0, 0};
   std::optional<uint64_t> seed;   // the same seed for every module; none: a fresh random one each
   int rounds = 1;
   std::string prompt_template;    // template text with one "{}" (load_prompt_template)
