@@ -7,7 +7,7 @@
 //   python3 bench/cuda_ops/trace_summary.py /tmp/trace.csv
 //
 // CUPTI's concurrent-kernel records do not serialize kernels, so overlaps under PDL stay as they
-// ran. A measurement tool for bench/cuda_ops/NOTES.md, not part of the engine.
+// ran. A measurement tool (docs/cuda-engine.md quotes its timelines), not part of the engine.
 #include <cupti.h>
 #include <cxxabi.h>
 

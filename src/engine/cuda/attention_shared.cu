@@ -3,8 +3,8 @@
 // [16w, 16w + 16) of the item (row = member * group + head). K and V tiles of 32 positions are
 // loaded once into shared memory for all rows (the next tile's loads in flight meanwhile);
 // S = Q.K^T and O += P.V on mma.sync m16n8k16 with fp32 accumulators, Q and P either rounded to
-// the cache dtype once (FlashAttention's operands; the backend's choice since item 48 of
-// bench/cuda_ops/NOTES.md) or split into a high and a low half in it (two products each, so the
+// the cache dtype once (FlashAttention's operands; the backend's choice, docs/cuda-engine.md)
+// or split into a high and a low half in it (two products each, so the
 // result matches the fp32 split kernel to about fp32 accuracy): SharedPrefixArgs::low_halves.
 // Each row's (max, sum, unnormalized output) goes into the split slots after the suffix's, and
 // attention_merge combines them.

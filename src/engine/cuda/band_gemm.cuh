@@ -75,7 +75,8 @@ Status band_gemm(const BandConfig& config, DType type, const void* w, int64_t ro
 // where a share has no columns), so y = parts[0] + parts[1] + ... (added in that order by the
 // consumers: nothing depends on timing). A run of tiles takes 16 x tiles rows whole, n_parts
 // blocks side by side (band_parts_layout), so a small matrix still streams long runs of rows on
-// every SM: NOTES item 37. Checks as band_gemm; n_parts 1..kBandMaxParts, cluster 0 or 1.
+// every SM (k = 20 on the H100: 6.52-6.55 ms a step against 6.65-6.68 without). Checks as
+// band_gemm; n_parts 1..kBandMaxParts, cluster 0 or 1.
 Status band_gemm_parts(const BandConfig& config, DType type, const void* w, int64_t rows, int64_t cols, const void* x,
                        int64_t n_tokens, float* parts, int n_parts, int sms, cudaStream_t stream);
 // Its layout for n_parts parts (clusters = runs; empty for a part count out of range; the same at

@@ -367,7 +367,7 @@ Status CudaBackend::validate(std::span<const ForwardRequest> batch) const {
 int64_t CudaBackend::splits_for(int64_t n) const {
   const int64_t blocks = n * config_.num_key_value_heads;
   const int64_t want = (4 * 132 + blocks - 1) / blocks;  // about four blocks per SM of an H100
-  return std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxSplits, max_tokens_ / n));  // see bench/cuda_ops/NOTES.md
+  return std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxSplits, max_tokens_ / n));  // docs/cuda-engine.md
 }
 
 int64_t CudaBackend::prefix_splits_for(int64_t n) const {
@@ -375,19 +375,19 @@ int64_t CudaBackend::prefix_splits_for(int64_t n) const {
 }
 
 bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {
-  // The custom GEMV beats cuBLASLt at one token only (bench/cuda_ops/NOTES.md).
+  // The custom GEMV beats cuBLASLt at one token only (from two, cuBLASLt is faster on the H100).
   return opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n);
 }
 
 bool CudaBackend::skinny_serves(int64_t cols, int64_t n) const {
   // One token is the GEMV's. The skinny GEMM beats cuBLASLt from 2 to 16 tokens (two 8-token
-  // tiles); at 20 it is slower end to end on the H100 (bench/cuda_ops/NOTES.md item 27).
+  // tiles); at 20 it is slower end to end on the H100 (7.43 against 7.26 ms a step).
   return opts_.skinny_gemm && n >= 2 && n <= skinny_max_tokens_ && skinny_supported(dtype_, cols, n);
 }
 
 bool CudaBackend::staged_serves(int64_t rows, int64_t cols, int64_t n) const {
   // Past the skinny GEMM's tokens, up to its 32, and only where each block has a long run of
-  // units (bench/cuda_ops/NOTES.md item 24): of Llama-3.1-8B's projections, the vocabulary's.
+  // units (it pays ~13 us a kernel to start): of Llama-3.1-8B's projections, the vocabulary's.
   return opts_.staged_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && staged_supported(dtype_, cols, n) &&
          (staged_all_ || staged_units_per_block(rows, cols, sm_count_) >= kStagedMinUnitsPerBlock);
 }
@@ -395,8 +395,8 @@ bool CudaBackend::staged_serves(int64_t rows, int64_t cols, int64_t n) const {
 bool CudaBackend::band_serves(int64_t rows, int64_t cols, int64_t n) const {
   // Past the skinny GEMM's tokens, where every SM gets a band of 8 tiles of 16 rows or more (of
   // Llama-3.1-8B's layer projections, gate_up): on the smaller matrices the first copies' latency
-  // and the reduction over clusters cost more than cuBLASLt's kernels (bench/cuda_ops/NOTES.md
-  // item 30). Not where the staged GEMM serves (proj() asks it first).
+  // and the reduction over clusters cost more than cuBLASLt's kernels (k = 20: 7.07 against 6.62
+  // ms a step with it on every projection). Not where the staged GEMM serves (proj() asks it first).
   return opts_.band_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && band_supported(dtype_, cols, n) &&
          !staged_serves(rows, cols, n) && (band_all_ || rows >= kBandMinTilesPerSm * 16 * sm_count_);
 }
@@ -404,7 +404,7 @@ bool CudaBackend::band_serves(int64_t rows, int64_t cols, int64_t n) const {
 int CudaBackend::band_parts_serve(int which, int64_t rows, int64_t cols, int64_t n) const {
   // Past the skinny GEMM's tokens, the projections the band GEMM's plain form does not serve (of
   // Llama-3.1-8B's, all but gate_up): runs of up to 16 tiles split over several blocks' columns
-  // stream the small matrices where one band per SM cannot (bench/cuda_ops/NOTES.md item 37).
+  // stream the small matrices where one band per SM cannot (docs/cuda-engine.md, Projections).
   if (band_parts_.get() == nullptr || (band_parts_mask_ & which) == 0 || n <= skinny_max_tokens_ ||
       !band_supported(dtype_, cols, n) || staged_serves(rows, cols, n) || band_serves(rows, cols, n)) {
     return 0;

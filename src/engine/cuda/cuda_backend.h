@@ -197,11 +197,11 @@ class CudaBackend final : public Backend {
   // (measurements; 0: half the splits of a plain pass, and no floor).
   int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
   // Bytes of each part of every row of o's weights the prefix kernel asks into L2 (L2Prefetch in
-  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (bench/cuda_ops/NOTES.md items 43,
-  // 48 and 50: as lines, 1,024 B is 0.02 ms a step faster at k = 20 than none).
+  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (as lines, 1,024 B is 0.02 ms a
+  // step faster at k = 20 than none).
   int64_t o_prefetch_bytes_ = 1024;
   // Asked as 128-byte lines (L2Prefetch::lines; KERNELLLM_CUDA_O_PREFETCH_LINES=0: as bulk
-  // requests, which cost more than they give since item 48).
+  // requests, which cost more than they give since the prefix kernel's operands are rounded).
   bool o_prefetch_lines_ = true;
   // ChainPrep::reads_first; env KERNELLLM_CUDA_CHAIN_READS_FIRST=0 reads after the wait (measurements).
   bool chain_reads_first_ = true;
@@ -216,7 +216,7 @@ class CudaBackend final : public Backend {
   // KERNELLLM_CUDA_KV_EVICT_FIRST=0 turns it off (measurements).
   bool kv_evict_first_ = true;
   // The cascade's prefix kernel (SharedPrefixArgs): its queries and softmax weights rounded to the
-  // cache dtype, as FlashAttention computes (bench/cuda_ops/NOTES.md item 48; env
+  // cache dtype, as FlashAttention computes (docs/cuda-engine.md, Attention; env
   // KERNELLLM_CUDA_PREFIX_LOW_HALVES=1 keeps the high and low halves), and its K/V rows under an
   // L2 evict-first policy (KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST=0 turns it off).
   bool prefix_low_halves_ = false;
