@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -113,6 +114,20 @@ Result<std::string> read_text_file(const std::filesystem::path& path, size_t max
     if (out.size() + static_cast<size_t>(n) > max_bytes) return too_big("more");
     out.append(buf, static_cast<size_t>(n));
   }
+}
+
+Result<std::unique_ptr<TempDir>> TempDir::create(std::string_view prefix) {
+  std::error_code ec;
+  const std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+  if (ec) return error(ErrorCode::io_error, "no temporary directory: " + ec.message());
+  std::string templ = (base / (std::string(prefix) + "-XXXXXX")).string();
+  if (mkdtemp(templ.data()) == nullptr) return error(ErrorCode::io_error, templ + ": cannot create a temporary directory");
+  return std::unique_ptr<TempDir>(new TempDir(templ));
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 }  // namespace kernelllm

@@ -36,7 +36,7 @@ double percentile(std::vector<double> v, double p) {
 
 // A backend with whatever must outlive it (the weights it reads, a temporary checkpoint).
 struct BenchModel {
-  std::unique_ptr<bench::TempDir> temp;
+  std::unique_ptr<TempDir> temp;
   std::unique_ptr<WeightStore> weights;
   ModelConfig config;
   std::string config_json;
@@ -111,7 +111,7 @@ Result<BenchModel> load_bench_model(const BenchOptions& o) {
 
 // CPU random weights: a seeded checkpoint in a temporary directory, mmapped like a real one.
 Status write_cpu_random_weights(BenchModel& m, const BenchOptions& o, const std::function<void(std::string_view)>& log) {
-  KLLM_ASSIGN_OR_RETURN(m.temp, bench::TempDir::create("kernelllm-bench-weights"));
+  KLLM_ASSIGN_OR_RETURN(m.temp, TempDir::create("kernelllm-bench-weights"));
   if (log) log("writing a random " + std::string(dtype_name(o.dtype)) + " checkpoint to " + m.temp->path().string());
   KLLM_RETURN_IF_ERROR(write_random_checkpoint(m.temp->path(), m.config_json, o.dtype, o.seed));
   KLLM_ASSIGN_OR_RETURN(WeightStore ws, WeightStore::open(m.temp->path()));

@@ -1,5 +1,5 @@
 // Pieces of `kernelllm bench` shared by src/engine/bench*.cpp and not part of the public
-// header: device parsing, a temporary directory, machine facts, the memory check, the
+// header: device parsing, machine facts, the memory check, the
 // seeded prompt and the HF peer subprocess.
 #pragma once
 
@@ -22,20 +22,6 @@ struct Device {
 };
 // "cpu", "cuda" (= cuda:0) or "cuda:N".
 Result<Device> parse_device(std::string_view text);
-
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  static Result<std::unique_ptr<TempDir>> create(std::string_view prefix);
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  explicit TempDir(std::filesystem::path p) : path_(std::move(p)) {}
-  std::filesystem::path path_;
-};
 
 // Seeded ids in [0, min(vocab, 128000)) (regular tokens only, no special ids).
 std::vector<int32_t> random_prompt(int64_t count, int64_t vocab, uint64_t seed);

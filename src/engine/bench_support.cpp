@@ -72,20 +72,6 @@ Result<Device> parse_device(std::string_view text) {
   return Device{d.cuda, d.index_or_0()};
 }
 
-Result<std::unique_ptr<TempDir>> TempDir::create(std::string_view prefix) {
-  std::error_code ec;
-  const std::filesystem::path base = std::filesystem::temp_directory_path(ec);
-  if (ec) return error(ErrorCode::io_error, "no temporary directory: " + ec.message());
-  std::string templ = (base / (std::string(prefix) + "-XXXXXX")).string();
-  if (mkdtemp(templ.data()) == nullptr) return error(ErrorCode::io_error, templ + ": cannot create a temporary directory");
-  return std::unique_ptr<TempDir>(new TempDir(templ));
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 std::vector<int32_t> random_prompt(int64_t count, int64_t vocab, uint64_t seed) {
   const auto range = static_cast<uint64_t>(std::min<int64_t>(vocab, 128000));
   uint64_t state = seed ^ 0x5EEDB0A7C0FFEEull;
@@ -248,3 +234,28 @@ Json run_hf_peer(const BenchOptions& o, const std::string& config_json, const st
 }
 
 }  // namespace kernelllm::bench
+
+namespace kernelllm {
+
+// The byte counts behind the achieved-bandwidth figures (bench.h).
+uint64_t parameter_count(const ModelConfig& c) {
+  const auto h = static_cast<uint64_t>(c.hidden_size), hd = static_cast<uint64_t>(c.head_dim),
+             q = static_cast<uint64_t>(c.num_attention_heads) * hd,
+             kv = static_cast<uint64_t>(c.num_key_value_heads) * hd, m = static_cast<uint64_t>(c.intermediate_size),
+             v = static_cast<uint64_t>(c.vocab_size);
+  const uint64_t per_layer = 2 * h + q * h + 2 * kv * h + h * q + 3 * m * h;
+  return v * h * (c.tie_word_embeddings ? 1 : 2) + static_cast<uint64_t>(c.num_hidden_layers) * per_layer + h;
+}
+
+uint64_t decode_weight_bytes(const ModelConfig& c, size_t dtype_bytes) {
+  uint64_t params = parameter_count(c);
+  if (!c.tie_word_embeddings) params -= static_cast<uint64_t>(c.vocab_size) * static_cast<uint64_t>(c.hidden_size);
+  return params * dtype_bytes;
+}
+
+uint64_t kv_bytes_per_token(const ModelConfig& c, size_t element_bytes) {
+  return static_cast<uint64_t>(c.num_hidden_layers) * 2 * static_cast<uint64_t>(c.num_key_value_heads) *
+         static_cast<uint64_t>(c.head_dim) * element_bytes;
+}
+
+}  // namespace kernelllm

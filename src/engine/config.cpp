@@ -3,7 +3,9 @@
 // from either the legacy `rope_scaling` + `rope_theta` or the newer nested `rope_parameters`.
 #include "kernelllm/engine/config.h"
 
+#include <cmath>
 #include <limits>
+#include <numbers>
 #include <string>
 
 #include "kernelllm/base/file.h"
@@ -290,6 +292,41 @@ Result<GenerationConfig> load_generation_config(const std::filesystem::path& dir
   if (g.eos_token_ids.empty()) g.eos_token_ids = model.eos_token_ids;
   if (!g.bos_token_id) g.bos_token_id = model.bos_token_id;
   return g;
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& config) {
+  const int64_t dim = config.head_dim;
+  const int64_t half = dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    // torch: base ** (arange(0, dim, 2).float() / dim), all float32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    const auto pw = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(config.rope_theta)),
+                                                static_cast<double>(exponent)));
+    inv[static_cast<size_t>(i)] = 1.0f / pw;
+  }
+  if (config.rope_scaling.type != RopeScaling::Type::llama3) return inv;
+
+  const RopeScaling& s = config.rope_scaling;
+  const auto factor = static_cast<float>(s.factor);
+  const auto low = static_cast<float>(s.low_freq_factor);
+  const auto high = static_cast<float>(s.high_freq_factor);
+  const auto old_ctx = static_cast<float>(s.original_max_position_embeddings);
+  const double low_freq_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.low_freq_factor;
+  const double high_freq_wavelen = static_cast<double>(s.original_max_position_embeddings) / s.high_freq_factor;
+  const auto two_pi = static_cast<float>(2.0 * std::numbers::pi);
+  for (float& f : inv) {
+    const float wavelen = two_pi / f;
+    float scaled = static_cast<double>(wavelen) > low_freq_wavelen ? f / factor : f;
+    const bool medium = !(static_cast<double>(wavelen) < high_freq_wavelen) &&
+                        !(static_cast<double>(wavelen) > low_freq_wavelen);
+    if (medium) {
+      const float smooth = (old_ctx / wavelen - low) / (high - low);
+      scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+    }
+    f = scaled;
+  }
+  return inv;
 }
 
 }  // namespace kernelllm

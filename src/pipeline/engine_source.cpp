@@ -6,11 +6,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/bench_internal.h"
 #include "kernelllm/base/device.h"
-#include "kernelllm/engine/bench.h"
+#include "kernelllm/base/file.h"
 #include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/model.h"
+#include "kernelllm/engine/random_weights.h"
 #include "kernelllm/pipeline/optimize.h"
 
 namespace kernelllm {
@@ -129,7 +129,7 @@ Result<OpenedEngine> open_engine_parts(const EngineOptions& options) {
   if (device.cuda) KLLM_RETURN_IF_ERROR(require_cuda_build());
   // Holds what the backend reads (the weights, a temporary checkpoint) until it is gone.
   struct Storage {
-    std::unique_ptr<bench::TempDir> temp;
+    std::unique_ptr<TempDir> temp;
     std::unique_ptr<WeightStore> weights;
   };
   auto owned = std::make_shared<Storage>();
@@ -164,7 +164,7 @@ Result<OpenedEngine> open_engine_parts(const EngineOptions& options) {
     out.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
     if (!device.cuda) {
       // The CPU backend reads weights from a checkpoint: write a seeded one and mmap it.
-      KLLM_ASSIGN_OR_RETURN(owned->temp, bench::TempDir::create("kernelllm-random-weights"));
+      KLLM_ASSIGN_OR_RETURN(owned->temp, TempDir::create("kernelllm-random-weights"));
       KLLM_RETURN_IF_ERROR(write_random_checkpoint(owned->temp->path(), config_json, dtype, options.random_seed));
       KLLM_ASSIGN_OR_RETURN(WeightStore store, WeightStore::open(owned->temp->path()));
       owned->weights = std::make_unique<WeightStore>(std::move(store));

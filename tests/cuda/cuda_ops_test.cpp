@@ -325,7 +325,7 @@ void attention_case(DType t, int64_t heads, int64_t kv_heads, int64_t hd, int64_
   c.head_dim = hd;
   c.rope_theta = 500000.0;
   c.rope_scaling = {RopeScaling::Type::llama3, 8.0, 1.0, 4.0, 8192};
-  const std::vector<float> inv = cpu::rope_inv_freq(c);
+  const std::vector<float> inv = rope_inv_freq(c);
   const int64_t pt = 16, layers = 2, layer = 1, kv_dim = kv_heads * hd, q_dim = heads * hd;
   // Sequences of 45, 70 and 203 tokens on scattered pages (the last spans four 64-position
   // tiles of the prefill kernel); every token is a query (causal).

@@ -3,12 +3,29 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "kernelllm/base/status.h"
 
 namespace kernelllm {
+
+// A fresh directory under the system temp dir (prefix-XXXXXX), removed with everything in it.
+class TempDir {
+ public:
+  static Result<std::unique_ptr<TempDir>> create(std::string_view prefix);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::filesystem::path p) : path_(std::move(p)) {}
+  std::filesystem::path path_;
+};
 
 // A read-only, private mapping of a whole file. Empty files map to an empty span.
 class MappedFile {

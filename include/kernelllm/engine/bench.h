@@ -14,6 +14,7 @@
 #include "kernelllm/base/json.h"
 #include "kernelllm/base/status.h"
 #include "kernelllm/engine/config.h"
+#include "kernelllm/engine/random_weights.h"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm {
@@ -48,18 +49,6 @@ Result<Json> run_bench(const BenchOptions& options, const std::function<void(std
 
 // A readable table of run_bench's JSON.
 std::string format_bench_table(const Json& result);
-
-// Built-in shapes: "llama-3.1-8b" (exactly KernelLLM's config.json) and tiny CPU-sized ones.
-std::vector<std::string> named_config_names();
-// The config.json text of a named shape; an unknown name lists the known ones.
-Result<std::string> named_config_json(std::string_view name);
-// `name_or_path`: a named shape, else a config.json path.
-Result<std::string> bench_config_json(std::string_view name_or_path);
-
-// Writes config.json and model.safetensors with seeded random weights (uniform, std 0.02;
-// norm weights 1) of `config_json`'s shape into `dir` (created), in `dtype` (f32, f16, bf16).
-Status write_random_checkpoint(const std::filesystem::path& dir, std::string_view config_json, DType dtype,
-                               uint64_t seed);
 
 // Bytes the decode step reads per sequence-independent part: every weight except the
 // embedding table (a gather), with lm_head counted once when tied.

@@ -68,4 +68,9 @@ struct GenerationConfig {
 // ids are the model config's eos ids. A present but malformed file is an error.
 Result<GenerationConfig> load_generation_config(const std::filesystem::path& dir, const ModelConfig& model);
 
+// The model's inverse RoPE frequencies [head_dim / 2], computed in float32 as transformers does
+// (_compute_default_rope_parameters, _compute_llama3_parameters in modeling_rope_utils.py); both
+// backends rotate with these.
+std::vector<float> rope_inv_freq(const ModelConfig& config);
+
 }  // namespace kernelllm

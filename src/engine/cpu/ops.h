@@ -41,9 +41,6 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 // HF LlamaRMSNorm in fp32: x / sqrt(mean(x^2) + eps) * weight.
 void rms_norm(const float* x, const float* weight, int64_t n, double eps, float* out);
 
-// Inverse RoPE frequencies [head_dim / 2], computed in float32 as transformers does
-// (_compute_default_rope_parameters, _compute_llama3_parameters in modeling_rope_utils.py).
-std::vector<float> rope_inv_freq(const ModelConfig& config);
 // cos/sin [head_dim / 2] for one position: angle = float(pos) * inv_freq in float32.
 void rope_cos_sin(std::span<const float> inv_freq, int64_t pos, float* cos_out, float* sin_out);
 // Rotates one head in place: x[j], x[j + half] form a pair (HF rotate_half).

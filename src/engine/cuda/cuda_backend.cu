@@ -2,7 +2,7 @@
 // KV write -> paged attention -> o_proj -> residual add + RMSNorm -> fused gate|up projection
 // -> SwiGLU -> down_proj. The residual stream and projection outputs are fp32; matmul inputs,
 // weights and the KV cache are in the backend dtype.
-#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/backend_impl.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,6 @@
 #include <string>
 #include <unordered_set>
 
-#include "engine/cpu/ops.h"
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/attention_shared.cuh"
 #include "engine/cuda/embedding.cuh"
@@ -142,7 +141,7 @@ Status CudaBackend::init() {
     KLLM_RETURN_IF_ERROR(l.in_norm.allocate(h * 4, "input_layernorm"));
     KLLM_RETURN_IF_ERROR(l.post_norm.allocate(h * 4, "post_attention_layernorm"));
   }
-  const std::vector<float> inv = cpu::rope_inv_freq(c);
+  const std::vector<float> inv = rope_inv_freq(c);
   KLLM_RETURN_IF_ERROR(inv_freq_.allocate(inv.size() * 4, "rope inv_freq"));
   // Every copy and memset goes on stream_: it is non-blocking, so the legacy stream's cudaMemcpy
   // and cudaMemset are not ordered before its kernels, and a copy from pageable memory may return

@@ -8,7 +8,7 @@
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/attention.cuh"
 #include "engine/cuda/attention_shared.cuh"
-#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/backend_impl.h"
 #include "engine/cuda/embedding.cuh"
 #include "engine/cuda/gemv.cuh"
 #include "engine/cuda/rmsnorm.cuh"

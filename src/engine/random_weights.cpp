@@ -1,6 +1,7 @@
-// Shapes for `kernelllm bench`: the built-in named configs (KernelLLM's exact 8B config and
-// tiny CPU-sized ones), the seeded random-weight checkpoint the CPU backend loads, and the
-// byte counts behind the achieved-bandwidth figures.
+// Random-weight models (random_weights.h): the built-in named configs (KernelLLM's exact 8B
+// config and tiny CPU-sized ones) and the seeded random-weight checkpoint the CPU backend loads.
+#include "kernelllm/engine/random_weights.h"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -8,7 +9,8 @@
 #include <system_error>
 
 #include "kernelllm/base/file.h"
-#include "kernelllm/engine/bench.h"
+#include "kernelllm/base/json.h"
+#include "kernelllm/engine/config.h"
 
 namespace kernelllm {
 
@@ -211,26 +213,6 @@ Status write_random_checkpoint(const std::filesystem::path& dir, std::string_vie
   }
   if (!out) return error(ErrorCode::io_error, file.string() + ": cannot write");
   return {};
-}
-
-uint64_t parameter_count(const ModelConfig& c) {
-  const auto h = static_cast<uint64_t>(c.hidden_size), hd = static_cast<uint64_t>(c.head_dim),
-             q = static_cast<uint64_t>(c.num_attention_heads) * hd,
-             kv = static_cast<uint64_t>(c.num_key_value_heads) * hd, m = static_cast<uint64_t>(c.intermediate_size),
-             v = static_cast<uint64_t>(c.vocab_size);
-  const uint64_t per_layer = 2 * h + q * h + 2 * kv * h + h * q + 3 * m * h;
-  return v * h * (c.tie_word_embeddings ? 1 : 2) + static_cast<uint64_t>(c.num_hidden_layers) * per_layer + h;
-}
-
-uint64_t decode_weight_bytes(const ModelConfig& c, size_t dtype_bytes) {
-  uint64_t params = parameter_count(c);
-  if (!c.tie_word_embeddings) params -= static_cast<uint64_t>(c.vocab_size) * static_cast<uint64_t>(c.hidden_size);
-  return params * dtype_bytes;
-}
-
-uint64_t kv_bytes_per_token(const ModelConfig& c, size_t element_bytes) {
-  return static_cast<uint64_t>(c.num_hidden_layers) * 2 * static_cast<uint64_t>(c.num_key_value_heads) *
-         static_cast<uint64_t>(c.head_dim) * element_bytes;
 }
 
 }  // namespace kernelllm
