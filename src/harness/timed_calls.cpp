@@ -228,7 +228,7 @@ void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& 
   // in every run, whichever set shows its error first.
   const int k = r.evidence.value("timed_mismatch_set", -1);
   r.evidence.erase("timed_mismatch_set");
-  const std::vector<TrialInput>& sets = dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
+  const std::vector<TrialInput>& sets = timing_sets(dev);
   if (k < 0 || static_cast<size_t>(k) >= sets.size()) return;
   const TrialInput& in = sets[static_cast<size_t>(k)];
   const std::string finding = r.message;

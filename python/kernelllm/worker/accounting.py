@@ -148,12 +148,12 @@ class KernelProfiler:
         return {"available": True, "kernels": kernels, "n_events": int(sum(v[1] for v in per.values()))}
 
 
-def kernel_counts(*profiles: Dict[str, Any], times: Optional[List[int]] = None) -> Dict[str, int]:
-    """Launches per kernel name over trusted profiles (the judge's), each counted `times[k]` times."""
+def kernel_counts(*profiles: Dict[str, Any]) -> Dict[str, int]:
+    """Launches per kernel name over trusted profiles (the judge's)."""
     out: Dict[str, int] = {}
-    for k, p in enumerate(profiles):
+    for p in profiles:
         for row in (p or {}).get("kernels") or []:
-            out[row["name"]] = out.get(row["name"], 0) + (times[k] if times else 1) * int(row["count"])
+            out[row["name"]] = out.get(row["name"], 0) + int(row["count"])
     return out
 
 

@@ -327,7 +327,7 @@ class Judge:
                 if profile_kernels:
                     made = [p.result(allow_empty=True) for p in (prof_base, prof_out)]
                     if all(m.get("available") for m in made):
-                        baseline["kernels"] = accounting.kernel_counts(*made, times=[1, 1])
+                        baseline["kernels"] = accounting.kernel_counts(*made)
                     baseline["reference"] = prof_ref.result()
                 rec["baseline"] = baseline
             ref64 = None
