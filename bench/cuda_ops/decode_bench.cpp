@@ -1,6 +1,7 @@
 // Speed probe for the CUDA backend with random weights of the Llama-3.1-8B shape: prefill of a
 // prompt, then decode steps for one sequence and for k forks of the prompt (one batch).
 // Usage: kernelllm_cuda_bench [layers=32] [prompt=1500] [steps=128] [k=20] [dtype=bf16|f16] [graphs=1]
+//                             [plan=auto] (a kernel plan text, src/engine/cuda_plan.h: e.g. cascade=0)
 // Prints one JSON object. Timings are host wall clock around forward() calls (each returns
 // after its logits are on the host), after warm-up steps (graph capture included in those).
 #include <chrono>
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   CudaBackendOptions o;
   o.dtype = dt == "f16" ? DType::f16 : DType::bf16;
   o.cuda_graphs = graphs;
+  o.plan = argc > 7 ? argv[7] : "";
   o.kv_capacity_tokens = 20 * 4096 + 4096;  // the memory bar: k = 20 x 4096 tokens
   const double t_load = now_ms();
   auto made = make_cuda_backend_random(c, 1234, o);

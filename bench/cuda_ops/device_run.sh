@@ -33,7 +33,7 @@ python3 tools/make_test_data.py --out "$KERNELLLM_TESTDATA" > "$out/testdata.log
 "$t/cuda_backend_test" 2>&1 | tee "$out/cuda_backend_test.log" | grep -E "^\[|FAILED|PASSED|Failure|error" | head -60
 build/dev/kernelllm_cuda_ops_bench 2>&1 | tee "$out/ops_bench.txt" | grep -Ei "attention|gemv"
 build/dev/kernelllm_cuda_bench 32 1500 128 20 bf16 2>&1 | tee "$out/bench.json"
-KERNELLLM_CUDA_SHARED_PREFIX=0 build/dev/kernelllm_cuda_bench 32 1500 128 20 bf16 2>&1 | tee "$out/bench_no_shared_prefix.json"
+build/dev/kernelllm_cuda_bench 32 1500 128 20 bf16 1 cascade=0 2>&1 | tee "$out/bench_no_shared_prefix.json"
 "$t/cuda_ops_test" 2>&1 | tee "$out/cuda_ops_test.log" | grep -E "FAILED|PASSED|Failure|error" | head -40
 if [[ -z "${KERNELLLM_DEVICE_SKIP_HF8B:-}" ]]; then
   PYTHONUNBUFFERED=1 python3 tests/cuda/make_hf_8b_shape.py /tmp/hf8b 2>&1 | tail -3

@@ -24,6 +24,7 @@ struct BenchArgs {
   std::string dtype = "bf16";
   std::string device;  // empty: resolve_gen_device's default
   std::string json_file;
+  double memory_cap_gib = 0;
 };
 
 // The exact command line, from /proc/self/cmdline (arguments joined by spaces, quoted when needed).
@@ -67,6 +68,12 @@ int run_bench_command(BenchArgs args) {
     return kExitUsage;
   }
   args.options.device = *device;
+  if ((!args.options.cuda_plan.empty() || args.memory_cap_gib > 0) && args.options.device.rfind("cuda", 0) != 0) {
+    std::fprintf(stderr, "kernelllm bench: --cuda-plan and --memory-cap need a cuda device, found %s\n",
+                 args.options.device.c_str());
+    return kExitUsage;
+  }
+  args.options.memory_cap_bytes = static_cast<uint64_t>(args.memory_cap_gib * 1073741824.0);
   if (!args.options.model.empty()) {
     auto model_dir = find_or_download_model(args.options.model, args.hub);
     if (!model_dir.ok()) {
@@ -146,6 +153,11 @@ void add_bench_command(CLI::App& app, CommandRun& run) {
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-cuda-graphs", args->no_cuda_graphs, "Do not capture decode steps in CUDA graphs");
+  cmd->add_option("--cuda-plan", o.cuda_plan,
+                  "Kernel plan text (docs/cuda-engine.md, Plan): portable, or key=value choices, comma-separated");
+  cmd->add_option("--memory-cap", args->memory_cap_gib,
+                  "GiB: run as on a GPU with this much memory (the rest is set aside first), e.g. 24")
+      ->check(CLI::Range(1.0, 4096.0));
   cmd->add_option("--peer", o.peer, "Also time a peer on the same shape and prompt")->check(CLI::IsMember({"hf"}));
   cmd->add_option("--python", o.python, "Python for the peer")->capture_default_str();
   cmd->add_option("--peer-script", o.peer_script, "Path of bench/peer_hf.py (default: found above the executable)");

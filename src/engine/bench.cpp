@@ -189,6 +189,15 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
   }
 
   Json machine = bench::machine_facts(dev);
+  std::shared_ptr<void> memory_cap;  // held until the run is done
+  if (dev.cuda && o.memory_cap_bytes > 0) {
+    if (log) log("capping device memory at " + std::to_string(o.memory_cap_bytes >> 20) + " MiB");
+    KLLM_ASSIGN_OR_RETURN(memory_cap, cap_device_memory(dev.index, o.memory_cap_bytes));
+  }
+  Json plan = nullptr;
+  if (dev.cuda) {
+    KLLM_ASSIGN_OR_RETURN(plan, bench::describe_cuda_plan(dev, c, o.dtype, o.cuda_plan, o.n));
+  }
   Result<double> copy_gbps = error(ErrorCode::unsupported, "copy bandwidth is measured on cuda devices only");
   if (dev.cuda) {
     if (log) log("measuring device-to-device copy bandwidth");
@@ -213,6 +222,7 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
     co.max_sequences = max_n + 1;
     co.kv_capacity_tokens = max_n * (o.prompt_tokens + o.new_tokens) + (max_n + 1) * co.kv_page_tokens;
     co.cuda_graphs = o.cuda_graphs;
+    co.plan = o.cuda_plan;
     if (log) log("building the CUDA backend");
     if (m.weights) {
       KLLM_ASSIGN_OR_RETURN(m.backend, make_cuda_backend(c, *m.weights, co));
@@ -273,7 +283,9 @@ Result<Json> run_bench(const BenchOptions& o, const std::function<void(std::stri
         {"temperature", o.temperature},
         {"top_p", o.top_p},
         {"top_k", o.top_k},
-        {"cuda_graphs", o.cuda_graphs}}},
+        {"cuda_graphs", o.cuda_graphs},
+        {"memory_cap_bytes", o.memory_cap_bytes > 0 ? Json(o.memory_cap_bytes) : Json(nullptr)}}},
+      {"cuda_plan", plan},
       {"memory", memory},
       {"copy_bandwidth",
        copy_gbps.ok() ? Json{{"available", true}, {"gbps", *copy_gbps}, {"method", "cuMemcpyDtoD 1 GiB, median of 20, read+write bytes"}}

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernelllm/engine/bench.h"
@@ -28,6 +29,7 @@ struct Driver {
   CUresult (*cuDriverGetVersion)(int*) = nullptr;
   CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
   CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice) = nullptr;
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
   CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
@@ -58,6 +60,7 @@ Result<std::unique_ptr<Driver>> load_driver() {
   }
   const bool ok = bind(d->lib, "cuInit", d->cuInit) && bind(d->lib, "cuDriverGetVersion", d->cuDriverGetVersion) &&
                   bind(d->lib, "cuDeviceGet", d->cuDeviceGet) && bind(d->lib, "cuDeviceGetName", d->cuDeviceGetName) &&
+                  bind(d->lib, "cuDeviceGetAttribute", d->cuDeviceGetAttribute) &&
                   bind(d->lib, "cuDevicePrimaryCtxRetain", d->cuDevicePrimaryCtxRetain) &&
                   bind(d->lib, "cuDevicePrimaryCtxRelease", d->cuDevicePrimaryCtxRelease) &&
                   bind(d->lib, "cuCtxSetCurrent", d->cuCtxSetCurrent) &&
@@ -131,7 +134,46 @@ Result<GpuFacts> query_gpu(int device) {
   KLLM_RETURN_IF_ERROR(check(d->cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo"));
   f.free_bytes = free_b;
   f.total_bytes = total_b;
+  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR, _MULTIPROCESSOR_COUNT,
+  // _MAX_SHARED_MEMORY_PER_BLOCK_OPTIN (cuda.h).
+  const std::pair<int, int*> attrs[] = {{75, &f.major}, {76, &f.minor}, {16, &f.sm_count}, {97, &f.smem_per_block}};
+  for (const auto& [attr, out] : attrs) {
+    KLLM_RETURN_IF_ERROR(check(d->cuDeviceGetAttribute(out, attr, ctx->device()), "cuDeviceGetAttribute"));
+  }
   return f;
+}
+
+namespace {
+// The driver, the retained primary context and the ballast, released in reverse order.
+struct Ballast {
+  std::unique_ptr<Driver> driver;
+  std::unique_ptr<PrimaryContext> context;
+  std::unique_ptr<DeviceBuffer> buffer;
+  ~Ballast() {
+    buffer.reset();
+    context.reset();
+  }
+};
+}  // namespace
+
+Result<std::shared_ptr<void>> cap_device_memory(int device, uint64_t cap_bytes) {
+  auto b = std::make_shared<Ballast>();
+  KLLM_ASSIGN_OR_RETURN(b->driver, load_driver());
+  KLLM_ASSIGN_OR_RETURN(b->context, PrimaryContext::open(*b->driver, device));
+  size_t free_b = 0, total_b = 0;
+  KLLM_RETURN_IF_ERROR(check(b->driver->cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo"));
+  if (cap_bytes >= total_b) return std::shared_ptr<void>(b);
+  const uint64_t ballast = total_b - cap_bytes;
+  if (ballast > free_b) {
+    return error(ErrorCode::resource_exhausted,
+                 "memory cap: cuda:" + std::to_string(device) + " has " + std::to_string(free_b >> 20) +
+                     " MiB free, less than the " + std::to_string(ballast >> 20) + " MiB to set aside for a " +
+                     std::to_string(cap_bytes >> 20) + " MiB cap");
+  }
+  CUdeviceptr p = 0;
+  KLLM_RETURN_IF_ERROR(check(b->driver->cuMemAlloc(&p, ballast), "cuMemAlloc (memory cap ballast)"));
+  b->buffer = std::make_unique<DeviceBuffer>(*b->driver, p);
+  return std::shared_ptr<void>(b);
 }
 
 Result<double> measure_copy_bandwidth_gbps(int device) {

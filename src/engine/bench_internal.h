@@ -31,6 +31,12 @@ Json kernelllm_environment();
 // CPU model, threads, GPU facts (cuda), kernelllm version, git commit when known, environment.
 Json machine_facts(const Device& device);
 
+// The kernel plan the CUDA backend makes on this GPU for `plan_text` ("" → KERNELLLM_CUDA_PLAN):
+// its text, the GPU traits it saw, the prefill attention's form and, per n, which kernel serves
+// each projection and the attention of a decode step of n forks of one prompt.
+Result<Json> describe_cuda_plan(const Device& device, const ModelConfig& config, DType dtype,
+                                const std::string& plan_text, const std::vector<int64_t>& n);
+
 // Errors with resource_exhausted when weights + KV + workspace exceed the free device memory
 // (cuda) or MemAvailable (cpu); otherwise the figures as JSON.
 Result<Json> check_memory(const Device& device, uint64_t weights_bytes, uint64_t kv_bytes, uint64_t workspace_bytes,

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/bench_internal.h"
+#include "engine/cuda_plan.h"
 #include "kernelllm/base/device.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/system.h"
@@ -20,6 +21,8 @@
 namespace kernelllm::bench {
 
 namespace {
+// A prompt long enough that the prefill attention takes query blocks (describe_cuda_plan).
+constexpr int64_t kPrefillProbeTokens = 64;
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -124,6 +127,28 @@ Json kernelllm_environment() {
   return env;
 }
 
+Result<Json> describe_cuda_plan(const Device& device, const ModelConfig& config, DType dtype,
+                                const std::string& plan_text, const std::vector<int64_t>& n) {
+  KLLM_ASSIGN_OR_RETURN(const cuda::PlanChoices choices, plan_text.empty() ? cuda::plan_choices_from_env()
+                                                                           : cuda::parse_plan_choices(plan_text));
+  KLLM_ASSIGN_OR_RETURN(const GpuFacts facts, query_gpu(device.index));
+  const cuda::GpuTraits gpu{facts.major, facts.minor, facts.sm_count, facts.smem_per_block};
+  const cuda::KernelPlan plan(config, dtype, gpu, choices);
+  const cuda::PassPlan prefill = plan.pass(kPrefillProbeTokens, 1, false, false);
+  Json decode = Json::object();
+  for (int64_t k : n) decode[std::to_string(k)] = plan.describe(k, k >= 2);
+  const char* forms[] = {"row_tile", "row_tiles2", "head_rows"};
+  return Json{{"text", cuda::plan_text(choices)},
+              {"gpu", {{"compute_capability", std::to_string(gpu.major) + "." + std::to_string(gpu.minor)},
+                       {"sm_count", gpu.sm_count},
+                       {"smem_per_block", gpu.smem_per_block}}},
+              {"hopper_features", plan.hopper()},
+              {"prefill_attention", prefill.attention == cuda::AttentionKind::prefill
+                                        ? forms[static_cast<int>(prefill.prefill)]
+                                        : "split"},
+              {"decode", decode}};
+}
+
 Json machine_facts(const Device& device) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -134,7 +159,7 @@ Json machine_facts(const Device& device) {
       {"kernelllm_version", KERNELLLM_VERSION},
       {"git_commit", nullptr},
       {"gpu", nullptr},
-      // The run's KERNELLLM_* switches (e.g. KERNELLLM_CUDA_CHAIN=0): what was measured.
+      // The run's KERNELLLM_* variables (e.g. KERNELLLM_CUDA_PLAN=portable): what was measured.
       {"environment", kernelllm_environment()},
   };
   if (const std::string commit = git_commit_of(find_source_dir()); !commit.empty()) m["git_commit"] = commit;

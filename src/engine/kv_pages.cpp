@@ -5,8 +5,8 @@
 
 namespace kernelllm {
 
-KvPages::KvPages(int64_t num_pages, int64_t page_tokens, int64_t max_sequences)
-    : num_pages_(num_pages), page_tokens_(page_tokens), max_sequences_(max_sequences),
+KvPages::KvPages(int64_t num_pages, int64_t page_tokens, int64_t max_sequences, bool grow)
+    : num_pages_(num_pages), page_tokens_(page_tokens), max_sequences_(max_sequences), grow_(grow),
       refcount_(static_cast<size_t>(num_pages), 0) {
   free_.reserve(static_cast<size_t>(num_pages));
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
@@ -18,7 +18,7 @@ Result<SeqId> KvPages::free_slot() {
   }
   if (static_cast<int64_t>(seqs_.size()) >= max_sequences_) {
     return error(ErrorCode::resource_exhausted,
-                 "cuda KV cache: at most " + std::to_string(max_sequences_) + " sequences, all in use");
+                 "KV cache: at most " + std::to_string(max_sequences_) + " sequences, all in use");
   }
   seqs_.emplace_back();
   return static_cast<SeqId>(seqs_.size() - 1);
@@ -32,7 +32,7 @@ Result<SeqId> KvPages::create() {
 
 Result<SeqId> KvPages::fork(SeqId parent) {
   if (!contains(parent)) {
-    return error(ErrorCode::not_found, "cuda KV cache: fork of unknown sequence " + std::to_string(parent));
+    return error(ErrorCode::not_found, "KV cache: fork of unknown sequence " + std::to_string(parent));
   }
   KLLM_ASSIGN_OR_RETURN(SeqId id, free_slot());
   Sequence copy = *seqs_[static_cast<size_t>(parent)];
@@ -62,6 +62,10 @@ int64_t KvPages::pages_needed(SeqId seq, int64_t n) const {
 }
 
 int32_t KvPages::take() {
+  if (free_.empty() && grow_) {
+    refcount_.push_back(1);
+    return static_cast<int32_t>(num_pages_++);
+  }
   const int32_t p = free_.back();
   free_.pop_back();
   refcount_[static_cast<size_t>(p)] = 1;

@@ -1,8 +1,8 @@
-// Host bookkeeping of the CUDA backend's paged KV cache: a fixed pool of device pages, each
-// sequence a list of page indices plus a length, pages refcounted so forks share them; the
-// first write into a shared, partially filled page asks for a copy (copy-on-write).
-// The device memory itself belongs to the backend; this class only decides page numbers (plain
-// host code, so the unit tests cover it without a GPU).
+// The page table of a paged KV cache, for every backend: each sequence a list of page indices
+// plus a length, pages refcounted so forks share them; the first write into a shared, partially
+// filled page asks for a copy (copy-on-write). A fixed pool (the CUDA backend's device pages) or
+// one that grows a page at a time (the CPU backend's host pages). The memory belongs to the
+// backend; this class only decides page numbers (plain host code, unit-tested without a GPU).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,9 @@ namespace kernelllm {
 
 class KvPages {
  public:
-  KvPages(int64_t num_pages, int64_t page_tokens, int64_t max_sequences);
+  // grow: when no page is free, take a new one (num_pages() grows) instead of a fixed pool of
+  // num_pages; the caller adds its memory.
+  KvPages(int64_t num_pages, int64_t page_tokens, int64_t max_sequences, bool grow = false);
 
   Result<SeqId> create();
   Result<SeqId> fork(SeqId parent);
@@ -34,8 +36,9 @@ class KvPages {
     int32_t src, dst;
   };
   // Makes positions [length, length + n) writable and sets length += n; the caller must have
-  // checked pages_needed against free_pages. Appends the page copies to do to `copies` and
+  // checked pages_needed against free_pages (a fixed pool). Appends the page copies to do to `copies` and
   // returns the first logical page index whose physical page changed.
+  // A fixed pool must have the pages (pages_needed <= free_pages).
   int64_t extend(SeqId seq, int64_t n, std::vector<Copy>& copies);
   // Takes back extend(): length becomes `length` and the pages past it are released (a length
   // outside [0, length(seq)) changes nothing). A page that extend() copied stays the sequence's
@@ -54,6 +57,7 @@ class KvPages {
   void unref(int32_t page);
 
   int64_t num_pages_, page_tokens_, max_sequences_;
+  bool grow_;
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
   std::vector<std::optional<Sequence>> seqs_;

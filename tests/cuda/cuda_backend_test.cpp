@@ -123,12 +123,9 @@ TEST_P(TinyModels, ForksBatchesChunksAndGraphs) {
     o.kv_capacity_tokens = 1024;
     o.max_batch_tokens = variant == 1 || variant == 4 ? 8 : 4096;
     o.cuda_graphs = variant != 2;
-    o.skinny_gemm = variant != 5;
-    o.staged_gemm = variant != 5;
-    if (variant == 6) setenv("KERNELLLM_CUDA_STAGED", "all", 1);
+    o.plan = cuda_test::test_plan(variant == 5 ? "skinny=0,staged=off" : variant == 6 ? "staged=all" : "");
     const double tol = variant >= 3 ? 3e-2 : 1e-5;
     auto gpu = gpu_backend(m, o);
-    unsetenv("KERNELLLM_CUDA_STAGED");  // read when the backend is made
     ASSERT_TRUE(cpu && gpu);
     const SeqId cp = *cpu->create_sequence(), gp = *gpu->create_sequence();
     const double e0 = rel_error(run(*gpu, gp, prompt, true), run(*cpu, cp, prompt, true));
@@ -252,7 +249,7 @@ ChainTrace chain_scenario(Backend& b, bool sampled, uint64_t samples) {
 }
 
 // The decode chain (CudaBackend launching the next step before the caller asks, decode_chain.h)
-// changes no token: the scenarios above with it on and off (KERNELLLM_CUDA_CHAIN=0), greedy and
+// changes no token: the scenarios above with it on and off (plan choice chain=0), greedy and
 // sampled, in f32 and bf16 (5 samples: the cascade attention; 1: the GEMV); the committed lengths
 // the caller sees and sample 0's next logits are those of the backend without it. (Where the
 // caller leaves out stopped samples, the chain's step still held their rows; that is why the
@@ -270,9 +267,8 @@ TEST_P(TinyModels, DecodeChainChangesNoToken) {
       o.dtype = dt;
       o.kv_capacity_tokens = 1024;
       auto chained = gpu_backend(m, o);
-      setenv("KERNELLLM_CUDA_CHAIN", "0", 1);
+      o.plan = cuda_test::test_plan("chain=0");
       auto plain = gpu_backend(m, o);
-      unsetenv("KERNELLLM_CUDA_CHAIN");  // read when the backend is made
       ASSERT_TRUE(chained && plain);
       const ChainTrace a = chain_scenario(*chained, sampled, samples), b = chain_scenario(*plain, sampled, samples);
       const std::string what = std::string(dtype_name(dt)) + (sampled ? " sampled, " : " greedy, ") +

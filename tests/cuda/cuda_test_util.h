@@ -9,13 +9,24 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/cpu/ops.h"
 #include "engine/cuda/common.cuh"
 
 namespace kernelllm::cuda_test {
+
+// A test backend's kernel plan text: `choices` on top of KERNELLLM_CUDA_PLAN, so that the suite
+// run with KERNELLLM_CUDA_PLAN=portable (the non-Hopper plan) keeps it in every backend.
+inline std::string test_plan(const std::string& choices) {
+  const char* env = std::getenv("KERNELLLM_CUDA_PLAN");
+  const std::string base = env != nullptr ? env : "";
+  if (base.empty()) return choices;
+  return choices.empty() ? base : base + "," + choices;
+}
 
 inline uint16_t to_bf16_bits(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);

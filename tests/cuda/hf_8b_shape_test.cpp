@@ -49,7 +49,7 @@ TEST(HfEightBShape, LogitsMatchTransformers) {
     CudaBackendOptions o;
     o.dtype = DType::bf16;
     o.kv_capacity_tokens = 4096;
-    o.custom_gemv = gemv;
+    o.plan = cuda_test::test_plan(gemv ? "" : "gemv=0");
     auto b = make_cuda_backend(*config, *weights, o);
     ASSERT_TRUE(b.ok()) << b.status().to_string();
     const SeqId s = *(*b)->create_sequence();

@@ -93,7 +93,7 @@ TEST(DeviceSampler, GenerateMatchesHostDrawsOnATinyModel) {
     CudaBackendOptions o;
     o.dtype = DType::f32;
     o.kv_capacity_tokens = 4096;
-    o.device_sampling = device;
+    o.plan = cuda_test::test_plan(device ? "" : "device_sampling=0");
     auto b = make_cuda_backend(m.config, *m.weights, o);
     ASSERT_TRUE(b.ok()) << b.status().to_string();
     GenerateOptions g;

@@ -1,11 +1,31 @@
-// The CUDA backend's page bookkeeping (kv_pages.h, host code): extension, sharing between forks,
-// copy-on-write of a shared partial page, and truncate taking an extension back.
+// The backends' page table (kv_pages.h, host code): extension, sharing between forks,
+// copy-on-write of a shared partial page, truncate taking an extension back, a growing pool.
 #include "engine/kv_pages.h"
 
 #include <gtest/gtest.h>
 
 namespace kernelllm {
 namespace {
+
+TEST(KvPages, AGrowingPoolAddsPagesOnlyWhenNoneIsFree) {
+  KvPages kv(0, 4, 4, /*grow=*/true);
+  const SeqId s = *kv.create();
+  std::vector<KvPages::Copy> copies;
+  kv.extend(s, 6, copies);  // two pages, both new
+  EXPECT_EQ(kv.num_pages(), 2);
+  EXPECT_EQ(kv.free_pages(), 0);
+  const SeqId f = *kv.fork(s);
+  kv.extend(f, 1, copies);  // the shared partial page is copied into a third
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, kv.pages(s)[1]);
+  EXPECT_EQ(copies[0].dst, 2);
+  EXPECT_EQ(kv.num_pages(), 3);
+  kv.release(f);  // its copy goes back to the pool and is taken before any new page
+  EXPECT_EQ(kv.free_pages(), 1);
+  kv.extend(s, 4, copies);
+  EXPECT_EQ(kv.num_pages(), 3);
+  EXPECT_EQ(kv.pages(s)[2], 2);
+}
 
 TEST(KvPages, ExtendTakesPagesAndTruncateGivesThemBack) {
   KvPages kv(8, 4, 4);

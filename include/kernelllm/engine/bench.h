@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,8 @@ struct BenchOptions {
   int32_t top_k = 0;
   int threads = 0;              // cpu: 0 → hardware concurrency
   bool cuda_graphs = true;
+  std::string cuda_plan;        // cuda: a kernel plan text (CudaBackendOptions::plan); "" → auto
+  uint64_t memory_cap_bytes = 0;  // cuda: > 0 runs as on a card of this much memory (cap_device_memory)
   std::string peer;             // "" or "hf"
   std::string python = "python3";
   std::filesystem::path peer_script;  // bench/peer_hf.py; empty → found next to the source tree
@@ -62,6 +65,9 @@ struct GpuFacts {
   int driver_cuda_version = 0;  // cuDriverGetVersion: 12080 → CUDA 12.8
   uint64_t free_bytes = 0;
   uint64_t total_bytes = 0;
+  int major = 0, minor = 0;  // compute capability
+  int sm_count = 0;
+  int smem_per_block = 0;    // the most shared memory a block may opt into, bytes
 };
 // Through the CUDA driver library (libcuda.so.1, loaded at run time so that every build can
 // measure): unavailable → ErrorCode::unsupported.
@@ -69,5 +75,8 @@ Result<GpuFacts> query_gpu(int device);
 // Device-to-device cudaMemcpy-style copy loop (cuMemcpyDtoD of 1 GiB, median of 20 after
 // warmup); counts read + write bytes, as copy benchmarks usually do.
 Result<double> measure_copy_bandwidth_gbps(int device);
+// Sets aside all of `device`'s memory but cap_bytes (of its total) until the handle is dropped:
+// the process then runs as on a card of cap_bytes (e.g. 24 GB). No-op where the total is smaller.
+Result<std::shared_ptr<void>> cap_device_memory(int device, uint64_t cap_bytes);
 
 }  // namespace kernelllm

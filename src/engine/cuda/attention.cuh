@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "engine/cuda/rope.cuh"
+#include "engine/cuda/shapes.h"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
@@ -82,13 +83,9 @@ bool attention_partial_folds_rope(DType type, const AttentionArgs& args, int64_t
 //   (groups of at most 4 query heads: at most 8 warps per block);
 // - head_rows: a warp per query head with both 16-row tiles of the query block, so every K/V
 //   fragment read from shared memory feeds two products (groups of 1, 2, 4 or 8);
-// - automatic: head_rows for groups of 4 (Llama-3's), else row_tiles2 where it serves.
-// A kernel that does not serve the group falls back to row_tile. The ops bench times each.
-inline constexpr int64_t kPrefillQueryBlock = 32;
-enum class PrefillKernel { automatic, row_tile, row_tiles2, head_rows };
-bool prefill_attention_supported(DType type, int64_t head_dim, int64_t group);
-bool prefill_kernel_serves(PrefillKernel kernel, int64_t group);
-void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream,
-                       PrefillKernel kernel = PrefillKernel::automatic);
+// (PrefillKernel, prefill_attention_supported, prefill_kernel_serves, prefill_smem_bytes:
+// shapes.h; the kernel plan picks the form.) A kernel that does not serve the group falls back
+// to row_tile. The ops bench times each.
+void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream, PrefillKernel kernel);
 
 }  // namespace kernelllm::cuda

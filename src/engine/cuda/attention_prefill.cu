@@ -44,6 +44,9 @@ template <int HD>
 constexpr size_t smem_bytes(int q_rows) {
   return (size_t{2} * 2 * kTile + static_cast<size_t>(q_rows)) * (HD + kPad) * 2;
 }
+static_assert(smem_bytes<128>(4 * kHeadRows) == prefill_smem_bytes(PrefillKernel::head_rows, 128, 4) &&
+                  smem_bytes<64>(0) == prefill_smem_bytes(PrefillKernel::row_tiles2, 64, 4),
+              "shapes.h's prefill_smem_bytes describes this layout");
 
 // What both forms need of a query block and its sequence's cache.
 template <class T>
@@ -453,25 +456,10 @@ void launch(const AttentionArgs& a, PrefillKernel kernel, cudaStream_t stream) {
 
 }  // namespace
 
-bool prefill_attention_supported(DType type, int64_t head_dim, int64_t group) {
-  return (type == DType::bf16 || type == DType::f16) &&
-         (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8;
-}
-
-bool prefill_kernel_serves(PrefillKernel kernel, int64_t group) {
-  switch (kernel) {
-    case PrefillKernel::row_tiles2: return group <= 4;  // at most 8 warps per block
-    case PrefillKernel::head_rows: return group == 1 || group == 2 || group == 4 || group == 8;
-    default: return true;
-  }
-}
-
 void prefill_attention(DType type, const AttentionArgs& args, cudaStream_t stream, PrefillKernel kernel) {
   if (args.n_q_blocks == 0) return;
   const int64_t group = args.heads / args.kv_heads;
-  if (kernel == PrefillKernel::automatic) {
-    kernel = group == 4 ? PrefillKernel::head_rows : group < 4 ? PrefillKernel::row_tiles2 : PrefillKernel::row_tile;
-  } else if (!prefill_kernel_serves(kernel, group)) {
+  if (!prefill_kernel_serves(kernel, group)) {
     kernel = PrefillKernel::row_tile;
   }
   if (type == DType::f16) {

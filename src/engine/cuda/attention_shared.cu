@@ -345,11 +345,6 @@ void plan_shared_prefix(const std::vector<const std::vector<int32_t>*>& pages, c
   }
 }
 
-bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group) {
-  return (type == DType::bf16 || type == DType::f16) &&
-         (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8;
-}
-
 void shared_prefix_attention(DType type, const AttentionArgs& args, const SharedPrefixArgs& shared,
                              int64_t suffix_splits, int64_t prefix_splits, cudaStream_t stream, bool mma_suffix) {
   if (args.n_tokens == 0) return;

@@ -66,16 +66,15 @@ struct SharedPrefixPlan {
 void plan_shared_prefix(const std::vector<const std::vector<int32_t>*>& pages, const std::vector<int32_t>& pos,
                         const std::vector<int32_t>& seq, int64_t page_tokens, int64_t group, SharedPrefixPlan& plan);
 
-// bf16/f16 caches, head_dim 16/32/64/128, group <= 8.
-bool shared_prefix_supported(DType type, int64_t head_dim, int64_t group);
+// shared_prefix_supported (shapes.h): bf16/f16 caches, head_dim 16/32/64/128, group <= 8.
 
 // The own positions of a decode pass (split slots 0..splits-1 of each token's positions from
 // ctx_begin on, as attention_partial writes them) on the tensor cores (attention_suffix.cu):
 // bf16/f16 caches, head_dim 64 or 128, group <= 4. No RoPE fold: q holds the rotated queries.
 // Where suffix_tma_serves (args.kv.pages known, pages of 16 tokens) the K and V rows come into
 // shared memory by TMA copies, a page at a time, the splits cut at page boundaries; otherwise
-// each warp loads them into registers, the splits as the split kernel's.
-bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group);
+// each warp loads them into registers, the splits as the split kernel's. suffix_mma_supported:
+// shapes.h.
 bool suffix_tma_serves(DType type, const AttentionArgs& args);
 void suffix_attention_mma(DType type, const AttentionArgs& args, int64_t splits, cudaStream_t stream);
 

@@ -32,7 +32,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStep = 16;       // positions a warp takes at a time
-constexpr int kMaxGroup = 4;    // query heads per KV head: columns 0..3 high, 4..7 low
+constexpr int kMaxGroup = static_cast<int>(kSuffixMaxGroup);  // query heads per KV head: columns 0..3 high, 4..7 low
 constexpr int kMinBlocks = 3;   // blocks per SM the registers are held to
 constexpr int kTmaPageRows = kStep;  // the TMA form's page: one step of a warp
 constexpr int kRing = 8;             // its pages in flight per block (a multiple of kWarps)
@@ -386,11 +386,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 }
 
 }  // namespace
-
-bool suffix_mma_supported(DType type, int64_t head_dim, int64_t group) {
-  return (type == DType::bf16 || type == DType::f16) && (head_dim == 64 || head_dim == 128) && group >= 1 &&
-         group <= kMaxGroup;
-}
 
 bool suffix_tma_serves(DType type, const AttentionArgs& args) {
   return suffix_mma_supported(type, args.head_dim, args.heads / args.kv_heads) && args.kv.pages > 0 &&

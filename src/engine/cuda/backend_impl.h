@@ -15,6 +15,7 @@
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/gemm.cuh"
 #include "engine/cuda/staged_gemm.cuh"
+#include "engine/cuda_plan.h"
 #include "engine/decode_chain.h"
 #include "engine/kv_pages.h"
 #include "kernelllm/engine/backend.h"
@@ -29,11 +30,6 @@ namespace kernelllm::cuda {
 inline constexpr int64_t kMetaFields = 14;
 // The decode chain's field of them: each token's row in the step before, whose draw it is fed.
 inline constexpr int64_t kMetaChainFrom = 13;
-// The most tokens the skinny GEMM serves by default (KERNELLLM_CUDA_SKINNY_TOKENS sets 1..32).
-inline constexpr int64_t kSkinnyServedTokens = 16;
-// The projections band_gemm_parts may serve (CudaBackend::band_parts_serve; bits of
-// KERNELLLM_CUDA_BAND_PARTS_MASK).
-inline constexpr int kBandPartsQkv = 1, kBandPartsO = 2, kBandPartsDown = 4;
 
 class CudaBackend final : public Backend {
  public:
@@ -65,6 +61,7 @@ class CudaBackend final : public Backend {
   Status settle() override { return cancel_ahead(); }
 
   int64_t kv_capacity_tokens() const { return pages_->num_pages() * pages_->page_tokens(); }
+  const KernelPlan& plan() const { return *plan_; }
   int64_t kv_free_tokens() const { return pages_->free_pages() * pages_->page_tokens(); }
 
  private:
@@ -74,21 +71,12 @@ class CudaBackend final : public Backend {
   };
   Status validate(std::span<const ForwardRequest> batch) const;
   Status upload_table(SeqId seq, int64_t first_page);
-  // Whether proj() of n tokens over `cols` inputs goes through the GEMV (one token), the skinny
-  // tensor-core GEMM (2..16 tokens, f16/bf16), the staged one (17..32 tokens, the vocabulary
-  // projection), the band one (17..32 tokens, gate_up) or else cuBLASLt.
-  bool gemv_serves(int64_t cols, int64_t n) const;
-  bool skinny_serves(int64_t cols, int64_t n) const;
-  bool staged_serves(int64_t rows, int64_t cols, int64_t n) const;
-  bool band_serves(int64_t rows, int64_t cols, int64_t n) const;
-  // The part count of band_gemm_parts for the projection `which` (kBandParts*) of n tokens, or 0
-  // where it does not serve (17..32 tokens on compute capability 9.0+, not where band_serves).
-  int band_parts_serve(int which, int64_t rows, int64_t cols, int64_t n) const;
-  // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`. Where the GEMV serves only
-  // y_type f32 without accumulate is possible; callers ask gemv_serves() before asking for more.
-  Status proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
-              DType y_type = DType::f32, bool accumulate = false);
-  // The device work of one pass over n tokens whose metadata is in meta_; with logits_in_pass
+  // y [n, rows] = x . W^T (y += with `accumulate`), y in `y_type`, by the kernel the plan chose
+  // (not the band GEMM's parts form: its callers launch it). The GEMV writes a fresh f32 y only.
+  Status proj(const ProjPlan& how, const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n,
+              void* y, DType y_type = DType::f32, bool accumulate = false);
+  // The device work of one pass over n tokens whose metadata is in meta_, kernels as plan_->pass
+  // says; with logits_in_pass
   // (single-token passes, where every token's row produces logits: r == n) also their logits.
   // q_blocks > 0: attention through the tensor-core prefill kernel over that many query blocks.
   // shared: decode attention through attention_shared.cuh with the plan in meta_ fields 7..12.
@@ -114,7 +102,7 @@ class CudaBackend final : public Backend {
   // its CUDA graph (captured on the second use of a batch size) or the kernels one by one.
   Status launch_decode_layers(int64_t n, bool shared);
 
-  // Decode steps launched one ahead (decode_chain.h; KERNELLLM_CUDA_CHAIN=0 turns it off). A
+  // Decode steps launched one ahead (decode_chain.h; the plan's chain choice). A
   // step of the chain uses one of two sets of pinned buffers (its metadata, page-table patches,
   // draws and ids); chain_done_[buf] is recorded once its ids are on the host: written there by
   // the next step's chain_prep kernel, or copied when no step follows (read_chain_step).
@@ -160,22 +148,13 @@ class CudaBackend final : public Backend {
   DType dtype_;
   cudaStream_t stream_ = nullptr;
   Gemm gemm_;
-  // The staged GEMM's partial sums and band counters (one block per SM); KERNELLLM_CUDA_STAGED=all
-  // has it serve every projection past the skinny GEMM's tokens, not only the large ones
-  // (measurements, tests).
+  // Which kernel serves what (made in init(), once the GPU is known).
+  std::optional<KernelPlan> plan_;
+  // The staged GEMM's partial sums and band counters (one block per SM), where the plan may use it.
   DeviceBuffer staged_partials_, staged_counters_;
-  bool staged_all_ = false;
-  // KERNELLLM_CUDA_BAND=all has the band GEMM serve every projection past the skinny GEMM's
-  // tokens that the staged one does not (measurements, tests); KERNELLLM_CUDA_BAND_CLUSTER and
-  // KERNELLLM_CUDA_BAND_RING_KB set its layout (0: chosen).
-  bool band_all_ = false;
-  BandConfig band_config_;
-  // band_gemm_parts' outputs (kBandMaxParts x kBandMaxTokens rows of the widest of qkv and h) and
-  // its switches: KERNELLLM_CUDA_BAND_PARTS=0 turns it off, =N fixes N parts (measurements; unset:
-  // band_parts_for's choice); KERNELLLM_CUDA_BAND_PARTS_MASK picks the projections (kBandParts* bits).
+  // band_gemm_parts' outputs (kBandMaxParts x kBandMaxTokens rows of the widest of qkv and h),
+  // where the plan may use the parts form.
   DeviceBuffer band_parts_;
-  int band_parts_env_ = -1, band_parts_mask_ = kBandPartsQkv | kBandPartsO | kBandPartsDown;
-  int64_t skinny_max_tokens_ = kSkinnyServedTokens;  // env KERNELLLM_CUDA_SKINNY_TOKENS
   int64_t q_dim_, kv_dim_, table_width_, max_tokens_, max_logit_rows_;
   size_t free_at_start_ = 0;  // free device memory once the context exists, before our allocations
 
@@ -191,67 +170,24 @@ class CudaBackend final : public Backend {
   // then the decode chain's kMetaChainFrom.
   DeviceBuffer meta_;
   int32_t* meta_host_ = nullptr;    // pinned mirror (two: the decode chain's buffer sets)
-  bool shared_prefix_ = true;  // env KERNELLLM_CUDA_SHARED_PREFIX=0 turns the cascade attention off
-  // The cascade pass's split kernel over the forks' own positions: env KERNELLLM_CUDA_SUFFIX_SPLITS=N
-  // (1..16) sets its splits and KERNELLLM_CUDA_SUFFIX_MIN=P the fewest positions a split takes
-  // (measurements; 0: half the splits of a plain pass, and no floor).
-  int64_t suffix_splits_env_ = 0, suffix_min_env_ = 0;
-  // Bytes of each part of every row of o's weights the prefix kernel asks into L2 (L2Prefetch in
-  // attention_shared.cuh); 0: none. KERNELLLM_CUDA_O_PREFETCH (as lines, 1,024 B is 0.02 ms a
-  // step faster at k = 20 than none).
-  int64_t o_prefetch_bytes_ = 1024;
-  // Asked as 128-byte lines (L2Prefetch::lines; KERNELLLM_CUDA_O_PREFETCH_LINES=0: as bulk
-  // requests, which cost more than they give since the prefix kernel's operands are rounded).
-  bool o_prefetch_lines_ = true;
-  // ChainPrep::reads_first; env KERNELLLM_CUDA_CHAIN_READS_FIRST=0 reads after the wait (measurements).
-  bool chain_reads_first_ = true;
-  // Those positions on the tensor cores (suffix_attention_mma) where supported; env
-  // KERNELLLM_CUDA_MMA_SUFFIX=0 keeps the split kernel (measurements).
-  bool mma_suffix_ = true;
-  // Their K and V rows by TMA copies into shared memory (suffix_tma_serves); env
-  // KERNELLLM_CUDA_SUFFIX_TMA=0 keeps the loads into registers (measurements). Only beside the band
-  // GEMM (cuda_forward.cu).
-  bool tma_suffix_ = true;
-  // Those rows under an L2 evict-first policy (AttentionArgs::kv_evict_first); env
-  // KERNELLLM_CUDA_KV_EVICT_FIRST=0 turns it off (measurements).
-  bool kv_evict_first_ = true;
-  // The cascade's prefix kernel (SharedPrefixArgs): its queries and softmax weights rounded to the
-  // cache dtype, as FlashAttention computes (docs/cuda-engine.md, Attention; env
-  // KERNELLLM_CUDA_PREFIX_LOW_HALVES=1 keeps the high and low halves), and its K/V rows under an
-  // L2 evict-first policy (KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST=0 turns it off).
-  bool prefix_low_halves_ = false;
-  bool prefix_kv_evict_first_ = true;
-  // Prefill attention's kernel (attention.cuh); KERNELLLM_CUDA_PREFILL_HEAD_ROWS=0 keeps the
-  // two-row-tile kernel where head rows would serve (measurements).
-  PrefillKernel prefill_kernel_ = PrefillKernel::automatic;
-  // Single-token passes: RoPE and the KV write folded into the split attention kernel
-  // (AttentionArgs::rope_qkv); env KERNELLLM_CUDA_FUSED_ROPE=0 keeps the separate kernel.
-  bool fused_rope_ = true;
-  // Where the GEMV serves gate_up (one token) or the band GEMM does (17..32 tokens), it writes the
-  // SwiGLU activation itself (gemv_swiglu, band_gemm_swiglu); env KERNELLLM_CUDA_FUSED_SWIGLU=0
-  // keeps the two kernels (measurements).
-  bool fused_swiglu_ = true;
   // forward_sample on the device: the pass's draws (null: none), draw_order_ their indices by row,
   // draw_row0_ the pass row of the current chunk's first logits row; pinned mirrors and device
   // copies of the draws and their ids, for draw_capacity_ draws.
   const RowDraw* draws_ = nullptr;
   std::vector<size_t> draw_order_;
   int64_t draw_row0_ = 0;
-  // For the device draws' blocks (cluster_blocks_per_row) and the staged GEMM (TMA, one block per SM).
-  int compute_major_ = 0, sm_count_ = 0;
+  // For the device draws' blocks (cluster_blocks_per_row: the plan's feature_major) and the
+  // staged and band GEMMs (one block per SM).
+  int sm_count_ = 0;
   size_t draw_capacity_ = 0;
   sample_block::Draw* draws_host_ = nullptr;
-  // sample_block::Draw::flags of every device draw: KERNELLLM_CUDA_SAMPLE_RADIX=1 sets kForceRadix
-  // (the radix selection over the row instead of the coarse buckets; measurements).
-  uint32_t sample_flags_ = 0;
   int32_t* draw_ids_host_ = nullptr;
   DeviceBuffer draws_dev_, draw_ids_dev_;
   std::map<int64_t, cudaGraphExec_t> graphs_;  // single-token passes by 2 * token count + shared
   std::map<int64_t, int> graph_seen_;
-  // The decode chain: on unless KERNELLLM_CUDA_CHAIN=0; the step launched ahead, if any; the
-  // buffer set the next step takes; per set, pinned draws and ids (the metadata's is
+  // The decode chain (where the plan has it): the step launched ahead, if any; the buffer set
+  // the next step takes; per set, pinned draws and ids (the metadata's is
   // meta_host_ + set * kMetaFields * max_tokens_) and the event of its last step.
-  bool chain_ = true;
   std::optional<ChainStep> ahead_;
   int chain_buf_ = 0;
   sample_block::Draw* chain_draws_host_[2] = {nullptr, nullptr};

@@ -374,11 +374,6 @@ BandLayout layout_for(int cluster, int64_t most, int64_t units, int nt, size_t b
 }  // namespace
 
 
-bool band_supported(DType type, int64_t cols, int64_t n_tokens) {
-  return (type == DType::bf16 || type == DType::f16) && cols > 0 && cols % 8 == 0 && n_tokens >= 1 &&
-         n_tokens <= kBandMaxTokens;
-}
-
 BandLayout band_layout(const BandConfig& config, DType type, int64_t rows, int64_t cols, int64_t n_tokens, int sms,
                        bool swiglu) {
   const int64_t units = ((swiglu ? rows / 2 : rows) + 15) / 16;

@@ -16,11 +16,11 @@
 
 #include "engine/cuda/common.cuh"
 #include "kernelllm/base/status.h"
+#include "engine/cuda/shapes.h"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
 
-inline constexpr int64_t kBandMaxTokens = 32;
 inline constexpr int kBandMaxTiles = 16;  // 16-row tiles per block (8 warps x 2)
 inline constexpr int kBandMaxParts = kMaxOutputParts;  // band_gemm_parts' outputs (common.cuh)
 inline constexpr int kBandStageCols = 128;  // columns per stage of a block's ring
@@ -54,9 +54,8 @@ struct BandLayout {
   size_t smem = 0;         // dynamic shared memory per block
 };
 
-// f16/bf16 weights, cols a multiple of 8 (16-byte rows), 1..kBandMaxTokens tokens; W and x
-// 16-byte aligned. Compute capability 9.0+ (TMA, clusters).
-bool band_supported(DType type, int64_t cols, int64_t n_tokens);
+// band_supported (shapes.h): f16/bf16 weights, cols a multiple of 8 (16-byte rows),
+// 1..kBandMaxTokens tokens; W and x 16-byte aligned. Compute capability 9.0+ (TMA, clusters).
 
 // The layout for a rows x cols matrix and n_tokens tokens on `sms` SMs; clusters of 2 or 4 only
 // where that many fit on the device at once (the occupancy query), so the grid is one wave. With

@@ -35,8 +35,8 @@ int cluster_blocks_per_row(int compute_major, int sm_count, int64_t rows, int pe
 // The greedy argmax's blocks (512 threads, few registers) fit four to an SM.
 inline constexpr int kArgmaxBlocksPerSm = 4;
 
-// Process-wide switch, off by default: the CUDA backend turns it on unless
-// KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST=0. With it the band and staged GEMMs read their weights
+// Process-wide switch, off by default: the CUDA backend sets the kernel plan's
+// weights_evict_first (on by default). With it the band and staged GEMMs read their weights
 // with an L2 evict-first policy (tma_box_once), the GEMV and the skinny GEMM theirs likewise
 // (device_types.cuh's load_stream with a policy): a pass reads each weight once, so its 15 GB
 // stream should not push out of L2 what the small kernels read back (activations, partial sums,

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <unordered_set>
 
@@ -26,26 +25,6 @@ namespace kernelllm::cuda {
 namespace {
 constexpr int64_t kMaxSplits = 16;
 static_assert(kMaxSplits + kSharedPrefixSplits <= kMaxAttentionSplits, "split slots of a decode pass");
-constexpr int64_t kStagedMinUnitsPerBlock = 128;
-constexpr int64_t kBandMinTilesPerSm = 8;
-constexpr int64_t kMaxSuffixMin = int64_t{1} << 30;  // the split kernel takes the floor as an int
-
-// Whether the environment variable `name` is set to "0" (the switches that turn a path off).
-bool env_off(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "0";
-}
-
-// The integer in the environment variable `name`, clamped to [lo, hi]; `fallback` where it is
-// unset or not a whole number (the measurement knobs).
-int64_t env_int(const char* name, int64_t lo, int64_t hi, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  if (*end != '\0') return fallback;
-  return std::clamp<int64_t>(x, lo, hi);
-}
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
@@ -57,39 +36,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
       table_width_((config.max_position_embeddings + options.kv_page_tokens - 1) / options.kv_page_tokens),
       max_tokens_(options.max_batch_tokens),
       max_logit_rows_(std::min<int64_t>(options.max_batch_tokens, 256)) {
-  shared_prefix_ = !env_off("KERNELLLM_CUDA_SHARED_PREFIX");
-  fused_swiglu_ = !env_off("KERNELLLM_CUDA_FUSED_SWIGLU");
-  fused_rope_ = !env_off("KERNELLLM_CUDA_FUSED_ROPE");
-  mma_suffix_ = !env_off("KERNELLLM_CUDA_MMA_SUFFIX");
-  tma_suffix_ = !env_off("KERNELLLM_CUDA_SUFFIX_TMA");
-  kv_evict_first_ = !env_off("KERNELLLM_CUDA_KV_EVICT_FIRST");
-  prefix_low_halves_ = env_int("KERNELLLM_CUDA_PREFIX_LOW_HALVES", 0, 1, 0) == 1;
-  prefix_kv_evict_first_ = !env_off("KERNELLLM_CUDA_PREFIX_KV_EVICT_FIRST");
-  if (env_int("KERNELLLM_CUDA_SAMPLE_RADIX", 0, 1, 0) == 1) sample_flags_ = sample_block::kForceRadix;
-  if (env_off("KERNELLLM_CUDA_PREFILL_HEAD_ROWS")) prefill_kernel_ = PrefillKernel::row_tiles2;
-  if (env_off("KERNELLLM_CUDA_SKINNY")) opts_.skinny_gemm = false;
-  skinny_max_tokens_ = env_int("KERNELLLM_CUDA_SKINNY_TOKENS", 1, kSkinnyMaxTokens, kSkinnyServedTokens);
-  suffix_splits_env_ = env_int("KERNELLLM_CUDA_SUFFIX_SPLITS", 0, kMaxSplits, 0);
-  suffix_min_env_ = env_int("KERNELLLM_CUDA_SUFFIX_MIN", 0, kMaxSuffixMin, 0);
-  o_prefetch_bytes_ = env_int("KERNELLLM_CUDA_O_PREFETCH", 0, 1 << 20, o_prefetch_bytes_) / 16 * 16;
-  o_prefetch_lines_ = !env_off("KERNELLLM_CUDA_O_PREFETCH_LINES");
-  chain_reads_first_ = !env_off("KERNELLLM_CUDA_CHAIN_READS_FIRST");
-  if (const char* staged = std::getenv("KERNELLLM_CUDA_STAGED")) {
-    if (std::string(staged) == "0") opts_.staged_gemm = false;
-    staged_all_ = std::string(staged) == "all";
-  }
-  if (env_off("KERNELLLM_CUDA_DEVICE_SAMPLING")) opts_.device_sampling = false;
-  chain_ = !env_off("KERNELLLM_CUDA_CHAIN");
-  if (const char* band = std::getenv("KERNELLLM_CUDA_BAND")) {
-    if (std::string(band) == "0") opts_.band_gemm = false;
-    band_all_ = std::string(band) == "all";
-  }
-  band_config_.cluster = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_CLUSTER", 0, 4, 0));
-  if (band_config_.cluster == 3) band_config_.cluster = 0;
-  band_config_.ring_kb = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_RING_KB", 0, 220, 0));
-  if (band_config_.ring_kb < 32) band_config_.ring_kb = 0;
-  band_parts_env_ = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_PARTS", 0, kBandMaxParts, -1));
-  band_parts_mask_ = static_cast<int>(env_int("KERNELLLM_CUDA_BAND_PARTS_MASK", 0, 7, band_parts_mask_));
 }
 
 CudaBackend::~CudaBackend() {
@@ -111,20 +57,29 @@ Status CudaBackend::init() {
   const ModelConfig& c = config_;
   KLLM_CUDA_RETURN(cudaSetDevice(opts_.device), "selecting device " + std::to_string(opts_.device));
   KLLM_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
-  // Programmatic dependent launch (launch.cuh) on Hopper and later; KERNELLLM_CUDA_PDL=0 turns it off.
-  int major = 0;
-  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, opts_.device),
+  // The kernel plan: the caller's plan text, else KERNELLLM_CUDA_PLAN, for this GPU.
+  GpuTraits gpu;
+  int smem = 0;
+  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&gpu.major, cudaDevAttrComputeCapabilityMajor, opts_.device),
                    "querying the compute capability");
-  set_programmatic_launch(major >= 9 && !env_off("KERNELLLM_CUDA_PDL"));
-  // Every weight stream under an L2 evict-first policy (common.cuh's weights_evict_first);
-  // KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST=0 turns it off.
-  set_weights_evict_first(!env_off("KERNELLLM_CUDA_WEIGHTS_EVICT_FIRST"));
-  compute_major_ = major;
-  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, opts_.device),
+  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&gpu.minor, cudaDevAttrComputeCapabilityMinor, opts_.device),
+                   "querying the compute capability");
+  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&gpu.sm_count, cudaDevAttrMultiProcessorCount, opts_.device),
                    "querying the SM count");
+  KLLM_CUDA_RETURN(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, opts_.device),
+                   "querying shared memory per block");
+  gpu.smem_per_block = smem;
+  sm_count_ = gpu.sm_count;
+  KLLM_ASSIGN_OR_RETURN(const PlanChoices choices,
+                        opts_.plan.empty() ? plan_choices_from_env() : parse_plan_choices(opts_.plan));
+  plan_.emplace(c, dtype_, gpu, choices);
+  // Programmatic dependent launch (launch.cuh) and the weights' L2 evict-first policy
+  // (common.cuh's weights_evict_first) are process-wide: the last backend made sets them.
+  set_programmatic_launch(plan_->pdl());
+  set_weights_evict_first(plan_->weights_evict_first());
   size_t total_b = 0;
   KLLM_CUDA_RETURN(cudaMemGetInfo(&free_at_start_, &total_b), "querying free memory");
-  KLLM_RETURN_IF_ERROR(gemm_.init(dtype_, major == 9 && !env_off("KERNELLLM_CUDA_LT_TUNED")));
+  KLLM_RETURN_IF_ERROR(gemm_.init(dtype_, plan_->lt_tuned()));
   const size_t es = dtype_size(dtype_);
   const auto h = static_cast<size_t>(c.hidden_size), inter = static_cast<size_t>(c.intermediate_size);
   const auto vocab = static_cast<size_t>(c.vocab_size);
@@ -176,11 +131,11 @@ Status CudaBackend::init() {
     KLLM_CUDA_RETURN(cudaEventCreateWithFlags(&chain_done_[b], cudaEventDisableTiming), "chain event");
   }
   KLLM_RETURN_IF_ERROR(reserve_draws(R));
-  if (opts_.band_gemm && compute_major_ >= 9 && band_parts_env_ != 0) {  // band_parts_serve
+  if (plan_->band_parts_possible()) {
     const auto rows = std::min<size_t>(T, static_cast<size_t>(kBandMaxTokens)) * std::max(qd + 2 * kd, h);
     KLLM_RETURN_IF_ERROR(band_parts_.allocate(static_cast<size_t>(kBandMaxParts) * rows * 4, "band gemm parts"));
   }
-  if (opts_.staged_gemm && compute_major_ >= 9) {  // staged_serves: TMA needs 9.0
+  if (plan_->staged_possible()) {
     const int64_t widest = std::max({c.vocab_size, 2 * c.intermediate_size, q_dim_ + 2 * kv_dim_, c.hidden_size});
     const auto counters = static_cast<size_t>(staged_counter_count(widest)) * 4;
     KLLM_RETURN_IF_ERROR(staged_partials_.allocate(static_cast<size_t>(staged_partial_floats(sm_count_)) * 4,
@@ -373,66 +328,30 @@ int64_t CudaBackend::prefix_splits_for(int64_t n) const {
   return std::clamp<int64_t>(max_tokens_ / n - splits_for(n), 0, kSharedPrefixSplits);
 }
 
-bool CudaBackend::gemv_serves(int64_t cols, int64_t n) const {
-  // The custom GEMV beats cuBLASLt at one token only (from two, cuBLASLt is faster on the H100).
-  return opts_.custom_gemv && n == 1 && gemv_supported(dtype_, cols, n);
-}
-
-bool CudaBackend::skinny_serves(int64_t cols, int64_t n) const {
-  // One token is the GEMV's. The skinny GEMM beats cuBLASLt from 2 to 16 tokens (two 8-token
-  // tiles); at 20 it is slower end to end on the H100 (7.43 against 7.26 ms a step).
-  return opts_.skinny_gemm && n >= 2 && n <= skinny_max_tokens_ && skinny_supported(dtype_, cols, n);
-}
-
-bool CudaBackend::staged_serves(int64_t rows, int64_t cols, int64_t n) const {
-  // Past the skinny GEMM's tokens, up to its 32, and only where each block has a long run of
-  // units (it pays ~13 us a kernel to start): of Llama-3.1-8B's projections, the vocabulary's.
-  return opts_.staged_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && staged_supported(dtype_, cols, n) &&
-         (staged_all_ || staged_units_per_block(rows, cols, sm_count_) >= kStagedMinUnitsPerBlock);
-}
-
-bool CudaBackend::band_serves(int64_t rows, int64_t cols, int64_t n) const {
-  // Past the skinny GEMM's tokens, where every SM gets a band of 8 tiles of 16 rows or more (of
-  // Llama-3.1-8B's layer projections, gate_up): on the smaller matrices the first copies' latency
-  // and the reduction over clusters cost more than cuBLASLt's kernels (k = 20: 7.07 against 6.62
-  // ms a step with it on every projection). Not where the staged GEMM serves (proj() asks it first).
-  return opts_.band_gemm && compute_major_ >= 9 && n > skinny_max_tokens_ && band_supported(dtype_, cols, n) &&
-         !staged_serves(rows, cols, n) && (band_all_ || rows >= kBandMinTilesPerSm * 16 * sm_count_);
-}
-
-int CudaBackend::band_parts_serve(int which, int64_t rows, int64_t cols, int64_t n) const {
-  // Past the skinny GEMM's tokens, the projections the band GEMM's plain form does not serve (of
-  // Llama-3.1-8B's, all but gate_up): runs of up to 16 tiles split over several blocks' columns
-  // stream the small matrices where one band per SM cannot (docs/cuda-engine.md, Projections).
-  if (band_parts_.get() == nullptr || (band_parts_mask_ & which) == 0 || n <= skinny_max_tokens_ ||
-      !band_supported(dtype_, cols, n) || staged_serves(rows, cols, n) || band_serves(rows, cols, n)) {
-    return 0;
+Status CudaBackend::proj(const ProjPlan& how, const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x,
+                         int64_t n, void* y, DType y_type, bool accumulate) {
+  switch (how.kernel) {
+    case ProjKernel::staged: {
+      const StagedScratch scratch{staged_partials_.as<float>(), staged_counters_.as<int32_t>(), sm_count_};
+      return staged_gemm_with_config(StagedConfig{}, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate,
+                                     scratch, stream_);
+    }
+    case ProjKernel::band:
+      return band_gemm(BandConfig{}, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, sm_count_, stream_);
+    case ProjKernel::skinny:
+      skinny_gemm(dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, stream_);
+      return Status::ok_status();
+    case ProjKernel::gemv:
+      if (y_type != DType::f32 || accumulate) {
+        return error(ErrorCode::internal, "cuda backend: the GEMV writes a fresh fp32 output only");
+      }
+      gemv(dtype_, w.get(), rows, cols, x, n, static_cast<float*>(y), stream_);
+      return Status::ok_status();
+    case ProjKernel::band_parts:
+      return error(ErrorCode::internal, "cuda backend: the band GEMM's parts form is launched by its caller");
+    default:
+      return gemm_.run(w.get(), rows, cols, x, n, y, y_type, stream_, accumulate);
   }
-  return band_parts_env_ > 0 ? band_parts_env_
-                             : band_parts_for(band_config_, rows, cols, n, static_cast<int>(sm_count_));
-}
-
-Status CudaBackend::proj(const DeviceBuffer& w, int64_t rows, int64_t cols, const void* x, int64_t n, void* y,
-                         DType y_type, bool accumulate) {
-  if (staged_serves(rows, cols, n)) {
-    const StagedScratch scratch{staged_partials_.as<float>(), staged_counters_.as<int32_t>(), sm_count_};
-    return staged_gemm_with_config(StagedConfig{}, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, scratch,
-                                   stream_);
-  }
-  if (band_serves(rows, cols, n)) {
-    return band_gemm(band_config_, dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate,
-                     static_cast<int>(sm_count_), stream_);
-  }
-  if (skinny_serves(cols, n)) {
-    skinny_gemm(dtype_, w.get(), rows, cols, x, n, y, y_type, accumulate, stream_);
-    return Status::ok_status();
-  }
-  if (!gemv_serves(cols, n)) return gemm_.run(w.get(), rows, cols, x, n, y, y_type, stream_, accumulate);
-  if (y_type != DType::f32 || accumulate) {
-    return error(ErrorCode::internal, "cuda backend: the GEMV writes a fresh fp32 output only");
-  }
-  gemv(dtype_, w.get(), rows, cols, x, n, static_cast<float*>(y), stream_);
-  return Status::ok_status();
 }
 
 }  // namespace kernelllm::cuda

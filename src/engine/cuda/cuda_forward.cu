@@ -27,6 +27,8 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
+  // Which kernel serves each projection and the attention (engine/cuda_plan.h).
+  const PassPlan plan = plan_->pass(n, q_blocks, single_token, shared);
   const int32_t* ids = meta_.as<int32_t>();
   const int32_t* pos = ids + max_tokens_;
   const int32_t* seq = pos + max_tokens_;
@@ -41,52 +43,43 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   sp.item_first = sp.item_prefix + max_tokens_;
   sp.item_count = sp.item_first + max_tokens_;
   sp.members = sp.item_count + max_tokens_;
-  sp.low_halves = prefix_low_halves_;
-  sp.kv_evict_first = prefix_kv_evict_first_;
+  // Queries and softmax weights rounded to the cache dtype, as FlashAttention computes (the high
+  // and low halves cost 0.025 ms a step at k = 20; docs/cuda-engine.md, Attention).
+  sp.low_halves = false;
+  sp.kv_evict_first = plan.kv_evict_first;
+  const bool cascade = plan.attention == AttentionKind::cascade;
   // The forks' own positions (suffix) are few next to the prompt's: half the splits of a plain
   // pass (2 at n = 20; ops bench: 32.8 / 94.5 us a layer at 0 / 1,024 generated tokens, against
-  // 40.6 / 108.1 with 4).
-  const int64_t prefix_splits = shared ? prefix_splits_for(n) : 0;
-  // (Both within the scratch's max_tokens_ / n slots per token; prefix_splits_for leaves splits_for(n).)
-  const int64_t suffix_splits = suffix_splits_env_ > 0
-                                    ? std::min<int64_t>(suffix_splits_env_, max_tokens_ / n - prefix_splits)
-                                    : std::max<int64_t>(1, splits_for(n) / 2);
-  const bool tensor_core_attention =
-      q_blocks > 0 && prefill_attention_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
-  // The cascade's own positions on the tensor cores (suffix_attention_mma), or by the split kernel.
-  const bool mma_suffix =
-      shared && mma_suffix_ && suffix_mma_supported(dtype_, c.head_dim, c.num_attention_heads / c.num_key_value_heads);
-  // Where the band GEMM's parts form serves a projection (17..32 tokens, not gate_up): its part
-  // count, else 0. Its parts are added by the consumer: rope_write_kv for qkv, the next norm for
-  // o and down.
-  const int qkv_parts = band_parts_serve(kBandPartsQkv, q_dim_ + 2 * kv_dim_, h, n);
-  const int o_parts = band_parts_serve(kBandPartsO, h, q_dim_, n);
-  const int down_parts = band_parts_serve(kBandPartsDown, h, inter, n);
-  const BandConfig parts_config{0, band_config_.blocks, band_config_.ring_kb};  // (never clusters)
-  // Where the parts form serves o, the prefix kernel asks the first stages of its blocks into L2
-  // (L2Prefetch; base set per layer): o_prefetch_bytes_ of each part, the parts' offsets a share's
-  // width apart (exact where the shares are equal, as for the 8B o), as lines (o_prefetch_lines_).
+  // 40.6 / 108.1 with 4). Both within the scratch's max_tokens_ / n slots per token.
+  const int64_t prefix_splits = cascade ? prefix_splits_for(n) : 0;
+  const int64_t suffix_splits = std::max<int64_t>(1, splits_for(n) / 2);
+  // The band GEMM's parts: their part counts (0: band_parts_for's choice). The consumer adds
+  // them: rope_write_kv for qkv, the next norm for o and down.
+  const auto parts_of = [&](const ProjPlan& p, int64_t rows, int64_t cols) {
+    if (p.kernel != ProjKernel::band_parts) return 0;
+    return p.parts > 0 ? p.parts : band_parts_for(BandConfig{}, rows, cols, n, sm_count_);
+  };
+  const int qkv_parts = parts_of(plan.qkv, q_dim_ + 2 * kv_dim_, h);
+  const int o_parts = parts_of(plan.o, h, q_dim_);
+  const int down_parts = parts_of(plan.down, h, inter);
+  // Where o's parts serve, the prefix kernel asks the first 1,024 bytes of each part of its rows
+  // into L2 as 128-byte lines (L2Prefetch; base set per layer), the parts' offsets a share's width
+  // apart (exact where the shares are equal, as for the 8B o).
   L2Prefetch o_prefetch;
-  if (shared && o_parts > 0 && o_prefetch_bytes_ > 0) {
+  if (plan.o_prefetch && o_parts > 0) {
     const auto esize = static_cast<int64_t>(dtype_size(dtype_));
     const int64_t stride = band_part_first_col(q_dim_, o_parts, 1) * esize;
     o_prefetch = L2Prefetch{nullptr, h, q_dim_ * esize, stride, o_parts,
-                            static_cast<int>(std::min(o_prefetch_bytes_, stride) / 16 * 16), o_prefetch_lines_};
+                            static_cast<int>(std::min<int64_t>(1024, stride) / 16 * 16), true};
   }
-  // One new token per sequence: RoPE and the KV write happen in the split attention kernel, where
-  // its instance folds them in (attention_partial_folds_rope: not at k = 20; the tensor-core
-  // kernel of the own positions does not; nor with qkv's parts: the fold reads one qkv array).
-  const bool fused_rope = fused_rope_ && single_token && !tensor_core_attention && !mma_suffix && qkv_parts == 0;
   float* x = x_.as<float>();
   float* parts = band_parts_.as<float>();
-  // The pool's page count lets the own-position kernel copy its rows by TMA (suffix_tma_serves):
-  // only where the band GEMM streams qkv (17..32 tokens). Beside the skinny GEMM's register loads
-  // its early bulk copies cost far more than they save (k = 10: 6.61 against 6.12 ms a step).
+  // The pool's page count lets the own-position kernel copy its rows by TMA (suffix_tma_serves).
   const KvLayout kv{kv_pool_.get(), c.num_hidden_layers, opts_.kv_page_tokens, kv_dim_,
-                    tma_suffix_ && qkv_parts > 0 ? pages_->num_pages() : 0};
+                    plan.tma_suffix ? pages_->num_pages() : 0};
 
   // The residual stream x; pending: a projection output not yet added to it (the GEMV's in proj_,
-  // or pending_parts parts of the band GEMM's), which the next norm adds (cuBLASLt's projections
+  // or pending_parts parts of the band GEMM's), which the next norm adds (the other kernels
   // accumulate into x themselves).
   const float* pending = nullptr;
   int pending_parts = 1;
@@ -99,16 +92,17 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     pending = nullptr;
   };
   // o or down (h rows over `cols`): into x, or pending for the next norm.
-  auto residual_proj = [&](const DeviceBuffer& w, int64_t cols, const void* in, int n_parts) -> Status {
+  auto residual_proj = [&](const ProjPlan& how, const DeviceBuffer& w, int64_t cols, const void* in,
+                           int n_parts) -> Status {
     if (n_parts > 0) {
       pending = parts;
       pending_parts = n_parts;
-      return band_gemm_parts(parts_config, dtype_, w.get(), h, cols, in, n, parts, n_parts, sm_count_, stream_);
+      return band_gemm_parts(BandConfig{}, dtype_, w.get(), h, cols, in, n, parts, n_parts, sm_count_, stream_);
     }
-    const bool fresh = gemv_serves(cols, n);
+    const bool fresh = how.kernel == ProjKernel::gemv;
     pending = fresh ? proj_.as<float>() : nullptr;
     pending_parts = 1;
-    return proj(w, h, cols, in, n, fresh ? proj_.get() : static_cast<void*>(x), DType::f32, !fresh);
+    return proj(how, w, h, cols, in, n, fresh ? proj_.get() : static_cast<void*>(x), DType::f32, !fresh);
   };
   // The lookup and the first layer's input norm in one kernel.
   if (layers_.empty()) {
@@ -116,17 +110,17 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   } else {
     embed_rmsnorm(dtype_, embed_.get(), ids, n, h, layers_.front().in_norm.as<float>(), eps, x, xn_.get(), stream_);
   }
+  // qkv in the compute dtype where cuBLASLt or the skinny/staged/band GEMMs serve (as HF's bf16
+  // linear layers give it); fp32 from the GEMV and as the band GEMM's parts.
+  const DType qkv_type = plan.qkv.kernel == ProjKernel::gemv || qkv_parts > 0 ? DType::f32 : dtype_;
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
     if (li > 0) norm(l.in_norm);
-    // qkv in the compute dtype where cuBLASLt serves (as HF's bf16 linear layers give it); fp32
-    // from the GEMV and as the band GEMM's parts.
-    const DType qkv_type = gemv_serves(h, n) || qkv_parts > 0 ? DType::f32 : dtype_;
     if (qkv_parts > 0) {
-      KLLM_RETURN_IF_ERROR(band_gemm_parts(parts_config, dtype_, l.qkv.get(), q_dim_ + 2 * kv_dim_, h, xn_.get(), n,
+      KLLM_RETURN_IF_ERROR(band_gemm_parts(BandConfig{}, dtype_, l.qkv.get(), q_dim_ + 2 * kv_dim_, h, xn_.get(), n,
                                            parts, qkv_parts, sm_count_, stream_));
     } else {
-      KLLM_RETURN_IF_ERROR(proj(l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
+      KLLM_RETURN_IF_ERROR(proj(plan.qkv, l.qkv, q_dim_ + 2 * kv_dim_, h, xn_.get(), n, qkv_.get(), qkv_type));
     }
     AttentionArgs a;
     a.q = q_.as<float>();
@@ -147,50 +141,47 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
     a.q_block_start = qb_start;
     a.q_block_len = qb_len;
     a.n_q_blocks = q_blocks;
-    a.kv_evict_first = kv_evict_first_;
-    if (fused_rope && attention_partial_folds_rope(dtype_, a, shared ? suffix_splits : a.splits)) {
+    a.kv_evict_first = plan.kv_evict_first;
+    if (plan.fused_rope && attention_partial_folds_rope(dtype_, a, cascade ? suffix_splits : a.splits)) {
       a.rope_qkv = qkv_.get();
       a.rope_qkv_f32 = qkv_type == DType::f32;
       a.rope_inv_freq = inv_freq_.as<float>();
-      a.rope_q_out = shared ? q_.as<float>() : nullptr;  // the prefix kernel reads the rotated queries
+      a.rope_q_out = cascade ? q_.as<float>() : nullptr;  // the prefix kernel reads the rotated queries
     } else {
       rope_write_kv(dtype_, qkv_type, qkv_parts > 0 ? static_cast<void*>(parts) : qkv_.get(), n,
                     c.num_attention_heads, c.num_key_value_heads, c.head_dim, pos, page, inv_freq_.as<float>(), kv, li,
                     q_.as<float>(), stream_, std::max(qkv_parts, 1));
     }
-    if (tensor_core_attention) {
-      prefill_attention(dtype_, a, stream_, prefill_kernel_);
-    } else if (shared) {
+    if (plan.attention == AttentionKind::prefill) {
+      prefill_attention(dtype_, a, stream_, plan.prefill);
+    } else if (cascade) {
       a.ctx_begin = ctx_begin;
-      a.min_split_positions = suffix_min_env_;
       a.splits = suffix_splits + prefix_splits;
       if (o_prefetch.bytes > 0) o_prefetch.base = l.o.get();
       SharedPrefixArgs with_o = sp;
       with_o.next_weights = o_prefetch;
-      shared_prefix_attention(dtype_, a, with_o, suffix_splits, prefix_splits, stream_, mma_suffix);
+      shared_prefix_attention(dtype_, a, with_o, suffix_splits, prefix_splits, stream_, plan.mma_suffix);
     } else {
       attention(dtype_, a, stream_);
     }
-    // o and down: cuBLASLt adds into x in place; the GEMV and the band GEMM's parts leave their
-    // output for the next norm to add.
-    KLLM_RETURN_IF_ERROR(residual_proj(l.o, q_dim_, att_.get(), o_parts));
+    // o and down: the GEMV and the band GEMM's parts leave their output for the next norm to
+    // add; the others add into x in place.
+    KLLM_RETURN_IF_ERROR(residual_proj(plan.o, l.o, q_dim_, att_.get(), o_parts));
     norm(l.post_norm);
-    // gate_up, the largest activation, in the compute dtype where cuBLASLt serves (as HF's bf16
-    // linear layers give it): half the bytes written and read back by swiglu. Where the GEMV
-    // serves (one token), it writes the activation itself.
-    const bool gemv_gate_up = gemv_serves(h, n);
-    if (fused_swiglu_ && gemv_gate_up) {
+    // gate_up, the largest activation: where the GEMV (one token) or the band GEMM (17..32
+    // tokens) serves, it writes the SwiGLU activation itself; else in the compute dtype (as HF's
+    // bf16 linear layers give it: half the bytes written and read back by swiglu), f32 from the GEMV.
+    if (plan.gate_up.swiglu && plan.gate_up.kernel == ProjKernel::gemv) {
       gemv_swiglu(dtype_, l.gate_up.get(), inter, h, xn_.get(), n, act_.get(), stream_);
-    } else if (fused_swiglu_ && band_serves(2 * inter, h, n)) {
-      // Where the band GEMM serves gate_up (17..32 tokens), it writes the activation itself.
-      KLLM_RETURN_IF_ERROR(band_gemm_swiglu(band_config_, dtype_, l.gate_up.get(), inter, h, xn_.get(), n,
-                                            act_.get(), static_cast<int>(sm_count_), stream_));
+    } else if (plan.gate_up.swiglu) {
+      KLLM_RETURN_IF_ERROR(band_gemm_swiglu(BandConfig{}, dtype_, l.gate_up.get(), inter, h, xn_.get(), n,
+                                            act_.get(), sm_count_, stream_));
     } else {
-      const DType gate_up_type = gemv_gate_up ? DType::f32 : dtype_;
-      KLLM_RETURN_IF_ERROR(proj(l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));
+      const DType gate_up_type = plan.gate_up.kernel == ProjKernel::gemv ? DType::f32 : dtype_;
+      KLLM_RETURN_IF_ERROR(proj(plan.gate_up, l.gate_up, 2 * inter, h, xn_.get(), n, gate_up_.get(), gate_up_type));
       swiglu(dtype_, gate_up_type, gate_up_.get(), n, inter, act_.get(), stream_);
     }
-    KLLM_RETURN_IF_ERROR(residual_proj(l.down, inter, act_.get(), down_parts));
+    KLLM_RETURN_IF_ERROR(residual_proj(plan.down, l.down, inter, act_.get(), down_parts));
   }
   // The final norm of the rows that produce logits, after the last residual add if one is
   // pending. A pending add is one kernel with the norm: in a pass with its logits (single tokens:
@@ -204,7 +195,7 @@ Status CudaBackend::run_layers(int64_t n, int64_t r, int64_t q_blocks, bool logi
   }
   if (logits_in_pass) {
     const DeviceBuffer& head = c.tie_word_embeddings ? embed_ : lm_head_;
-    KLLM_RETURN_IF_ERROR(proj(head, c.vocab_size, h, fin_.get(), r, logits_dev_.as<float>()));
+    KLLM_RETURN_IF_ERROR(proj(plan.lm_head, head, c.vocab_size, h, fin_.get(), r, logits_dev_.as<float>()));
   }
   return cuda_status(cudaGetLastError(), "launching the forward pass");
 }
@@ -244,7 +235,7 @@ Status CudaBackend::download_rows(int64_t rn, int64_t r0, float* logits_out, int
   if (logits_out == nullptr && ids_out == nullptr) return draw_on_device(draw_row0_ + r0, rn);
   if (ids_out != nullptr) {
     argmax_rows(logits_dev_.as<float>(), rn, vocab, ids_dev_.as<int32_t>(),
-                cluster_blocks_per_row(compute_major_, sm_count_, rn, kArgmaxBlocksPerSm), stream_);
+                cluster_blocks_per_row(plan_->feature_major(), sm_count_, rn, kArgmaxBlocksPerSm), stream_);
     KLLM_CUDA_RETURN(cudaMemcpyAsync(ids_out + r0, ids_dev_.get(), static_cast<size_t>(rn) * 4,
                                      cudaMemcpyDeviceToHost, stream_),
                      "greedy ids download");
@@ -279,7 +270,8 @@ Status CudaBackend::run_chunk(int64_t n, int64_t r, int64_t q_blocks, bool singl
     const int64_t rn = std::min(max_logit_rows_, r - r0);
     rmsnorm(dtype_, x_.as<float>(), final_norm_.as<float>(), rn, h, static_cast<float>(c.rms_norm_eps), out_rows + r0,
             fin_.get(), stream_);
-    KLLM_RETURN_IF_ERROR(proj(head, c.vocab_size, h, fin_.get(), rn, logits_dev_.as<float>()));
+    KLLM_RETURN_IF_ERROR(proj(plan_->projection(c.vocab_size, h, rn), head, c.vocab_size, h, fin_.get(), rn,
+                              logits_dev_.as<float>()));
     KLLM_RETURN_IF_ERROR(download_rows(rn, r0, logits_out, ids_out));
   }
   KLLM_CUDA_RETURN(cudaGetLastError(), "launching the logits");
@@ -330,7 +322,7 @@ Status CudaBackend::draw_on_device(int64_t row0, int64_t rn) {
                    "draws upload");
   const auto n_draws = static_cast<int64_t>(e - b);
   sample_rows(logits_dev_.as<float>(), config_.vocab_size, dev + b, n_draws, draw_ids_dev_.as<int32_t>() + b,
-              cluster_blocks_per_row(compute_major_, sm_count_, n_draws), stream_);
+              cluster_blocks_per_row(plan_->feature_major(), sm_count_, n_draws), stream_);
   KLLM_CUDA_RETURN(cudaMemcpyAsync(draw_ids_host_ + b, draw_ids_dev_.as<int32_t>() + b, (e - b) * 4,
                                    cudaMemcpyDeviceToHost, stream_),
                    "drawn ids download");
@@ -342,8 +334,8 @@ Status CudaBackend::forward_sample(std::span<const ForwardRequest> batch, std::s
   KLLM_RETURN_IF_ERROR(validate_draws(batch, draws));
   const bool greedy =
       std::all_of(draws.begin(), draws.end(), [](const RowDraw& d) { return d.params.temperature == 0.0f; });
-  const bool on_device = greedy || (opts_.device_sampling && config_.vocab_size <= sample_block::kMaxVocab);
-  const bool chained = chain_ && on_device &&
+  const bool on_device = greedy || (plan_->device_sampling() && config_.vocab_size <= sample_block::kMaxVocab);
+  const bool chained = plan_->chain() && on_device &&
                        static_cast<int64_t>(batch.size()) <= std::min(max_logit_rows_, max_tokens_) &&
                        chain_serves(batch, draws);
   if (ahead_) {
@@ -384,7 +376,7 @@ Status CudaBackend::forward_sample(std::span<const ForwardRequest> batch, std::s
     for (size_t i = 0; i < draws.size(); ++i) tokens[i] = ids[static_cast<size_t>(draws[i].row)];
     return Status::ok_status();
   }
-  if (!opts_.device_sampling || config_.vocab_size > sample_block::kMaxVocab) {
+  if (!plan_->device_sampling() || config_.vocab_size > sample_block::kMaxVocab) {
     return Backend::forward_sample(batch, draws, tokens);
   }
   KLLM_RETURN_IF_ERROR(reserve_draws(draws.size()));
@@ -415,8 +407,7 @@ Status CudaBackend::copy_pages(std::span<const KvPages::Copy> copies) {
 
 bool CudaBackend::plan_shared_pass(int64_t n, int32_t* m) const {
   const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
-  if (n < 2 || !shared_prefix_ || prefix_splits_for(n) <= 0 ||
-      !shared_prefix_supported(dtype_, config_.head_dim, group)) {
+  if (n < 2 || !plan_->cascade_possible() || prefix_splits_for(n) <= 0) {
     return false;
   }
   std::vector<const std::vector<int32_t>*> tok_pages;
@@ -474,7 +465,6 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   prep.n_patches = n_patches;
   prep.table = block_table_.as<int32_t>();
   prep.from_field = kMetaChainFrom;
-  prep.reads_first = chain_reads_first_;
   if (!from_rows.empty()) prep.drawn = from_greedy ? ids_dev_.as<int32_t>() : draw_ids_dev_.as<int32_t>();
   // The step whose ids feed this one is the last one launched: its ids go to the host now.
   const std::optional<Unpublished> publish = std::exchange(pending_publish_, std::nullopt);
@@ -491,7 +481,7 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
   if (greedy) {
     // Outside the graph, so that chain_prep (the next step's) launches early from it.
     argmax_rows(logits_dev_.as<float>(), n, config_.vocab_size, ids_dev_.as<int32_t>(),
-                cluster_blocks_per_row(compute_major_, sm_count_, n, kArgmaxBlocksPerSm), stream_);
+                cluster_blocks_per_row(plan_->feature_major(), sm_count_, n, kArgmaxBlocksPerSm), stream_);
     drawn = ids_dev_.as<int32_t>();
   } else {
     sample_block::Draw* d = chain_draws_host_[buf];
@@ -500,7 +490,7 @@ Status CudaBackend::launch_chain_step(std::span<const ChainRow> rows, const int3
                                      cudaMemcpyHostToDevice, stream_),
                      "draws upload");
     sample_rows(logits_dev_.as<float>(), config_.vocab_size, draws_dev_.as<sample_block::Draw>(), n,
-                draw_ids_dev_.as<int32_t>(), cluster_blocks_per_row(compute_major_, sm_count_, n), stream_);
+                draw_ids_dev_.as<int32_t>(), cluster_blocks_per_row(plan_->feature_major(), sm_count_, n), stream_);
     drawn = draw_ids_dev_.as<int32_t>();
   }
   pending_publish_ = Unpublished{buf, n, drawn};
@@ -558,7 +548,7 @@ void CudaBackend::take_back_position(SeqId seq) {
 
 sample_block::Draw CudaBackend::device_draw(const RowDraw& d, int64_t row) const {
   return sample_block::Draw{row, d.params.temperature, d.params.top_p, d.params.top_k, d.params.seed,
-                            d.index, d.step, sample_flags_};
+                            d.index, d.step, 0};
 }
 
 Status CudaBackend::forward_rows(std::span<const ForwardRequest> batch, std::vector<float>* logits,

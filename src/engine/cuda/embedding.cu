@@ -33,9 +33,10 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
 
 // One block of 512 threads. The host reads are PCIe round trips, so each thread issues its loads
 // (up to 4 metadata items, a page-table patch, an id to publish) before it stores anything. The
-// host wrote its metadata and patches before the launch, so with reads_first their first round is
-// read before the wait, while the step before's argmax or sampler still runs (that kernel lets
-// this one launch early); the step before's draws (drawn, publish_from) only after it.
+// host wrote its metadata and patches before the launch, so their first round is read before
+// the wait, while the step before's argmax or sampler still runs (that kernel lets this one
+// launch early; k = 20: 6.256-6.261 ms a step against 6.257-6.264 reading after the wait, at
+// 13727af); the step before's draws (drawn, publish_from) only after it.
 // It does not let the next kernel launch early: the pass's kernels read its metadata and page
 // tables before their own waits (launch.cuh), so where they are launched one by one (a batch
 // size's first pass, before its graph) they must start only once this kernel is done. (Letting
@@ -62,15 +63,12 @@ __global__ void __launch_bounds__(512) chain_prep_kernel(ChainPrep p) {
       patch_page = p.patches[2 * tid + 1];
     }
   };
-  if (p.reads_first) {
-    read_patch();
-    read_round(0);
-  }
+  read_patch();
+  read_round(0);
   grid_dependency_wait();
-  if (!p.reads_first) read_patch();
   if (tid < p.n_publish) published = p.publish_from[tid];
   for (int64_t k0 = 0; k0 < items; k0 += kPer * blockDim.x) {
-    if (k0 > 0 || !p.reads_first) read_round(k0);
+    if (k0 > 0) read_round(k0);
     int32_t drawn[kPer];
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {

@@ -31,9 +31,6 @@ struct ChainPrep {
   const int32_t* publish_from = nullptr;  // ids on the device: [0, n_publish) of them go to
   int32_t* publish = nullptr;             // pinned memory here (null: nothing)
   int64_t n_publish = 0;
-  // The host's metadata and patches read before the wait for the kernel ahead (they are written
-  // before the launch); false: after it (env KERNELLLM_CUDA_CHAIN_READS_FIRST=0, measurements).
-  bool reads_first = true;
 };
 void chain_prep(const ChainPrep& p, cudaStream_t stream);
 

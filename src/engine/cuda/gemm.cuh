@@ -25,7 +25,7 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   // tuned: prefer the candidates of kTuned (gemm.cu) where they apply (measured on the H100; the
-  // backend passes compute capability 9.x unless KERNELLLM_CUDA_LT_TUNED=0).
+  // backend passes the kernel plan's lt_tuned: compute capability 9.x).
   Status init(DType type, bool tuned = false);
   // y [n, rows] = x [n, cols] . W^T, y in fp32.
   Status run(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y, cudaStream_t stream);

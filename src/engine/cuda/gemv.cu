@@ -276,11 +276,6 @@ bool config_valid(const GemvConfig& c) {
 
 }  // namespace
 
-bool gemv_supported(DType type, int64_t cols, int64_t n_tokens) {
-  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(type));
-  return n_tokens >= 1 && n_tokens <= kGemvMaxTokens && cols % vec == 0 && cols % 8 == 0;
-}
-
 GemvConfig gemv_config(DType type, int64_t rows, int64_t cols) {
   const int64_t chunks = cols / (16 / static_cast<int64_t>(dtype_size(type)));
   GemvConfig c;

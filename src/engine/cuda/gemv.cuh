@@ -9,14 +9,13 @@
 #include <cstdint>
 
 #include "kernelllm/base/status.h"
+#include "engine/cuda/shapes.h"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
 
-inline constexpr int64_t kGemvMaxTokens = 8;
-
-// cols must be a multiple of 8 (16 bytes of f16/bf16; 32 bytes of f32) and W, x 16-byte aligned.
-bool gemv_supported(DType type, int64_t cols, int64_t n_tokens);
+// gemv_supported (shapes.h): cols a multiple of 8 (16 bytes of f16/bf16; 32 bytes of f32); W, x
+// 16-byte aligned.
 void gemv(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, float* y,
           cudaStream_t stream);
 

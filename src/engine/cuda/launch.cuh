@@ -26,7 +26,7 @@
 namespace kernelllm::cuda {
 
 // Process-wide switch, off by default: the CUDA backend turns it on for devices of compute
-// capability 9.0 and above unless KERNELLLM_CUDA_PDL=0. Safe to flip between launches.
+// capability 9.0 and above (the kernel plan's pdl). Safe to flip between launches.
 void set_programmatic_launch(bool on);
 bool programmatic_launch();
 

@@ -253,11 +253,6 @@ bool config_valid(const SkinnyConfig& c) {
 
 }  // namespace
 
-bool skinny_supported(DType type, int64_t cols, int64_t n_tokens) {
-  return (type == DType::bf16 || type == DType::f16) && cols > 0 && cols % 8 == 0 && n_tokens >= 1 &&
-         n_tokens <= kSkinnyMaxTokens;
-}
-
 SkinnyConfig skinny_config(int64_t cols) {
   SkinnyConfig c;
   // One row tile per warp (more tiles per warp cut token loads but leave too few warps: 4 tiles

@@ -9,15 +9,13 @@
 #include <cstdint>
 
 #include "kernelllm/base/status.h"
+#include "engine/cuda/shapes.h"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
 
-inline constexpr int64_t kSkinnyMaxTokens = 32;
-
-// f16/bf16 weights, cols a multiple of 8 (16-byte rows), 1..kSkinnyMaxTokens tokens; W and x
-// 16-byte aligned.
-bool skinny_supported(DType type, int64_t cols, int64_t n_tokens);
+// skinny_supported (shapes.h): f16/bf16 weights, cols a multiple of 8 (16-byte rows),
+// 1..kSkinnyMaxTokens tokens; W and x 16-byte aligned.
 
 // How a block covers the matrix: each warp computes `tiles_per_warp` tiles of 16 rows (1, 2 or
 // 4) for all tokens, and the block's `k_warps` warps (1, 2, 4 or 8; tiles_per_warp * k_warps <=

@@ -286,15 +286,6 @@ bool run(const StagedConfig& c, DType type, const void* w, int64_t rows, int64_t
 int64_t staged_partial_floats(int64_t blocks) { return blocks * 2 * kSlotFloats; }
 int64_t staged_counter_count(int64_t rows) { return (rows + kBM - 1) / kBM; }
 
-int64_t staged_units_per_block(int64_t rows, int64_t cols, int64_t blocks) {
-  return units_of(rows, cols, StagedConfig{}.stage_cols) / std::max<int64_t>(1, blocks);
-}
-
-bool staged_supported(DType type, int64_t cols, int64_t n_tokens) {
-  return (type == DType::bf16 || type == DType::f16) && cols > 0 && cols % 8 == 0 && n_tokens >= 1 &&
-         n_tokens <= kStagedMaxTokens;
-}
-
 bool staged_gemm(DType type, const void* w, int64_t rows, int64_t cols, const void* x, int64_t n_tokens, void* y,
                  DType y_type, bool accumulate, const StagedScratch& scratch, cudaStream_t stream) {
   return run(StagedConfig{}, type, w, rows, cols, x, n_tokens, y, y_type, accumulate, scratch, stream);

@@ -13,12 +13,10 @@
 #include <cstdint>
 
 #include "kernelllm/base/status.h"
+#include "engine/cuda/shapes.h"
 #include "kernelllm/engine/safetensors.h"
 
 namespace kernelllm::cuda {
-
-inline constexpr int64_t kStagedMaxTokens = 32;
-inline constexpr int64_t kStagedBandRows = 128;  // rows per band: 8 warps x 16
 
 // The kernel's scratch: `partials` holds staged_partial_floats(blocks) floats (any contents),
 // `counters` staged_counter_count(rows) int32 for the largest row count used, all zero before
@@ -32,21 +30,14 @@ struct StagedScratch {
 int64_t staged_partial_floats(int64_t blocks);
 int64_t staged_counter_count(int64_t rows);
 
-// The (band, stage) units each of `blocks` blocks takes for a rows x cols matrix with the default
-// layout. The kernel beats cuBLASLt only where this is large (measured on the H100:
-// the vocabulary projection, ~240 units per block on the H100, streams at 2.83 TB/s at 20 tokens
-// against cuBLASLt's 2.69; gate_up, ~54 units per block, 2.47 against 2.49; down, ~27, 2.03
-// against 2.17): a block's start-up and its shared bands' hand-over are paid per kernel.
-int64_t staged_units_per_block(int64_t rows, int64_t cols, int64_t blocks);
-
 // Columns per stage: 128 (four stages in flight) or 256 (two).
 struct StagedConfig {
-  int stage_cols = 128;
+  int stage_cols = static_cast<int>(kStagedStageCols);
 };
 
-// f16/bf16 weights, cols a multiple of 8 (16-byte rows), 1..kStagedMaxTokens tokens; W and x
-// 16-byte aligned. Compute capability 9.0+ (TMA).
-bool staged_supported(DType type, int64_t cols, int64_t n_tokens);
+// staged_supported and staged_units_per_block: shapes.h. f16/bf16 weights, cols a multiple of 8
+// (16-byte rows), 1..kStagedMaxTokens tokens; W and x 16-byte aligned. Compute capability 9.0+
+// (TMA).
 
 // y_type: f32 or `type`; accumulate (y += ...) with f32 only. Checks nothing: callers ask
 // staged_supported (staged_gemm_with_config checks everything and says what is wrong). False

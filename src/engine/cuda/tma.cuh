@@ -14,6 +14,14 @@
 #include "engine/cuda/mma.cuh"
 #include "kernelllm/engine/safetensors.h"
 
+// Every instruction below needs compute capability 9.0. In the machine code for older GPUs
+// (whose kernel plan never launches a kernel that uses them) each is a trap.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define KLLM_HOPPER_ASM(...) __trap()
+#else
+#define KLLM_HOPPER_ASM(...) asm volatile(__VA_ARGS__)
+#endif
+
 namespace kernelllm::cuda {
 
 inline constexpr int kTmaBoxCols = 64;
@@ -25,7 +33,7 @@ bool tma_map_2d(CUtensorMap& map, DType type, const void* base, int64_t rows, in
 
 // Box (col, row) of `map` into shared memory at `dst`, counted on `bar`.
 __device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
-  asm volatile(
+  KLLM_HOPPER_ASM(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
           smem_addr(dst)),
       "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar))
@@ -41,7 +49,7 @@ __device__ __forceinline__ void tma_box_once(void* dst, const CUtensorMap* map, 
     return;
   }
   const uint64_t policy = evict_first_policy();
-  asm volatile(
+  KLLM_HOPPER_ASM(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
       "%3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
       "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar)), "l"(policy)
@@ -49,14 +57,14 @@ __device__ __forceinline__ void tma_box_once(void* dst, const CUtensorMap* map, 
 }
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+  KLLM_HOPPER_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
 // Arrives on `bar` and makes its current phase wait for `bytes` more of copies.
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+  KLLM_HOPPER_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
+  KLLM_HOPPER_ASM(
       "{\n"
       ".reg .pred done;\n"
       "wait:\n"
@@ -68,11 +76,11 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
 }
 // After mbar_init, before any copy is counted on the barriers.
 __device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  KLLM_HOPPER_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 // Between shared-memory reads by the threads (generic proxy) and a TMA copy (async proxy) that
 // overwrites the same bytes.
-__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void async_proxy_fence() { KLLM_HOPPER_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // The first 1,024-byte boundary at or after p in shared memory (a swizzled box's alignment; ask
 // for 1,024 bytes more than the boxes need).
