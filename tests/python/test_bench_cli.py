@@ -36,3 +36,8 @@ def test_bench_errors_are_clear(kernelllm_script):
     assert r.returncode == 1 and "unknown config" in r.stderr and "llama-3.1-8b" in r.stderr
     r = run(kernelllm_script, "bench", "--config", "llama-3.1-8b", "--random-weights", "--device", "cpu", "-n", "4096")
     assert r.returncode == 1 and "does not fit" in r.stderr
+    # The kernel plan and the memory cap are CUDA options: a clear usage error elsewhere.
+    r = run(kernelllm_script, "bench", "--config", "tiny", "--random-weights", "--device", "cpu", "--cuda-plan", "portable")
+    assert r.returncode == 2 and "--cuda-plan and --memory-cap need a cuda device" in r.stderr
+    r = run(kernelllm_script, "bench", "--config", "tiny", "--random-weights", "--device", "cpu", "--memory-cap", "24")
+    assert r.returncode == 2 and "need a cuda device, found cpu" in r.stderr
