@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(256, 1)
 
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   if (tid == 0) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&wmap) : "memory");
-    asm volatile("prefetch.tensormap [%0];" ::"l"(&xmap) : "memory");
+    tma_prefetch_map(&wmap);
+    tma_prefetch_map(&xmap);
   }
   const int tile_warps = p.tile_cap / MT;
   const int tw = warp % tile_warps, ks = warp / tile_warps;

@@ -31,6 +31,11 @@ inline constexpr int kTmaBoxCols = 64;
 // point for it or cannot describe the matrix.
 bool tma_map_2d(CUtensorMap& map, DType type, const void* base, int64_t rows, int64_t cols, int box_rows);
 
+// Asks the tensor map (a kernel parameter) into the cache ahead of its first copy.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  KLLM_HOPPER_ASM("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
 // Box (col, row) of `map` into shared memory at `dst`, counted on `bar`.
 __device__ __forceinline__ void tma_box(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
   KLLM_HOPPER_ASM(
