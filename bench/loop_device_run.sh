@@ -12,6 +12,8 @@
 #             HF transformers beside it (--peer hf) → bench-h100.json
 #   bench-sampled  the same with sampled draws (--temperature 0.6 --top-p 0.95, kernelllm.py's
 #             settings; the HF peer samples alike) → bench-h100-sampled.json
+#   portable  issue #45: `kernelllm bench` (no peer) under the portable (Ampere/Ada) kernel plan, then the
+#             same under a 24 GiB memory cap → bench-portable.json, bench-portable-24g.json
 #   serve     issue #44: `kernelllm bench` n = 20 (sampled, no peer) → bench-n20-beside-serve.json, then
 #             `kernelllm serve` (random 8B weights) under 20 clients × one 512-token sample for
 #             SERVE_DURATION (60) s, the bench record embedded (--beside) → serve-load.json
@@ -104,6 +106,15 @@ for mode in "$@"; do
       "$cli" bench --config llama-3.1-8b --random-weights --seed 0 --device cuda:0 --dtype bf16 --prompt-tokens 1500 \
         --new-tokens 512 -n 1,10,20 --warmup 2 --peer hf --json "$out/bench-h100.json" > "$out/bench.stdout" 2> "$out/bench.stderr"
       echo "bench exit $?"; tail -20 "$out/bench.stdout"; tail -5 "$out/bench.stderr" ;;
+    portable)
+      # The Ampere/Ada kernel plan on this GPU (issue #45), then the same as on a 24 GiB card.
+      for cap in 0 24; do
+        name=bench-portable$([[ $cap != 0 ]] && echo "-${cap}g")
+        "$cli" bench --config llama-3.1-8b --random-weights --seed 0 --device cuda:0 --dtype bf16 --prompt-tokens 1500 \
+          --new-tokens 512 -n 1,10,20 --warmup 2 --cuda-plan portable $([[ $cap != 0 ]] && echo "--memory-cap $cap") \
+          --json "$out/$name.json" > "$out/$name.stdout" 2> "$out/$name.stderr"
+        echo "$name exit $?"; tail -6 "$out/$name.stdout"; tail -3 "$out/$name.stderr"
+      done ;;
     bench-sampled)
       "$cli" bench --config llama-3.1-8b --random-weights --seed 0 --device cuda:0 --dtype bf16 --prompt-tokens 1500 \
         --new-tokens 512 -n 1,10,20 --warmup 2 --temperature 0.6 --top-p 0.95 --peer hf \
