@@ -199,7 +199,7 @@ KernelPlan::KernelPlan(const ModelConfig& config, DType dtype, const GpuTraits& 
     : dtype_(dtype),
       gpu_(gpu),
       choices_(choices),
-      hopper_(gpu.major >= 9 && !choices.portable),
+      hopper_(gpu.major >= 9 && !choices.portable && gpu.smem_per_block >= kBandSmemBytes),
       hidden_(config.hidden_size),
       inter_(config.intermediate_size),
       vocab_(config.vocab_size),

@@ -97,7 +97,8 @@ class KernelPlan {
   KernelPlan(const ModelConfig& config, DType dtype, const GpuTraits& gpu, const PlanChoices& choices);
 
   const PlanChoices& choices() const { return choices_; }
-  // TMA, clusters and programmatic dependent launch in use: compute capability 9.0+, not portable.
+  // TMA, clusters and programmatic dependent launch in use: compute capability 9.0+ with the
+  // shared memory per block the band GEMM asks (kBandSmemBytes), not portable.
   bool hopper() const { return hopper_; }
   // The compute capability the kernels' own choices see (cluster sizes): 8 in the portable plan.
   int feature_major() const { return hopper_ ? gpu_.major : std::min(gpu_.major, 8); }

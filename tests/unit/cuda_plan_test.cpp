@@ -101,6 +101,12 @@ TEST(CudaPlan, AmpereAndAdaUseNoHopperFeature) {
     // The cascade attention (mma.sync, cp.async) runs from compute capability 8.0.
     EXPECT_EQ(plan.pass(20, 0, true, true).attention, AttentionKind::cascade);
   }
+  // A newer GPU without Hopper's shared memory per block (here 99 KB) gets
+  // the portable plan's kernels, not the band or staged GEMM.
+  const KernelPlan small_smem = plan_for(GpuTraits{12, 0, 170, 99 * 1024});
+  EXPECT_FALSE(small_smem.hopper());
+  EXPECT_EQ(small_smem.pass(20, 0, true, true).gate_up.kernel, ProjKernel::cublaslt);
+  EXPECT_TRUE(plan_for(GpuTraits{10, 0, 148, 227 * 1024}).hopper());
   // Head rows take 104,448 bytes of shared memory at head_dim 128: an A100 has room, a 4090 not.
   EXPECT_EQ(plan_for(kA100).pass(1500, 47, false, false).prefill, PrefillKernel::head_rows);
   const PassPlan ada = plan_for(kRtx4090).pass(1500, 47, false, false);

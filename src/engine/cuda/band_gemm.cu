@@ -50,6 +50,7 @@ constexpr int kBK = kBandStageCols;          // columns per stage
 constexpr int kBoxes = kBK / kTmaBoxCols;    // boxes per stage, of the weights and of the tokens
 constexpr int kMaxStages = 16;
 constexpr size_t kSmemBudget = 220 * 1024;  // the ring, of the H100's 227 KB per block
+static_assert(kSmemBudget + 1024 == kBandSmemBytes, "shapes.h's kBandSmemBytes is what the kernel asks");
 
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -16,6 +16,9 @@ inline constexpr int64_t kStagedMaxTokens = 32;
 inline constexpr int64_t kStagedBandRows = 128;  // rows per band: 8 warps x 16
 inline constexpr int64_t kStagedStageCols = 128;  // StagedConfig's default columns per stage
 inline constexpr int64_t kBandMaxTokens = 32;
+// The band GEMM's dynamic shared memory (its ring and 1,024 bytes of alignment): the most any
+// kernel asks. Hopper has 227 KB per block; the kernel plan's Hopper paths need a GPU that has it.
+inline constexpr int64_t kBandSmemBytes = 220 * 1024 + 1024;
 inline constexpr int64_t kPrefillQueryBlock = 32;  // tokens per query block of the prefill kernel
 inline constexpr int64_t kSuffixMaxGroup = 4;      // query heads per KV head of suffix_attention_mma
 
