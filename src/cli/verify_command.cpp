@@ -45,6 +45,7 @@ struct VerifyArgs {
   bool progress = false;
   double load_timeout_s = 120;
   double run_timeout_s = 30;
+  double run_timeout_factor = 50;
 };
 
 constexpr int kExitNothingCorrect = 3;
@@ -137,6 +138,7 @@ int run_verify(const VerifyArgs& a) {
   o.multishape = a.multishape;
   o.load_timeout_s = a.load_timeout_s;
   o.run_timeout_min_s = a.run_timeout_s;
+  o.run_timeout_factor = a.run_timeout_factor;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "verify: %s\n", line.c_str()); };
   ProgressMeter meter("verify", a.progress);
   std::atomic<size_t> done{0};
@@ -212,8 +214,15 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
   cmd->add_flag("--compile", args->time_compile, "also time torch.compile(reference)");
   cmd->add_option("--load-timeout", args->load_timeout_s, "seconds for import + construction (+ first-run JIT)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--run-timeout", args->run_timeout_s, "minimum seconds per forward (scaled up by 50x the reference time)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--run-timeout", args->run_timeout_s,
+                  "minimum seconds per run (inputs, forward, checksums); longer where --run-timeout-factor x the "
+                  "judge's first make_inputs call (reference forwards included) is more")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--run-timeout-factor", args->run_timeout_factor,
+                  "a run's limit is at least this many times the judge's first make_inputs call")
+      ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
   cmd->add_flag("--quiet,-q", args->quiet, "no verifier log lines on stderr");
   cmd->add_flag("--progress", args->progress, "progress lines with elapsed time and ETA (default: when stderr is a terminal)");
   cmd->callback([args, &run] { run = [args] { return run_verify(*args); }; });

@@ -157,8 +157,11 @@ def run_problem(problem: str, tmp_dir: Path) -> dict:
     env[SECRET_VAR] = SECRET
     if DEVICE == "cpu":
         env["TRITON_INTERPRET"] = "1"
+    # --run-timeout-factor 10: the timeout cases wait for the limit, max(30 s, factor x the judge's
+    # first make_inputs call); that call's cold start is seconds on a CPU, so the default 50 made
+    # relu/timeout_infinite_loop wait ~6 minutes. Honest cases keep at least 30 s a run.
     cmd = [find_cli(), "verify", str(PROBLEMS / f"{problem}.py"), *map(str, cases), "--device", DEVICE, "--json",
-           str(out), "--no-cache"]
+           str(out), "--no-cache", "--run-timeout-factor", "10"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env, cwd=tmp_dir)
     assert out.is_file(), (f"`{' '.join(cmd)}` wrote no JSON (exit {r.returncode}).\n"
                            f"stderr tail:\n{r.stderr[-3000:]}")

@@ -102,7 +102,8 @@ def files(tmp_path_factory) -> dict:
 def run_verify(files, names, *extra, cache: Path | None = None):
     report = files["dir"] / f"report-{'-'.join(names)}-{len(extra)}-{time.monotonic_ns()}.json"
     cmd = [find_cli(), "verify", str(files["problem"]), *[str(files[n]) for n in names], "--verify-device", "cpu",
-           "--json", str(report), "--run-timeout", "8", "--load-timeout", "60", *extra]
+           "--json", str(report), "--run-timeout", "8", "--run-timeout-factor", "2", "--load-timeout", "60",
+           *extra]
     cmd += ["--cache", str(cache)] if cache else ["--no-cache"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return r, (json.loads(report.read_text()) if report.is_file() else None)
