@@ -129,8 +129,7 @@ Json kernelllm_environment() {
 
 Result<Json> describe_cuda_plan(const Device& device, const ModelConfig& config, DType dtype,
                                 const std::string& plan_text, const std::vector<int64_t>& n) {
-  KLLM_ASSIGN_OR_RETURN(const cuda::PlanChoices choices, plan_text.empty() ? cuda::plan_choices_from_env()
-                                                                           : cuda::parse_plan_choices(plan_text));
+  KLLM_ASSIGN_OR_RETURN(const cuda::PlanChoices choices, cuda::plan_choices(plan_text));
   KLLM_ASSIGN_OR_RETURN(const GpuFacts facts, query_gpu(device.index));
   const cuda::GpuTraits gpu{facts.major, facts.minor, facts.sm_count, facts.smem_per_block};
   const cuda::KernelPlan plan(config, dtype, gpu, choices);

@@ -173,15 +173,14 @@ std::string plan_text(const PlanChoices& choices) {
 Result<PlanChoices> plan_choices_from_env() {
   const char* v = std::getenv("KERNELLLM_CUDA_PLAN");
   const std::string_view text = v == nullptr ? std::string_view{} : trim(v);
-  if (text.empty() || text == "auto") return PlanChoices{};
-  if (text == "portable") {
-    PlanChoices c;
-    c.portable = true;
-    return c;
-  }
+  if (text.empty() || text == "auto" || text == "portable") return parse_plan_choices(text);
   return error(ErrorCode::invalid_argument,
                "KERNELLLM_CUDA_PLAN: expected auto or portable, found '" + std::string(text) +
                    "' (other plan choices are for bench programs: kernelllm bench --cuda-plan)");
+}
+
+Result<PlanChoices> plan_choices(std::string_view text) {
+  return text.empty() ? plan_choices_from_env() : parse_plan_choices(text);
 }
 
 std::string_view proj_kernel_name(ProjKernel kernel) {

@@ -61,6 +61,8 @@ std::string plan_text(const PlanChoices& choices);
 // KERNELLLM_CUDA_PLAN: unset, "" or "auto": the defaults; "portable": the portable plan.
 // Anything else is an error (the other choices are for bench programs: their --cuda-plan).
 Result<PlanChoices> plan_choices_from_env();
+// A caller's plan text (CudaBackendOptions::plan), or where it is empty the environment's.
+Result<PlanChoices> plan_choices(std::string_view text);
 
 // How a projection y = x . W^T is computed.
 enum class ProjKernel { cublaslt, gemv, skinny, staged, band, band_parts };

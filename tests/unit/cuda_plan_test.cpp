@@ -7,23 +7,19 @@
 #include <string>
 
 #include "engine/cuda_plan.h"
+#include "kernelllm/engine/random_weights.h"
 
 namespace kernelllm::cuda {
 namespace {
 
+// KernelLLM's own config (the built-in "llama-3.1-8b" shape of random_weights.h).
 ModelConfig llama_8b() {
-  ModelConfig c;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_hidden_layers = 32;
-  c.num_attention_heads = 32;
-  c.num_key_value_heads = 8;
-  c.head_dim = 128;
-  c.vocab_size = 128256;
-  c.max_position_embeddings = 131072;
-  return c;
+  auto json = named_config_json("llama-3.1-8b");
+  EXPECT_TRUE(json.ok());
+  auto c = ModelConfig::from_json(json.ok() ? *json : "{}");
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return c.ok() ? *c : ModelConfig{};
 }
-
 // Compute capability, SMs and opt-in shared memory per block of each GPU.
 const GpuTraits kH100{9, 0, 132, 227 * 1024};
 const GpuTraits kA100{8, 0, 108, 163 * 1024};

@@ -70,8 +70,7 @@ Status CudaBackend::init() {
                    "querying shared memory per block");
   gpu.smem_per_block = smem;
   sm_count_ = gpu.sm_count;
-  KLLM_ASSIGN_OR_RETURN(const PlanChoices choices,
-                        opts_.plan.empty() ? plan_choices_from_env() : parse_plan_choices(opts_.plan));
+  KLLM_ASSIGN_OR_RETURN(const PlanChoices choices, plan_choices(opts_.plan));
   plan_.emplace(c, dtype_, gpu, choices);
   // Programmatic dependent launch (launch.cuh) and the weights' L2 evict-first policy
   // (common.cuh's weights_evict_first) are process-wide: the last backend made sets them.
