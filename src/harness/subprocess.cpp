@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,7 +99,7 @@ void close_fd(int& fd) {
 
 // Child side after fork: never returns. Only async-signal-safe calls.
 [[noreturn]] void exec_child(const SpawnOptions& o, char* const* argv, char* const* envp, int req_r, int rep_w,
-                             int out_w, int err_w) {
+                             int out_w, int err_w, int sock) {
   ::setsid();
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   for (const std::string& f : o.cgroup_procs_files) {
@@ -116,11 +117,14 @@ void close_fd(int& fd) {
     // Move the pipe ends out of the way first so dup2 onto 3/4 cannot clobber one of them.
     int a = ::fcntl(req_r, F_DUPFD, 10);
     int b = ::fcntl(rep_w, F_DUPFD, 10);
+    int c = sock >= 0 ? ::fcntl(sock, F_DUPFD, 10) : -1;
     ::dup2(a, 3);
     ::dup2(b, 4);
+    if (c >= 0) ::dup2(c, 5);
   }
-  // Close everything else (fd ≥ 5, or ≥ 3 without protocol fds).
-  int first = o.protocol_fds ? 5 : 3;
+  // Close everything else (fd ≥ 5 or 6, or ≥ 3 without protocol fds).
+  const bool channel = o.protocol_fds && sock >= 0;
+  int first = o.protocol_fds ? (channel ? 6 : 5) : 3;
   long max_fd = ::sysconf(_SC_OPEN_MAX);
   for (long fd = first; fd < std::min(max_fd, 65536L); ++fd) ::close(static_cast<int>(fd));
   if (o.no_core_dumps) {
@@ -146,12 +150,13 @@ void close_fd(int& fd) {
 
 Result<Process> Process::spawn(const SpawnOptions& o) {
   if (o.argv.empty()) return error(ErrorCode::invalid_argument, "spawn: expected a non-empty argv");
-  int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, sock[2] = {-1, -1};
   auto close_all = [&] {
-    for (int* p : {req, rep, out, err}) { close_fd(p[0]); close_fd(p[1]); }
+    for (int* p : {req, rep, out, err, sock}) { close_fd(p[0]); close_fd(p[1]); }
   };
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-      (o.protocol_fds && (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0))) {
+      (o.protocol_fds && (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0)) ||
+      (o.protocol_fds && o.fd_channel && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sock) != 0)) {
     Status s = error(ErrorCode::io_error, fmt::format("spawn {}: pipe: {}", o.argv[0], std::strerror(errno)));
     close_all();
     return s;
@@ -168,7 +173,7 @@ Result<Process> Process::spawn(const SpawnOptions& o) {
     close_all();
     return s;
   }
-  if (pid == 0) exec_child(o, argv.data(), envp.data(), req[0], rep[1], out[1], err[1]);
+  if (pid == 0) exec_child(o, argv.data(), envp.data(), req[0], rep[1], out[1], err[1], sock[1]);
 
   Process p;
   p.pid_ = pid;
@@ -179,6 +184,8 @@ Result<Process> Process::spawn(const SpawnOptions& o) {
   close_fd(rep[1]);
   close_fd(out[1]);
   close_fd(err[1]);
+  close_fd(sock[1]);
+  p.fd_sock_ = sock[0];
   p.to_child_ = req[1];
   p.from_child_ = rep[0];
   p.out_fd_ = out[0];
@@ -203,6 +210,7 @@ Process& Process::operator=(Process&& other) noexcept {
   pid_ = std::exchange(other.pid_, -1);
   to_child_ = std::exchange(other.to_child_, -1);
   from_child_ = std::exchange(other.from_child_, -1);
+  fd_sock_ = std::exchange(other.fd_sock_, -1);
   out_fd_ = std::exchange(other.out_fd_, -1);
   err_fd_ = std::exchange(other.err_fd_, -1);
   out_ = std::move(other.out_);
@@ -217,6 +225,7 @@ Process& Process::operator=(Process&& other) noexcept {
 void Process::close_fds() {
   close_fd(to_child_);
   close_fd(from_child_);
+  close_fd(fd_sock_);
   close_fd(out_fd_);
   close_fd(err_fd_);
 }
@@ -251,6 +260,76 @@ void Process::drain(int timeout_ms) {
     ssize_t r = ::read(fd, buf, sizeof buf);
     if (r > 0) ring.append(std::string_view(buf, static_cast<size_t>(r)));
     else if (r == 0 || (errno != EAGAIN && errno != EINTR)) close_fd(fd);
+  }
+}
+
+Status Process::send_fd(int fd, Deadline deadline) {
+  if (fd_sock_ < 0) return error(ErrorCode::internal, "send_fd: the process has no descriptor channel");
+  char byte = 'F';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  for (;;) {
+    // MSG_NOSIGNAL: a child that closed its end gets an error here, not a SIGPIPE for us.
+    if (::sendmsg(fd_sock_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) return Status{};
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return error(ErrorCode::io_error, fmt::format("send_fd: {}", std::strerror(errno)));
+    }
+    if (Clock::now() >= deadline || (cancel_ && cancel_->load())) {
+      return error(ErrorCode::resource_exhausted, "send_fd: the child did not take the descriptor in time");
+    }
+    pollfd p{fd_sock_, POLLOUT, 0};
+    ::poll(&p, 1, std::min(ms_until(deadline), 200));
+  }
+}
+
+Result<int> Process::receive_fd(Deadline deadline) {
+  if (fd_sock_ < 0) return error(ErrorCode::internal, "receive_fd: the process has no descriptor channel");
+  for (;;) {
+    char byte = 0;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t r = ::recvmsg(fd_sock_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r > 0) {
+      std::vector<int> fds;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; ++i) {
+          int got = -1;
+          std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          fds.push_back(got);
+        }
+      }
+      if (fds.size() == 1 && !(msg.msg_flags & MSG_CTRUNC)) return fds[0];
+      for (int f : fds) ::close(f);
+      return error(ErrorCode::parse_error, fmt::format("receive_fd: expected one descriptor, found {}", fds.size()));
+    }
+    if (r == 0) return error(ErrorCode::io_error, "receive_fd: the child closed its descriptor channel");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return error(ErrorCode::io_error, fmt::format("receive_fd: {}", std::strerror(errno)));
+    }
+    if (Clock::now() >= deadline || (cancel_ && cancel_->load())) {
+      return error(ErrorCode::resource_exhausted, "receive_fd: no descriptor arrived in time");
+    }
+    pollfd p{fd_sock_, POLLIN, 0};
+    ::poll(&p, 1, std::min(ms_until(deadline), 200));
   }
 }
 

@@ -1,8 +1,12 @@
 // Timing clocked by the orchestrator (docs/verification.md, Timing). A worker cannot be trusted
 // with a clock: it may patch timers, forge replies or skip work. So per timed call we send
-// `time_call` and `time_sample` and measure their round trips here; the judge (trusted) flushes
-// the GPU's shared L2 between calls and checks the sampled output values against its reference.
-// The reference is timed by the same loop on the judge, so both sides pay the same overheads.
+// `time_call`, in which the worker copies the call's outputs into an output region the judge
+// owns (shared with this candidate only, through fd 5), then `check_timed`, in which the judge
+// (trusted) reads the values there, and measure both round trips here. The judge also flushes the
+// GPU's shared L2 between calls. The reference is timed by the same loop on the judge, copying
+// into and checking a region of its own, so both sides pay the same overheads.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -22,7 +26,6 @@ const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
 }
 
 constexpr int kPings = 7;
-constexpr size_t kSamplesPerOutput = 64;
 
 }  // namespace
 
@@ -31,7 +34,7 @@ std::vector<double> published_call_times(const std::vector<CallClock>& calls, do
   std::vector<double> out;
   double charged = 0;
   for (const CallClock& c : calls) {
-    double t = c.call_ms + c.sample_ms - 2 * ping_ms + c.load_excess_ms;
+    double t = c.call_ms + c.check_ms - 2 * ping_ms + c.load_excess_ms;
     const double wait = c.next_flush_ms - flush_baseline_ms;
     if (c.next_flush_ms > 0 && wait > std::max(0.1, 0.5 * flush_baseline_ms)) {
       t += wait;
@@ -69,7 +72,28 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     return std::nullopt;
   };
-  Reply p = ask(Json{{"op", "time_prepare"}, {"compile", compile}});
+  // The output region: the judge's own for the reference, else a fresh one shared with this
+  // candidate alone (a region handed to an earlier candidate is released by the judge).
+  Json prepare{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial}};
+  if (cand) {
+    int fd = -1;
+    Reply reg = judge_call(dev, Json{{"op", "time_region"}, {"trial", sets.front().trial}}, opts_.load_timeout_s, &fd);
+    if (!reg.ok()) {
+      r->verdict = Verdict::not_verified;
+      r->message = fmt::format("the judge could not make the timed calls' output region: {}: {}", reg.error_kind(),
+                               reg.error_message());
+      return std::nullopt;
+    }
+    Status sent = cand->proc.send_fd(fd, deadline_in(10));
+    ::close(fd);
+    if (!sent.ok()) {
+      r->verdict = Verdict::crash;
+      r->message = "the candidate's process did not take the output region's descriptor: " + sent.message();
+      return std::nullopt;
+    }
+    prepare["region"] = reg.message.value("region", Json(nullptr));
+  }
+  Reply p = ask(prepare);
   if (!p.ok()) return failed(p, "timing (preparing)");
   // A timing set's seed reaches the worker right before its first call, never earlier, so no
   // call's answer can be worked out ahead in bulk; its load (making the set on the device) is
@@ -104,7 +128,6 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   std::vector<CallClock> calls;
   std::vector<double> flushes;
   double events_ms = 0, load_excess_ms = 0;
-  size_t last_set = 0;
   for (int i = 0; i < warmup + iters; ++i) {
     const size_t k = static_cast<size_t>(i) % sets.size();
     if (loaded[k].is_null()) {
@@ -119,46 +142,58 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
         return failed(bad, "timing (loading an input set)");
       }
     }
-    // Where this call's outputs are read back: drawn by the judge from its fingerprint of the set,
-    // held here and sent only once the call has returned.
-    Reply pos = judge_call(dev, Json{{"op", "sample_positions"}, {"trial", sets[k].trial}, {"k", kSamplesPerOutput}},
-                           opts_.load_timeout_s);
-    if (!pos.ok()) {
-      if (cand) {
-        r->verdict = Verdict::not_verified;
-        r->message = fmt::format("the judge could not draw sample positions: {}: {}", pos.error_kind(), pos.error_message());
-      } else {
-        warn(fmt::format("reference timing on {}: the judge could not draw sample positions: {}", dev.name, pos.error_message()));
-      }
-      return std::nullopt;
-    }
-    const Json picks = pos.message.value("indices", Json::array());
     const double flush_ms = flush();
     if (!calls.empty()) calls.back().next_flush_ms = flush_ms;
     if (cuda) flushes.push_back(flush_ms);
     Reply c = ask(Json{{"op", "time_call"}, {"set", loaded[k]}});
     if (!c.ok()) return failed(c, "timing");
-    Reply s = ask(Json{{"op", "time_sample"}, {"indices", picks}});
-    if (!s.ok()) return failed(s, "timing (reading back sampled values)");
-    if (i < warmup) continue;
-    calls.push_back(CallClock{c.elapsed_ms, s.elapsed_ms, 0, load_excess_ms});
-    load_excess_ms = 0;
-    events_ms += c.message.value("event_ms", 0.0);
-    last_set = k;
-    if (!cand) continue;
-    Reply chk = judge_call(dev, Json{{"op", "check_samples"}, {"trial", sets[k].trial}, {"indices", picks},
-                                     {"values", s.message.value("values", Json(nullptr))}},
+    // The judge reads this call's values from the region, at every fingerprint position (its own
+    // region for the reference: the same work). Clocked too, so work a candidate finishes after
+    // its reply, before the judge reads, is inside the clock (all but the ping we take off).
+    const bool last = i + 1 == warmup + iters;
+    Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trial", sets[k].trial}, {"own", cand == nullptr}, {"keep", last}},
                            opts_.load_timeout_s);
     if (!chk.ok()) {
-      r->verdict = Verdict::not_verified;
-      r->message = fmt::format("the judge could not check timed call {}: {}: {}", i - warmup, chk.error_kind(), chk.error_message());
+      if (cand) {
+        r->verdict = Verdict::not_verified;
+        r->message = fmt::format("the judge could not check timed call {}: {}: {}", i - warmup, chk.error_kind(),
+                                 chk.error_message());
+      } else {
+        warn(fmt::format("reference timing on {}: the judge could not check a call: {}", dev.name, chk.error_message()));
+      }
       return std::nullopt;
     }
-    if (!chk.message.value("match", false)) {
+    if (i < warmup) continue;
+    calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, 0, load_excess_ms});
+    load_excess_ms = 0;
+    events_ms += c.message.value("event_ms", 0.0);
+    if (!cand) continue;
+    const int call = i - warmup;
+    if (!c.message.value("output_bound", false)) {
       r->verdict = Verdict::cheat;
       r->rule = "timed_output_mismatch";
-      r->message = fmt::format("timed call {} (inputs of trial {}) returned wrong values, so it skipped or replayed work: {}",
-                               i - warmup, sets[k].trial, chk.message.value("message", ""));
+      r->message = fmt::format("timed call {} did not put its outputs in the judge's output region: {}", call,
+                               c.message.value("output_unbound", std::string("no reason given")));
+      return std::nullopt;
+    }
+    // The last call's whole output against the full reference (not clocked).
+    Reply full = chk;
+    if (chk.message.value("match", false) && last) {
+      full = judge_call(dev, Json{{"op", "check_timed"}, {"trial", sets[k].trial}, {"full", true}, {"candidate", cand->id()}},
+                        opts_.load_timeout_s);
+      if (!full.ok()) {
+        r->verdict = Verdict::not_verified;
+        r->message = fmt::format("the judge could not compare the last timed output: {}: {}", full.error_kind(),
+                                 full.error_message());
+        return std::nullopt;
+      }
+    }
+    if (!full.message.value("match", false)) {
+      r->verdict = Verdict::cheat;
+      r->rule = "timed_output_mismatch";
+      r->message = fmt::format("timed call {} (inputs of trial {}) left wrong values in the output region, so it skipped, "
+                               "replayed or put off work: {}",
+                               call, sets[k].trial, full.message.value("message", ""));
       r->evidence["timed_mismatch_set"] = static_cast<int>(k);  // re-checked untimed (recheck_timing_set)
       return std::nullopt;
     }
@@ -172,9 +207,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
   t.stats = timing_stats(t.times_ms);
   t.event_total_ms = events_ms;
-  for (const CallClock& c : calls) t.wall_total_ms += c.call_ms + c.sample_ms;
+  for (const CallClock& c : calls) t.wall_total_ms += c.call_ms + c.check_ms;
   t.orchestrator_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_batch).count();
-  if (cand && !timed_output_right(*cand, dev, *r, last_set)) return std::nullopt;
   return t;
 }
 
@@ -184,39 +218,6 @@ void Verifier::ensure_reference_timing(DeviceState& dev) {
   const int iters = timed_calls(dev);
   dev.ref_timing = timed_batch(dev, nullptr, iters, false, nullptr);
   if (opts_.time_compile) dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
-}
-
-bool Verifier::timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r, size_t last_set) {
-  // The whole output of the last timed call must be right, not just its sampled values.
-  const TrialInput& in = timing_sets(dev)[last_set];
-  const fs::path out = w.work_dir / "out-timed-last.safetensors";
-  std::error_code ec;
-  fs::remove(out, ec);  // never judged on an earlier file
-  Reply wrote = w.request(Json{{"op", "time_output"}, {"outputs_file", out.string()}}, opts_.timing_timeout_s);
-  if (fail_from_reply(wrote, "timing (writing the last output)", opts_.timing_timeout_s, w, dev, r)) return false;
-  if (!wrote.message.value("outputs_written", false)) {
-    r.verdict = Verdict::cheat;
-    r.rule = "timed_output_mismatch";
-    r.message = "the last timed call returned no plain tensor output, unlike the correctness trials";
-    return false;
-  }
-  Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", in.trial}, {"outputs_file", out.string()}, {"candidate", w.id()}},
-                         opts_.load_timeout_s);
-  fs::remove(out, ec);
-  if (!cmp.ok()) {
-    r.verdict = Verdict::not_verified;
-    r.message = fmt::format("the judge could not compare the last timed output: {}: {}", cmp.error_kind(), cmp.error_message());
-    return false;
-  }
-  if (cmp.message.value("match", false)) return true;
-  const bool tampered = cmp.message.value("rule", Json(nullptr)) == "output_file_tampered";
-  r.verdict = Verdict::cheat;
-  r.rule = tampered ? "output_file_tampered" : "timed_output_mismatch";
-  r.message = fmt::format("the last timed call's output (inputs of trial {}) is wrong, so the timed calls skipped or "
-                          "replayed work: {}",
-                          in.trial, cmp.message.value("message", ""));
-  if (!tampered) r.evidence["timed_mismatch_set"] = static_cast<int>(last_set);
-  return false;
 }
 
 void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& r) {

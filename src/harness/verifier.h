@@ -115,7 +115,8 @@ class Verifier {
   // Raises a candidate worker's memory limit to what the problem needs (setup_device's sizes).
   void size_memory_limit(Worker& w, const DeviceState& dev);
   std::string cache_key_for(size_t i, const DeviceState& dev) const;
-  Reply judge_call(DeviceState& dev, const Json& request, double timeout_s);
+  // One judge request; with fd_out, also the descriptor the judge sends with its reply (fd 5).
+  Reply judge_call(DeviceState& dev, const Json& request, double timeout_s, int* fd_out = nullptr);
   void log(const std::string& line) const;
   void notify(size_t index, const CandidateResult& r);
   void warn(const std::string& line);
@@ -144,13 +145,11 @@ class Verifier {
                        CandidateResult& r);
   // timed_calls.cpp: timing clocked here, one request per call (docs/verification.md, Timing).
   // One timed batch over the timing sets on `cand` (nullptr: the reference, on the judge). A
-  // candidate's failure or wrong sampled value is its verdict in *r; nullopt then.
+  // candidate's failure or wrong value in the output region is its verdict in *r; nullopt then.
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r);
   // Times a correct candidate under the GPU's exclusive lock; sets r.timing and r.speedup, or
   // the verdict of what went wrong.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
-  // Whether the last timed call's whole output is right; names the cheat in r when not.
-  bool timed_output_right(Worker& w, DeviceState& dev, CandidateResult& r, size_t last_set);
   void ensure_reference_timing(DeviceState& dev);
   // Calls of a timed batch: the options' on a GPU; on CPU (times not meaningful) 3 and 1 warmup.
   int timed_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.iters : 3; }

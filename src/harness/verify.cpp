@@ -94,7 +94,7 @@ void Verifier::warn(const std::string& line) {
   report_.warnings.push_back(line);
 }
 
-Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout_s) {
+Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout_s, int* fd_out) {
   std::lock_guard<std::mutex> lock(dev.judge_mu);
   if (!dev.judge || !dev.judge->proc.running()) {
     Reply r;
@@ -102,6 +102,17 @@ Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout
     return r;
   }
   Reply r = dev.judge->request(request, timeout_s);
+  if (r.ok() && fd_out) {
+    // The descriptor the judge sent over fd 5 before its reply (under the same lock, so no
+    // other request's descriptor can come between).
+    Result<int> fd = dev.judge->proc.receive_fd(deadline_in(10));
+    if (fd.ok()) {
+      *fd_out = *fd;
+    } else {
+      r.status = ReceiveStatus::protocol_error;
+      r.error = fd.status().message();
+    }
+  }
   if (r.status != ReceiveStatus::ok) {
     dev.judge->proc.kill_tree();
     dev.healthy = false;

@@ -134,8 +134,9 @@ constexpr JsonMember kReplyMembers[] = {
     {"triton_launches", kJsonInteger | kJsonNull},
     {"times_ms", kJsonArray, kJsonNumber},
     {"event_ms", kJsonNumber},  // time_call
-    {"values", kJsonArray},     // time_sample
-    {"outputs_written", kJsonBool},  // time_output
+    {"output_bound", kJsonBool},     // time_call
+    {"output_unbound", kJsonString}, // time_call
+    {"region", kJsonObject},         // time_region (judge)
     {"match", kJsonBool},  // compare
     {"verdict_hint", kJsonString},
     {"rule", kJsonString | kJsonNull},
@@ -240,6 +241,7 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
     opts.env = std::move(env);
     opts.cwd = work_dir.string();
   }
+  opts.fd_channel = true;  // the judge's timing output region reaches the candidate through it
   KLLM_ASSIGN_OR_RETURN(w->proc, Process::spawn(opts));
   return w;
 }

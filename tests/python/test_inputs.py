@@ -1,9 +1,11 @@
 """The data path of verifier v2 (worker/inputs.py, the judge's fingerprints): input sets made from
 a seed in each process, identical in the judge and a candidate's process, a checksum that tells
 them apart, a problem whose inputs do not repeat refused, and a judge that keeps only bounded
-references yet decides the history rules and the timed calls' sampled checks the same way."""
+references yet decides the history rules and the checks of timed calls (read from the judge's
+output region) the same way."""
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -14,6 +16,7 @@ import worker_harness as wh
 inputs = wh.import_worker("inputs")
 judge = wh.import_worker("judge")
 protocol = wh.import_worker("protocol")
+region = wh.import_worker("region")
 WorkerError = protocol.WorkerError
 
 PROBLEM = """import torch
@@ -138,16 +141,38 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     # Trial 0's answer replayed for trial 2: a cached result, found on the fingerprints.
     replay = run(2, right0)
     assert replay["rule"] == "cached_result", replay
-    # The sampled check of a timed call: positions from the fingerprint, values checked there.
-    picks = j.sample_positions({"trial": 1, "k": 6})["indices"]
-    assert len(picks) == 1 and set(picks[0]) <= set(positions.tolist())
-    flat = right1.reshape(-1)
-    good = j.check_samples({"trial": 1, "indices": picks, "values": [[float(flat[i]) for i in picks[0]]]})
-    bad = j.check_samples({"trial": 1, "indices": picks, "values": [[float(flat[i]) + 1.0 for i in picks[0]]]})
-    assert good["match"] and not bad["match"], (good, bad)
-    with pytest.raises(WorkerError):  # positions the judge did not draw are refused
-        outside = [i for i in range(32) if i not in set(positions.tolist())][:1]
-        j.check_samples({"trial": 1, "indices": [outside], "values": [[0.0]]})
+    # A timed call's check: the judge reads its own output region, which the candidate maps.
+    sent = []
+    monkeypatch.setattr(region, "send_fd", sent.append)
+    reply = j.time_region({"trial": 1})
+    assert len(sent) == 1 and reply["region"]["outputs"][0]["shape"] == list(right1.shape)
+    mine = region.Region.attach(os.dup(sent[0]), reply["region"]["bytes"], "cpu")
+    view = mine.views(reply["region"]["outputs"])[0]
+    assert not j.check_timed({"trial": 1})["match"]  # poisoned: nothing written yet
+    view.copy_(right1)
+    assert j.check_timed({"trial": 1})["match"]
+    assert not j.check_timed({"trial": 1})["match"]  # each check poisons it again
+    view.copy_(right1)
+    view.reshape(-1)[int(positions[2])] += 1.0
+    bad = j.check_timed({"trial": 1})
+    assert not bad["match"] and f"flat index {int(positions[2])}" in bad["message"], bad
+    # Off the fingerprint only the whole-output check (the last timed call) sees it.
+    off = next(i for i in range(32) if i not in set(positions.tolist()))
+    view.copy_(right1)
+    view.reshape(-1)[off] += 1.0
+    assert j.check_timed({"trial": 1})["match"]
+    view.copy_(right1)
+    view.reshape(-1)[off] += 1.0
+    full = j.check_timed({"trial": 1, "full": True, "candidate": "cand-0"})
+    assert not full["match"] and full["verdict_hint"] == "wrong_output", full
+    with pytest.raises(OSError):  # sealed: the candidate cannot shrink it under the judge
+        os.ftruncate(mine.fd, 0)
+    # A new region for the next candidate; the old mapping is written to in vain.
+    j.time_region({"trial": 1})
+    view.copy_(right1)
+    assert not j.check_timed({"trial": 1})["match"]
+    del view
+    mine.close()
 
 
 def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key(tmp_path, monkeypatch):
@@ -166,7 +191,7 @@ def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key
     for j in (a, _judge(tmp_path, secret_seed=5)):
         j.make_inputs({"trial": 0})
         torch.manual_seed(seeds_a[0])
-        picks.append((j._fp_positions(0, 32).tolist(), j.sample_positions({"trial": 0, "k": 6})["indices"]))
+        picks.append(j._fp_positions(0, 32).tolist())
     assert picks[0] != picks[1]
 
 

@@ -146,6 +146,8 @@ def test_honest_candidate_is_timed(add_session):
     t = r["timing"]
     assert t["ok"] and len(t["times_ms"]) == 3 and all(x > 0 for x in t["times_ms"])
     assert all(c["ok"] and c["match"] for c in t["checks"]), t["checks"]
+    assert all(c["output_bound"] for c in t["calls"]), t["calls"]
+    assert t["checks"][-1]["verdict_hint"] == "correct"  # the last call: the whole output
 
 
 PROBLEM_PROD = """

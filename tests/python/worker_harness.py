@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -28,18 +29,24 @@ class Worker:
         req_hi, rep_hi = fcntl.fcntl(req_r, fcntl.F_DUPFD_CLOEXEC, 100), fcntl.fcntl(rep_w, fcntl.F_DUPFD_CLOEXEC, 100)
         os.close(req_r)
         os.close(rep_w)
+        # fd 5: the descriptor channel (the judge's output region travels over it).
+        self.channel, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        chan_hi = fcntl.fcntl(child_end.fileno(), fcntl.F_DUPFD_CLOEXEC, 100)
+        child_end.close()
         self.stderr = tempfile.TemporaryFile()
         full_env = dict(os.environ, TRITON_INTERPRET="1", **(env or {}))
 
         def child_fds() -> None:
             os.dup2(req_hi, 3)
             os.dup2(rep_hi, 4)
+            os.dup2(chan_hi, 5)
 
         self.proc = subprocess.Popen([sys.executable, str(LAUNCH), kind], stdin=subprocess.DEVNULL,
                                      stdout=self.stderr, stderr=self.stderr, env=full_env,
-                                     preexec_fn=child_fds, pass_fds=(3, 4))
+                                     preexec_fn=child_fds, pass_fds=(3, 4, 5))
         os.close(req_hi)
         os.close(rep_hi)
+        os.close(chan_hi)
         self.timeout_s = timeout_s
         self.hello = self.receive()
 
@@ -71,6 +78,15 @@ class Worker:
             buf += b
         return buf
 
+    def send_fd(self, fd: int) -> None:
+        socket.send_fds(self.channel, [b"F"], [fd])
+
+    def receive_fd(self) -> int:
+        self.channel.settimeout(self.timeout_s)
+        _, fds, _, _ = socket.recv_fds(self.channel, 1, 4)
+        assert len(fds) == 1, fds
+        return fds[0]
+
     def request(self, op: str, **fields: Any) -> Dict[str, Any]:
         self.send(dict(fields, v=1, op=op))
         return self.receive()
@@ -95,6 +111,7 @@ class Worker:
                 os.close(fd)
             except OSError:
                 pass
+        self.channel.close()
         return self.proc.returncode
 
 
@@ -159,28 +176,33 @@ class Session:
             cand.close()
 
     def time(self, cand: Worker, inp: Dict[str, Any], iters: int) -> Dict[str, Any]:
-        """The orchestrator's timing loop in miniature: prepare, then per call the judge's flush,
-        time_call and time_sample (clocked here), the judge checking the sampled values."""
-        import random
+        """The orchestrator's timing loop in miniature: the judge's output region handed to the
+        candidate, then per call the judge's flush, time_call (clocked here) and the judge's check
+        of the region (the last call's whole output)."""
         import time as _time
-        prep = cand.request("time_prepare")
+        reg = self.judge.request("time_region", trial=0)
+        if not reg["ok"]:
+            return reg
+        fd = self.judge.receive_fd()
+        cand.send_fd(fd)
+        os.close(fd)
+        prep = cand.request("time_prepare", region=reg["region"])
         if not prep["ok"]:
             return prep
         loaded = cand.request("time_load", inputs=inp["spec"])
         if not loaded["ok"]:
             return loaded
-        times, checks = [], []
-        for _ in range(iters):
+        times, checks, calls = [], [], []
+        for k in range(iters):
             self.judge.request("l2_flush")
             t0 = _time.perf_counter()
             call = cand.request("time_call", set=loaded["set"])
-            picks = [sorted(random.sample(range(n), min(n, 8))) for n in inp["output_numels"]]
-            sample = cand.request("time_sample", indices=picks)
             times.append((_time.perf_counter() - t0) * 1e3)
-            if not (call["ok"] and sample["ok"]):
-                return call if not call["ok"] else sample
-            checks.append(self.judge.request("check_samples", trial=0, indices=picks, values=sample["values"]))
-        return {"ok": True, "times_ms": times, "checks": checks}
+            if not call["ok"]:
+                return call
+            calls.append(call)
+            checks.append(self.judge.request("check_timed", trial=0, full=k == iters - 1, candidate="harness"))
+        return {"ok": True, "times_ms": times, "checks": checks, "calls": calls}
 
     def close(self) -> None:
         self.judge.close()

@@ -1,10 +1,12 @@
 // Subprocess layer: framing, ring buffers, deadlines, exit evidence and whole-tree kill
 // (process groups, setsid grandchildren, orphans adopted by the subreaper).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -87,6 +89,74 @@ TEST(Process, EchoesFramesThroughFds3And4) {
   Received r = p->receive(deadline_in(5));
   ASSERT_EQ(r.status, ReceiveStatus::ok) << r.error;
   EXPECT_EQ(r.message, msg);
+}
+
+TEST(Process, PassesDescriptorsBothWaysOverFd5) {
+  // The child takes a pipe's write end from fd 5, writes through it, then sends back a memfd.
+  SpawnOptions o;
+  o.argv = {"python3", "-c",
+            "import os, socket\n"
+            "s = socket.socket(fileno=5)\n"
+            "_, fds, _, _ = socket.recv_fds(s, 1, 4)\n"
+            "os.write(fds[0], b'through the pipe')\n"
+            "m = os.memfd_create('t')\n"
+            "os.write(m, b'from the child')\n"
+            "socket.send_fds(s, [b'F'], [m])\n"};
+  const char* path = std::getenv("PATH");  // the python3 the tests run with
+  o.env = {std::string("PATH=") + (path ? path : "/usr/bin:/bin")};
+  o.fd_channel = true;
+  auto p = Process::spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  ASSERT_TRUE(p->send_fd(pipe_fds[1], deadline_in(5)).ok());
+  ::close(pipe_fds[1]);  // the child holds its own copy
+  Result<int> back = p->receive_fd(deadline_in(30));
+  if (!back.ok()) p->wait(deadline_in(5));  // for its stderr
+  ASSERT_TRUE(back.ok()) << back.status().to_string() << p->stderr_tail();
+  char buf[64] = {};
+  ASSERT_EQ(::read(pipe_fds[0], buf, sizeof buf), 16);
+  EXPECT_EQ(std::string(buf, 16), "through the pipe");
+  char got[64] = {};
+  ASSERT_EQ(::pread(*back, got, sizeof got, 0), 14);
+  EXPECT_EQ(std::string(got, 14), "from the child");
+  EXPECT_NE(::fcntl(*back, F_GETFD) & FD_CLOEXEC, 0);
+  ::close(*back);
+  ::close(pipe_fds[0]);
+  auto e = p->wait(deadline_in(10));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code, 0) << p->stderr_tail();
+}
+
+TEST(Process, DescriptorChannelErrorsInsteadOfHangingOrSignalling) {
+  // Nothing sent: receive_fd gives up at its deadline.
+  SpawnOptions waits = sh("sleep 5");
+  waits.fd_channel = true;
+  auto p = Process::spawn(waits);
+  ASSERT_TRUE(p.ok());
+  const auto t0 = Clock::now();
+  Result<int> none = p->receive_fd(deadline_in(0.3));
+  EXPECT_FALSE(none.ok());
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+  // A child that closed its end: an error, not a SIGPIPE that would end us.
+  SpawnOptions closes = sh("exec 5>&-; sleep 5");
+  closes.fd_channel = true;
+  auto q = Process::spawn(closes);
+  ASSERT_TRUE(q.ok());
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  Status sent;
+  for (int i = 0; i < 50 && sent.ok(); ++i) {  // until the child's exec has closed fd 5
+    sent = q->send_fd(pipe_fds[0], deadline_in(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(sent.ok());
+  // A process spawned without the channel has none.
+  auto r = Process::spawn(sh("sleep 5"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->send_fd(pipe_fds[0], deadline_in(1)).ok());
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
 }
 
 TEST(Process, CapturesOutputTailsAndExitCode) {

@@ -1,5 +1,6 @@
 // Child processes for the verifier: spawn with two protocol pipes (fd 3 = requests to the
-// child, fd 4 = replies from it; 4-byte little-endian length + JSON frames), stdout/stderr kept
+// child, fd 4 = replies from it; 4-byte little-endian length + JSON frames), optionally fd 5 = a
+// SOCK_SEQPACKET socket that carries descriptors (SCM_RIGHTS) each way, stdout/stderr kept
 // as bounded tails, own session/process group, deadline-based I/O, and a kill that takes the
 // whole process tree (process group, /proc descendants, optional cgroup). RAII: the destructor
 // kills and reaps. Not thread-safe per object; different objects may be used from different threads.
@@ -71,6 +72,7 @@ struct SpawnOptions {
   std::vector<std::string> env;   // "KEY=VALUE"; the child sees exactly these
   std::string cwd;                // empty: inherit
   bool protocol_fds = true;       // fd 3/4 pipes
+  bool fd_channel = false;        // fd 5: a socket for passing descriptors (with protocol_fds)
   size_t tail_bytes = 64 * 1024;  // per stream
   std::optional<uint64_t> rlimit_as_bytes;
   std::optional<uint64_t> rlimit_nproc;
@@ -106,6 +108,12 @@ class Process {
   Status send(const Json& message, Deadline deadline);
   // Reads one frame, draining stdout/stderr meanwhile.
   Received receive(Deadline deadline);
+  // Descriptors over the fd 5 channel (SpawnOptions::fd_channel). send_fd passes a duplicate of
+  // `fd` (the caller keeps its own); receive_fd returns a new descriptor (close-on-exec) that the
+  // caller owns, or an error when none arrives before the deadline or the message holds no
+  // descriptor.
+  Status send_fd(int fd, Deadline deadline);
+  Result<int> receive_fd(Deadline deadline);
   // Drains stdout/stderr until the child exits or the deadline passes; returns the exit if seen.
   std::optional<ExitInfo> wait(Deadline deadline);
   // SIGKILLs the process group, every /proc descendant and every member of the cgroups, then reaps.
@@ -123,6 +131,7 @@ class Process {
   pid_t pid_ = -1;
   int to_child_ = -1;    // write end of fd 3
   int from_child_ = -1;  // read end of fd 4
+  int fd_sock_ = -1;     // our end of fd 5
   int out_fd_ = -1;
   int err_fd_ = -1;
   RingBuffer out_{64 * 1024};

@@ -168,12 +168,12 @@ double peak_bandwidth_for(std::string_view device_name);
 
 // One timed call as the orchestrator's clock saw it.
 struct CallClock {
-  double call_ms = 0;        // round trip of time_call (forward + synchronize in the worker)
-  double sample_ms = 0;      // round trip of time_sample (values of its output: the work must be done)
+  double call_ms = 0;        // round trip of time_call (forward, copy into the output region, synchronize)
+  double check_ms = 0;       // round trip of the judge's check of the region (the work must be done)
   double next_flush_ms = 0;  // round trip of the judge's L2 flush right after (0: none, on CPU)
   double load_excess_ms = 0; // input-set loads before it that took longer than the judge's (work done early)
 };
-// Published per-call times: call + sample - 2 x ping + load excess, plus the next flush's wait beyond
+// Published per-call times: call + check - 2 x ping + load excess, plus the next flush's wait beyond
 // `flush_baseline_ms` when it exceeds max(0.1 ms, half the baseline) (work a reply left queued on the
 // GPU delays the judge's flush); the charged waits are added to *excess_ms. Never below 1 ns.
 std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,

@@ -25,7 +25,7 @@ import torch
 torch.use_deterministic_algorithms(True, warn_only=True)
 torch.use_deterministic_algorithms(False)
 
-from . import accounting, inputs, protocol, rules, timing
+from . import accounting, inputs, protocol, region, rules, timing
 from .guard import GUARD
 from .protocol import WorkerError
 
@@ -471,7 +471,16 @@ class Candidate:
         if self.model is None:
             raise WorkerError("protocol", "time_prepare before a successful load")
         self._check_patched("before timing")
-        self._timer = timing.CallTimer(self.model, self.device)
+        spec = msg.get("region")
+        if not isinstance(spec, dict) or not isinstance(spec.get("bytes"), int) or not isinstance(spec.get("outputs"), list):
+            raise WorkerError("protocol", "time_prepare: expected the judge's output region ({bytes, outputs})")
+        old = getattr(self, "_region", None)
+        self._timer = None
+        if old is not None:
+            old.close()
+        # The judge's region for this batch: its descriptor came over fd 5 before this request.
+        self._region = region.Region.attach(region.receive_fd(), spec["bytes"], self.device)
+        self._timer = timing.CallTimer(self.model, self.device, self._region.views(spec["outputs"]))
         self._timing_events = len(GUARD.events)
         return {}
 
@@ -500,17 +509,6 @@ class Candidate:
         self._check_sandbox("during timing", self._timing_events)
         return res
 
-    def time_sample(self, msg: dict) -> dict:
-        return self._need_timer("time_sample").sample(msg["indices"])
-
-    def time_output(self, msg: dict) -> dict:
-        """Writes the last timed call's outputs (plain tensors only) for the judge's full check."""
-        outs = self._need_timer("time_output").last
-        plain = bool(outs) and all(type(o) is torch.Tensor and o.layout == torch.strided for o in outs)
-        if plain:
-            protocol.save_tensors(msg["outputs_file"], {str(i): o for i, o in enumerate(outs)})
-        return {"outputs_written": plain}
-
 
 def _describe_output(o: Any, input_ptrs: Dict[int, int]) -> Dict[str, Any]:
     if not isinstance(o, torch.Tensor):
@@ -535,8 +533,7 @@ def main() -> int:
         "launch_hook": sorted(_COUNTER.wrappers),
     }
     return protocol.serve({"load": cand.load, "run": cand.run, "time_prepare": cand.time_prepare, "time_load": cand.time_load,
-                           "time_call": cand.time_call,
-                           "time_sample": cand.time_sample, "time_output": cand.time_output}, hello)
+                           "time_call": cand.time_call}, hello)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import accounting, compare, inputs, protocol, rules, timing
+from . import accounting, compare, inputs, protocol, region, rules, timing
 from .protocol import WorkerError
 
 PRECISIONS = inputs.PRECISIONS
@@ -33,8 +33,8 @@ KEEP_MIN_TRIALS = 1
 # A trial's fingerprint: its references at fixed element positions, every element up to
 # FINGERPRINT_MAX, a fixed random sample of that many beyond, with the tolerance the whole output
 # gives. The history rules (cached_result, closed_form, stale_memory), the per-element
-# discrimination and the sampled checks of timed calls (positions drawn from it, secret until
-# the call has returned) work on it, so no timed call needs the full references.
+# discrimination and the checks of timed calls (the judge reads the output region at every
+# fingerprint position) work on it, so no timed call needs the full references.
 FINGERPRINT_MAX = 1 << 22
 
 
@@ -73,7 +73,6 @@ class Judge:
         self.loaded = False
         self.trials: Dict[int, Dict[str, Any]] = {}
         self.private_key = secrets.token_hex(32)  # see _private_int
-        self.sample_draws = 0
 
     def load_problem(self, msg: dict) -> dict:
         if self.loaded:
@@ -351,7 +350,8 @@ class Judge:
             limits = [compare.Checker(self.profile, r, r64s[i], self.kb_tolerance).limits() for i, r in enumerate(ref)]
             rec["fp"] = {"ref": [self._fp(r, i) for i, r in enumerate(ref)],
                          "ref64": [self._fp(r, i) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
-                         "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": limits}
+                         "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": limits,
+                         "dtypes": [r.dtype for r in ref]}
         full = {"ref": ref, "ref64": ref64, "meta": meta,
                 "bytes": sum(r.numel() * r.element_size() for r in ref + (ref64 or []) if isinstance(r, torch.Tensor))}
         self.kept[trial] = full
@@ -374,7 +374,7 @@ class Judge:
 
     def _private_int(self, label: str, n: int) -> int:
         """A number in [0, n) from this judge's own random key, which no other process has: the
-        fingerprint positions and the sampled positions of timed calls. Not torch's global generator
+        fingerprint positions (where timed calls are checked too). Not torch's global generator
         (the input seeds, which candidates are sent, reseed it) nor anything derived from a seed a
         candidate is shown."""
         return int(hashlib.sha256(f"{self.private_key}:{label}".encode()).hexdigest(), 16) % n
@@ -389,6 +389,14 @@ class Judge:
             g = torch.Generator().manual_seed(self._private_int(f"fingerprint:{i}", 2 ** 63))
             self.fp_index[i] = torch.randint(0, numel, (FINGERPRINT_MAX,), generator=g).unique(sorted=True)
         return self.fp_index[i]
+
+    def _fp_positions_on(self, i: int, idx: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """Output i's fingerprint positions on `device`, copied there once."""
+        cache = self.__dict__.setdefault("_fp_index_on", {})
+        hit = cache.get((i, str(device)))
+        if hit is None or hit[0] is not idx:
+            hit = cache[(i, str(device))] = (idx, idx.to(device))
+        return hit[1]
 
     def _fp(self, x: torch.Tensor, i: int) -> torch.Tensor:
         """Output i's values at its fingerprint positions (flat), on the judge's device."""
@@ -460,7 +468,7 @@ class Judge:
                                               "judge did (input checksum differs): its code changed how get_inputs() "
                                               "runs, e.g. torch's default device or dtype, or a random generator",
                               rule="inputs_differ")
-        ref, ref64 = full["ref"], full["ref64"]
+        ref = full["ref"]
         limit = 4 * sum(r.numel() * r.element_size() for r in ref) + (1 << 20)
         try:
             outs = protocol.load_tensors(msg["outputs_file"], limit, untrusted_writer=True)
@@ -468,9 +476,17 @@ class Judge:
             return self._fail("cheat", f"outputs: {e.message}", rule="output_file_tampered", evidence=e.message)
         except WorkerError as e:
             return self._fail("wrong_shape", f"outputs: {e.message}")
+        return self._judge_outputs(trial, full, outs, report, str(msg.get("candidate", "")))
+
+    def _judge_outputs(self, trial: int, full: Dict[str, Any], outs: Dict[str, Any], report: Optional[Dict[str, Any]],
+                       candidate: str) -> dict:
+        """A candidate's outputs for a trial (from its file, or from the output region of a timed
+        call, without a run report) against the trial's references and the cheat rules."""
+        t = self.trials[trial]
+        ref, ref64 = full["ref"], full["ref64"]
         probe_outs = {k[len(protocol.PROBE_PREFIX):]: v for k, v in outs.items() if k.startswith(protocol.PROBE_PREFIX)}
         outs = {k: v for k, v in outs.items() if not k.startswith(protocol.PROBE_PREFIX)}
-        self.candidate = str(msg.get("candidate", ""))
+        self.candidate = candidate
         on = self._on_compare_device
         outs = {k: on(v) for k, v in outs.items()}  # onto the judge's device once
         probe_outs = {k: on(v) for k, v in probe_outs.items()}
@@ -653,11 +669,25 @@ class Judge:
 
     # ---- timing (the orchestrator clocks each call; see timing.py) ----------------------
 
+    def _new_region(self, trial: int) -> tuple:
+        """A fresh output region laid out for the outputs of `trial` (a timing set), poisoned
+        (every byte 0xFF: NaN in floats) so that a call which writes nothing shows."""
+        fp = self._fingerprint(trial)
+        places, nbytes = region.layout(fp["shapes"], fp["dtypes"])
+        reg = region.Region.create(nbytes, self.device)
+        reg.data.fill_(255)
+        return reg, places
+
     def time_prepare(self, msg: dict) -> dict:
-        """The reference (torch.compile'd with `compile`) for a timed batch."""
+        """The reference (torch.compile'd with `compile`) for a timed batch, its outputs copied into
+        a region of the judge's own, as a candidate's are into the shared one (both pay the copy)."""
         self._need_problem()
         fn = torch.compile(self.model) if msg.get("compile") else self.model
-        self.timer = timing.CallTimer(fn, self.device)
+        self.timer = None
+        if getattr(self, "own_region", None) is not None:
+            self.own_region.close()
+        self.own_region, places = self._new_region(int(msg["trial"]))
+        self.timer = timing.CallTimer(fn, self.device, self.own_region.views(places))
         return {}
 
     def time_load(self, msg: dict) -> dict:
@@ -672,11 +702,56 @@ class Judge:
             raise WorkerError("protocol", "time_call before time_prepare")
         return self.timer.call(int(msg["set"]))
 
-    def time_sample(self, msg: dict) -> dict:
-        """The reference's sampled values: the same round trip as a candidate's, so both pay it."""
-        if getattr(self, "timer", None) is None:
-            raise WorkerError("protocol", "time_sample before time_prepare")
-        return self.timer.sample(msg["indices"])
+    def time_region(self, msg: dict) -> dict:
+        """A fresh output region for the next candidate's timed batch (docs/trust-boundary.md,
+        Times). Its descriptor goes to the orchestrator over fd 5 before this reply; the one before
+        is released here, so a candidate that kept its mapping writes into memory nobody reads."""
+        self._need_problem()
+        old = getattr(self, "shared", None)
+        self.shared = None
+        if old is not None:
+            old["views"] = None
+            old["region"].close()
+        reg, places = self._new_region(int(msg["trial"]))
+        self.shared = {"region": reg, "places": places, "views": reg.views(places)}
+        region.send_fd(reg.fd)
+        return {"region": {"bytes": reg.nbytes, "outputs": places}}
+
+    def check_timed(self, msg: dict) -> dict:
+        """Checks the output region after a timed call on `trial`'s inputs: every fingerprint
+        position of every output (elementwise part of the tolerance), or with `full` the whole
+        output against the full reference and the cheat rules. `own`: the reference's region (the
+        same work, so both sides' clocked checks cost the same). Then poisons the region again, so
+        the next call must write all of it (unless `keep`: the whole-output check comes next)."""
+        self._need_problem()
+        if msg.get("own"):
+            reg, views = getattr(self, "own_region", None), getattr(getattr(self, "timer", None), "outputs", None)
+        else:
+            sh = getattr(self, "shared", None) or {}
+            reg, views = sh.get("region"), sh.get("views")
+        if reg is None or views is None:
+            raise WorkerError("protocol", "check_timed before time_prepare/time_region")
+        trial = int(msg["trial"])
+        fp = self._fingerprint(trial)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        try:
+            if msg.get("full"):
+                outs = {str(i): v for i, v in enumerate(views)}
+                return self._judge_outputs(trial, self._full(trial), outs, None, str(msg.get("candidate", "")))
+            for i, v in enumerate(views):
+                flat = v.reshape(-1)
+                idx = self._fp_positions(i, flat.numel())
+                got = flat if idx is None else flat[self._fp_positions_on(i, idx, flat.device)]
+                ok, detail = compare.values_pass(self._fp_checker(trial, i), got, idx)
+                if not ok:
+                    return {"match": False, "message": f"output {i}: {detail}"}
+            return {"match": True, "message": f"{sum(int(x.numel()) for x in fp['ref'])} fingerprint values match"}
+        finally:
+            if not msg.get("keep"):  # kept for the whole-output check that follows
+                reg.data.fill_(255)
+                if self.device.startswith("cuda"):
+                    torch.cuda.synchronize()
 
     def l2_flush(self, msg: dict) -> dict:
         """Evicts the L2 before a timed call of any process on this GPU (the L2 is shared)."""
@@ -694,57 +769,6 @@ class Judge:
         if "fp" not in self.trials[trial]:
             self._full(trial)
         return self.trials[trial]["fp"]
-
-    def sample_positions(self, msg: dict) -> dict:
-        """Flat positions at which a timed call's outputs will be read back: per output the first
-        and last fingerprint position and `k` - 2 random ones, drawn here from the fingerprint
-        (the orchestrator sends them to the candidate only once the call has returned)."""
-        self._need_problem()
-        fp = self._fingerprint(int(msg["trial"]))
-        k = max(1, min(int(msg.get("k", 64)), 4096))
-        picks = []
-        for i, shape in enumerate(fp["shapes"]):
-            numel = math.prod(shape)
-            if numel == 0:
-                picks.append([])
-                continue
-            idx = self._fp_positions(i, numel)
-            n = numel if idx is None else idx.numel()
-            self.sample_draws += 1
-            drawn = [self._private_int(f"sample:{self.sample_draws}:{j}", n) for j in range(max(0, k - 2))]
-            slots = ([0, n - 1] + drawn)[:min(k, n)]
-            picks.append([s if idx is None else int(idx[s]) for s in slots])
-        return {"indices": picks}
-
-    def check_samples(self, msg: dict) -> dict:
-        """Checks values a candidate returned for a timed call (at positions sample_positions drew
-        after the call) against the fingerprint of that call's input set."""
-        self._need_problem()
-        trial = int(msg["trial"])
-        fp = self._fingerprint(trial)
-        picks, values = msg["indices"], msg["values"]
-        if not isinstance(values, list) or len(values) != len(fp["ref"]) or not isinstance(picks, list) or \
-                len(picks) != len(fp["ref"]):
-            return {"match": False, "message": f"expected values for {len(fp['ref'])} output(s)"}
-        for i in range(len(fp["ref"])):
-            idx, got = picks[i], values[i]
-            if not isinstance(got, list) or len(got) != len(idx):
-                return {"match": False, "message": f"output {i}: no values for the requested indices"}
-            positions = self._fp_positions(i, math.prod(fp["shapes"][i]))
-            try:
-                flat = torch.tensor(idx, dtype=torch.long)
-            except (TypeError, ValueError, RuntimeError) as e:
-                raise WorkerError("protocol", f"check_samples: indices of output {i}: {e}") from None
-            if positions is None:
-                slots = flat
-            else:
-                slots = torch.searchsorted(positions, flat).clamp_(max=positions.numel() - 1)
-                if flat.numel() and not bool((positions[slots] == flat).all()):
-                    raise WorkerError("protocol", f"check_samples: output {i}: indices outside the judge's sample")
-            ok, detail = compare.samples_pass(self._fp_checker(trial, i), slots.tolist(), got, positions=idx)
-            if not ok:
-                return {"match": False, "message": f"output {i}: {detail}"}
-        return {"match": True, "message": "sampled values match"}
 
     # ---- "Triton did the work" (kernel_audit.py) ------------------------------------------
 
@@ -819,8 +843,8 @@ def main() -> int:
              "started": time.time()}
     handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs,
                 "compare": judge.compare, "time_prepare": judge.time_prepare, "time_load": judge.time_load, "time_call": judge.time_call,
-                "time_sample": judge.time_sample, "l2_flush": judge.l2_flush, "ping": judge.ping, "check_samples": judge.check_samples, "forget": judge.forget,
-                "sample_positions": judge.sample_positions}
+                "time_region": judge.time_region, "check_timed": judge.check_timed, "l2_flush": judge.l2_flush,
+                "ping": judge.ping, "forget": judge.forget}
     handlers.update(audit_source=judge.audit_source, kernel_check=judge.kernel_check)
     return protocol.serve(handlers, hello)
 

@@ -1,9 +1,10 @@
 """The worker side of timing (docs/verification.md, Timing). The clock that counts is the
 orchestrator's: it sends one `time_call` per timed call and measures the round trip, so nothing
 here decides a published time. A worker only keeps the timed batch's input sets on the device,
-runs one call per request (forward, then a device-wide synchronize), keeps its output for the
-value checks, and reports its own CUDA-event time as an untrusted side fact. The L2 flush
-between calls is done by the trusted judge (the L2 is shared by every process on the GPU)."""
+runs one call per request (forward, the copy of its outputs into the judge's output region,
+then a device-wide synchronize) and reports its own CUDA-event time as an untrusted side fact.
+The judge checks the values in its region (region.py) and flushes the L2 between calls (the L2
+is shared by every process on the GPU)."""
 from __future__ import annotations
 
 import time
@@ -11,14 +12,12 @@ from typing import Any, Callable, Dict, List
 
 import torch
 
-from .protocol import WorkerError, encode_value
+from .protocol import WorkerError
 
 # Taken at import, before any candidate code runs; the candidate worker re-checks them.
 _perf_counter = time.perf_counter
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
-
-MAX_SAMPLES = 4096  # values returned per output and call (the orchestrator picks the indices)
 
 
 def trusted_functions() -> Dict[str, Any]:
@@ -39,13 +38,14 @@ def trusted_functions() -> Dict[str, Any]:
 
 class CallTimer:
     """One timed batch: `fn` over input sets loaded onto the device one at a time (`add`), each
-    right before its first call; one call per request."""
+    right before its first call; one call per request. Each call's outputs are copied into
+    `outputs` (the output region's tensors) inside the call."""
 
-    def __init__(self, fn: Callable[..., Any], device: str) -> None:
+    def __init__(self, fn: Callable[..., Any], device: str, outputs: List[torch.Tensor]) -> None:
         self.fn = fn
         self.sets: List[List[Any]] = []
         self.cuda = device.startswith("cuda")
-        self.last: List[Any] = []
+        self.outputs = outputs
 
     def add(self, args: List[Any]) -> Dict[str, Any]:
         self.sets.append(args)
@@ -57,41 +57,36 @@ class CallTimer:
         if not 0 <= index < len(self.sets):
             raise WorkerError("protocol", f"time_call: set {index} out of range 0..{len(self.sets) - 1}")
         args = self.sets[index]
-        self.last = []
         with torch.no_grad():
             if self.cuda:
                 start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 start.record()
-                out = self.fn(*args)
+                bound = self._bind(self.fn(*args))
                 end.record()
                 _synchronize()
                 event_ms = start.elapsed_time(end)
             else:
                 t0 = _perf_counter()
-                out = self.fn(*args)
+                bound = self._bind(self.fn(*args))
                 event_ms = (_perf_counter() - t0) * 1e3
-        self.last = list(out) if isinstance(out, (tuple, list)) else [out]
-        return {"event_ms": event_ms}
+        return dict(bound, event_ms=event_ms)
 
-    def sample(self, picks: Any) -> Dict[str, Any]:
-        """Values of the last call's outputs at the flat (row-major, logical) indices given per
-        output: {"values": [[v, ...] per output]}; non-tensor outputs answer null."""
-        if not isinstance(picks, list):
-            raise WorkerError("protocol", "time_sample: expected a list of index lists, one per output")
-        if len(picks) != len(self.last):  # no or other outputs: nothing to show, the judge says so
-            return {"values": [None] * len(picks)}
-        values = []
-        for o, idx in zip(self.last, picks):
-            if type(o) is not torch.Tensor or not isinstance(idx, list) or len(idx) > MAX_SAMPLES:
-                values.append(None)
-                continue
-            flat = o.detach().reshape(-1)
-            if any(not isinstance(i, int) or not 0 <= i < flat.numel() for i in idx):
-                values.append(None)
-                continue
-            got = flat[torch.tensor(idx, dtype=torch.long, device=flat.device)].cpu()
-            values.append([encode_value(v, [], "")["v"] if isinstance(v, float) else v for v in got.tolist()])
-        return {"values": values}
+    def _bind(self, out: Any) -> Dict[str, Any]:
+        """Copies the call's outputs into the region: {"output_bound": true}, else false and why
+        (outputs unlike the reference's, which the correctness trials already required)."""
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(self.outputs):
+            return {"output_bound": False, "output_unbound": f"{len(outs)} output(s), the reference has {len(self.outputs)}"}
+        for i, (o, dst) in enumerate(zip(outs, self.outputs)):
+            if type(o) is not torch.Tensor or o.layout != torch.strided:
+                return {"output_bound": False, "output_unbound": f"output {i} is a {type(o).__name__}, not a plain tensor"}
+            if tuple(o.shape) != tuple(dst.shape) or o.dtype != dst.dtype or o.device != dst.device:
+                return {"output_bound": False,
+                        "output_unbound": f"output {i} is {o.dtype} {list(o.shape)} on {o.device}, the reference's is "
+                                          f"{dst.dtype} {list(dst.shape)} on {dst.device}"}
+        for o, dst in zip(outs, self.outputs):
+            dst.copy_(o)
+        return {"output_bound": True}
 
 
 class L2Flusher:

@@ -1,6 +1,6 @@
 # expect: cheat
 # rule: timed_output_mismatch
-# why: replaces the worker's timed call (time_call) with one that returns at once with a tiny event time and no work, keeping the last output; the orchestrator clocks each call itself and checks sampled values of every timed call's output, so the stale output is caught.
+# why: replaces the worker's timed call (time_call) with one that returns at once with a tiny event time and no work, keeping the last output; the orchestrator clocks each call itself and the judge reads every timed call's values from its own output region, which nothing filled, so the skipped work is caught.
 import sys
 import torch
 import torch.nn as nn
