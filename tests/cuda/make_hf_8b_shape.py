@@ -7,6 +7,8 @@ input_ids I32 [300]; logits_bf16 / logits_f32 F32 [64, 128256]: the last 64 posi
 in bf16 (sdpa) and from the same weights upcast to fp32.
 """
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -37,9 +39,14 @@ def main() -> None:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.normal_(0.0, 0.02)
-    model.save_pretrained(out / "model", safe_serialization=True)
+    # Written to a directory of this process's own, then moved into place file by file: two test
+    # passes that make the fixture at once (ctest in parallel) never read each other's half-done
+    # files (a second pass once found the config already rewritten).
+    tmp = out / f".tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model", safe_serialization=True)
     # Spell RoPE as Llama-3.1 checkpoints do (rope_theta + rope_scaling), which ModelConfig reads.
-    cfg_path = out / "model" / "config.json"
+    cfg_path = tmp / "model" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     rope = dict(cfg.pop("rope_parameters"))
     cfg["rope_theta"] = rope.pop("rope_theta")
@@ -51,7 +58,12 @@ def main() -> None:
         bf16 = model(ids).logits[0, -64:].float()
         f32 = model.float()(ids).logits[0, -64:].float()
     save_file({"input_ids": ids[0].to(torch.int32).cpu().contiguous(), "logits_bf16": bf16.cpu().contiguous(),
-               "logits_f32": f32.cpu().contiguous()}, str(out / "hf_logits.safetensors"))
+               "logits_f32": f32.cpu().contiguous()}, str(tmp / "hf_logits.safetensors"))
+    (out / "model").mkdir(exist_ok=True)
+    for f in (tmp / "model").iterdir():
+        os.replace(f, out / "model" / f.name)
+    os.replace(tmp / "hf_logits.safetensors", out / "hf_logits.safetensors")
+    shutil.rmtree(tmp, ignore_errors=True)
     print("bf16 vs f32 HF rel err", ((bf16 - f32).norm() / f32.norm()).item())
 
 
