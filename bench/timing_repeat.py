@@ -43,6 +43,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--profiles", default="strict,kernelbench")
     ap.add_argument("--parallel", type=int, default=1, help="verify calls at once")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no verify call after this many seconds (runs are ordered run by run, so what "
+                         "finished is whole runs of every group)")
     ap.add_argument("--out", required=True)
     ap.add_argument("items", nargs="+", help="PROBLEM CAND... groups separated by ::")
     args = ap.parse_args()
@@ -51,9 +54,9 @@ def main() -> int:
     commands = []
     t_start = time.monotonic()
     jobs = []
-    for g in groups(args.items):
-        problem, cands = g[0], g[1:]
-        for run in range(args.runs):
+    for run in range(args.runs):
+        for g in groups(args.items):
+            problem, cands = g[0], g[1:]
             for profile in args.profiles.split(","):
                 out = tmp / f"{Path(problem).stem}-{profile}-{run}.json"
                 cmd = [args.cli, "verify", problem, *cands, "--verify-device", args.device, "--profile", profile,
@@ -61,8 +64,13 @@ def main() -> int:
                 commands.append(" ".join(cmd))
                 jobs.append((problem, run, profile, out, cmd))
 
+    skipped = []
+
     def verify(job):
         problem, run, profile, out, cmd = job
+        if args.budget_s is not None and time.monotonic() - t_start > args.budget_s:
+            skipped.append(f"{Path(problem).stem} {profile} run {run}")
+            return job, {}
         proc = subprocess.run(cmd, capture_output=True, text=True)
         report = json.loads(out.read_text()) if out.exists() else {}
         if not report:
@@ -114,7 +122,8 @@ def main() -> int:
     record = {"what": "the same candidates verified repeatedly under both profiles: do verdicts repeat, and do "
                       "medians repeat within noise?",
               "host": platform.node(), "gpu": gpu, "versions": versions, "runs": args.runs, "commands": commands,
-              "wall_s": round(time.monotonic() - t_start, 1), "candidates": summary,
+              "wall_s": round(time.monotonic() - t_start, 1), "budget_s": args.budget_s,
+              "skipped_calls": skipped, "candidates": summary,
               "verdict_stable": sum(r["verdict_stable"] for r in summary), "candidates_total": len(summary),
               "agreeing": sum(r["agree_within_noise"] for r in timed_rows), "total": len(timed_rows)}
     Path(args.out).write_text(json.dumps(record, indent=1))

@@ -102,10 +102,11 @@ for mode in "$@"; do
       # both profiles (bench/timing_repeat.py): 25_Swish (0.36x vs 0.036x in one earlier run),
       # 23_Softmax, 1_Square_matrix_multiplication_.
       # Also verdicts: labelled relu cases, honest and cheats (the red team's among them), same
-      # file, same verdict in every run. REPEAT_PARALLEL verify calls at once.
+      # file, same verdict in every run. REPEAT_PARALLEL verify calls at once; REPEAT_BUDGET_S: start
+      # no call after that many seconds (whole runs finish first).
       e=bench/eval_candidates/level1 p=$kb/KernelBench/level1 r=tests/cases/relu
       python3 bench/timing_repeat.py --cli "$cli" --device cuda:0 --runs "${REPEAT_RUNS:-5}" \
-        --parallel "${REPEAT_PARALLEL:-1}" --out "$out/timing-repeat-h100.json" \
+        --parallel "${REPEAT_PARALLEL:-1}" ${REPEAT_BUDGET_S:+--budget-s "$REPEAT_BUDGET_S"} --out "$out/timing-repeat-h100.json" \
         "$p/25_Swish.py" $e/25_Swish/0.py :: "$p/23_Softmax.py" $e/23_Softmax/1.py :: \
         "$p/1_Square_matrix_multiplication_.py" $e/1_Square_matrix_multiplication_/2.py :: \
         tests/cases/problems/relu.py $r/correct_basic.py $r/correct_transposed_view.py $r/correct_side_stream_joined.py \
