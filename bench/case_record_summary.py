@@ -55,13 +55,20 @@ def main() -> int:
                     reruns.append({"case": r["case"], "record": rec.name, "verdict": r["verdict"], "rule": r["rule"],
                                    "first": [first["verdict"], first["rule"]]})
     ordered = [rows[k] for k in sorted(rows)]
+    # Every case a GPU run has (all of them: `# device: cuda` ones run only there), so a record
+    # of a run cut off by the device's call limits says what it did not reach.
+    suite = sorted(f"{c.parent.name}/{c.name}" for problem in (ROOT / "tests" / "cases" / "problems").glob("*.py")
+                   for c in (ROOT / "tests" / "cases" / problem.stem).glob("*.py"))
+    not_run = [c for c in suite if c not in rows]
     summary = {"what": "tests/cases through kernelllm verify on the GPU (CUDA tensors, sandboxed candidates, strict profile)",
                "commands": args.command, "commit": args.commit,
                "gpu": args.gpu.read_text().strip() if args.gpu else None, "sandbox": sandbox,
+               "cases_in_suite": len(suite), "complete": not not_run, "not_run": not_run,
                "candidates": len(ordered), "matching_label": sum(r["match"] for r in ordered),
                "mismatches": [r for r in ordered if not r["match"]], "reruns_differing": reruns, "rows": ordered}
     args.out.write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"{summary['matching_label']}/{summary['candidates']} as labelled; {len(reruns)} rerun(s) differ")
+    print(f"{summary['matching_label']}/{summary['candidates']} as labelled; {len(reruns)} rerun(s) differ; "
+          f"{len(not_run)} of {len(suite)} cases not run")
     return 0 if summary["matching_label"] == summary["candidates"] else 1
 
 
