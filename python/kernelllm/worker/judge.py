@@ -639,11 +639,15 @@ class Judge:
         return None
 
     def _fp_checker(self, trial: int, i: int) -> compare.Checker:
-        """The checker of output i's fingerprint, with the tolerance of the whole output."""
+        """The checker of output i's fingerprint, with the tolerance of the whole output; made once
+        per trial (building it reduces the whole fingerprint: most of a timed call's check)."""
         fp = self.trials[trial]["fp"]
-        c = compare.Checker(self.profile, fp["ref"][i], fp["ref64"][i] if fp["ref64"] else None, self.kb_tolerance)
-        c.set_limits(fp["limits"][i])
-        return c
+        made = fp.setdefault("checkers", {})
+        if i not in made:
+            c = compare.Checker(self.profile, fp["ref"][i], fp["ref64"][i] if fp["ref64"] else None, self.kb_tolerance)
+            c.set_limits(fp["limits"][i])
+            made[i] = c
+        return made[i]
 
     def _own_outputs(self, trial: Dict[str, Any]) -> Optional[List[Any]]:
         """The current candidate's own outputs for a trial, if it has run it."""
