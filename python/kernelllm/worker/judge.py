@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import accounting, compare, inputs, protocol, region, rules, timing
+from . import accounting, compare, inputs, protocol, rules
+from .judge_timing import TimedCalls
 from .protocol import WorkerError
 
 PRECISIONS = inputs.PRECISIONS
@@ -68,7 +69,7 @@ def _as_list(out: Any) -> List[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-class Judge:
+class Judge(TimedCalls):
     def __init__(self) -> None:
         self.loaded = False
         self.trials: Dict[int, Dict[str, Any]] = {}
@@ -670,102 +671,6 @@ class Judge:
         out = {"match": False, "verdict_hint": hint, "rule": rule, "message": message}
         out.update(extra)
         return out
-
-    # ---- timing (the orchestrator clocks each call; see timing.py) ----------------------
-
-    def _new_region(self, trial: int) -> tuple:
-        """A fresh output region laid out for the outputs of `trial` (a timing set), poisoned
-        (every byte 0xFF: NaN in floats) so that a call which writes nothing shows."""
-        fp = self._fingerprint(trial)
-        places, nbytes = region.layout(fp["shapes"], fp["dtypes"])
-        reg = region.Region.create(nbytes, self.device)
-        reg.data.fill_(255)
-        return reg, places
-
-    def time_prepare(self, msg: dict) -> dict:
-        """The reference (torch.compile'd with `compile`) for a timed batch, its outputs copied into
-        a region of the judge's own, as a candidate's are into the shared one (both pay the copy)."""
-        self._need_problem()
-        fn = torch.compile(self.model) if msg.get("compile") else self.model
-        self.timer = None
-        if getattr(self, "own_region", None) is not None:
-            self.own_region.close()
-        self.own_region, places = self._new_region(int(msg["trial"]))
-        self.timer = timing.CallTimer(fn, self.device, self.own_region.views(places))
-        return {}
-
-    def time_load(self, msg: dict) -> dict:
-        """One timing set made on the device from its trial's seed (its round trip is the baseline
-        of a candidate's load, which makes the same set the same way)."""
-        if getattr(self, "timer", None) is None:
-            raise WorkerError("protocol", "time_load before time_prepare")
-        return self.timer.add(self._make(int(msg["trial"])))
-
-    def time_call(self, msg: dict) -> dict:
-        if getattr(self, "timer", None) is None:
-            raise WorkerError("protocol", "time_call before time_prepare")
-        return self.timer.call(int(msg["set"]))
-
-    def time_region(self, msg: dict) -> dict:
-        """A fresh output region for the next candidate's timed batch (docs/trust-boundary.md,
-        Times). Its descriptor goes to the orchestrator over fd 5 before this reply; the one before
-        is released here, so a candidate that kept its mapping writes into memory nobody reads."""
-        self._need_problem()
-        old = getattr(self, "shared", None)
-        self.shared = None
-        if old is not None:
-            old["views"] = None
-            old["region"].close()
-        reg, places = self._new_region(int(msg["trial"]))
-        self.shared = {"region": reg, "places": places, "views": reg.views(places)}
-        region.send_fd(reg.fd)
-        return {"region": {"bytes": reg.nbytes, "outputs": places}}
-
-    def check_timed(self, msg: dict) -> dict:
-        """Checks the output region after a timed call on `trial`'s inputs: every fingerprint
-        position of every output (elementwise part of the tolerance), or with `full` the whole
-        output against the full reference and the cheat rules. `own`: the reference's region (the
-        same work, so both sides' clocked checks cost the same). Then poisons the region again, so
-        the next call must write all of it (unless `keep`: the whole-output check comes next)."""
-        self._need_problem()
-        if msg.get("own"):
-            reg, views = getattr(self, "own_region", None), getattr(getattr(self, "timer", None), "outputs", None)
-        else:
-            sh = getattr(self, "shared", None) or {}
-            reg, views = sh.get("region"), sh.get("views")
-        if reg is None or views is None:
-            raise WorkerError("protocol", "check_timed before time_prepare/time_region")
-        trial = int(msg["trial"])
-        fp = self._fingerprint(trial)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        try:
-            if msg.get("full"):
-                outs = {str(i): v for i, v in enumerate(views)}
-                return self._judge_outputs(trial, self._full(trial), outs, None, str(msg.get("candidate", "")))
-            for i, v in enumerate(views):
-                flat = v.reshape(-1)
-                idx = self._fp_positions(i, flat.numel())
-                got = flat if idx is None else flat[self._fp_positions_on(i, idx, flat.device)]
-                ok, detail = compare.values_pass(self._fp_checker(trial, i), got, idx)
-                if not ok:
-                    return {"match": False, "message": f"output {i}: {detail}"}
-            return {"match": True, "message": f"{sum(int(x.numel()) for x in fp['ref'])} fingerprint values match"}
-        finally:
-            if not msg.get("keep"):  # kept for the whole-output check that follows
-                reg.data.fill_(255)
-                if self.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-
-    def l2_flush(self, msg: dict) -> dict:
-        """Evicts the L2 before a timed call of any process on this GPU (the L2 is shared)."""
-        if getattr(self, "flusher", None) is None:
-            self.flusher = timing.L2Flusher(getattr(self, "device", "cpu"))
-        return self.flusher.flush()
-
-    def ping(self, msg: dict) -> dict:
-        """A no-op: the orchestrator's measure of one request's fixed cost."""
-        return {}
 
     def _fingerprint(self, trial: int) -> Dict[str, Any]:
         if trial not in self.trials:
