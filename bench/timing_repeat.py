@@ -83,7 +83,10 @@ def main() -> int:
             for c in report.get("candidates", []):
                 t = c.get("timing") or {}
                 row = rows.setdefault(c["path"], {"problem": problem, "candidate": c["path"], "runs": []})
+                # The message too, so that a verdict that differs between runs says why.
                 row["runs"].append({"run": run, "profile": profile, "verdict": c.get("verdict"), "rule": c.get("rule"),
+                                    "message": str(c.get("message", ""))[:600],
+                                    "traceback": str((c.get("evidence") or {}).get("traceback", ""))[-1500:] or None,
                                     "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"),
                                     "speedup": c.get("speedup"),
                                     "unstable": bool((c.get("evidence") or {}).get("timing_unstable"))})

@@ -172,7 +172,7 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     view.copy_(right1)
     assert not j.check_timed({"trial": 1})["match"]
     del view
-    mine.close()
+    assert mine.close() == []  # released cleanly
 
 
 def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key(tmp_path, monkeypatch):

@@ -477,7 +477,8 @@ class Candidate:
         old = getattr(self, "_region", None)
         self._timer = None
         if old is not None:
-            old.close()
+            for f in old.close():  # best effort (region.py); the reason reaches the report's stderr tail
+                protocol.stderr_note(f"output region not released cleanly: {f}")
         # The judge's region for this batch: its descriptor came over fd 5 before this request.
         self._region = region.Region.attach(region.receive_fd(), spec["bytes"], self.device)
         self._timer = timing.CallTimer(self.model, self.device, self._region.views(spec["outputs"]))

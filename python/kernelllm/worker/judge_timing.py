@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from . import compare, region, timing
+from . import compare, protocol, region, timing
 from .protocol import WorkerError
+
+
+def _note_close(failed: list) -> None:
+    for f in failed:
+        protocol.stderr_note(f"output region not released cleanly: {f}")
 
 
 class TimedCalls:
@@ -30,7 +35,7 @@ class TimedCalls:
         fn = torch.compile(self.model) if msg.get("compile") else self.model
         self.timer = None
         if getattr(self, "own_region", None) is not None:
-            self.own_region.close()
+            _note_close(self.own_region.close())
         self.own_region, places = self._new_region(int(msg["trial"]))
         self.timer = timing.CallTimer(fn, self.device, self.own_region.views(places))
         return {}
@@ -56,7 +61,7 @@ class TimedCalls:
         self.shared = None
         if old is not None:
             old["views"] = None
-            old["region"].close()
+            _note_close(old["region"].close())
         reg, places = self._new_region(int(msg["trial"]))
         self.shared = {"region": reg, "places": places, "views": reg.views(places)}
         region.send_fd(reg.fd)

@@ -217,24 +217,40 @@ class Region:
             out.append(self.data[at:at + n].view(dtype).view(shape))
         return out
 
-    def close(self) -> None:
+    def close(self) -> List[str]:
+        """Releases this mapping. Best effort: a region nobody reads any more costs only its memory
+        until the process ends, so a failure here never fails a request; it is returned (and the
+        callers note it on stderr)."""
+        failed: List[str] = []
         self.data = None
         if self._mm is not None:
             try:
                 self._mm.close()
             except BufferError:  # a view is still alive somewhere; the mapping goes with it
-                pass
+                failed.append("munmap: a view of the region is still alive")
             self._mm = None
         if self._cuda is not None:
             cu, st = _driver(), self._cuda
-            torch.cuda.synchronize()
-            if st.get("mapped"):
-                cu.cuMemUnmap(st["ptr"], ctypes.c_size_t(self.nbytes))
-            if "ptr" in st:
-                cu.cuMemAddressFree(st["ptr"], ctypes.c_size_t(self.nbytes))
-            if "handle" in st:
-                cu.cuMemRelease(st["handle"])
             self._cuda = None
+            try:
+                torch.cuda.synchronize()
+            except RuntimeError as e:
+                failed.append(f"synchronize: {e}")
+            steps = []
+            if st.get("mapped"):
+                steps.append(("cuMemUnmap", lambda: cu.cuMemUnmap(st["ptr"], ctypes.c_size_t(self.nbytes))))
+            if "ptr" in st:
+                steps.append(("cuMemAddressFree", lambda: cu.cuMemAddressFree(st["ptr"], ctypes.c_size_t(self.nbytes))))
+            if "handle" in st:
+                steps.append(("cuMemRelease", lambda: cu.cuMemRelease(st["handle"])))
+            for name, step in steps:
+                result = step()
+                if result != 0:
+                    failed.append(f"{name}: CUresult {result}")
         if self.fd >= 0:
-            os.close(self.fd)
+            try:
+                os.close(self.fd)
+            except OSError as e:
+                failed.append(f"close: {e}")
             self.fd = -1
+        return failed
