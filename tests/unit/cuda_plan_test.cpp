@@ -20,6 +20,7 @@ ModelConfig llama_8b() {
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   return c.ok() ? *c : ModelConfig{};
 }
+
 // Compute capability, SMs and opt-in shared memory per block of each GPU.
 const GpuTraits kH100{9, 0, 132, 227 * 1024};
 const GpuTraits kA100{8, 0, 108, 163 * 1024};

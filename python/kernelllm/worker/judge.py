@@ -151,6 +151,7 @@ class Judge(TimedCalls):
         self.recipe = inputs.Recipe(self.module, self.precision, self.device, on_device=self.seed_scheme == "derived")
         self.kept: "collections.OrderedDict[int, Dict[str, Any]]" = collections.OrderedDict()
         self.fp_index: Dict[int, torch.Tensor] = {}
+        self.fp_index_on: Dict[int, torch.Tensor] = {}  # the same, on the judge's device
         try:
             first = inputs.combine(inputs.checksums(self.recipe.raw(self.construct_seed)))
             raw = self.recipe.raw(self.construct_seed)
@@ -383,27 +384,31 @@ class Judge(TimedCalls):
     def _fp_positions(self, i: int, numel: int) -> Optional[torch.Tensor]:
         """Output i's fingerprint positions: None (every element) up to FINGERPRINT_MAX, else a fixed
         sorted random sample of that many (the same for every trial and candidate of this judge),
-        kept on the host."""
+        kept on the host (and once on the judge's device, for `_at_fp`)."""
         if numel <= FINGERPRINT_MAX:
             return None
         if i not in self.fp_index or int(self.fp_index[i][-1]) >= numel:
             g = torch.Generator().manual_seed(self._private_int(f"fingerprint:{i}", 2 ** 63))
             self.fp_index[i] = torch.randint(0, numel, (FINGERPRINT_MAX,), generator=g).unique(sorted=True)
+            self.fp_index_on.pop(i, None)
         return self.fp_index[i]
 
-    def _fp_positions_on(self, i: int, idx: torch.Tensor, device: torch.device) -> torch.Tensor:
-        """Output i's fingerprint positions on `device`, copied there once."""
-        cache = self.__dict__.setdefault("_fp_index_on", {})
-        hit = cache.get((i, str(device)))
-        if hit is None or hit[0] is not idx:
-            hit = cache[(i, str(device))] = (idx, idx.to(device))
-        return hit[1]
+    def _at_fp(self, flat: torch.Tensor, i: int) -> torch.Tensor:
+        """A flat output's values at output i's fingerprint positions: `flat` itself when they are
+        every element, else a gather with the positions copied to its device once."""
+        idx = self._fp_positions(i, flat.numel())
+        if idx is None:
+            return flat
+        on = self.fp_index_on.get(i)
+        if on is None or on.device != flat.device:
+            on = self.fp_index_on[i] = idx.to(flat.device)
+        return flat[on]
 
     def _fp(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        """Output i's values at its fingerprint positions (flat), on the judge's device."""
+        """Output i's values at its fingerprint positions (flat), on the judge's device (a copy)."""
         flat = self._on_compare_device(x).reshape(-1)
-        idx = self._fp_positions(i, flat.numel())
-        return flat.clone() if idx is None else flat[idx.to(flat.device)]
+        got = self._at_fp(flat, i)
+        return flat.clone() if got is flat else got
 
     def _note_discrimination(self, trial: int, full: Dict[str, Any]) -> None:
         """Strict profile, correctness trials: per output, the fingerprint elements this trial's

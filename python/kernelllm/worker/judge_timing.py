@@ -10,23 +10,29 @@ from . import compare, protocol, region, timing
 from .protocol import WorkerError
 
 
-def _note_close(failed: list) -> None:
-    for f in failed:
-        protocol.stderr_note(f"output region not released cleanly: {f}")
-
-
 class TimedCalls:
     """Judge ops: time_prepare, time_load, time_call (the reference), time_region, check_timed,
     l2_flush, ping."""
 
     def _new_region(self, trial: int) -> tuple:
         """A fresh output region laid out for the outputs of `trial` (a timing set), poisoned
-        (every byte 0xFF: NaN in floats) so that a call which writes nothing shows."""
+        (every byte 0xFF: NaN in floats) so that a call which writes nothing shows: (region, its
+        layout, its output tensors)."""
         fp = self._fingerprint(trial)
         places, nbytes = region.layout(fp["shapes"], fp["dtypes"])
         reg = region.Region.create(nbytes, self.device)
         reg.data.fill_(255)
-        return reg, places
+        return reg, places, reg.views(places)
+
+    def _release(self, name: str) -> None:
+        """Drops the (region, outputs) pair held as `name` ("own" or "shared") and releases it."""
+        pair = getattr(self, name, None)
+        setattr(self, name, None)
+        if pair is not None:
+            reg = pair[0]
+            del pair  # the output tensors go first: a live view keeps a CPU mapping open
+            for f in reg.close():
+                protocol.stderr_note(f"output region not released cleanly: {f}")
 
     def time_prepare(self, msg: dict) -> dict:
         """The reference (torch.compile'd with `compile`) for a timed batch, its outputs copied into
@@ -34,10 +40,10 @@ class TimedCalls:
         self._need_problem()
         fn = torch.compile(self.model) if msg.get("compile") else self.model
         self.timer = None
-        if getattr(self, "own_region", None) is not None:
-            _note_close(self.own_region.close())
-        self.own_region, places = self._new_region(int(msg["trial"]))
-        self.timer = timing.CallTimer(fn, self.device, self.own_region.views(places))
+        self._release("own")
+        reg, _, views = self._new_region(int(msg["trial"]))
+        self.own = (reg, views)
+        self.timer = timing.CallTimer(fn, self.device, views)
         return {}
 
     def time_load(self, msg: dict) -> dict:
@@ -57,13 +63,9 @@ class TimedCalls:
         Times). Its descriptor goes to the orchestrator over fd 5 before this reply; the one before
         is released here, so a candidate that kept its mapping writes into memory nobody reads."""
         self._need_problem()
-        old = getattr(self, "shared", None)
-        self.shared = None
-        if old is not None:
-            old["views"] = None
-            _note_close(old["region"].close())
-        reg, places = self._new_region(int(msg["trial"]))
-        self.shared = {"region": reg, "places": places, "views": reg.views(places)}
+        self._release("shared")
+        reg, places, views = self._new_region(int(msg["trial"]))
+        self.shared = (reg, views)
         region.send_fd(reg.fd)
         return {"region": {"bytes": reg.nbytes, "outputs": places}}
 
@@ -74,13 +76,10 @@ class TimedCalls:
         same work, so both sides' clocked checks cost the same). Then poisons the region again, so
         the next call must write all of it (unless `keep`: the whole-output check comes next)."""
         self._need_problem()
-        if msg.get("own"):
-            reg, views = getattr(self, "own_region", None), getattr(getattr(self, "timer", None), "outputs", None)
-        else:
-            sh = getattr(self, "shared", None) or {}
-            reg, views = sh.get("region"), sh.get("views")
-        if reg is None or views is None:
+        pair = getattr(self, "own" if msg.get("own") else "shared", None)
+        if pair is None:
             raise WorkerError("protocol", "check_timed before time_prepare/time_region")
+        reg, views = pair
         trial = int(msg["trial"])
         fp = self._fingerprint(trial)
         if self.device.startswith("cuda"):
@@ -91,9 +90,8 @@ class TimedCalls:
                 return self._judge_outputs(trial, self._full(trial), outs, None, str(msg.get("candidate", "")))
             for i, v in enumerate(views):
                 flat = v.reshape(-1)
-                idx = self._fp_positions(i, flat.numel())
-                got = flat if idx is None else flat[self._fp_positions_on(i, idx, flat.device)]
-                ok, detail = compare.values_pass(self._fp_checker(trial, i), got, idx)
+                ok, detail = compare.values_pass(self._fp_checker(trial, i), self._at_fp(flat, i),
+                                                 self._fp_positions(i, flat.numel()))
                 if not ok:
                     return {"match": False, "message": f"output {i}: {detail}"}
             return {"match": True, "message": f"{sum(int(x.numel()) for x in fp['ref'])} fingerprint values match"}

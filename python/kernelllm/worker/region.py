@@ -61,7 +61,7 @@ def layout(shapes: Sequence[Sequence[int]], dtypes: Sequence[torch.dtype]) -> tu
     """Each output's place in a region: ([{"offset", "shape", "dtype"}], bytes needed)."""
     out, at = [], 0
     for shape, dtype in zip(shapes, dtypes):
-        n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        n = math.prod(shape) * dtype.itemsize
         out.append({"offset": at, "shape": [int(d) for d in shape], "dtype": str(dtype).replace("torch.", "")})
         at += (n + ALIGN - 1) // ALIGN * ALIGN
     return out, max(at, ALIGN)
@@ -167,14 +167,13 @@ class Region:
         cu = _driver()
         dev = torch.device(device)
         ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
-        torch.cuda.init()
         with torch.cuda.device(ordinal):
             torch.cuda.current_stream().synchronize()  # torch's (primary) context exists
         cudev, ctx = ctypes.c_int(), ctypes.c_void_p()
         _ck(cu.cuDeviceGet(ctypes.byref(cudev), ordinal), "cuDeviceGet")
         _ck(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), cudev), "cuDevicePrimaryCtxRetain")
         _ck(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        state: Dict[str, Any] = {"ctx_dev": cudev}
+        state: Dict[str, Any] = {}  # what to release, as it is made
         self._cuda = state
         handle = ctypes.c_uint64()
         if fd is None:
@@ -211,7 +210,7 @@ class Region:
         out = []
         for p in places:
             dtype, shape, at = dtype_named(p["dtype"]), [int(d) for d in p["shape"]], int(p["offset"])
-            n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            n = math.prod(shape) * dtype.itemsize
             if at < 0 or at % ALIGN or at + n > self.nbytes:
                 raise WorkerError("protocol", f"output region layout out of bounds: offset {at}, {n} bytes of {self.nbytes}")
             out.append(self.data[at:at + n].view(dtype).view(shape))
