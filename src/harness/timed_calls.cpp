@@ -264,24 +264,20 @@ void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& 
 }
 
 void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
-  const int iters = timed_calls(dev);
   std::optional<TimingResult> t;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    {
-      // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
-      GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
-      ensure_reference_timing(dev);
-      t = timed_batch(dev, &w, iters, false, &r);
-    }
-    if (!t) {  // r holds the verdict
-      if (r.evidence.contains("timed_mismatch_set")) recheck_timing_set(w, dev, r);  // outside the timing lock
-      return;
-    }
-    // A median that does not repeat within its own noise is timed once more, then published
-    // with the flag (never silently).
-    if (!dev.cuda() || !timing_unstable(*t)) break;
-    r.evidence["timing_first_try"] = Json{{"median_ms", t->stats.median_ms}, {"iqr_ms", t->stats.iqr_ms()}};
+  {
+    // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
+    GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
+    ensure_reference_timing(dev);
+    t = timed_batch(dev, &w, timed_calls(dev), false, &r);
   }
+  if (!t) {  // r holds the verdict
+    if (r.evidence.contains("timed_mismatch_set")) recheck_timing_set(w, dev, r);  // outside the timing lock
+    return;
+  }
+  // A median that does not repeat within its own noise is published with the flag, never
+  // silently. Not timed again in this worker: it has seen these timing sets and could replay
+  // answers it kept from the first batch.
   r.timing = *t;
   const std::optional<TimingResult>& ref = dev.ref_timing;
   r.speedup = dev.cuda() && ref && t->stats.median_ms > 0 ? ref->stats.median_ms / t->stats.median_ms : 0.0;
