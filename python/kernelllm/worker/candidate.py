@@ -338,8 +338,8 @@ class Candidate:
             free_cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
             n = max(nbytes, free_cached) // 4
             if n > 0:
-                buf = torch.full((n,), math.nan, dtype=torch.float32, device=self.device)
-                del buf
+                # Allocated and freed at once: the caching allocator keeps the NaN-filled block.
+                torch.full((n,), math.nan, dtype=torch.float32, device=self.device)
             return n * 4
         # CPU: malloc hands a freed block of the same size to the next allocation of that size
         # unless it merges into the heap top; a small guard kept alive after each block stops

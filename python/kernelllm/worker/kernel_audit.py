@@ -427,7 +427,7 @@ class Auditor:
                     continue
                 return f"bound to {detail}"
             if kind == "def":
-                return f"a Python function of this file not decorated with @triton.jit"
+                return "a Python function of this file not decorated with @triton.jit"
             return detail or kind
         return None
 
