@@ -92,8 +92,15 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       return std::nullopt;
     }
     prepare["region"] = reg.message.value("region", Json(nullptr));
+  } else {
+    // The judge makes every set's references and checkers before the clock starts (else the
+    // reference's clocked checks would build them and the candidates' would find them made).
+    Json trials = Json::array();
+    for (const TrialInput& in : sets) trials.push_back(in.trial);
+    prepare["trials"] = std::move(trials);
   }
-  Reply p = ask(prepare);
+  // The reference's prepare makes every set's references: the deadline of one check per set.
+  Reply p = cand ? ask(prepare) : judge_call(dev, prepare, std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size())));
   if (!p.ok()) return failed(p, "timing (preparing)");
   // A timing set's seed reaches the worker right before its first call, never earlier, so no
   // call's answer can be worked out ahead in bulk; its load (making the set on the device) is

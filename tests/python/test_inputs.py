@@ -175,6 +175,30 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     assert mine.close() == []  # released cleanly
 
 
+@pytest.mark.parametrize("listed", [True, False])
+def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(tmp_path, monkeypatch, listed):
+    # One timing set per timed call, its references made lazily: unless time_prepare lists the
+    # sets, the reference's clocked checks build them (its forward, fp64 copy, accounting) and the
+    # candidates' find them made, an unfair clock (relu on an H200: reference 5.9 ms a call,
+    # candidates 1.1-1.5 ms).
+    monkeypatch.setattr(judge, "FINGERPRINT_MAX", 8)
+    j = _judge(tmp_path)
+    sets = [3, 4, 5]
+    for t in range(6):
+        j.make_inputs({"trial": t, "lazy": t in sets})
+    j.time_prepare({"trial": sets[0], "compile": False, **({"trials": sets} if listed else {})})
+    built = []
+    full = j._full
+    monkeypatch.setattr(j, "_full", lambda t: built.append(t) or full(t))
+    for k, t in enumerate(sets):
+        j.time_load({"trial": t})
+        assert j.time_call({"set": k})["output_bound"]
+        assert j.check_timed({"trial": t, "own": True})["match"]
+    assert built == ([] if listed else sets[1:])
+    with pytest.raises(protocol.WorkerError):
+        j.time_prepare({"trial": sets[0], "compile": False, "trials": ["3"]})
+
+
 def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key(tmp_path, monkeypatch):
     # Red team: a 31-bit key behind the trial seeds was found from one seed by brute force, and the
     # sampled positions followed torch's global generator, which each public input seed reseeds.
