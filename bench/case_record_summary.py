@@ -28,7 +28,7 @@ def row(problem: str, cand: dict) -> dict:
     return {"case": f"{problem}/{name}", "expected": head.get("expect"), "expected_rule": head.get("rule"),
             "verdict": cand["verdict"], "rule": cand.get("rule", ""), "multishape": ms.get("verdict"),
             "match": verdict_ok and rule_ok, "phases_ms": (cand.get("evidence") or {}).get("phases"),
-            "median_ms": (timing.get("stats") or {}).get("median_ms"), "speedup": cand.get("speedup")}
+            "median_ms": timing.get("median_ms", (timing.get("stats") or {}).get("median_ms")), "speedup": cand.get("speedup")}
 
 
 def main() -> int:
