@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -93,7 +95,9 @@ std::vector<std::string> worker_env(const fs::path& work_dir, const std::string&
   return env;
 }
 
-Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
+namespace {
+
+Result<PythonEnv> run_python_probe(const std::string& python, bool cuda) {
   SpawnOptions o;
   o.argv = {python, "-c", kProbeScript};
   if (cuda) o.argv.emplace_back("cuda");
@@ -119,6 +123,24 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   env.numpy_version = j.value("numpy", "");
   for (const auto& n : j.value("cuda", Json::array())) env.cuda_names.push_back(n.get<std::string>());
   for (const auto& n : j.value("paths", Json::array())) env.paths.push_back(n.get<std::string>());
+  return env;
+}
+
+}  // namespace
+
+Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
+  // Once per process and interpreter: the probe imports torch and Triton (~3 s), and `eval` verifies
+  // every (problem, profile) with a verify call of its own. Failures are not kept (a fix then counts).
+  static std::mutex mu;
+  static std::map<std::pair<std::string, bool>, PythonEnv> probed;
+  const auto key = std::make_pair(python, cuda);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = probed.find(key); it != probed.end()) return it->second;
+  }
+  KLLM_ASSIGN_OR_RETURN(PythonEnv env, run_python_probe(python, cuda));
+  std::lock_guard<std::mutex> lock(mu);
+  probed.emplace(key, env);
   return env;
 }
 

@@ -137,5 +137,44 @@ TEST(Base64, EncodesWithPaddingAndAnyByte) {
   EXPECT_EQ(base64_encode(std::string("\xff\x00\x80", 3)), "/wCA");
 }
 
+// A stand-in interpreter that counts its runs and answers as the probe script would (or fails).
+std::filesystem::path counting_python(const std::filesystem::path& dir, bool ok) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path script = dir / "python";
+  std::ofstream(script) << "#!/bin/sh\necho run >> " << (dir / "runs").string() << "\n"
+                        << (ok ? "echo '{\"executable\": \"/opt/py/bin/python3\", \"python\": \"3.11\", \"torch\": \"2.5\", "
+                                 "\"triton\": \"3.1\", \"numpy\": \"2.0\", \"cuda\": [], \"paths\": [\"/opt/py\"]}'\n"
+                               : "echo 'No module named torch' >&2; exit 1\n");
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  return script;
+}
+
+int runs(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "runs");
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+TEST(PythonProbe, RunsOncePerInterpreterAndKeepsNoFailure) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("kllm-probe-{}", ::getpid());
+  const auto good = counting_python(dir / "good", true), bad = counting_python(dir / "bad", false);
+  for (int k = 0; k < 3; ++k) {
+    auto env = probe_python(good.string(), false);
+    ASSERT_TRUE(env.ok()) << env.status().to_string();
+    EXPECT_EQ(env->executable, "/opt/py/bin/python3");
+    EXPECT_EQ(env->torch_version, "2.5");
+  }
+  EXPECT_EQ(runs(dir / "good"), 1);  // `eval` verifies many problems in one process
+  for (int k = 0; k < 2; ++k) {
+    auto env = probe_python(bad.string(), false);
+    ASSERT_FALSE(env.ok());
+    EXPECT_NE(env.status().message().find("cannot import torch"), std::string::npos) << env.status().to_string();
+  }
+  EXPECT_EQ(runs(dir / "bad"), 2);  // a failure is probed again (the user may have fixed it)
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
 }  // namespace
 }  // namespace kernelllm::harness
