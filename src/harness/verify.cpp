@@ -169,7 +169,8 @@ Status Verifier::setup_device(DeviceState& dev) {
   // that a timed call can never replay an answer cached during the correctness runs: one set per
   // call (warmup included) where they fit kTimingSetBytes, at least 2 (set after trial 0). Only
   // trial 0 is made now (its sizes size everything else); the judge makes the others' references
-  // when first needed and keeps a bounded number (worker/judge.py, KEEP_BYTES).
+  // when first needed (the timing sets' all at once, before the reference is timed) and keeps a
+  // bounded number (worker/judge.py, KEEP_BYTES).
   int n_timing = opts_.timing && !dev.parent ? timed_calls(dev) + warmup_calls(dev) : 0;
   std::error_code ec;
   fs::path init = dev.shared_dir / "init.safetensors";
