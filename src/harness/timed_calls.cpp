@@ -100,7 +100,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     prepare["trials"] = std::move(trials);
   }
   // The reference's prepare makes every set's references: the deadline of one check per set.
-  Reply p = cand ? ask(prepare) : judge_call(dev, prepare, std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size())));
+  const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
+  Reply p = cand ? ask(prepare) : judge_call(dev, prepare, prepare_timeout);
   if (!p.ok()) return failed(p, "timing (preparing)");
   // A timing set's seed reaches the worker right before its first call, never earlier, so no
   // call's answer can be worked out ahead in bulk; its load (making the set on the device) is

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -129,11 +130,13 @@ Result<PythonEnv> run_python_probe(const std::string& python, bool cuda) {
 }  // namespace
 
 Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
-  // Once per process and interpreter: the probe imports torch and Triton (~3 s), and `eval` verifies
-  // every (problem, profile) with a verify call of its own. Failures are not kept (a fix then counts).
+  // Once per process, interpreter and visible GPUs: the probe imports torch and Triton (~3 s), and
+  // `eval` verifies every (problem, profile) with a verify call of its own. Failures are not kept
+  // (a fix then counts).
   static std::mutex mu;
-  static std::map<std::pair<std::string, bool>, PythonEnv> probed;
-  const auto key = std::make_pair(python, cuda);
+  static std::map<std::tuple<std::string, bool, std::string>, PythonEnv> probed;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const auto key = std::make_tuple(python, cuda, visible ? std::string("=") + visible : std::string());
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = probed.find(key); it != probed.end()) return it->second;
