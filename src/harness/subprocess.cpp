@@ -16,6 +16,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -148,6 +150,28 @@ void close_fd(int& fd) {
 
 }  // namespace
 
+namespace {
+
+// The children this process spawned and has not reaped: reap_orphans never takes them for
+// orphans, whichever verifier in this process (eval --problem-jobs, concurrent serve requests)
+// owns them. The lock spans fork and registration, so no scan sees a child not yet registered.
+std::mutex& live_mu() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::set<pid_t>& live_pids() {
+  static std::set<pid_t> pids;
+  return pids;
+}
+
+void forget_pid(pid_t pid) {
+  std::lock_guard<std::mutex> lock(live_mu());
+  live_pids().erase(pid);
+}
+
+}  // namespace
+
 Result<Process> Process::spawn(const SpawnOptions& o) {
   if (o.argv.empty()) return error(ErrorCode::invalid_argument, "spawn: expected a non-empty argv");
   int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, sock[2] = {-1, -1};
@@ -167,7 +191,12 @@ Result<Process> Process::spawn(const SpawnOptions& o) {
   for (const std::string& e : o.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  pid_t pid = ::fork();
+  pid_t pid;
+  {
+    std::lock_guard<std::mutex> lock(live_mu());
+    pid = ::fork();  // the child only execs (exec_child): it never touches the lock
+    if (pid > 0) live_pids().insert(pid);
+  }
   if (pid < 0) {
     Status s = error(ErrorCode::resource_exhausted, fmt::format("spawn {}: fork: {}", o.argv[0], std::strerror(errno)));
     close_all();
@@ -235,6 +264,7 @@ bool Process::try_reap() {
   int st = 0;
   pid_t r = ::waitpid(pid_, &st, WNOHANG);
   if (r != pid_) return false;
+  forget_pid(pid_);
   ExitInfo e;
   if (WIFEXITED(st)) { e.exited = true; e.code = WEXITSTATUS(st); }
   else if (WIFSIGNALED(st)) { e.signal = WTERMSIG(st); }
@@ -470,6 +500,7 @@ void Process::kill_tree() {
   if (!exit_) {
     int st = 0;
     if (::waitpid(pid_, &st, 0) == pid_) {
+      forget_pid(pid_);
       ExitInfo e;
       if (WIFEXITED(st)) { e.exited = true; e.code = WEXITSTATUS(st); }
       else if (WIFSIGNALED(st)) { e.signal = WTERMSIG(st); }
@@ -485,8 +516,9 @@ bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 
 int reap_orphans(const std::vector<pid_t>& known) {
   int n = 0;
+  std::lock_guard<std::mutex> lock(live_mu());
   for (pid_t child : list_descendants(::getpid())) {
-    if (std::find(known.begin(), known.end(), child) != known.end()) continue;
+    if (std::find(known.begin(), known.end(), child) != known.end() || live_pids().count(child)) continue;
     if (parent_pid_of(child) != ::getpid()) continue;  // only direct children: orphans adopted by the subreaper
     auto env = read_text_file(fmt::format("/proc/{}/environ", child), size_t{1} << 20);
     if (!env.ok() || env->find("KERNELLLM_WORKER=1") == std::string::npos) continue;

@@ -250,6 +250,25 @@ TEST(Process, SubreaperCatchesOrphanedSetsidGrandchildren) {
   EXPECT_FALSE(alive(orphan));
 }
 
+TEST(Process, OrphanReapingSparesTheLiveWorkersOfOtherVerifiers) {
+  // Two verify() calls at once in one process (eval --problem-jobs, concurrent serve requests):
+  // the one that ends first reaps orphans while the other's workers, direct children carrying
+  // the worker marker too, still run.
+  ASSERT_TRUE(become_subreaper());
+  auto live = Process::spawn(sh("sleep 100"));
+  ASSERT_TRUE(live.ok());
+  auto p = Process::spawn(sh("setsid sleep 100 & echo $! >&2; exit 0"));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(p->wait(deadline_in(10)).has_value());
+  pid_t orphan = static_cast<pid_t>(std::stol(p->stderr_tail()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(alive(orphan));
+  EXPECT_EQ(reap_orphans({}), 1);
+  EXPECT_FALSE(alive(orphan));
+  EXPECT_TRUE(alive(live->pid()));
+  EXPECT_TRUE(live->running());
+}
+
 TEST(Process, DestructorKillsAndReaps) {
   pid_t pid = -1;
   {
