@@ -41,6 +41,7 @@ struct EvalArgs {
   uint64_t seed = 0;
   int max_new_tokens = 2048;
   int jobs = 0;
+  int problem_jobs = 1;
   int trials = 5;
   int threads = 0;
   double gpu_memory_fraction = 0.0;
@@ -143,6 +144,7 @@ int run_eval_command(const EvalArgs& a) {
   if (!devices.ok()) return usage(devices.status().message());
   o.verify.devices = *devices;
   o.verify.jobs = a.jobs;
+  o.problem_jobs = a.problem_jobs;
   o.verify.n_trials = a.trials;
   o.verify.sandbox = !a.no_sandbox;
   o.verify.timing = a.timing;
@@ -246,6 +248,10 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--seed", args->seed, "sampling seed (the same for every problem; default 0)");
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens per sample (default 2048)")->check(CLI::PositiveNumber);
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--problem-jobs", args->problem_jobs,
+                  "problems verified at once, each with its own judges and workers (with --candidates or --endpoint; "
+                  "GPU timing stays one candidate at a time per GPU)")
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--trials", args->trials, "correctness trials per candidate")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", args->threads, "CPU generation threads (0: all cores)")->check(CLI::NonNegativeNumber);
   add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);

@@ -3,10 +3,13 @@
 // committed from on_result → the report from the store. Restarts skip everything committed.
 #include "kernelllm/eval/eval.h"
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -55,15 +58,19 @@ Result<PromptTemplate> prompt_template_of(const EvalOptions& options) {
   return load_prompt_template(options.model, options.prompt_template_file);
 }
 
+// One line per event; lines from problems verified at once never interleave.
 class Progress {
  public:
   explicit Progress(std::function<void(const std::string&)> sink) : sink_(std::move(sink)) {}
   void operator()(const std::string& line) const {
-    if (sink_) sink_(line);
+    if (!sink_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    sink_(line);
   }
 
  private:
   std::function<void(const std::string&)> sink_;
+  mutable std::mutex mu_;
 };
 
 struct Generator {
@@ -123,10 +130,12 @@ Result<std::vector<NewSample>> copied_samples(const EvalOptions& options, const 
 // earlier profile of this run is verified here without timing and shares that measurement, so
 // its speedup is the same number in every profile. Returns how many came back not_verified (not
 // committed, so a rerun retries them).
-Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Problem& p, const std::string& profile,
-                           const Progress& progress, EvalTick tick, Json* environment) {
+Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOptions& options, const Problem& p,
+                           const std::string& profile, const Progress& progress, EvalTick tick, Json* environment) {
+  std::unique_lock<std::mutex> held(store_mu);
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
+  held.unlock();
   std::set<int> done;
   std::map<int, const StoredVerdict*> timed;  // sample -> its verdict of an earlier profile with a timing
   for (const StoredVerdict& v : verdicts) {
@@ -157,10 +166,9 @@ Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Pr
     o.select = false;
     o.multishape = false;
     if (share) o.timing = false;
-    std::mutex mu;
     Status commit_error;
     o.on_result = [&](size_t index, const harness::CandidateResult& r) {
-      std::lock_guard<std::mutex> lock(mu);
+      std::lock_guard<std::mutex> lock(store_mu);
       const StoredSample& s = *(*group)[index];
       if (r.verdict == harness::Verdict::not_verified) {
         ++not_verified;
@@ -193,6 +201,7 @@ Result<int> verify_pending(RunStore& store, const EvalOptions& options, const Pr
     };
     auto report = harness::verify(p.file.string(), paths, o);
     if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
+    std::lock_guard<std::mutex> lock(store_mu);
     *environment = report->environment;
     if (!commit_error.ok()) return commit_error;
   }
@@ -267,6 +276,10 @@ Result<Json> run_config(const EvalOptions& options) {
 Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_source) {
   Progress progress(options.progress);
   if (options.profiles.empty()) return error(ErrorCode::invalid_argument, "eval: expected at least one verifier profile");
+  if (options.problem_jobs > 1 && options.candidates.empty() && !options.endpoint) {
+    return error(ErrorCode::invalid_argument, "eval: --problem-jobs > 1 needs --candidates or --endpoint (a local model "
+                                              "generates on the devices the verifier times on)");
+  }
   KLLM_ASSIGN_OR_RETURN(Json config, run_config(options));
   KLLM_ASSIGN_OR_RETURN(std::vector<Problem> all, discover_problems(options.problems, options.levels));
   std::vector<Problem> problems = select_shard(all, options.shard);
@@ -283,38 +296,83 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   progress(fmt::format("run {}: {} problem(s){}", store.dir().string(), problems.size(),
                        options.shard.count > 1 ? fmt::format(" (shard {} of {} in all)", options.shard.to_string(), all.size()) : ""));
 
-  Generator generator{options, open_source, nullptr, std::nullopt};
-  int not_verified = 0;
+  // Problems verified at once (--problem-jobs): each its own verify() calls, whose GPU timing stays
+  // exclusive (the per-GPU lock spans verifier instances and processes); the store, the progress
+  // lines and the meter are shared under locks. A local model would generate on the device being
+  // timed, so it keeps one problem at a time.
+  const int problem_jobs = std::max(1, std::min(options.problem_jobs, static_cast<int>(problems.size())));
+  EvalOptions opts = options;
+  std::mutex tick_mu;
+  if (options.on_tick) {
+    opts.on_tick = [&tick_mu, &options](const EvalTick& t) {
+      std::lock_guard<std::mutex> lock(tick_mu);
+      options.on_tick(t);
+    };
+  }
+  Generator generator{opts, open_source, nullptr, std::nullopt};
+  std::mutex store_mu, gen_mu;
+  std::atomic<int> not_verified{0};
+  std::atomic<size_t> finished{0};
   Json environment = nullptr;  // the verifier's, for this invocation's line in invocations.jsonl
-  for (size_t i = 0; i < problems.size(); ++i) {
+  auto one_problem = [&](size_t i) -> Status {
     const Problem& p = problems[i];
     progress(fmt::format("[{}/{}] {}", i + 1, problems.size(), p.id));
-    EvalTick tick{i, problems.size(), p.id, "generating", 0, 0, 0};
+    // `problem`: problems finished before this event (this one's index when run one at a time).
+    EvalTick tick{problem_jobs > 1 ? finished.load() : i, problems.size(), p.id, "generating", 0, 0, 0};
+    std::unique_lock<std::mutex> held(store_mu);
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> existing, store.samples(p.id));
+    held.unlock();
     if (existing.empty()) {
       std::vector<NewSample> samples;
       if (!options.candidates.empty()) {
         KLLM_ASSIGN_OR_RETURN(samples, copied_samples(options, p));
       } else {
-        if (options.on_tick) options.on_tick(tick);
+        std::lock_guard<std::mutex> gen(gen_mu);
+        if (opts.on_tick) opts.on_tick(tick);
         KLLM_ASSIGN_OR_RETURN(samples, generator.samples_for(p, progress, tick));
       }
+      std::lock_guard<std::mutex> lock(store_mu);
       KLLM_RETURN_IF_ERROR(store.add_samples(p, samples));
     } else {
       progress(fmt::format("{}: {} sample(s) from the store", p.id, existing.size()));
     }
     for (const std::string& profile : options.profiles) {
-      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, options, p, profile, progress, tick, &environment));
+      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, store_mu, opts, p, profile, progress, tick, &environment));
       not_verified += missed;
     }
-    if (options.on_tick) options.on_tick(EvalTick{i + 1, problems.size(), p.id, "done", 0, 0, 0});
+    const size_t done = ++finished;
+    if (opts.on_tick) opts.on_tick(EvalTick{problem_jobs > 1 ? done : i + 1, problems.size(), p.id, "done", 0, 0, 0});
+    return {};
+  };
+  if (problem_jobs == 1) {
+    for (size_t i = 0; i < problems.size(); ++i) KLLM_RETURN_IF_ERROR(one_problem(i));
+  } else {
+    // The first error stops the taking of problems; those under way finish (their verdicts are
+    // committed), then the error is returned.
+    std::atomic<size_t> next{0};
+    std::mutex error_mu;
+    Status first_error;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < problem_jobs; ++t) {
+      threads.emplace_back([&] {
+        for (size_t i = next++; i < problems.size(); i = next++) {
+          Status s = one_problem(i);
+          if (s.ok()) continue;
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (first_error.ok()) first_error = s;
+          next = problems.size();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    KLLM_RETURN_IF_ERROR(first_error);
   }
   KLLM_RETURN_IF_ERROR(append_invocation(store.dir(), environment));
   if (not_verified > 0) {
     return error(ErrorCode::resource_exhausted,
                  fmt::format("eval: {} verification(s) came back not_verified (no healthy device or worker); everything "
                              "else is committed in {}: rerun the same command to retry them",
-                             not_verified, store.dir().string()));
+                             not_verified.load(), store.dir().string()));
   }
   return write_run_report(store.dir(), options.metrics);
 }

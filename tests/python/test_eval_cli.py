@@ -224,6 +224,25 @@ def test_shards_merged_equal_the_unsharded_run(cli, full_run, problem_set):
     assert again.returncode == 1 and "already holds a run store" in again.stderr
 
 
+def test_problems_verified_at_once_give_the_same_report(cli, full_run, problem_set, tmp_path):
+    # --problem-jobs 3: the three problems' verify calls run at once in one process (each with its
+    # own judges; one ending reaps orphans while the others' workers run). Same report bytes as the
+    # one-at-a-time run, each verification once.
+    out = tmp_path / "run-at-once"
+    r = run(eval_args(cli, problem_set, out, "--problem-jobs", "3"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert (out / "report.json").read_bytes() == full_run["bytes"]
+    counts = collections.Counter((p, s, prof) for p, s, prof, _ in verifications(out))
+    assert len(counts) == TOTAL_VERIFICATIONS and set(counts.values()) == {1}
+    assert "killed" not in r.stderr and "orphan" not in r.stderr, r.stderr[-2000:]
+
+
+def test_problem_jobs_with_a_local_model_is_refused(cli, problem_set, tiny_model, tmp_path):
+    r = run([cli, "eval", "--problems", str(problem_set["problems"]), "--model", str(tiny_model), "--problem-jobs", "2",
+             "--out", str(tmp_path / "run")])
+    assert r.returncode == 1 and "--problem-jobs > 1 needs --candidates or --endpoint" in r.stderr, r.stderr[-2000:]
+
+
 def test_problem_without_candidates_is_an_error(cli, problem_set, tmp_path):
     problems = tmp_path / "problems"
     shutil.copytree(problem_set["problems"], problems)

@@ -44,6 +44,9 @@ struct EvalOptions {
   std::optional<EndpointOptions> endpoint;
 
   std::vector<std::string> profiles = {"strict", "kernelbench"};
+  // Problems verified at once (with `candidates` or `endpoint`; a local model keeps 1). Not part
+  // of the run's config: a run resumed with another value gives the same report.
+  int problem_jobs = 1;
   // Devices, jobs, sandbox, trials, timing... `profile`, `cache_path`, `select`, `multishape` and
   // `on_result` are set per call by run_eval (no selection or multi-shape check: a verdict is
   // final when on_result reports it).
