@@ -318,7 +318,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     const Problem& p = problems[i];
     progress(fmt::format("[{}/{}] {}", i + 1, problems.size(), p.id));
     // `problem`: problems finished before this event (this one's index when run one at a time).
-    EvalTick tick{problem_jobs > 1 ? finished.load() : i, problems.size(), p.id, "generating", 0, 0, 0};
+    EvalTick tick{finished.load(), problems.size(), p.id, "generating", 0, 0, 0};
     std::unique_lock<std::mutex> held(store_mu);
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> existing, store.samples(p.id));
     held.unlock();
@@ -341,7 +341,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       not_verified += missed;
     }
     const size_t done = ++finished;
-    if (opts.on_tick) opts.on_tick(EvalTick{problem_jobs > 1 ? done : i + 1, problems.size(), p.id, "done", 0, 0, 0});
+    if (opts.on_tick) opts.on_tick(EvalTick{done, problems.size(), p.id, "done", 0, 0, 0});
     return {};
   };
   if (problem_jobs == 1) {

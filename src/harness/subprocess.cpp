@@ -153,8 +153,8 @@ void close_fd(int& fd) {
 namespace {
 
 // The children this process spawned and has not reaped: reap_orphans never takes them for
-// orphans, whichever verifier in this process (eval --problem-jobs, concurrent serve requests)
-// owns them. The lock spans fork and registration, so no scan sees a child not yet registered.
+// orphans, whichever verifier in this process (eval --problem-jobs, Python threads calling
+// verify) owns them. The lock spans fork and registration, so no scan sees a child not yet registered.
 std::mutex& live_mu() {
   static std::mutex mu;
   return mu;
@@ -514,11 +514,11 @@ void Process::kill_tree() {
 
 bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 
-int reap_orphans(const std::vector<pid_t>& known) {
+int reap_orphans() {
   int n = 0;
   std::lock_guard<std::mutex> lock(live_mu());
   for (pid_t child : list_descendants(::getpid())) {
-    if (std::find(known.begin(), known.end(), child) != known.end() || live_pids().count(child)) continue;
+    if (live_pids().count(child)) continue;
     if (parent_pid_of(child) != ::getpid()) continue;  // only direct children: orphans adopted by the subreaper
     auto env = read_text_file(fmt::format("/proc/{}/environ", child), size_t{1} << 20);
     if (!env.ok() || env->find("KERNELLLM_WORKER=1") == std::string::npos) continue;

@@ -576,7 +576,7 @@ Result<VerifyReport> Verifier::run() {
     }
   }
   devices_.clear();
-  int orphans = reap_orphans({});
+  int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
   return std::move(report_);
 }

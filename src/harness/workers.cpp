@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -134,9 +135,9 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   // `eval` verifies every (problem, profile) with a verify call of its own. Failures are not kept
   // (a fix then counts).
   static std::mutex mu;
-  static std::map<std::tuple<std::string, bool, std::string>, PythonEnv> probed;
+  static std::map<std::tuple<std::string, bool, std::optional<std::string>>, PythonEnv> probed;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  const auto key = std::make_tuple(python, cuda, visible ? std::string("=") + visible : std::string());
+  const auto key = std::make_tuple(python, cuda, visible ? std::optional<std::string>(visible) : std::nullopt);
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = probed.find(key); it != probed.end()) return it->second;

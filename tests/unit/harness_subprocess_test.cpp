@@ -246,12 +246,12 @@ TEST(Process, SubreaperCatchesOrphanedSetsidGrandchildren) {
   pid_t orphan = static_cast<pid_t>(std::stol(p->stderr_tail()));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(alive(orphan));
-  EXPECT_GE(reap_orphans({}), 1);
+  EXPECT_GE(reap_orphans(), 1);
   EXPECT_FALSE(alive(orphan));
 }
 
 TEST(Process, OrphanReapingSparesTheLiveWorkersOfOtherVerifiers) {
-  // Two verify() calls at once in one process (eval --problem-jobs, concurrent serve requests):
+  // Two verify() calls at once in one process (eval --problem-jobs, Python threads calling verify):
   // the one that ends first reaps orphans while the other's workers, direct children carrying
   // the worker marker too, still run.
   ASSERT_TRUE(become_subreaper());
@@ -263,7 +263,7 @@ TEST(Process, OrphanReapingSparesTheLiveWorkersOfOtherVerifiers) {
   pid_t orphan = static_cast<pid_t>(std::stol(p->stderr_tail()));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(alive(orphan));
-  EXPECT_EQ(reap_orphans({}), 1);
+  EXPECT_EQ(reap_orphans(), 1);
   EXPECT_FALSE(alive(orphan));
   EXPECT_TRUE(alive(live->pid()));
   EXPECT_TRUE(live->running());

@@ -147,9 +147,9 @@ std::vector<pid_t> list_descendants(pid_t root);
 // Makes this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER) so that orphaned
 // grandchildren (setsid + parent exit) stay visible as our descendants. Returns false if refused.
 bool become_subreaper();
-// Kills and reaps direct children of this process that are not in `known`, were not spawned by
-// a Process still unreaped, and carry the worker marker KERNELLLM_WORKER=1 in their environment
-// (orphans adopted as subreaper). Safe while other verifiers of this process run workers.
-int reap_orphans(const std::vector<pid_t>& known);
+// Kills and reaps direct children of this process that were not spawned by a Process still
+// unreaped and carry the worker marker KERNELLLM_WORKER=1 in their environment (orphans adopted
+// as subreaper). Safe while other verifiers of this process run workers.
+int reap_orphans();
 
 }  // namespace kernelllm::harness
