@@ -88,7 +88,7 @@ def main() -> int:
                                     "message": str(c.get("message", ""))[:600],
                                     "traceback": str((c.get("evidence") or {}).get("traceback", ""))[-1500:] or None,
                                     "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"),
-                                    "speedup": c.get("speedup"),
+                                    "calls_per_trip": t.get("calls_per_trip"), "speedup": c.get("speedup"),
                                     "unstable": bool((c.get("evidence") or {}).get("timing_unstable"))})
     summary = []
     for row in rows.values():

@@ -40,6 +40,7 @@ Json timing_json(const TimingResult& t) {
               {"ping_ms", t.ping_ms},
               {"flush_excess_ms", t.flush_excess_ms},
               {"load_excess_ms", t.load_excess_ms},
+              {"calls_per_trip", t.calls_per_trip},
               {"clock", "orchestrator"}};
 }
 }  // namespace

@@ -1,8 +1,10 @@
 // Timing clocked by the orchestrator (docs/verification.md, Timing). A worker cannot be trusted
-// with a clock: it may patch timers, forge replies or skip work. So per timed call we send
-// `time_call`, in which the worker copies the call's outputs into an output region the judge
-// owns (shared with this candidate only, through fd 5), then `check_timed`, in which the judge
-// (trusted) reads the values there, and measure both round trips here. The judge also flushes the
+// with a clock: it may patch timers, forge replies or skip work. So per round trip of timed calls
+// we send `time_call`, in which the worker runs each call on its own input set and copies its
+// outputs into its own slot of an output region the judge owns (shared with this candidate only,
+// through fd 5), then `check_timed`, in which the judge (trusted) reads the values of every slot
+// there, and measure both round trips here. Several calls per round trip (for kernels of
+// microseconds) keep the round trips' fixed cost a small share of each published time. The judge also flushes the
 // GPU's shared L2 between calls. The reference is timed by the same loop on the judge, copying
 // into and checking a region of its own, so both sides pay the same overheads.
 #include <unistd.h>
@@ -40,7 +42,7 @@ std::vector<double> published_call_times(const std::vector<CallClock>& calls, do
       t += wait;
       charged += wait;
     }
-    out.push_back(std::max(t, 1e-6));
+    out.push_back(std::max(t / std::max(1, c.calls), 1e-6));
   }
   if (excess_ms) *excess_ms += charged;
   return out;
@@ -54,11 +56,17 @@ std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t 
 
 bool timing_unstable(const TimingResult& t) { return t.stats.n >= 4 && t.stats.iqr_ms() > 0.5 * t.stats.median_ms; }
 
-std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r) {
+std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
+                                                  int per_trip) {
   const bool cuda = dev.cuda();
   const std::vector<TrialInput>& sets = timing_sets(dev);
+  const int per = std::max(1, per_trip > 0 ? per_trip : dev.calls_per_trip);
+  const int warmup = warmup_calls(dev);
+  const int trips = warmup + iters;
+  // Call j of round trip i runs on set (i * per + j) mod the sets: each its own set while they last.
+  auto set_of = [&](int trip, int j) { return static_cast<size_t>(trip * per + j) % sets.size(); };
   const auto t_batch = Clock::now();
-  const double timeout = opts_.timing_timeout_s;
+  const double timeout = opts_.timing_timeout_s;  // per round trip: B is chosen so a round trip holds ~5 ms of the reference
   auto ask = [&](const Json& req) { return cand ? cand->request(req, timeout) : judge_call(dev, req, timeout); };
   auto failed = [&](const Reply& rep, const std::string& phase) -> std::optional<TimingResult> {
     if (cand) {
@@ -72,12 +80,14 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     return std::nullopt;
   };
-  // The output region: the judge's own for the reference, else a fresh one shared with this
-  // candidate alone (a region handed to an earlier candidate is released by the judge).
-  Json prepare{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial}};
+  // The output region, one slot per call of a round trip: the judge's own for the reference, else
+  // a fresh one shared with this candidate alone (a region handed to an earlier candidate is
+  // released by the judge).
+  Json prepare{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial}, {"slots", per}};
   if (cand) {
     int fd = -1;
-    Reply reg = judge_call(dev, Json{{"op", "time_region"}, {"trial", sets.front().trial}}, opts_.load_timeout_s, &fd);
+    Reply reg = judge_call(dev, Json{{"op", "time_region"}, {"trial", sets.front().trial}, {"slots", per}}, opts_.load_timeout_s,
+                           &fd);
     if (!reg.ok()) {
       r->verdict = Verdict::not_verified;
       r->message = fmt::format("the judge could not make the timed calls' output region: {}: {}", reg.error_kind(),
@@ -93,11 +103,18 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     prepare["region"] = reg.message.value("region", Json(nullptr));
   } else {
-    // The judge makes every set's references and checkers before the clock starts (else the
-    // reference's clocked checks would build them and the candidates' would find them made).
-    Json trials = Json::array();
-    for (const TrialInput& in : sets) trials.push_back(in.trial);
+    // The judge makes the references and checkers of every set the batch uses, and the
+    // tolerances of each round trip's calls, before the clock starts (else the reference's
+    // clocked checks would build them and the candidates' would find them made).
+    Json trials = Json::array(), groups = Json::array();
+    for (size_t k = 0; k < std::min(sets.size(), static_cast<size_t>(trips) * per); ++k) trials.push_back(sets[k].trial);
+    for (int i = 0; i < trips && per > 1; ++i) {
+      Json g = Json::array();
+      for (int j = 0; j < per; ++j) g.push_back(sets[set_of(i, j)].trial);
+      groups.push_back(std::move(g));
+    }
     prepare["trials"] = std::move(trials);
+    prepare["trips"] = std::move(groups);
   }
   // The reference's prepare makes every set's references: the deadline of one check per set.
   const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
@@ -106,7 +123,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // A timing set's seed reaches the worker right before its first call, never earlier, so no
   // call's answer can be worked out ahead in bulk; its load (making the set on the device) is
   // clocked against the judge's load of the same set, and the excess is charged to the next
-  // timed call (work done while loading).
+  // round trip (work done while loading).
   std::vector<Json> loaded(sets.size());
   if (!cand) dev.load_baseline_ms.assign(sets.size(), 0.0);
   auto load = [&](size_t k, double* excess_ms) -> std::optional<Reply> {
@@ -132,39 +149,44 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     Reply f = judge_call(dev, Json{{"op", "l2_flush"}}, 60);
     return f.ok() ? f.elapsed_ms : 0;
   };
-  const int warmup = warmup_calls(dev);
   std::vector<CallClock> calls;
   std::vector<double> flushes;
   double events_ms = 0, load_excess_ms = 0;
-  for (int i = 0; i < warmup + iters; ++i) {
-    const size_t k = static_cast<size_t>(i) % sets.size();
-    if (loaded[k].is_null()) {
-      std::optional<Reply> l = load(k, &load_excess_ms);
-      if (!l) return std::nullopt;  // r holds the verdict
-      if (!l->ok()) return failed(*l, "timing (loading an input set)");
-      loaded[k] = l->message.value("set", Json(nullptr));
-      if (!loaded[k].is_number_integer()) {
-        Reply bad = *l;
-        bad.status = ReceiveStatus::protocol_error;
-        bad.error = "time_load reply without an integer 'set'";
-        return failed(bad, "timing (loading an input set)");
+  for (int i = 0; i < trips; ++i) {
+    Json on_sets = Json::array(), on_trials = Json::array();
+    for (int j = 0; j < per; ++j) {
+      const size_t k = set_of(i, j);
+      if (loaded[k].is_null()) {
+        std::optional<Reply> l = load(k, &load_excess_ms);
+        if (!l) return std::nullopt;  // r holds the verdict
+        if (!l->ok()) return failed(*l, "timing (loading an input set)");
+        loaded[k] = l->message.value("set", Json(nullptr));
+        if (!loaded[k].is_number_integer()) {
+          Reply bad = *l;
+          bad.status = ReceiveStatus::protocol_error;
+          bad.error = "time_load reply without an integer 'set'";
+          return failed(bad, "timing (loading an input set)");
+        }
       }
+      on_sets.push_back(loaded[k]);
+      on_trials.push_back(sets[k].trial);
     }
     const double flush_ms = flush();
     if (!calls.empty()) calls.back().next_flush_ms = flush_ms;
     if (cuda) flushes.push_back(flush_ms);
-    Reply c = ask(Json{{"op", "time_call"}, {"set", loaded[k]}});
+    Reply c = ask(Json{{"op", "time_call"}, {"sets", on_sets}});
     if (!c.ok()) return failed(c, "timing");
-    // The judge reads this call's values from the region, at every fingerprint position (its own
-    // region for the reference: the same work). Clocked too, so work a candidate finishes after
-    // its reply, before the judge reads, is inside the clock (all but the ping we take off).
-    const bool last = i + 1 == warmup + iters;
-    Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trial", sets[k].trial}, {"own", cand == nullptr}, {"keep", last}},
+    // The judge reads this round trip's values from the region, every slot at every fingerprint
+    // position (its own region for the reference: the same work). Clocked too, so work a
+    // candidate finishes after its reply, before the judge reads, is inside the clock (all but
+    // the ping we take off).
+    const bool last = i + 1 == trips;
+    Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", cand == nullptr}, {"keep", last}},
                            opts_.load_timeout_s);
     if (!chk.ok()) {
       if (cand) {
         r->verdict = Verdict::not_verified;
-        r->message = fmt::format("the judge could not check timed call {}: {}: {}", i - warmup, chk.error_kind(),
+        r->message = fmt::format("the judge could not check timed round trip {}: {}: {}", i - warmup, chk.error_kind(),
                                  chk.error_message());
       } else {
         warn(fmt::format("reference timing on {}: the judge could not check a call: {}", dev.name, chk.error_message()));
@@ -172,22 +194,22 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       return std::nullopt;
     }
     if (i < warmup) continue;
-    calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, 0, load_excess_ms});
+    calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, 0, load_excess_ms, per});
     load_excess_ms = 0;
     events_ms += c.message.value("event_ms", 0.0);
     if (!cand) continue;
-    const int call = i - warmup;
+    const int first_call = (i - warmup) * per;
     if (!c.message.value("output_bound", false)) {
       r->verdict = Verdict::cheat;
       r->rule = "timed_output_mismatch";
-      r->message = fmt::format("timed call {} did not put its outputs in the judge's output region: {}", call,
+      r->message = fmt::format("timed call {} did not put its outputs in the judge's output region: {}", first_call,
                                c.message.value("output_unbound", std::string("no reason given")));
       return std::nullopt;
     }
-    // The last call's whole output against the full reference (not clocked).
+    // The last round trip's whole outputs against the full references (not clocked).
     Reply full = chk;
     if (chk.message.value("match", false) && last) {
-      full = judge_call(dev, Json{{"op", "check_timed"}, {"trial", sets[k].trial}, {"full", true}, {"candidate", cand->id()}},
+      full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"full", true}, {"candidate", cand->id()}},
                         opts_.load_timeout_s);
       if (!full.ok()) {
         r->verdict = Verdict::not_verified;
@@ -197,11 +219,13 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       }
     }
     if (!full.message.value("match", false)) {
+      const int slot = std::clamp(full.message.value("slot", 0), 0, per - 1);
+      const size_t k = set_of(i, slot);
       r->verdict = Verdict::cheat;
       r->rule = "timed_output_mismatch";
       r->message = fmt::format("timed call {} (inputs of trial {}) left wrong values in the output region, so it skipped, "
                                "replayed or put off work: {}",
-                               call, sets[k].trial, full.message.value("message", ""));
+                               first_call + slot, sets[k].trial, full.message.value("message", ""));
       r->evidence["timed_mismatch_set"] = static_cast<int>(k);  // re-checked untimed (recheck_timing_set)
       return std::nullopt;
     }
@@ -210,6 +234,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   TimingResult t;
   t.meaningful = cuda;
   t.ping_ms = ping_ms;
+  t.calls_per_trip = per;
   if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
@@ -220,11 +245,40 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   return t;
 }
 
+int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_bytes, double ref_call_ms) {
+  // Every call of the batch on its own set, and the region's slots within kTripRegionBytes.
+  const uint64_t by_sets = n_sets / static_cast<size_t>(std::max(1, trips));
+  const uint64_t by_region = kTripRegionBytes / std::max<uint64_t>(1, output_bytes);
+  const int fit = static_cast<int>(std::min<uint64_t>({by_sets, by_region, uint64_t{1024}}));
+  if (!cuda) return std::clamp(fit, 1, kCpuCallsPerTrip);
+  // Enough calls that a round trip holds about kTripWorkMs of the reference's own GPU time, so
+  // the fixed cost of the round trips and the check is a small share of each published time.
+  const int want = ref_call_ms > 0 ? static_cast<int>(std::min(1024.0, std::ceil(kTripWorkMs / ref_call_ms))) : kMaxCallsPerTrip;
+  return std::clamp(std::min(want, fit), 1, kMaxCallsPerTrip);
+}
+
 void Verifier::ensure_reference_timing(DeviceState& dev) {
   if (dev.ref_timing_tried) return;
   dev.ref_timing_tried = true;
   const int iters = timed_calls(dev);
-  dev.ref_timing = timed_batch(dev, nullptr, iters, false, nullptr);
+  // One call per round trip first: its CUDA events say how long a call of the reference is, and so
+  // how many calls make a round trip for the reference and every candidate.
+  dev.calls_per_trip = 1;
+  dev.ref_timing = timed_batch(dev, nullptr, iters, false, nullptr, 1);
+  if (!dev.ref_timing) return;
+  // The reference's own CUDA-event time per call, measured in the trusted judge.
+  const TimingResult& probe = *dev.ref_timing;
+  const double ref_call_ms = probe.stats.n > 0 ? probe.event_total_ms / static_cast<double>(probe.stats.n) : 0;
+  const std::vector<TrialInput>& sets = timing_sets(dev);
+  if (const int per = calls_per_trip_for(dev.cuda(), sets.size(), iters + warmup_calls(dev), sets.front().output_bytes,
+                                         ref_call_ms);
+      per > 1) {
+    std::optional<TimingResult> t = timed_batch(dev, nullptr, iters, false, nullptr, per);
+    if (t) {
+      dev.ref_timing = t;
+      dev.calls_per_trip = per;
+    }
+  }
   if (opts_.time_compile) dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
 }
 

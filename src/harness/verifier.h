@@ -73,6 +73,7 @@ struct DeviceState {
   std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
+  int calls_per_trip = 1;  // timed calls per round trip, chosen with the reference's timing
   std::atomic<bool> healthy{true};
   // Multi-shape check: a variant is a DeviceState of its own (judge, inputs, shared dir) on the
   // same device; its GPU lock and health are its parent's.
@@ -143,15 +144,18 @@ class Verifier {
   void check_gpu_after_fault(DeviceState& dev, CandidateResult& r);
   bool fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
                        CandidateResult& r);
-  // timed_calls.cpp: timing clocked here, one request per call (docs/verification.md, Timing).
-  // One timed batch over the timing sets on `cand` (nullptr: the reference, on the judge). A
-  // candidate's failure or wrong value in the output region is its verdict in *r; nullopt then.
-  std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r);
+  // timed_calls.cpp: timing clocked here, one request per round trip of calls (docs/verification.md,
+  // Timing). One timed batch of `iters` round trips (after the warmup ones) of dev.calls_per_trip
+  // calls each (or `per_trip` when given) over the timing sets on `cand` (nullptr: the reference,
+  // on the judge). A candidate's failure or wrong value in the output region is its verdict in *r;
+  // nullopt then.
+  std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
+                                          int per_trip = 0);
   // Times a correct candidate under the GPU's exclusive lock; sets r.timing and r.speedup, or
   // the verdict of what went wrong.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
   void ensure_reference_timing(DeviceState& dev);
-  // Calls of a timed batch: the options' on a GPU; on CPU (times not meaningful) 3 and 1 warmup.
+  // Round trips of a timed batch: the options' on a GPU; on CPU (times not meaningful) 3 and 1 warmup.
   int timed_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.iters : 3; }
   int warmup_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.warmup : 1; }
   double run_timeout_s(const DeviceState& dev) const;

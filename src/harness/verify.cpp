@@ -167,11 +167,14 @@ Status Verifier::setup_device(DeviceState& dev) {
   Json dists = dev.problem.value("trial_distributions", Json::array());
   // Correctness trials, then fresh inputs for timing (trials n.. in the judge's numbering) so
   // that a timed call can never replay an answer cached during the correctness runs: one set per
-  // call (warmup included) where they fit kTimingSetBytes, at least 2 (set after trial 0). Only
-  // trial 0 is made now (its sizes size everything else); the judge makes the others' references
-  // when first needed (the timing sets' all at once, before the reference is timed) and keeps a
-  // bounded number (worker/judge.py, KEEP_BYTES).
-  int n_timing = opts_.timing && !dev.parent ? timed_calls(dev) + warmup_calls(dev) : 0;
+  // call (warmup included, as many calls per round trip as may be chosen) where they fit
+  // kTimingSetBytes, at least 2 (set after trial 0). Only trial 0 is made now (its sizes size
+  // everything else); the judge makes the others' references when first needed (the sets a timed
+  // batch uses all at once, before the reference is timed) and keeps a bounded number
+  // (worker/judge.py, KEEP_BYTES).
+  int n_timing = opts_.timing && !dev.parent ? (timed_calls(dev) + warmup_calls(dev)) *
+                                                   (dev.cuda() ? kMaxCallsPerTrip : kCpuCallsPerTrip)
+                                             : 0;
   std::error_code ec;
   fs::path init = dev.shared_dir / "init.safetensors";
   if (fs::exists(init, ec)) {
@@ -539,6 +542,8 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     tr.orchestrator_wall_ms = t.value("orchestrator_wall_ms", 0.0);
     tr.ping_ms = t.value("ping_ms", 0.0);
     tr.flush_excess_ms = t.value("flush_excess_ms", 0.0);
+    tr.load_excess_ms = t.value("load_excess_ms", 0.0);
+    tr.calls_per_trip = t.value("calls_per_trip", 1);
     r.timing = tr;
     r.speedup = j.value("speedup", Json(nullptr)).is_number() ? j["speedup"].get<double>() : 0.0;
   }

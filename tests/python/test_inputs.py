@@ -199,6 +199,61 @@ def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(t
         j.time_prepare({"trial": sets[0], "compile": False, "trials": ["3"]})
 
 
+@pytest.mark.parametrize("profile", ["strict", "kernelbench"])
+def test_several_calls_per_round_trip_are_checked_slot_by_slot(tmp_path, monkeypatch, profile):
+    # A round trip of 3 timed calls: call j writes slot j of the region from set j's inputs; the
+    # judge checks every slot at its fingerprint positions at once and names the slot that is wrong.
+    monkeypatch.setattr(judge, "FINGERPRINT_MAX", 8)
+    j = _judge(tmp_path, profile=profile)
+    sets = [3, 4, 5]
+    for t in range(6):
+        j.make_inputs({"trial": t, "lazy": t in sets})
+    j.time_prepare({"trial": sets[0], "compile": False, "slots": 3, "trials": sets, "trips": [sets]})
+    for t in sets:
+        j.time_load({"trial": t})
+    reply = j.time_call({"sets": [0, 1, 2]})
+    assert reply["output_bound"], reply
+    assert j.check_timed({"trials": sets, "own": True})["match"]
+    assert not j.check_timed({"trials": sets, "own": True})["match"]  # poisoned again
+    # The candidate's side: a region of 3 slots, its outputs written by hand.
+    sent = []
+    monkeypatch.setattr(region, "send_fd", sent.append)
+    reg = j.time_region({"trial": sets[0], "slots": 3})["region"]
+    assert reg["slots"] == 3 and len(reg["outputs"]) == 3
+    mine = region.Region.attach(os.dup(sent[0]), reg["bytes"], "cpu")
+    views = mine.views(reg["outputs"])
+    right = [j._full(t)["ref"][0].clone() for t in sets]
+    positions = j._fp_positions(0, right[0].numel())
+
+    def fill(wrong_slot=None, at=None):
+        for k, v in enumerate(views):
+            v.copy_(right[k])
+        if wrong_slot is not None:
+            views[wrong_slot].reshape(-1)[at] += 1.0
+
+    fill()
+    assert j.check_timed({"trials": sets})["match"]
+    fill(1, int(positions[0]))
+    bad = j.check_timed({"trials": sets})
+    assert not bad["match"] and bad["slot"] == 1 and f"flat index {int(positions[0])}" in bad["message"], bad
+    fill(2, int(positions[-1]))
+    assert j.check_timed({"trials": sets})["slot"] == 2
+    # Slot 0 holding slot 1's answer (a replay across the calls of one round trip).
+    fill()
+    views[0].copy_(right[1])
+    assert j.check_timed({"trials": sets})["slot"] == 0
+    # The whole-output check of every slot, off the fingerprint too.
+    off = next(i for i in range(right[0].numel()) if i not in set(positions.tolist()))
+    fill(2, off)
+    assert j.check_timed({"trials": sets, "keep": True})["match"]
+    full = j.check_timed({"trials": sets, "full": True, "candidate": "cand-0"})
+    assert not full["match"] and full["slot"] == 2, full
+    with pytest.raises(protocol.WorkerError):
+        j.check_timed({"trials": sets + [0]})  # more calls than slots
+    del views
+    assert mine.close() == []
+
+
 def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key(tmp_path, monkeypatch):
     # Red team: a 31-bit key behind the trial seeds was found from one seed by brute force, and the
     # sampled positions followed torch's global generator, which each public input seed reseeds.

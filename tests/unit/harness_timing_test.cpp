@@ -75,6 +75,34 @@ TEST(TimingClock, WorkLeftQueuedByAnEarlyReplyIsChargedToItsCall) {
   EXPECT_EQ(excess, 0);
 }
 
+TEST(TimingClock, ARoundTripOfSeveralCallsPublishesEachCallsShare) {
+  // 8 calls in one round trip: 2.0 ms call + 0.4 ms check round trips, 0.1 ms pings, 0.2 ms of load
+  // excess: (2.4 - 0.2 + 0.2) / 8 = 0.3 ms per call; the flush wait is shared out the same way.
+  CallClock trip{2.0, 0.4, 0, 0.2, 8};
+  EXPECT_NEAR(published_call_times({trip}, 0.10, 0.05, nullptr)[0], 0.3, 1e-12);
+  trip.next_flush_ms = 1.65;
+  double excess = 0;
+  EXPECT_NEAR(published_call_times({trip}, 0.10, 0.05, &excess)[0], 0.5, 1e-12);
+  EXPECT_NEAR(excess, 1.6, 1e-12);
+}
+
+TEST(TimingClock, CallsPerRoundTripFollowTheReferencesTimeWithinTheSetsAndRegion) {
+  // A microsecond kernel: as many calls as make kTripWorkMs, at most kMaxCallsPerTrip...
+  EXPECT_EQ(calls_per_trip_for(true, 23 * kMaxCallsPerTrip, 23, 16 << 10, 0.004), kMaxCallsPerTrip);
+  EXPECT_EQ(calls_per_trip_for(true, 23 * kMaxCallsPerTrip, 23, 16 << 10, 1.0), 5);
+  // ...one when a call is long enough alone...
+  EXPECT_EQ(calls_per_trip_for(true, 23 * kMaxCallsPerTrip, 23, 16 << 10, 8.0), 1);
+  // ...or when the sets (each call its own) or the output region (kTripRegionBytes) do not fit more.
+  EXPECT_EQ(calls_per_trip_for(true, 40, 23, 16 << 10, 0.004), 1);
+  EXPECT_EQ(calls_per_trip_for(true, 23 * 3, 23, 16 << 10, 0.004), 3);
+  EXPECT_EQ(calls_per_trip_for(true, 23 * kMaxCallsPerTrip, 23, kTripRegionBytes / 4, 0.004), 4);
+  // An unknown reference time (no CUDA events) takes the most that fit.
+  EXPECT_EQ(calls_per_trip_for(true, 23 * kMaxCallsPerTrip, 23, 16 << 10, 0), kMaxCallsPerTrip);
+  // On CPU (times not meaningful) always kCpuCallsPerTrip where the sets allow.
+  EXPECT_EQ(calls_per_trip_for(false, 8, 4, 64, 0.01), kCpuCallsPerTrip);
+  EXPECT_EQ(calls_per_trip_for(false, 2, 4, 64, 0.01), 1);
+}
+
 TEST(TimingClock, RooflineAndStability) {
   TimingResult t;
   t.times_ms = {0.05, 0.05, 0.05, 0.05};

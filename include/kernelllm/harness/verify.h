@@ -19,7 +19,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-2";
+inline constexpr std::string_view kVerifierVersion = "verify-3";  // 3: several timed calls per round trip
 
 enum class Verdict {
   correct,
@@ -90,6 +90,7 @@ struct TimingResult {
   double ping_ms = 0;              // median no-op round trip to the judge, subtracted twice per call
   double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
+  int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
 };
 
 // One size variant of the problem in the multi-shape check.
@@ -166,18 +167,31 @@ inline double roofline_floor_ms(uint64_t bytes, double peak_gbs) {
 // Peak DRAM bandwidth for known GPUs by name (GB/s), else a generous upper bound.
 double peak_bandwidth_for(std::string_view device_name);
 
-// One timed call as the orchestrator's clock saw it.
+// One round trip of timed calls as the orchestrator's clock saw it.
 struct CallClock {
-  double call_ms = 0;        // round trip of time_call (forward, copy into the output region, synchronize)
+  double call_ms = 0;        // round trip of time_call (the calls' forwards and copies into the region, synchronize)
   double check_ms = 0;       // round trip of the judge's check of the region (the work must be done)
   double next_flush_ms = 0;  // round trip of the judge's L2 flush right after (0: none, on CPU)
   double load_excess_ms = 0; // input-set loads before it that took longer than the judge's (work done early)
+  int calls = 1;             // timed calls in the round trip
 };
-// Published per-call times: call + check - 2 x ping + load excess, plus the next flush's wait beyond
-// `flush_baseline_ms` when it exceeds max(0.1 ms, half the baseline) (work a reply left queued on the
-// GPU delays the judge's flush); the charged waits are added to *excess_ms. Never below 1 ns.
+// Published per-call times, one per round trip: (call + check - 2 x ping + load excess, plus the
+// next flush's wait beyond `flush_baseline_ms` when it exceeds max(0.1 ms, half the baseline): work
+// a reply left queued on the GPU delays the judge's flush) / calls; the charged waits are added to
+// *excess_ms. Never below 1 ns.
 std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
                                          double* excess_ms);
+// Timed calls per round trip (docs/verification.md, Timing): up to kMaxCallsPerTrip on a GPU, as
+// many as make about kTripWorkMs of the reference's own GPU time, each call on its own set and
+// writing its own slot of the output region (at most kTripRegionBytes); on CPU, where times are
+// not meaningful, kCpuCallsPerTrip so that the same path runs in every test.
+inline constexpr int kMaxCallsPerTrip = 16;
+inline constexpr int kCpuCallsPerTrip = 2;
+inline constexpr double kTripWorkMs = 5.0;
+inline constexpr uint64_t kTripRegionBytes = uint64_t{256} << 20;
+// The calls per round trip for `n_sets` timing sets, `trips` round trips, outputs of
+// `output_bytes` and a reference call of `ref_call_ms` (its CUDA events; 0 when unknown).
+int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_bytes, double ref_call_ms);
 // Empty, or why a median below the roofline floor for `bytes` at `peak_gbs` cannot be true.
 std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs);
 // A batch whose IQR exceeds half its median: its median does not repeat within its noise.

@@ -473,7 +473,10 @@ class Candidate:
         self._check_patched("before timing")
         spec = msg.get("region")
         if not isinstance(spec, dict) or not isinstance(spec.get("bytes"), int) or not isinstance(spec.get("outputs"), list):
-            raise WorkerError("protocol", "time_prepare: expected the judge's output region ({bytes, outputs})")
+            raise WorkerError("protocol", "time_prepare: expected the judge's output region ({bytes, outputs, slots})")
+        slots = spec.get("slots", 1)
+        if type(slots) is not int or slots < 1:
+            raise WorkerError("protocol", f"time_prepare: the output region's 'slots' must be a positive integer, found {slots!r}")
         old = getattr(self, "_region", None)
         self._timer = None
         if old is not None:
@@ -481,7 +484,7 @@ class Candidate:
                 protocol.stderr_note(f"output region not released cleanly: {f}")
         # The judge's region for this batch: its descriptor came over fd 5 before this request.
         self._region = region.Region.attach(region.receive_fd(), spec["bytes"], self.device)
-        self._timer = timing.CallTimer(self.model, self.device, self._region.views(spec["outputs"]))
+        self._timer = timing.CallTimer(self.model, self.device, self._region.views(spec["outputs"]), slots)
         self._timing_events = len(GUARD.events)
         return {}
 
@@ -500,7 +503,7 @@ class Candidate:
     def time_call(self, msg: dict) -> dict:
         timer = self._need_timer("time_call")
         try:
-            res = timer.call(int(msg["set"]))
+            res = timer.call(msg["sets"] if "sets" in msg else msg["set"])
         except WorkerError:
             raise
         except BaseException as e:

@@ -9,7 +9,7 @@ bounded (KernelBench's level-1 outputs reach 2^31 elements: one fp64 copy is 16 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
@@ -332,6 +332,39 @@ def precision_spread(out: torch.Tensor, ref64: torch.Tensor, checker: Checker) -
     res["max_scaled_error"] = _max(float(((o - r).abs() / (r.abs() + scale)).max()) for o, r in _chunks(out, ref64))
     res["downgrade"] = res["max_scaled_error"] <= HALF_PRECISION_ELEMENT_ERROR
     return res
+
+
+def rows_pass(checkers: Sequence[Checker], got: torch.Tensor, limits: Optional[tuple] = None) -> int:
+    """The elementwise part of values_pass for several calls at once: row j of `got` (calls x
+    values) against checkers[j], in a few kernels and one synchronize. `limits`: the strict
+    profile's (atol, rtol) as (calls x 1) fp64 tensors on got's device, made ahead (rows_limits).
+    Returns -1 when every row passes, else the first failing row (values_pass on it says why)."""
+    c0 = checkers[0]
+    if got.numel() == 0:
+        return -1
+    if c0.exact:
+        bad = got != torch.stack([c.ref.reshape(-1) for c in checkers]).to(got.device)
+    elif c0.profile == "kernelbench":
+        g = got.double()
+        r = torch.stack([c.ref.reshape(-1) for c in checkers]).to(got.device).double()
+        bad = ~((r - g).abs() <= c0.tol + c0.tol * g.abs())
+    else:
+        g = got.double()
+        r = torch.stack([c.ref64.reshape(-1) for c in checkers]).to(got.device).double()
+        atol, rtol = limits if limits is not None else rows_limits(checkers, got.device)
+        ok = (g - r).abs() <= atol + rtol * r.abs()
+        bad = ~(ok | (torch.isnan(g) & torch.isnan(r)) | (torch.isinf(r) & (g == r)))
+    rows = bad.reshape(bad.shape[0], -1).any(dim=1)
+    if not bool(rows.any()):
+        return -1
+    return int(rows.nonzero()[0])
+
+
+def rows_limits(checkers: Sequence[Checker], device: Any) -> tuple:
+    """The strict profile's per-row (atol, rtol) for rows_pass, as (calls x 1) fp64 tensors."""
+    def col(name: str) -> torch.Tensor:
+        return torch.tensor([[float(getattr(c, name))] for c in checkers], dtype=torch.float64, device=device)
+    return col("atol"), col("rtol")
 
 
 def values_pass(checker: Checker, got: torch.Tensor, positions: Optional[torch.Tensor] = None) -> tuple:

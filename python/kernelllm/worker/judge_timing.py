@@ -9,23 +9,30 @@ import torch
 from . import compare, protocol, region, timing
 from .protocol import WorkerError
 
+# Calls per round trip at most (docs/verification.md, Timing): the output region holds one slot each.
+MAX_SLOTS = 64
+
 
 class TimedCalls:
     """Judge ops: time_prepare, time_load, time_call (the reference), time_region, check_timed,
     l2_flush, ping."""
 
-    def _new_region(self, trial: int) -> tuple:
-        """A fresh output region laid out for the outputs of `trial` (a timing set), poisoned
-        (every byte 0xFF: NaN in floats) so that a call which writes nothing shows: (region, its
-        layout, its output tensors)."""
+    def _new_region(self, trial: int, slots: int = 1) -> tuple:
+        """A fresh output region laid out for `slots` calls' outputs on `trial`'s shapes (a timing
+        set; every set has them), slot after slot, poisoned (every byte 0xFF: NaN in floats) so
+        that a call which writes nothing shows: (region, its layout, its output tensors (flat,
+        slot after slot), one slot's bytes)."""
+        if type(slots) is not int or not 1 <= slots <= MAX_SLOTS:
+            raise WorkerError("protocol", f"output region: 'slots' must be an integer in 1..{MAX_SLOTS}, found {slots!r}")
         fp = self._fingerprint(trial)
-        places, nbytes = region.layout(fp["shapes"], fp["dtypes"])
-        reg = region.Region.create(nbytes, self.device)
+        places, slot_bytes = region.layout(fp["shapes"], fp["dtypes"])
+        places = [dict(p, offset=p["offset"] + j * slot_bytes) for j in range(slots) for p in places]
+        reg = region.Region.create(slot_bytes * slots, self.device)
         reg.data.fill_(255)
-        return reg, places, reg.views(places)
+        return reg, places, reg.views(places), slot_bytes
 
     def _release(self, name: str) -> None:
-        """Drops the (region, outputs) pair held as `name` ("own" or "shared") and releases it."""
+        """Drops the (region, outputs, slot bytes) held as `name` ("own" or "shared") and releases the region."""
         pair = getattr(self, name, None)
         setattr(self, name, None)
         if pair is not None:
@@ -35,27 +42,44 @@ class TimedCalls:
                 protocol.stderr_note(f"output region not released cleanly: {f}")
 
     def time_prepare(self, msg: dict) -> dict:
-        """The reference (torch.compile'd with `compile`) for a timed batch, its outputs copied into
-        a region of the judge's own, as a candidate's are into the shared one (both pay the copy)."""
+        """The reference (torch.compile'd with `compile`) for a timed batch of `slots` calls per
+        round trip, its outputs copied into a region of the judge's own, as a candidate's are into
+        the shared one (both pay the copy)."""
         self._need_problem()
         fn = torch.compile(self.model) if msg.get("compile") else self.model
         self.timer = None
         self._release("own")
-        reg, _, views = self._new_region(int(msg["trial"]))
-        self.own = (reg, views)
-        self.timer = timing.CallTimer(fn, self.device, views)
+        slots = msg.get("slots", 1)
+        reg, _, views, slot_bytes = self._new_region(int(msg["trial"]), slots)
+        self.own = (reg, views, slot_bytes)
+        self.timer = timing.CallTimer(fn, self.device, views, slots)
         # Every timing set's references, fingerprint checkers and device positions now, before the
         # clock. Made lazily, they were built in the reference's clocked check of each set (one set
         # per timed call) and found made by every candidate's: the reference paid its own forward,
         # its fp64 copy and the accounting in every timed call, which inflated every speedup.
-        trials = msg.get("trials", [])
+        trials, trips = msg.get("trials", []), msg.get("trips", [])
         if not isinstance(trials, list) or not all(type(t) is int for t in trials):
             raise WorkerError("protocol", "time_prepare: 'trials' must be a list of trial numbers")
+        if not isinstance(trips, list) or not all(isinstance(g, list) and all(type(t) is int for t in g) for g in trips):
+            raise WorkerError("protocol", "time_prepare: 'trips' must be a list of lists of trial numbers")
+        n_out = len(views) // slots
         for t in trials:
             for i in range(len(self._fingerprint(t)["ref"])):
                 self._fp_checker(t, i)
-        for i, v in enumerate(views):
+        for i, v in enumerate(views[:n_out]):
             self._at_fp(v.reshape(-1), i)
+        # The strict profile's per-call tolerances of each round trip's calls, for the check of
+        # all its slots at once (compare.rows_pass).
+        self.trip_limits = {}
+        for group in trips:
+            if len(group) < 2:
+                continue
+            for t in group:
+                self._fingerprint(t)
+            for i in range(n_out):
+                checkers = [self._fp_checker(t, i) for t in group]
+                if not checkers[0].exact and checkers[0].profile != "kernelbench":
+                    self.trip_limits[(tuple(group), i)] = compare.rows_limits(checkers, reg.data.device)
         return {}
 
     def time_load(self, msg: dict) -> dict:
@@ -68,45 +92,87 @@ class TimedCalls:
     def time_call(self, msg: dict) -> dict:
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_call before time_prepare")
-        return self.timer.call(int(msg["set"]))
+        return self.timer.call(msg["sets"] if "sets" in msg else msg["set"])
 
     def time_region(self, msg: dict) -> dict:
         """A fresh output region for the next candidate's timed batch (docs/trust-boundary.md,
-        Times). Its descriptor goes to the orchestrator over fd 5 before this reply; the one before
-        is released here, so a candidate that kept its mapping writes into memory nobody reads."""
+        Times), `slots` calls' outputs per round trip. Its descriptor goes to the orchestrator over
+        fd 5 before this reply; the one before is released here, so a candidate that kept its
+        mapping writes into memory nobody reads."""
         self._need_problem()
         self._release("shared")
-        reg, places, views = self._new_region(int(msg["trial"]))
-        self.shared = (reg, views)
+        slots = msg.get("slots", 1)
+        reg, places, views, slot_bytes = self._new_region(int(msg["trial"]), slots)
+        self.shared = (reg, views, slot_bytes)
         region.send_fd(reg.fd)
-        return {"region": {"bytes": reg.nbytes, "outputs": places}}
+        return {"region": {"bytes": reg.nbytes, "outputs": places, "slots": slots}}
+
+    def _slots_at_fp(self, reg: "region.Region", views: list, slot_bytes: int, i: int, calls: int) -> torch.Tensor:
+        """Output i of the first `calls` slots at its fingerprint positions, as (calls x values): one
+        strided view over the region (slots lie slot_bytes apart) and one gather."""
+        v0 = views[i]
+        size = v0.element_size()
+        typed = reg.data[:slot_bytes * calls].view(v0.dtype)
+        at = (v0.data_ptr() - reg.data.data_ptr()) // size
+        rows = torch.as_strided(typed, (calls, v0.numel()), (slot_bytes // size, 1), typed.storage_offset() + at)
+        idx = self._fp_positions(i, v0.numel())
+        if idx is None:
+            return rows
+        on = self.fp_index_on.get(i)
+        if on is None or on.device != rows.device:
+            on = self.fp_index_on[i] = idx.to(rows.device)
+        return rows[:, on]
 
     def check_timed(self, msg: dict) -> dict:
-        """Checks the output region after a timed call on `trial`'s inputs: every fingerprint
-        position of every output (elementwise part of the tolerance), or with `full` the whole
+        """Checks the output region after a round trip of timed calls, call j on the inputs of
+        `trials[j]` (or the one `trial`) in slot j: every fingerprint position of every output
+        (elementwise part of the tolerance), all slots at once; or with `full` each slot's whole
         output against the full reference and the cheat rules. `own`: the reference's region (the
         same work, so both sides' clocked checks cost the same). Then poisons the region again, so
-        the next call must write all of it (unless `keep`: the whole-output check comes next)."""
+        the next round trip must write all of it (unless `keep`: the whole-output check comes next).
+        A mismatch names its `slot`."""
         self._need_problem()
-        pair = getattr(self, "own" if msg.get("own") else "shared", None)
-        if pair is None:
+        held = getattr(self, "own" if msg.get("own") else "shared", None)
+        if held is None:
             raise WorkerError("protocol", "check_timed before time_prepare/time_region")
-        reg, views = pair
-        trial = int(msg["trial"])
-        fp = self._fingerprint(trial)
+        reg, views, slot_bytes = held
+        trials = msg["trials"] if "trials" in msg else [int(msg["trial"])]
+        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
+            raise WorkerError("protocol", f"check_timed: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
+        fps = [self._fingerprint(t) for t in trials]
+        n_out = max(1, len(fps[0]["shapes"]))
+        if len(trials) > len(views) // n_out:
+            raise WorkerError("protocol", f"check_timed: {len(trials)} calls for {len(views) // n_out} output slot(s)")
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         try:
             if msg.get("full"):
-                outs = {str(i): v for i, v in enumerate(views)}
-                return self._judge_outputs(trial, self._full(trial), outs, None, str(msg.get("candidate", "")))
-            for i, v in enumerate(views):
-                flat = v.reshape(-1)
-                ok, detail = compare.values_pass(self._fp_checker(trial, i), self._at_fp(flat, i),
-                                                 self._fp_positions(i, flat.numel()))
-                if not ok:
-                    return {"match": False, "message": f"output {i}: {detail}"}
-            return {"match": True, "message": f"{sum(int(x.numel()) for x in fp['ref'])} fingerprint values match"}
+                res: dict = {"match": True, "message": "no outputs"}
+                for j, t in enumerate(trials):
+                    outs = {str(i): v for i, v in enumerate(views[j * n_out:(j + 1) * n_out])}
+                    res = self._judge_outputs(t, self._full(t), outs, None, str(msg.get("candidate", "")))
+                    if not res.get("match"):
+                        return dict(res, slot=j)
+                return res
+            if len(trials) == 1:
+                for i, v in enumerate(views[:n_out]):
+                    flat = v.reshape(-1)
+                    ok, detail = compare.values_pass(self._fp_checker(trials[0], i), self._at_fp(flat, i),
+                                                     self._fp_positions(i, flat.numel()))
+                    if not ok:
+                        return {"match": False, "slot": 0, "message": f"output {i}: {detail}"}
+            else:
+                limits = getattr(self, "trip_limits", {})
+                for i in range(n_out):
+                    got = self._slots_at_fp(reg, views, slot_bytes, i, len(trials))
+                    checkers = [self._fp_checker(t, i) for t in trials]
+                    row = compare.rows_pass(checkers, got, limits.get((tuple(trials), i)))
+                    if row >= 0:
+                        _, detail = compare.values_pass(checkers[row], got[row], self._fp_positions(i, views[i].numel()))
+                        return {"match": False, "slot": row,
+                                "message": f"call {row} of {len(trials)} in the round trip: output {i}: {detail}"}
+            n = sum(int(x.numel()) for fp in fps for x in fp["ref"])
+            return {"match": True, "message": f"{n} fingerprint values match"}
         finally:
             if not msg.get("keep"):  # kept for the whole-output check that follows
                 reg.data.fill_(255)

@@ -1,8 +1,9 @@
 """The worker side of timing (docs/verification.md, Timing). The clock that counts is the
-orchestrator's: it sends one `time_call` per timed call and measures the round trip, so nothing
-here decides a published time. A worker only keeps the timed batch's input sets on the device,
-runs one call per request (forward, the copy of its outputs into the judge's output region,
-then a device-wide synchronize) and reports its own CUDA-event time as an untrusted side fact.
+orchestrator's: it sends one `time_call` per round trip of timed calls and measures it, so
+nothing here decides a published time. A worker only keeps the timed batch's input sets on the
+device, runs the calls a request names (each: forward on its own set, the copy of its outputs
+into its own slot of the judge's output region), then a device-wide synchronize, and reports
+its own CUDA-event time as an untrusted side fact.
 The judge checks the values in its region (region.py) and flushes the L2 between calls (the L2
 is shared by every process on the GPU)."""
 from __future__ import annotations
@@ -38,14 +39,20 @@ def trusted_functions() -> Dict[str, Any]:
 
 class CallTimer:
     """One timed batch: `fn` over input sets loaded onto the device one at a time (`add`), each
-    right before its first call; one call per request. Each call's outputs are copied into
-    `outputs` (the output region's tensors) inside the call."""
+    right before its first call. A request runs one call per set it names (at most `slots`),
+    call j copying its outputs into slot j of the output region and ending in a device-wide
+    synchronize: `outputs` is the flat list of the region's tensors, slot after slot; during
+    call j `self.outputs` is slot j's."""
 
-    def __init__(self, fn: Callable[..., Any], device: str, outputs: List[torch.Tensor]) -> None:
+    def __init__(self, fn: Callable[..., Any], device: str, outputs: List[torch.Tensor], slots: int = 1) -> None:
+        if slots < 1 or len(outputs) % slots:
+            raise WorkerError("protocol", f"{len(outputs)} output tensors cannot fill {slots} slot(s)")
         self.fn = fn
         self.sets: List[List[Any]] = []
         self.cuda = device.startswith("cuda")
-        self.outputs = outputs
+        per = len(outputs) // slots
+        self.slots = [list(outputs[j * per:(j + 1) * per]) for j in range(slots)]
+        self.outputs = self.slots[0]
 
     def add(self, args: List[Any]) -> Dict[str, Any]:
         self.sets.append(args)
@@ -53,21 +60,35 @@ class CallTimer:
             _synchronize()
         return {"set": len(self.sets) - 1}
 
-    def call(self, index: int) -> Dict[str, Any]:
-        if not 0 <= index < len(self.sets):
-            raise WorkerError("protocol", f"time_call: set {index} out of range 0..{len(self.sets) - 1}")
-        args = self.sets[index]
+    def call(self, index: Any) -> Dict[str, Any]:
+        """The calls on the sets `index` names (one number, or a list), in order."""
+        indices = index if isinstance(index, list) else [index]
+        if not indices or len(indices) > len(self.slots):
+            raise WorkerError("protocol", f"time_call: {len(indices)} set(s) for {len(self.slots)} output slot(s)")
+        for k in indices:
+            if type(k) is not int or not 0 <= k < len(self.sets):
+                raise WorkerError("protocol", f"time_call: set {k!r} out of range 0..{len(self.sets) - 1}")
+        bound: Dict[str, Any] = {"output_bound": True}
         with torch.no_grad():
             if self.cuda:
                 start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 start.record()
-                bound = self._bind(self.fn(*args))
+            else:
+                t0 = _perf_counter()
+            for j, k in enumerate(indices):
+                self.outputs = self.slots[j]
+                bound = self._bind(self.fn(*self.sets[k]))
+                if not bound.get("output_bound"):
+                    if len(indices) > 1:
+                        bound = dict(bound, output_unbound=f"call {j} of {len(indices)}: {bound.get('output_unbound')}")
+                    break
+                if self.cuda and j + 1 < len(indices):
+                    _synchronize()  # each call ends before the next begins, as one call per request did
+            if self.cuda:
                 end.record()
                 _synchronize()
                 event_ms = start.elapsed_time(end)
             else:
-                t0 = _perf_counter()
-                bound = self._bind(self.fn(*args))
                 event_ms = (_perf_counter() - t0) * 1e3
         return dict(bound, event_ms=event_ms)
 
