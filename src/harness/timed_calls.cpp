@@ -120,20 +120,32 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
   Reply p = cand ? ask(prepare) : judge_call(dev, prepare, prepare_timeout);
   if (!p.ok()) return failed(p, "timing (preparing)");
-  // A timing set's seed reaches the worker right before its first call, never earlier, so no
-  // call's answer can be worked out ahead in bulk; its load (making the set on the device) is
-  // clocked against the judge's load of the same set, and the excess is charged to the next
-  // round trip (work done while loading).
+  // A timing set's seed reaches the worker right before its round trip, never earlier, so no
+  // call's answer can be worked out ahead in bulk. A round trip's new sets are made in one
+  // request, clocked against the judge's load of the same sets (the reference's batch, round trip
+  // by round trip), and the excess is charged to that round trip (work done while loading): what
+  // can hide under the margin is per round trip, so per call it shrinks with the calls.
   std::vector<Json> loaded(sets.size());
-  if (!cand) dev.load_baseline_ms.assign(sets.size(), 0.0);
-  auto load = [&](size_t k, double* excess_ms) -> std::optional<Reply> {
+  if (!cand) dev.load_baseline_ms.assign(static_cast<size_t>(trips), 0.0);
+  auto load = [&](int trip, const std::vector<size_t>& ks, double* excess_ms) -> Reply {
     // (The candidate makes no probe set for a timing set, whatever `probe` says.)
-    Reply l = cand ? ask(Json{{"op", "time_load"}, {"inputs", sets[k].spec()}})
-                   : ask(Json{{"op", "time_load"}, {"trial", sets[k].trial}});
-    if (l.ok() && !cand) dev.load_baseline_ms[k] = l.elapsed_ms;
-    if (l.ok() && cand && k < dev.load_baseline_ms.size()) {
-      const double base = dev.load_baseline_ms[k], excess = l.elapsed_ms - base;
+    Json which = Json::array();
+    for (size_t k : ks) which.push_back(cand ? sets[k].spec() : Json(sets[k].trial));
+    Reply l = ask(Json{{"op", "time_load"}, {cand ? "inputs" : "trials", which}});
+    const auto t = static_cast<size_t>(trip);
+    if (l.ok() && !cand) dev.load_baseline_ms[t] = l.elapsed_ms;
+    if (l.ok() && cand && t < dev.load_baseline_ms.size()) {
+      const double base = dev.load_baseline_ms[t], excess = l.elapsed_ms - base;
       if (base > 0 && excess > std::max(0.2, 0.25 * base)) *excess_ms += excess;
+    }
+    const Json got = l.message.value("sets", Json(nullptr));
+    if (l.ok() && (!got.is_array() || got.size() != ks.size() ||
+                   !std::all_of(got.begin(), got.end(), [](const Json& s) { return s.is_number_integer(); }))) {
+      l.status = ReceiveStatus::protocol_error;
+      l.error = fmt::format("time_load reply without a list of {} integer 'sets'", ks.size());
+    }
+    if (l.ok()) {
+      for (size_t n = 0; n < ks.size(); ++n) loaded[ks[n]] = got[n];
     }
     return l;
   };
@@ -153,23 +165,19 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   std::vector<double> flushes;
   double events_ms = 0, load_excess_ms = 0;
   for (int i = 0; i < trips; ++i) {
-    Json on_sets = Json::array(), on_trials = Json::array();
+    std::vector<size_t> fresh;
     for (int j = 0; j < per; ++j) {
       const size_t k = set_of(i, j);
-      if (loaded[k].is_null()) {
-        std::optional<Reply> l = load(k, &load_excess_ms);
-        if (!l) return std::nullopt;  // r holds the verdict
-        if (!l->ok()) return failed(*l, "timing (loading an input set)");
-        loaded[k] = l->message.value("set", Json(nullptr));
-        if (!loaded[k].is_number_integer()) {
-          Reply bad = *l;
-          bad.status = ReceiveStatus::protocol_error;
-          bad.error = "time_load reply without an integer 'set'";
-          return failed(bad, "timing (loading an input set)");
-        }
-      }
-      on_sets.push_back(loaded[k]);
-      on_trials.push_back(sets[k].trial);
+      if (loaded[k].is_null() && std::find(fresh.begin(), fresh.end(), k) == fresh.end()) fresh.push_back(k);
+    }
+    if (!fresh.empty()) {
+      Reply l = load(i, fresh, &load_excess_ms);
+      if (!l.ok()) return failed(l, "timing (loading input sets)");
+    }
+    Json on_sets = Json::array(), on_trials = Json::array();
+    for (int j = 0; j < per; ++j) {
+      on_sets.push_back(loaded[set_of(i, j)]);
+      on_trials.push_back(sets[set_of(i, j)].trial);
     }
     const double flush_ms = flush();
     if (!calls.empty()) calls.back().next_flush_ms = flush_ms;

@@ -489,10 +489,15 @@ class Candidate:
         return {}
 
     def time_load(self, msg: dict) -> dict:
-        """One timing set made on the device from its seed, given to this process only now (its
-        call follows)."""
+        """Timing sets made on the device from their seeds (`inputs`: one, or the list of a round
+        trip's), given to this process only now (their calls follow)."""
         timer = self._need_timer("time_load")
-        return timer.add(self._make_inputs(dict(msg["inputs"], probe=False)))
+        specs = msg["inputs"]
+        if isinstance(specs, dict):
+            return timer.add(self._make_inputs(dict(specs, probe=False)))
+        if not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs):
+            raise WorkerError("protocol", "time_load: 'inputs' must be one input spec or a non-empty list of them")
+        return {"sets": [timer.add(self._make_inputs(dict(s, probe=False)))["set"] for s in specs]}
 
     def _need_timer(self, op: str) -> "timing.CallTimer":
         timer = getattr(self, "_timer", None)

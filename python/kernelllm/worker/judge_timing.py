@@ -83,11 +83,16 @@ class TimedCalls:
         return {}
 
     def time_load(self, msg: dict) -> dict:
-        """One timing set made on the device from its trial's seed (its round trip is the baseline
-        of a candidate's load, which makes the same set the same way)."""
+        """Timing sets made on the device from their trials' seeds (`trials`, or one `trial`): the
+        round trip is the baseline of a candidate's load, which makes the same sets the same way."""
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_load before time_prepare")
-        return self.timer.add(self._make(int(msg["trial"])))
+        if "trials" not in msg:
+            return self.timer.add(self._make(int(msg["trial"])))
+        trials = msg["trials"]
+        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
+            raise WorkerError("protocol", "time_load: 'trials' must be a non-empty list of trial numbers")
+        return {"sets": [self.timer.add(self._make(t))["set"] for t in trials]}
 
     def time_call(self, msg: dict) -> dict:
         if getattr(self, "timer", None) is None:
