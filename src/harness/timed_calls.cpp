@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <numeric>
 
@@ -189,7 +190,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // candidate finishes after its reply, before the judge reads, is inside the clock (all but
     // the ping we take off).
     const bool last = i + 1 == trips;
-    Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", cand == nullptr}, {"keep", last}},
+    Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", cand == nullptr},
+                                            {"keep", last && cand != nullptr}},
                            opts_.load_timeout_s);
     if (!chk.ok()) {
       if (cand) {
@@ -201,10 +203,15 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       }
       return std::nullopt;
     }
-    if (i < warmup) continue;
+    if (i < warmup) {
+      load_excess_ms = 0;  // a warmup round trip's load is not charged to the first timed one
+      continue;
+    }
     calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, 0, load_excess_ms, per});
     load_excess_ms = 0;
-    events_ms += c.message.value("event_ms", 0.0);
+    // The worker's claim (never used for a time); a non-number or non-finite one counts as none.
+    const Json& ev = c.message.contains("event_ms") ? c.message["event_ms"] : Json(nullptr);
+    if (ev.is_number() && ev.get<double>() >= 0 && ev.get<double>() < 1e9) events_ms += ev.get<double>();
     if (!cand) continue;
     const int first_call = (i - warmup) * per;
     if (!c.message.value("output_bound", false)) {

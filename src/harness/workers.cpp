@@ -1,6 +1,7 @@
 // Worker start-up and request/reply rounds; the interpreter probe; the GPU health check.
 #include "workers.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -154,6 +156,7 @@ constexpr JsonMember kReplyMembers[] = {
     {"v", kJsonInteger},
     {"ok", kJsonBool},
     {"op", kJsonString},
+    {"id", kJsonString},
     {"error", kJsonObject},
     {"pid", kJsonInteger},  // hello
     {"run_ms", kJsonNumber},
@@ -220,6 +223,13 @@ Reply Worker::request(const Json& message, double timeout_s) {
   Deadline d = deadline_in(timeout_s);
   Json m = message;
   m["v"] = 1;
+  // An id the worker cannot predict, echoed in its reply (protocol.serve): a frame the worker wrote
+  // before this request arrived cannot pass for its reply (red team: one forged extra frame shifted
+  // every later reply onto the next request, a load's reply read as a timed call's).
+  uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce)) nonce = std::random_device{}();
+  const std::string id = fmt::format("{:016x}", nonce);
+  m["id"] = id;
   Status s = proc.send(m, d);
   if (!s.ok()) {
     r.status = Clock::now() >= d ? ReceiveStatus::timeout : ReceiveStatus::closed;
@@ -233,6 +243,16 @@ Reply Worker::request(const Json& message, double timeout_s) {
       if (std::string bad = reply_shape_error(r.message); !bad.empty()) {
         r.status = ReceiveStatus::protocol_error;
         r.error = "malformed reply: " + bad;
+      } else if (r.message.value("id", Json(nullptr)) != Json(id)) {
+        r.status = ReceiveStatus::protocol_error;
+        r.error = fmt::format("a reply that does not answer this '{}' request (its id is {}, not \"{}\"): a frame written "
+                              "before the request", message.value("op", std::string("?")),
+                              r.message.contains("id") ? r.message["id"].dump() : std::string("missing"), id);
+      } else if (const Json& op = message.contains("op") ? message["op"] : Json(nullptr);
+                 op.is_string() && r.message.value("ok", false) && r.message.value("op", Json(nullptr)) != op) {
+        r.status = ReceiveStatus::protocol_error;
+        r.error = fmt::format("the reply to '{}' came as '{}'", op.get<std::string>(),
+                              r.message.contains("op") ? r.message["op"].dump() : std::string("(no op)"));
       }
     }
   }

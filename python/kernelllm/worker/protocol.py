@@ -262,16 +262,23 @@ def serve(handlers: Dict[str, Callable[[dict], dict]], hello: dict,
             return 3
         if msg is None:
             return 0
+        # Every reply carries the request's `id` (unpredictable, from the orchestrator), so a frame
+        # written before its request arrived cannot pass for that request's reply.
+        rid = msg.get("id")
+
+        def answer(reply: dict) -> None:
+            write_frame(reply_fd, dict(reply, id=rid) if rid is not None else reply)
+
         if msg.get("v") != VERSION:
-            write_frame(reply_fd, error_reply("protocol", f"protocol version: expected {VERSION}, found {msg.get('v')!r}"))
+            answer(error_reply("protocol", f"protocol version: expected {VERSION}, found {msg.get('v')!r}"))
             continue
         op = msg.get("op")
         if op == "exit":
-            write_frame(reply_fd, {"v": VERSION, "ok": True, "op": "exit"})
+            answer({"v": VERSION, "ok": True, "op": "exit"})
             return 0
         handler = handlers.get(op) if isinstance(op, str) else None
         if handler is None:
-            write_frame(reply_fd, error_reply("protocol", f"unknown op {op!r}: expected one of {sorted(handlers) + ['exit']}"))
+            answer(error_reply("protocol", f"unknown op {op!r}: expected one of {sorted(handlers) + ['exit']}"))
             continue
         try:
             reply = dict(handler(msg), v=VERSION, ok=True, op=op)
@@ -284,9 +291,9 @@ def serve(handlers: Dict[str, Callable[[dict], dict]], hello: dict,
         except Exception as e:  # a bug in the worker itself: report, keep serving
             reply = error_reply("internal", f"{type(e).__name__}: {e}", traceback.format_exc())
         try:
-            write_frame(reply_fd, reply)
+            answer(reply)
         except (ProtocolError, ValueError) as e:
-            write_frame(reply_fd, error_reply("internal", f"reply not encodable: {e}"))
+            answer(error_reply("internal", f"reply not encodable: {e}"))
 
 
 def stderr_note(text: str) -> None:
