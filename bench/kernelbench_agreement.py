@@ -71,7 +71,7 @@ def _stand_in_modules(names: list[str]) -> None:
 
 # --- KernelBench side (runs in a child process with the checkout on sys.path) ------------------
 
-def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: int, device: str) -> dict:
+def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: int, device: str, perf_trials: int = 0) -> dict:
     """Calls KernelBench's eval_kernel_against_ref with the keyword arguments its version has."""
     sys.path[:0] = [str(kernelbench / "src"), str(kernelbench)]
     pkg_dir = kernelbench / "src" / "kernelbench"
@@ -97,7 +97,8 @@ def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: i
 
     dev = torch.device(device)
     wanted = {"original_model_src": problem.read_text(), "custom_model_src": candidate.read_text(),
-              "seed_num": 42, "num_correct_trials": trials, "num_perf_trials": 10, "measure_performance": False,
+              "seed_num": 42, "num_correct_trials": trials, "num_perf_trials": perf_trials or 10,
+              "measure_performance": perf_trials > 0,
               "verbose": False, "device": dev, "backend": "triton", "build_dir": tempfile.mkdtemp(prefix="kb-build-"),
               "precision": torch.float32, "check_for_excessive_speedup": False}
     accepted = inspect.signature(eval_kernel_against_ref).parameters
@@ -119,12 +120,14 @@ def kernelbench_one(kernelbench: Path, problem: Path, candidate: Path, trials: i
         verdict = "wrong_shape"
     else:
         verdict = "wrong_output"
-    return {"verdict": verdict, "metadata": metadata, "kwargs_used": sorted(kwargs)}
+    runtime = getattr(result, "runtime", None)
+    return {"verdict": verdict, "metadata": metadata, "kwargs_used": sorted(kwargs),
+            "runtime_ms": runtime if isinstance(runtime, (int, float)) and runtime >= 0 else None}
 
 
 def run_kernelbench(args, problem: Path, candidate: Path) -> dict:
     cmd = [sys.executable, __file__, "--kb-one", str(problem), str(candidate), "--kernelbench", str(args.kernelbench),
-           "--device", args.device, "--trials", str(args.trials)]
+           "--device", args.device, "--trials", str(args.trials), "--kb-perf-trials", str(getattr(args, "kb_perf_trials", 0))]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     wall_s = round(time.perf_counter() - t0, 3)
@@ -190,9 +193,11 @@ def main() -> int:
     parser.add_argument("--ours-jobs", type=int, default=4,
                         help="`kernelllm verify` calls (one per problem) run at once; timing shares the GPU's lock")
     parser.add_argument("--kb-one", nargs=2, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--kb-perf-trials", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.kb_one:
-        print(json.dumps(kernelbench_one(args.kernelbench, args.kb_one[0], args.kb_one[1], args.trials, args.device)))
+        print(json.dumps(kernelbench_one(args.kernelbench, args.kb_one[0], args.kb_one[1], args.trials, args.device,
+                                         args.kb_perf_trials)))
         return 0
 
     by_problem: dict[Path, list[Path]] = {}

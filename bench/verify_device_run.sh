@@ -59,9 +59,13 @@ for mode in "$@"; do
           tee "$out/cases.log" | tail -40
       fi ;;
     throughput)
-      python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" \
+      # THROUGHPUT_KB=1: KernelBench's eval on the same candidates after ours, in the same call (issue #43);
+      # its wheels as for `agreement`.
+      mkdir -p /tmp/site && { ! compgen -G ".whl/*.whl" >/dev/null ||
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; }
+      PYTHONPATH=/tmp/site python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" \
         --problems-dir "$kb/KernelBench/level1" --candidates-dir bench/eval_candidates/level1 \
-        --concurrency "${THROUGHPUT_CONCURRENCY:-1}" 2>&1 |
+        --concurrency "${THROUGHPUT_CONCURRENCY:-1}" ${THROUGHPUT_KB:+--kernelbench "$kb"} 2>&1 |
         tee "$out/throughput.log" | tail -30 ;;
     agreement)
       # Wheels KernelBench's eval imports that the device lacks, if any were carried (.whl/*.whl).
@@ -71,7 +75,7 @@ for mode in "$@"; do
       # AGREEMENT_TOLERANCE: our kernelbench tolerance version (v0 | current, to match that eval's).
       PYTHONPATH=/tmp/site KERNELLLM_CLI=$cli python3 bench/kernelbench_agreement.py --kernelbench "${AGREEMENT_EVAL:-$kb}" \
         --problems-root "$kb" --device cuda:0 ${AGREEMENT_WITH_CASES:+--with-cases} \
-        --kernelbench-tolerance "${AGREEMENT_TOLERANCE:-v0}" \
+        --kernelbench-tolerance "${AGREEMENT_TOLERANCE:-v0}" --kb-jobs "${AGREEMENT_KB_JOBS:-8}" \
         --candidates-dir bench/eval_candidates/level1 \
         --out "$out/kernelbench-agreement-h100.json" 2>&1 | tee "$out/agreement.log" | tail -30 ;;
     coverage)

@@ -10,6 +10,12 @@ timing: the timed loops), as the verifier reports them in each candidate's evide
   python3 bench/verify_throughput.py --cli build/kernelllm --device cuda:0 --out bench/results/verify-throughput-h100.json
   python3 bench/verify_throughput.py --cli build/kernelllm --problems-dir .kb/KernelBench/level1 \
       --candidates-dir bench/eval_candidates/level1 --out OUT.json
+
+With --kernelbench DIR (a KernelBench checkout beside the tree, never committed) the same
+candidates then go through KernelBench's own eval_kernel_against_ref on the same device, in the
+same run: one fresh process per candidate, --kb-jobs at once (1: one after another, as its own
+scripts run), correctness trials as ours and --kb-perf-trials timed calls (its timing on, as ours
+is). The record then holds both rates and their ratio (issue #43: ours >= 6x).
 """
 from __future__ import annotations
 
@@ -28,6 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "cases"))
 from case_header import parse_header as header  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+import kernelbench_agreement  # noqa: E402
 CASES = ROOT / "tests" / "cases"
 PHASES = ("start_ms", "compile_ms", "correctness_ms", "timing_ms")
 
@@ -61,6 +70,28 @@ def write_partial(out: Path, calls: list, n_candidates: int, wall_s: float) -> N
                                "wall_s": round(wall_s, 2), "calls": calls}, indent=1))
 
 
+def kernelbench_pass(args, work: dict[Path, list[Path]]) -> dict:
+    """KernelBench's eval on the same (problem, candidate) pairs, timed as a whole."""
+    pairs = [(problem, c) for problem, cases in work.items() for c in cases]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, args.kb_jobs)) as pool:
+        rows = list(pool.map(lambda pc: (pc, kernelbench_agreement.run_kernelbench(args, *pc)), pairs))
+    wall_s = time.perf_counter() - t0
+    verdicts: dict[str, int] = {}
+    per = []
+    for (problem, candidate), r in rows:
+        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        per.append({"problem": problem.stem, "candidate": str(candidate), "verdict": r["verdict"],
+                    "wall_s": r.get("wall_s"), "runtime_ms": r.get("runtime_ms")})
+        print(f"kernelbench {problem.stem:<22} {Path(candidate).name:<12} {r['verdict']:<14} {r.get('wall_s', 0):7.1f} s",
+              flush=True)
+    return {"what": "KernelBench's eval_kernel_against_ref, one fresh process per candidate",
+            "kernelbench": str(args.kernelbench), "jobs": args.kb_jobs, "correct_trials": args.trials,
+            "perf_trials": args.kb_perf_trials, "candidates": len(pairs), "total_wall_s": round(wall_s, 2),
+            "candidates_per_min": round(60.0 * len(pairs) / wall_s, 2) if wall_s > 0 else None,
+            "verdicts": verdicts, "rows": per}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cli", required=True)
@@ -71,6 +102,11 @@ def main() -> int:
                     help="verify calls at once (they share the GPU; timing stays exclusive through its lock)")
     ap.add_argument("--problems-dir", type=Path, help="KernelBench-style problems (with --candidates-dir)")
     ap.add_argument("--candidates-dir", type=Path, help="<problem stem>/<sample>.py candidates")
+    ap.add_argument("--kernelbench", type=Path, help="also run KernelBench's eval on the same candidates (its checkout)")
+    ap.add_argument("--kb-jobs", type=int, default=1, help="KernelBench evals at once (one fresh process each)")
+    ap.add_argument("--kb-perf-trials", type=int, default=100, help="KernelBench's timed calls per candidate (its default)")
+    ap.add_argument("--trials", type=int, default=5, help="KernelBench's correctness trials (ours: 5)")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per KernelBench eval")
     args = ap.parse_args()
     if (args.problems_dir is None) != (args.candidates_dir is None):
         ap.error("--problems-dir and --candidates-dir go together")
@@ -119,6 +155,7 @@ def main() -> int:
         print("\n".join(failures), file=sys.stderr)
         return 1
     total_s = time.perf_counter() - t_all
+    kb = kernelbench_pass(args, work) if args.kernelbench else None
     result = {
         "complete": True,
         "what": f"kernelllm verify throughput (one verify call per problem, {args.concurrency} at a time): "
@@ -135,6 +172,11 @@ def main() -> int:
         "verdicts": verdicts,
         "calls": calls,
     }
+    if kb is not None:
+        result["kernelbench"] = kb
+        result["kernelbench_candidates_per_min"] = kb["candidates_per_min"]
+        result["ratio_to_kernelbench"] = (round(result["candidates_per_min"] / kb["candidates_per_min"], 2)
+                                          if kb["candidates_per_min"] else None)
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
