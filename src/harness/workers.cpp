@@ -166,6 +166,8 @@ constexpr JsonMember kReplyMembers[] = {
     {"output_bound", kJsonBool},     // time_call
     {"output_unbound", kJsonString}, // time_call
     {"region", kJsonObject},         // time_region (judge)
+    {"sets", kJsonArray, kJsonInteger},  // time_load
+    {"slot", kJsonInteger},          // check_timed (judge)
     {"match", kJsonBool},  // compare
     {"verdict_hint", kJsonString},
     {"rule", kJsonString | kJsonNull},

@@ -148,29 +148,29 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     assert len(sent) == 1 and reply["region"]["outputs"][0]["shape"] == list(right1.shape)
     mine = region.Region.attach(os.dup(sent[0]), reply["region"]["bytes"], "cpu")
     view = mine.views(reply["region"]["outputs"])[0]
-    assert not j.check_timed({"trial": 1})["match"]  # poisoned: nothing written yet
+    assert not j.check_timed({"trials": [1]})["match"]  # poisoned: nothing written yet
     view.copy_(right1)
-    assert j.check_timed({"trial": 1})["match"]
-    assert not j.check_timed({"trial": 1})["match"]  # each check poisons it again
+    assert j.check_timed({"trials": [1]})["match"]
+    assert not j.check_timed({"trials": [1]})["match"]  # each check poisons it again
     view.copy_(right1)
     view.reshape(-1)[int(positions[2])] += 1.0
-    bad = j.check_timed({"trial": 1})
+    bad = j.check_timed({"trials": [1]})
     assert not bad["match"] and f"flat index {int(positions[2])}" in bad["message"], bad
     # Off the fingerprint only the whole-output check (the last timed call) sees it.
     off = next(i for i in range(32) if i not in set(positions.tolist()))
     view.copy_(right1)
     view.reshape(-1)[off] += 1.0
-    assert j.check_timed({"trial": 1})["match"]
+    assert j.check_timed({"trials": [1]})["match"]
     view.copy_(right1)
     view.reshape(-1)[off] += 1.0
-    full = j.check_timed({"trial": 1, "full": True, "candidate": "cand-0"})
+    full = j.check_timed({"trials": [1], "full": True, "candidate": "cand-0"})
     assert not full["match"] and full["verdict_hint"] == "wrong_output", full
     with pytest.raises(OSError):  # sealed: the candidate cannot shrink it under the judge
         os.ftruncate(mine.fd, 0)
     # A new region for the next candidate; the old mapping is written to in vain.
     j.time_region({"trial": 1})
     view.copy_(right1)
-    assert not j.check_timed({"trial": 1})["match"]
+    assert not j.check_timed({"trials": [1]})["match"]
     del view
     assert mine.close() == []  # released cleanly
 
@@ -191,9 +191,9 @@ def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(t
     full = j._full
     monkeypatch.setattr(j, "_full", lambda t: built.append(t) or full(t))
     for k, t in enumerate(sets):
-        j.time_load({"trial": t})
-        assert j.time_call({"set": k})["output_bound"]
-        assert j.check_timed({"trial": t, "own": True})["match"]
+        j.time_load({"trials": [t]})
+        assert j.time_call({"sets": [k]})["output_bound"]
+        assert j.check_timed({"trials": [t], "own": True})["match"]
     assert built == ([] if listed else sets[1:])
     with pytest.raises(protocol.WorkerError):
         j.time_prepare({"trial": sets[0], "compile": False, "trials": ["3"]})

@@ -189,19 +189,19 @@ class Session:
         prep = cand.request("time_prepare", region=reg["region"])
         if not prep["ok"]:
             return prep
-        loaded = cand.request("time_load", inputs=inp["spec"])
+        loaded = cand.request("time_load", inputs=[inp["spec"]])
         if not loaded["ok"]:
             return loaded
         times, checks, calls = [], [], []
         for k in range(iters):
             self.judge.request("l2_flush")
             t0 = _time.perf_counter()
-            call = cand.request("time_call", set=loaded["set"])
+            call = cand.request("time_call", sets=loaded["sets"])
             times.append((_time.perf_counter() - t0) * 1e3)
             if not call["ok"]:
                 return call
             calls.append(call)
-            checks.append(self.judge.request("check_timed", trial=0, full=k == iters - 1, candidate="harness"))
+            checks.append(self.judge.request("check_timed", trials=[0], full=k == iters - 1, candidate="harness"))
         return {"ok": True, "times_ms": times, "checks": checks, "calls": calls}
 
     def close(self) -> None:

@@ -489,15 +489,13 @@ class Candidate:
         return {}
 
     def time_load(self, msg: dict) -> dict:
-        """Timing sets made on the device from their seeds (`inputs`: one, or the list of a round
-        trip's), given to this process only now (their calls follow)."""
+        """A round trip's timing sets made on the device from their seeds (`inputs`), given to this
+        process only now (their calls follow)."""
         timer = self._need_timer("time_load")
         specs = msg["inputs"]
-        if isinstance(specs, dict):
-            return timer.add(self._make_inputs(dict(specs, probe=False)))
         if not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs):
-            raise WorkerError("protocol", "time_load: 'inputs' must be one input spec or a non-empty list of them")
-        return {"sets": [timer.add(self._make_inputs(dict(s, probe=False)))["set"] for s in specs]}
+            raise WorkerError("protocol", "time_load: 'inputs' must be a non-empty list of input specs")
+        return {"sets": [timer.add(self._make_inputs(dict(s, probe=False))) for s in specs]}
 
     def _need_timer(self, op: str) -> "timing.CallTimer":
         timer = getattr(self, "_timer", None)
@@ -508,7 +506,7 @@ class Candidate:
     def time_call(self, msg: dict) -> dict:
         timer = self._need_timer("time_call")
         try:
-            res = timer.call(msg["sets"] if "sets" in msg else msg["set"])
+            res = timer.call(msg["sets"])
         except WorkerError:
             raise
         except BaseException as e:

@@ -393,16 +393,22 @@ class Judge(TimedCalls):
             self.fp_index_on.pop(i, None)
         return self.fp_index[i]
 
+    def _fp_index_on(self, i: int, numel: int, device: torch.device) -> Optional[torch.Tensor]:
+        """Output i's fingerprint positions on `device` (copied there once), or None when they are
+        every element."""
+        idx = self._fp_positions(i, numel)
+        if idx is None:
+            return None
+        on = self.fp_index_on.get(i)
+        if on is None or on.device != device:
+            on = self.fp_index_on[i] = idx.to(device)
+        return on
+
     def _at_fp(self, flat: torch.Tensor, i: int) -> torch.Tensor:
         """A flat output's values at output i's fingerprint positions: `flat` itself when they are
-        every element, else a gather with the positions copied to its device once."""
-        idx = self._fp_positions(i, flat.numel())
-        if idx is None:
-            return flat
-        on = self.fp_index_on.get(i)
-        if on is None or on.device != flat.device:
-            on = self.fp_index_on[i] = idx.to(flat.device)
-        return flat[on]
+        every element, else a gather."""
+        on = self._fp_index_on(i, flat.numel(), flat.device)
+        return flat if on is None else flat[on]
 
     def _fp(self, x: torch.Tensor, i: int) -> torch.Tensor:
         """Output i's values at its fingerprint positions (flat), on the judge's device (a copy)."""
@@ -647,7 +653,7 @@ class Judge(TimedCalls):
     def _fp_checker(self, trial: int, i: int) -> compare.Checker:
         """The checker of output i's fingerprint, with the tolerance of the whole output; made once
         per trial (building it reduces the whole fingerprint: most of a timed call's check)."""
-        fp = self.trials[trial]["fp"]
+        fp = self._fingerprint(trial)
         made = fp.setdefault("checkers", {})
         if i not in made:
             c = compare.Checker(self.profile, fp["ref"][i], fp["ref64"][i] if fp["ref64"] else None, self.kb_tolerance)

@@ -64,18 +64,16 @@ class TimedCalls:
             raise WorkerError("protocol", "time_prepare: 'trips' must be a list of lists of trial numbers")
         n_out = len(views) // slots
         for t in trials:
-            for i in range(len(self._fingerprint(t)["ref"])):
+            for i in range(n_out):
                 self._fp_checker(t, i)
         for i, v in enumerate(views[:n_out]):
-            self._at_fp(v.reshape(-1), i)
+            self._fp_index_on(i, v.numel(), v.device)
         # The strict profile's per-call tolerances of each round trip's calls, for the check of
         # all its slots at once (compare.rows_pass).
         self.trip_limits = {}
         for group in trips:
             if len(group) < 2:
                 continue
-            for t in group:
-                self._fingerprint(t)
             for i in range(n_out):
                 checkers = [self._fp_checker(t, i) for t in group]
                 if not checkers[0].exact and checkers[0].profile != "kernelbench":
@@ -83,21 +81,19 @@ class TimedCalls:
         return {}
 
     def time_load(self, msg: dict) -> dict:
-        """Timing sets made on the device from their trials' seeds (`trials`, or one `trial`): the
+        """A round trip's timing sets made on the device from their trials' seeds (`trials`): the
         round trip is the baseline of a candidate's load, which makes the same sets the same way."""
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_load before time_prepare")
-        if "trials" not in msg:
-            return self.timer.add(self._make(int(msg["trial"])))
         trials = msg["trials"]
         if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
             raise WorkerError("protocol", "time_load: 'trials' must be a non-empty list of trial numbers")
-        return {"sets": [self.timer.add(self._make(t))["set"] for t in trials]}
+        return {"sets": [self.timer.add(self._make(t)) for t in trials]}
 
     def time_call(self, msg: dict) -> dict:
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_call before time_prepare")
-        return self.timer.call(msg["sets"] if "sets" in msg else msg["set"])
+        return self.timer.call(msg["sets"])
 
     def time_region(self, msg: dict) -> dict:
         """A fresh output region for the next candidate's timed batch (docs/trust-boundary.md,
@@ -120,17 +116,12 @@ class TimedCalls:
         typed = reg.data[:slot_bytes * calls].view(v0.dtype)
         at = (v0.data_ptr() - reg.data.data_ptr()) // size
         rows = torch.as_strided(typed, (calls, v0.numel()), (slot_bytes // size, 1), typed.storage_offset() + at)
-        idx = self._fp_positions(i, v0.numel())
-        if idx is None:
-            return rows
-        on = self.fp_index_on.get(i)
-        if on is None or on.device != rows.device:
-            on = self.fp_index_on[i] = idx.to(rows.device)
-        return rows[:, on]
+        on = self._fp_index_on(i, v0.numel(), rows.device)
+        return rows if on is None else rows[:, on]
 
     def check_timed(self, msg: dict) -> dict:
         """Checks the output region after a round trip of timed calls, call j on the inputs of
-        `trials[j]` (or the one `trial`) in slot j: every fingerprint position of every output
+        `trials[j]` in slot j: every fingerprint position of every output
         (elementwise part of the tolerance), all slots at once; or with `full` each slot's whole
         output against the full reference and the cheat rules. `own`: the reference's region (the
         same work, so both sides' clocked checks cost the same). Then poisons the region again, so
@@ -141,7 +132,7 @@ class TimedCalls:
         if held is None:
             raise WorkerError("protocol", "check_timed before time_prepare/time_region")
         reg, views, slot_bytes = held
-        trials = msg["trials"] if "trials" in msg else [int(msg["trial"])]
+        trials = msg["trials"]
         if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
             raise WorkerError("protocol", f"check_timed: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
         fps = [self._fingerprint(t) for t in trials]

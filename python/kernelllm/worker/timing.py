@@ -54,17 +54,18 @@ class CallTimer:
         self.slots = [list(outputs[j * per:(j + 1) * per]) for j in range(slots)]
         self.outputs = self.slots[0]
 
-    def add(self, args: List[Any]) -> Dict[str, Any]:
+    def add(self, args: List[Any]) -> int:
+        """Keeps a loaded set; its index, for `call`."""
         self.sets.append(args)
         if self.cuda:
             _synchronize()
-        return {"set": len(self.sets) - 1}
+        return len(self.sets) - 1
 
-    def call(self, index: Any) -> Dict[str, Any]:
-        """The calls on the sets `index` names (one number, or a list), in order."""
-        indices = index if isinstance(index, list) else [index]
-        if not indices or len(indices) > len(self.slots):
-            raise WorkerError("protocol", f"time_call: {len(indices)} set(s) for {len(self.slots)} output slot(s)")
+    def call(self, indices: List[int]) -> Dict[str, Any]:
+        """The calls on the sets `indices` names, in order."""
+        if not isinstance(indices, list) or not indices or len(indices) > len(self.slots):
+            raise WorkerError("protocol", f"time_call: 'sets' must list 1..{len(self.slots)} sets (one per output slot), "
+                                          f"found {indices!r}")
         for k in indices:
             if type(k) is not int or not 0 <= k < len(self.sets):
                 raise WorkerError("protocol", f"time_call: set {k!r} out of range 0..{len(self.sets) - 1}")
