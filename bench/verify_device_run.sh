@@ -8,13 +8,19 @@
 # `coverage` verifies every KernelBench level 1-3 problem once (bench/kernelbench_coverage.py).
 # Usage on the GPU machine, from the repo root: bash bench/verify_device_run.sh OUT_DIR MODE...
 # With KERNELLLM_FROM_ARCHIVE=1 it builds from .vdev/head.tar (git archive HEAD made before the
-# call) so that half-written files in the working tree cannot break the run.
+# call) so that half-written files in the working tree cannot break the run; the tree unpacked in
+# /tmp/kllm-v and its build are kept for later calls with the same archive (the build then only
+# re-links what changed: nothing). OUT_DIR must then be absolute.
 set -uo pipefail
 out=${1:?OUT_DIR}; shift
 mkdir -p "$out"
 if [[ -n "${KERNELLLM_FROM_ARCHIVE:-}" ]]; then
-  rm -rf /tmp/kllm-v && mkdir -p /tmp/kllm-v && tar -xf .vdev/head.tar -C /tmp/kllm-v
-  for d in .deps .whl .kb .kb0; do [[ -d $d ]] && cp -r "$d" /tmp/kllm-v/; done
+  stamp=$(sha1sum .vdev/head.tar | cut -c1-40)
+  if [[ "$(cat /tmp/kllm-v/.stamp 2>/dev/null)" != "$stamp" ]]; then
+    rm -rf /tmp/kllm-v && mkdir -p /tmp/kllm-v && tar -xf .vdev/head.tar -C /tmp/kllm-v
+    for d in .deps .whl .kb .kb0; do [[ -d $d ]] && cp -r "$d" /tmp/kllm-v/; done
+    echo "$stamp" > /tmp/kllm-v/.stamp
+  fi
   cd /tmp/kllm-v || exit 1
 fi
 source tools/device_env.sh
@@ -118,6 +124,14 @@ for mode in "$@"; do
         $r/cheat_counter_decorative_kernel.py $r/cheat_timing_skip.py $r/cheat_precompute_future_inputs.py \
         $r/wrong_off_by_small.py :: tests/cases/problems/softmax_odd_width.py tests/cases/softmax_odd_width/*.py 2>&1 |
         tee "$out/repeat.log" | tail -20 ;;
+    reftime)
+      # relu under the kernelbench profile: the reference's median and calls per round trip beside
+      # three candidates' (honest, honest on a transposed view, torch's relu behind a decoy kernel).
+      r=tests/cases/relu
+      "$cli" verify tests/cases/problems/relu.py --verify-device cuda:0 --profile kernelbench --no-cache \
+        --json "$out/reftime.json" $r/correct_basic.py $r/correct_transposed_view.py $r/cheat_torch_relu_decoy_kernel.py \
+        > "$out/reftime.log" 2>&1
+      tail -8 "$out/reftime.log" ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
 done
