@@ -41,7 +41,7 @@ Json timing_json(const TimingResult& t) {
               {"flush_excess_ms", t.flush_excess_ms},
               {"load_excess_ms", t.load_excess_ms},
               {"calls_per_trip", t.calls_per_trip},
-              {"cpus", t.cpus.empty() ? Json(nullptr) : Json(t.cpus)},
+              {"load_ms", t.load_ms},
               {"clock", "orchestrator"}};
 }
 }  // namespace

@@ -91,7 +91,6 @@ void Verifier::select() {
   std::vector<bool> ok(alive.size(), true);
   {
     GpuGuard lock(dev->gpu_mu, dev->gpu_lock, GpuGuard::Mode::exclusive);
-    TimingPin pin = pin_for_timing(*dev);
     ensure_reference_timing(*dev);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {

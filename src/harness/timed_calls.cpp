@@ -7,8 +7,6 @@
 // microseconds) keep the round trips' fixed cost a small share of each published time. The judge also flushes the
 // GPU's shared L2 between calls. The reference is timed by the same loop on the judge, copying
 // into and checking a region of its own, so both sides pay the same overheads.
-#include <pthread.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,7 +105,6 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       return std::nullopt;
     }
     prepare["region"] = reg.message.value("region", Json(nullptr));
-    if (dev.timing_cpus.size() == 2) prepare["cpu"] = dev.timing_cpus[1];  // the worker pins its main thread there
   } else {
     // The judge makes the references and checkers of every set the batch uses, and the
     // tolerances of each round trip's calls, before the clock starts (else the reference's
@@ -169,7 +166,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     return f.ok() ? f.elapsed_ms : 0;
   };
   std::vector<CallClock> calls;
-  std::vector<double> flushes;
+  std::vector<double> flushes, loads;
   double events_ms = 0, load_excess_ms = 0;
   for (int i = 0; i < trips; ++i) {
     std::vector<size_t> fresh;
@@ -177,9 +174,11 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       const size_t k = set_of(i, j);
       if (loaded[k].is_null() && std::find(fresh.begin(), fresh.end(), k) == fresh.end()) fresh.push_back(k);
     }
+    double load_ms = 0;
     if (!fresh.empty()) {
       Reply l = load(i, fresh, &load_excess_ms);
       if (!l.ok()) return failed(l, "timing (loading input sets)");
+      load_ms = l.elapsed_ms;
     }
     Json on_sets = Json::array(), on_trials = Json::array();
     for (int j = 0; j < per; ++j) {
@@ -214,6 +213,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       continue;
     }
     calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, 0, load_excess_ms, per});
+    loads.push_back(load_ms);
     load_excess_ms = 0;
     // The worker's claim (a number where present: reply_shape_error), never used for a time; an
     // absurd one counts as none.
@@ -256,7 +256,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.meaningful = cuda;
   t.ping_ms = ping_ms;
   t.calls_per_trip = per;
-  t.cpus = dev.root().timing_cpus;
+  t.load_ms = std::move(loads);
   if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
@@ -277,33 +277,6 @@ int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_byte
   // the fixed cost of the round trips and the check is a small share of each published time.
   const int want = ref_call_ms > 0 ? static_cast<int>(std::min(1024.0, std::ceil(kTripWorkMs / ref_call_ms))) : kMaxCallsPerTrip;
   return std::clamp(std::min(want, fit), 1, kMaxCallsPerTrip);
-}
-
-std::vector<int> timing_cpus_for(const std::vector<int>& allowed, int gpu) {
-  const size_t n = allowed.size();
-  if (n < 4) return {};
-  const size_t pair = static_cast<size_t>(std::max(0, gpu)) % (n / 2);
-  return {allowed[n - 1 - 2 * pair], allowed[n - 2 - 2 * pair]};
-}
-
-Verifier::TimingPin Verifier::pin_for_timing(DeviceState& dev) {
-  // Why: with kernels of microseconds a timed call is mostly CPU work (Python dispatch, the
-  // launch, a synchronize) in two processes that wake each other per round trip; where the
-  // scheduler put them changed a batch's median by up to 2x between runs on an H200 host.
-  if (dev.timing_cpus.empty()) return TimingPin(this, &dev, std::nullopt);
-  cpu_set_t old, one;
-  if (pthread_getaffinity_np(pthread_self(), sizeof old, &old) != 0) return TimingPin(this, &dev, std::nullopt);
-  CPU_ZERO(&one);
-  CPU_SET(dev.timing_cpus[0], &one);
-  if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) return TimingPin(this, &dev, std::nullopt);
-  judge_call(dev, Json{{"op", "pin"}, {"cpus", Json::array({dev.timing_cpus[0]})}}, 10);
-  return TimingPin(this, &dev, old);
-}
-
-Verifier::TimingPin::~TimingPin() {
-  if (!v_ || !old_) return;
-  pthread_setaffinity_np(pthread_self(), sizeof *old_, &*old_);
-  v_->judge_call(*dev_, Json{{"op", "pin"}, {"cpus", nullptr}}, 10);
 }
 
 void Verifier::ensure_reference_timing(DeviceState& dev) {
@@ -380,7 +353,6 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   {
     // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
     GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
-    TimingPin pin = pin_for_timing(dev);
     ensure_reference_timing(dev);
     t = timed_batch(dev, &w, timed_calls(dev), false, &r);
   }

@@ -3,8 +3,6 @@
 // select.cpp (side-by-side re-timing of finalists).
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -13,7 +11,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "kernelllm/harness/cache.h"
@@ -77,7 +74,6 @@ struct DeviceState {
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
   int calls_per_trip = 1;  // timed calls per round trip, chosen with the reference's timing
-  std::vector<int> timing_cpus;  // {orchestrator and judge, candidate} during timing; empty: not pinned
   std::atomic<bool> healthy{true};
   // Multi-shape check: a variant is a DeviceState of its own (judge, inputs, shared dir) on the
   // same device; its GPU lock and health are its parent's.
@@ -122,10 +118,6 @@ class Verifier {
   std::string cache_key_for(size_t i, const DeviceState& dev) const;
   // One judge request; with fd_out, also the descriptor the judge sends with its reply (fd 5).
   Reply judge_call(DeviceState& dev, const Json& request, double timeout_s, int* fd_out = nullptr);
-  // A timed section (the GPU's lock held exclusively): the calling thread and the judge's main
-  // thread on dev.timing_cpus[0] until the returned guard ends (docs/verification.md, Timing).
-  class TimingPin;
-  TimingPin pin_for_timing(DeviceState& dev);
   void log(const std::string& line) const;
   void notify(size_t index, const CandidateResult& r);
   void warn(const std::string& line);
@@ -198,22 +190,6 @@ class Verifier {
   std::vector<std::unique_ptr<Worker>> prewarmed_;  // per worker thread, started during setup
   std::mutex warn_mu_;
   std::mutex notify_mutex_;
-};
-
-// Restores the pinned thread's CPUs and the judge's when the timed section ends.
-class Verifier::TimingPin {
- public:
-  TimingPin(Verifier* v, DeviceState* dev, std::optional<cpu_set_t> old) : v_(v), dev_(dev), old_(old) {}
-  TimingPin(TimingPin&& o) noexcept : v_(std::exchange(o.v_, nullptr)), dev_(o.dev_), old_(o.old_) {}
-  TimingPin(const TimingPin&) = delete;
-  TimingPin& operator=(const TimingPin&) = delete;
-  TimingPin& operator=(TimingPin&&) = delete;
-  ~TimingPin();
-
- private:
-  Verifier* v_;
-  DeviceState* dev_;
-  std::optional<cpu_set_t> old_;  // the calling thread's CPUs before; nullopt: not pinned
 };
 
 }  // namespace kernelllm::harness

@@ -266,20 +266,6 @@ Status Verifier::setup() {
       }
       dev->hardware = py_.cuda_names[ordinal];
       dev->gpu_lock = gpu_lock_file(dev->name);
-      // Timing's CPUs (docs/verification.md, Timing), a pair per physical GPU (the lock file's
-      // number); KERNELLLM_TIMING_PIN=0 leaves the scheduler free.
-      const char* pin = std::getenv("KERNELLLM_TIMING_PIN");
-      cpu_set_t set;
-      if (!(pin && std::string_view(pin) == "0") && sched_getaffinity(0, sizeof set, &set) == 0) {
-        std::vector<int> allowed;
-        for (int c = 0; c < CPU_SETSIZE; ++c) {
-          if (CPU_ISSET(c, &set)) allowed.push_back(c);
-        }
-        const std::string stem = dev->gpu_lock.stem().string();  // gpu-<id>
-        char* end = nullptr;
-        const long gpu = std::strtol(stem.c_str() + 4, &end, 10);
-        dev->timing_cpus = timing_cpus_for(allowed, end && *end == '\0' ? static_cast<int>(gpu) : static_cast<int>(ordinal));
-      }
     }
     devs.push_back(Json{{"name", dev->name}, {"hardware", dev->hardware}});
     devices_.push_back(std::move(dev));

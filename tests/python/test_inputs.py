@@ -253,34 +253,6 @@ def test_several_calls_per_round_trip_are_checked_slot_by_slot(tmp_path, monkeyp
     assert mine.close() == []
 
 
-def test_the_judge_pins_its_thread_for_a_timed_section_and_frees_it_after(tmp_path):
-    # The orchestrator's `pin` op (docs/verification.md, Timing), in a thread of its own so that the
-    # test's thread keeps its CPUs: pinned to one CPU, then back to the CPUs it had.
-    import threading
-    j = _judge(tmp_path)
-    seen, errors = [], []
-
-    def section():
-        try:
-            before = os.sched_getaffinity(0)
-            cpu = max(before)
-            j.pin({"cpus": [cpu]})
-            seen.append(os.sched_getaffinity(0) == {cpu})
-            j.pin({"cpus": None})
-            seen.append(os.sched_getaffinity(0) == before)
-            for bad in ([], [-1], ["0"], 3):
-                with pytest.raises(protocol.WorkerError):
-                    j.pin({"cpus": bad})
-        except BaseException as e:  # reported in the test's thread
-            errors.append(e)
-
-    t = threading.Thread(target=section)
-    t.start()
-    t.join()
-    assert not errors, errors
-    assert seen == [True, True]
-
-
 def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key(tmp_path, monkeypatch):
     # Red team: a 31-bit key behind the trial seeds was found from one seed by brute force, and the
     # sampled positions followed torch's global generator, which each public input seed reseeds.

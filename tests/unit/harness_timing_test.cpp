@@ -111,17 +111,6 @@ TEST(TimingClock, CallsPerRoundTripFollowTheReferencesTimeWithinTheSetsAndRegion
   EXPECT_EQ(calls_per_trip_for(false, 2, 4, 64, 0.01), 1);
 }
 
-TEST(TimingClock, EachGpuTimesOnAPairOfCpusOfItsOwn) {
-  std::vector<int> all(16);
-  for (int c = 0; c < 16; ++c) all[static_cast<size_t>(c)] = c;
-  EXPECT_EQ(timing_cpus_for(all, 0), (std::vector<int>{15, 14}));
-  EXPECT_EQ(timing_cpus_for(all, 1), (std::vector<int>{13, 12}));
-  EXPECT_EQ(timing_cpus_for(all, 8), (std::vector<int>{15, 14}));  // more GPUs than pairs: they wrap
-  EXPECT_EQ(timing_cpus_for({2, 5, 7, 9}, 0), (std::vector<int>{9, 7}));  // the CPUs this process may use
-  EXPECT_EQ(timing_cpus_for({2, 5, 7, 9}, 1), (std::vector<int>{5, 2}));
-  EXPECT_TRUE(timing_cpus_for({0, 1, 2}, 0).empty());  // too few to give two away
-}
-
 TEST(TimingClock, RooflineAndStability) {
   TimingResult t;
   t.times_ms = {0.05, 0.05, 0.05, 0.05};

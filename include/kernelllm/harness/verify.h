@@ -19,7 +19,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-3";  // 3: several timed calls per round trip
+inline constexpr std::string_view kVerifierVersion = "verify-4";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds
 
 enum class Verdict {
   correct,
@@ -91,7 +91,7 @@ struct TimingResult {
   double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
   int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
-  std::vector<int> cpus;           // {orchestrator and judge, candidate}: the CPUs the batch ran on; empty: not pinned
+  std::vector<double> load_ms;     // per timed round trip, its time_load round trip (0: no new sets); for the reference, the baseline
 };
 
 // One size variant of the problem in the multi-shape check.
@@ -194,11 +194,7 @@ inline constexpr uint64_t kTripRegionBytes = uint64_t{256} << 20;
 // The calls per round trip for `n_sets` timing sets, `trips` round trips, outputs of
 // `output_bytes` and a reference call of `ref_call_ms` (its CUDA events; 0 when unknown).
 int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_bytes, double ref_call_ms);
-// The CPUs a GPU's timed batches run on, {orchestrator and judge, candidate}, from the CPUs this
-// process may use (`allowed`, in order) and the GPU's number on the host: a pair of its own per
-// GPU from the top of `allowed`, so batches on different GPUs do not share them. Empty with fewer
-// than 4 CPUs (pinning two of them would starve everything else).
-std::vector<int> timing_cpus_for(const std::vector<int>& allowed, int gpu);
+
 // Empty, or why a median below the roofline floor for `bytes` at `peak_gbs` cannot be true.
 std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs);
 // A batch whose IQR exceeds half its median: its median does not repeat within its noise.

@@ -484,11 +484,6 @@ class Candidate:
                 protocol.stderr_note(f"output region not released cleanly: {f}")
         # The judge's region for this batch: its descriptor came over fd 5 before this request.
         self._region = region.Region.attach(region.receive_fd(), spec["bytes"], self.device)
-        cpu = msg.get("cpu")
-        if cpu is not None:
-            if type(cpu) is not int or cpu < 0:
-                raise WorkerError("protocol", f"time_prepare: 'cpu' must be a CPU number, found {cpu!r}")
-            timing.pin_thread({cpu})  # this process's main thread, for its timed calls (docs/verification.md, Timing)
         self._timer = timing.CallTimer(self.model, self.device, self._region.views(spec["outputs"]), slots)
         self._timing_events = len(GUARD.events)
         return {}

@@ -764,7 +764,7 @@ def main() -> int:
     handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs,
                 "compare": judge.compare, "time_prepare": judge.time_prepare, "time_load": judge.time_load, "time_call": judge.time_call,
                 "time_region": judge.time_region, "check_timed": judge.check_timed, "l2_flush": judge.l2_flush,
-                "ping": judge.ping, "pin": judge.pin, "forget": judge.forget}
+                "ping": judge.ping, "forget": judge.forget}
     handlers.update(audit_source=judge.audit_source, kernel_check=judge.kernel_check)
     return protocol.serve(handlers, hello)
 

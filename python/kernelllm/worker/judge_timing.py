@@ -4,8 +4,6 @@ of that region. A mixin of worker/judge.py's Judge, whose fingerprints and compa
 the orchestrator clocks each request (src/harness/timed_calls.cpp)."""
 from __future__ import annotations
 
-import os
-
 import torch
 
 from . import compare, protocol, region, timing
@@ -17,7 +15,7 @@ MAX_SLOTS = 64
 
 class TimedCalls:
     """Judge ops: time_prepare, time_load, time_call (the reference), time_region, check_timed,
-    l2_flush, pin, ping."""
+    l2_flush, ping."""
 
     def _new_region(self, trial: int, slots: int = 1) -> tuple:
         """A fresh output region laid out for `slots` calls' outputs on `trial`'s shapes (a timing
@@ -182,17 +180,6 @@ class TimedCalls:
         if getattr(self, "flusher", None) is None:
             self.flusher = timing.L2Flusher(getattr(self, "device", "cpu"))
         return self.flusher.flush()
-
-    def pin(self, msg: dict) -> dict:
-        """During a timed section the orchestrator pins this process's main thread to one CPU
-        (`cpus`: [n]) and then frees it (`cpus`: null): the CPUs it had before come back."""
-        cpus = msg.get("cpus")
-        if cpus is not None and (not isinstance(cpus, list) or not cpus or not all(type(c) is int and c >= 0 for c in cpus)):
-            raise WorkerError("protocol", f"pin: 'cpus' must be null or a non-empty list of CPU numbers, found {cpus!r}")
-        if not hasattr(self, "_cpus_before"):
-            self._cpus_before = os.sched_getaffinity(0)
-        timing.pin_thread(set(cpus) if cpus is not None else self._cpus_before)
-        return {}
 
     def ping(self, msg: dict) -> dict:
         """A no-op: the orchestrator's measure of one request's fixed cost."""

@@ -8,7 +8,6 @@ The judge checks the values in its region (region.py) and flushes the L2 between
 is shared by every process on the GPU)."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable, Dict, List
 
@@ -36,17 +35,6 @@ def trusted_functions() -> Dict[str, Any]:
         "torch.cuda.current_stream": torch.cuda.current_stream,
         "torch.Tensor.zero_": torch.Tensor.zero_,
     }
-
-
-def pin_thread(cpus: set) -> bool:
-    """The calling thread onto `cpus` (docs/verification.md, Timing: a timed section's CPUs);
-    False where the system refuses (a CPU outside this process's cgroup, no such CPU): the
-    batch then runs where the scheduler puts it, as before."""
-    try:
-        os.sched_setaffinity(0, cpus)  # pid 0: the calling thread (Linux)
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 class CallTimer:
