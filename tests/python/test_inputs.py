@@ -253,6 +253,26 @@ def test_several_calls_per_round_trip_are_checked_slot_by_slot(tmp_path, monkeyp
     assert mine.close() == []
 
 
+def test_a_fingerprint_checker_takes_the_whole_outputs_tolerance_without_reducing_its_part():
+    # The checker of a fingerprint (part of an output) is made with the whole output's limits: the
+    # same decisions as one that computed the part's own statistics and then took the limits, and a
+    # message that names the tolerance applied.
+    from kernelllm.worker import compare
+    g = torch.Generator().manual_seed(3)
+    ref64 = torch.randn(4096, generator=g, dtype=torch.float64)
+    ref = ref64.float()
+    whole = compare.Checker("strict", ref, ref64, "v0")
+    part, part64 = ref[::7], ref64[::7]
+    given = compare.Checker("strict", part, part64, "v0", limits=whole.limits())
+    old = compare.Checker("strict", part, part64, "v0")
+    old.set_limits(whole.limits())
+    assert given.limits() == old.limits() == whole.limits()
+    assert f"{whole.atol:.3g}" in given.describe and "whole output" in given.describe
+    for out in (part64.float(), part64.float() + 1e-3, part64.float() * (1 + 3e-5)):
+        assert given.passes(out) == old.passes(out)
+    assert not given.passes(part64.float() + 1e-3)
+
+
 def test_seeds_are_keyed_by_the_whole_secret_and_positions_by_the_judges_own_key(tmp_path, monkeypatch):
     # Red team: a 31-bit key behind the trial seeds was found from one seed by brute force, and the
     # sampled positions followed torch's global generator, which each public input seed reseeds.

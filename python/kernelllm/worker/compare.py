@@ -66,7 +66,10 @@ KERNELBENCH_TOLERANCES = {"v0": {torch.float32: 1e-2, torch.float16: 1e-2, torch
 class Checker:
     """Decides whether one output passes, for one profile, given the references."""
 
-    def __init__(self, profile: str, ref: torch.Tensor, ref64: Optional[torch.Tensor], kb_tolerance: str) -> None:
+    def __init__(self, profile: str, ref: torch.Tensor, ref64: Optional[torch.Tensor], kb_tolerance: str,
+                 limits: Optional[Dict[str, float]] = None) -> None:
+        """`limits`: the tolerance of a whole output (its checker's `limits()`) for a checker of part
+        of it (a fingerprint); the part's own statistics are then not computed."""
         self.profile = profile
         self.ref = ref
         self.exact = not (ref.is_floating_point() or ref.is_complex())
@@ -76,6 +79,12 @@ class Checker:
             return
         self.ref64 = ref64 if ref64 is not None else ref.double()
         floor = _FLOORS.get(ref.dtype, 1e-4)
+        if limits:
+            self.set_limits(limits)
+            self.describe = (f"|out - ref64| <= {self.atol:.3g} + {self.rtol:g}*|ref64| elementwise and normalized "
+                             f"error <= {self.norm_bound:.3g} (the whole output's tolerance: {REF_ERROR_MULTIPLE:g}x the "
+                             f"fp32 reference's error, floor {floor:g}; fp64 reference: {ref64 is not None})")
+            return
         ref_err_max, mag_sum, mag_n = 0.0, 0.0, 0
         for r, r64 in _chunks(ref, self.ref64):
             finite = torch.isfinite(r64)

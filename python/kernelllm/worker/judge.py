@@ -656,9 +656,8 @@ class Judge(TimedCalls):
         fp = self._fingerprint(trial)
         made = fp.setdefault("checkers", {})
         if i not in made:
-            c = compare.Checker(self.profile, fp["ref"][i], fp["ref64"][i] if fp["ref64"] else None, self.kb_tolerance)
-            c.set_limits(fp["limits"][i])
-            made[i] = c
+            made[i] = compare.Checker(self.profile, fp["ref"][i], fp["ref64"][i] if fp["ref64"] else None, self.kb_tolerance,
+                                      limits=fp["limits"][i])
         return made[i]
 
     def _own_outputs(self, trial: Dict[str, Any]) -> Optional[List[Any]]:
