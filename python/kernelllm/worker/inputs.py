@@ -67,7 +67,13 @@ class Recipe:
     def raw(self, seed: int) -> List[Any]:
         """get_inputs() under `seed`: torch's generators (CPU and every GPU), Python's and NumPy's,
         with the default dtype pinned to fp32 and, on the device path, the default device set."""
-        torch.manual_seed(seed)
+        if self.device == "cpu":
+            # The CPU generator alone (the same values): torch.manual_seed would also queue a
+            # seeding of every GPU for when CUDA starts, formatting the caller's stack each time,
+            # 0.27 ms of a 0.3 ms set (relu 16x256) on a CPU.
+            torch.random.default_generator.manual_seed(seed)
+        else:
+            torch.manual_seed(seed)
         random.seed(seed)
         try:
             import numpy
