@@ -36,6 +36,15 @@ def groups(args: list[str]) -> list[list[str]]:
     return out
 
 
+def per_call_parts(t: dict) -> dict:
+    """A timed batch's charges and clocks, per call (the timing JSON's totals over n round trips of
+    calls_per_trip calls)."""
+    calls = t["n"] * max(1, t.get("calls_per_trip") or 1)
+    return {"load_excess_ms": t.get("load_excess_ms"), "flush_excess_ms": t.get("flush_excess_ms"),
+            "round_trips_ms_per_call": (t.get("wall_total_ms") or 0) / calls,
+            "worker_events_ms_per_call": (t.get("event_total_ms") or 0) / calls}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cli", required=True)
@@ -80,6 +89,7 @@ def main() -> int:
 
     with concurrent.futures.ThreadPoolExecutor(max(1, args.parallel)) as pool:
         for (problem, run, profile, _, _), report in pool.map(verify, jobs):
+            ref = report.get("reference_timing") or {}
             for c in report.get("candidates", []):
                 t = c.get("timing") or {}
                 row = rows.setdefault(c["path"], {"problem": problem, "candidate": c["path"], "runs": []})
@@ -89,7 +99,11 @@ def main() -> int:
                                     "traceback": str((c.get("evidence") or {}).get("traceback", ""))[-1500:] or None,
                                     "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"),
                                     "calls_per_trip": t.get("calls_per_trip"), "speedup": c.get("speedup"),
-                                    "unstable": bool((c.get("evidence") or {}).get("timing_unstable"))})
+                                    "unstable": bool((c.get("evidence") or {}).get("timing_unstable")),
+                                    # Where a median's spread comes from (docs/verification.md, Timing):
+                                    # the charges, the round trips alone, the worker's own claim.
+                                    **({} if not t.get("n") else per_call_parts(t)),
+                                    "reference_median_ms": ref.get("median_ms")})
     summary = []
     for row in rows.values():
         per_profile = {}
