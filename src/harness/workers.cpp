@@ -2,8 +2,10 @@
 #include "workers.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +16,9 @@
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include "kernelllm/base/file.h"
+#include "kernelllm/harness/cache.h"
 
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
@@ -42,6 +47,9 @@ except Exception as e:
     info['triton'] = ''
 if 'cuda' in sys.argv:
     info['cuda'] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+# What the answer rests on, for the probe cache: the interpreter and the packages' own files.
+info['files'] = [os.path.realpath(sys.executable)] + [os.path.realpath(m.__file__) for m in
+    (sys.modules.get(n) for n in ('torch', 'numpy', 'triton')) if m is not None and getattr(m, '__file__', None)]
 print(json.dumps(info))
 )";
 
@@ -127,10 +135,130 @@ Result<PythonEnv> run_python_probe(const std::string& python, bool cuda) {
   env.numpy_version = j.value("numpy", "");
   for (const auto& n : j.value("cuda", Json::array())) env.cuda_names.push_back(n.get<std::string>());
   for (const auto& n : j.value("paths", Json::array())) env.paths.push_back(n.get<std::string>());
+  for (const auto& n : j.value("files", Json::array())) env.files.push_back(n.get<std::string>());
   return env;
 }
 
+// A file's identity for the probe cache: "mtime_ns size", or "" when it cannot be read.
+std::string file_stamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return fmt::format("{} {}", static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec,
+                     static_cast<long long>(st.st_size));
+}
+
+// The interpreter as the probe will find it: a path as given, else the first on PATH.
+std::string resolve_on_path(const std::string& python) {
+  if (python.find('/') != std::string::npos) return python;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = dirs.substr(start, end - start);
+    if (!dir.empty() && ::access((fs::path(dir) / python).c_str(), X_OK) == 0) return (fs::path(dir) / python).string();
+    start = end + 1;
+  }
+  return python;
+}
+
 }  // namespace
+
+std::string interpreter_binary(const std::string& python) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(resolve_on_path(python), ec);
+  if (ec) return "";
+  std::ifstream in(real, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in && std::string_view(magic, 4) == "\x7f" "ELF" ? real.string() : "";
+}
+
+namespace {
+
+// What else decides the probe's answer: the environment the interpreter imports under and, with
+// `cuda`, the GPUs the driver lists (their model names, without starting CUDA).
+std::string probe_context(const std::string& python, bool cuda) {
+  std::string ctx = fmt::format("{}\n{}\n{}\n", kProbeScript, interpreter_binary(python), cuda);
+  for (const char* k : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV",
+                        "LD_LIBRARY_PATH"}) {
+    const char* v = std::getenv(k);
+    ctx += fmt::format("{}={}\n", k, v ? v : "(unset)");
+  }
+  if (cuda) {
+    std::error_code ec;
+    std::vector<std::string> gpus;
+    for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+      std::ifstream in(e.path() / "information");
+      gpus.push_back(e.path().filename().string() + ":" + std::string(std::istreambuf_iterator<char>(in), {}));
+    }
+    std::sort(gpus.begin(), gpus.end());
+    for (const std::string& g : gpus) ctx += g + "\n";
+  }
+  return ctx;
+}
+
+}  // namespace
+
+fs::path probe_cache_file(const std::string& python, bool cuda) {
+  const fs::path verify_cache = default_cache_path();
+  return verify_cache.parent_path() / fmt::format("python-probe-{}.json", sha256_hex(probe_context(python, cuda)).substr(0, 24));
+}
+
+std::optional<PythonEnv> read_probe_cache(const fs::path& file, const std::string& python) {
+  auto text = read_text_file(file, 1 << 20);
+  if (!text.ok()) return std::nullopt;
+  Json j = Json::parse(*text, nullptr, false);
+  if (!j.is_object() || !j.contains("stamps") || !j["stamps"].is_object() || !j.contains("env") || !j["env"].is_object()) {
+    return std::nullopt;
+  }
+  // Every file the answer rests on (the interpreter as given and as resolved, the packages) as it
+  // was then: a reinstall, an upgrade or another venv at the same path changes one of them.
+  const Json& stamps = j["stamps"];
+  const std::string bin = interpreter_binary(python);
+  if (bin.empty() || !stamps.contains(bin)) return std::nullopt;
+  for (const auto& [path, stamp] : stamps.items()) {
+    if (!stamp.is_string() || stamp.get<std::string>().empty() || file_stamp(path) != stamp.get<std::string>()) return std::nullopt;
+  }
+  const Json& e = j["env"];
+  try {
+    PythonEnv env;
+    env.executable = e.at("executable").get<std::string>();
+    env.python_version = e.at("python").get<std::string>();
+    env.torch_version = e.at("torch").get<std::string>();
+    env.triton_version = e.at("triton").get<std::string>();
+    env.numpy_version = e.at("numpy").get<std::string>();
+    env.cuda_names = e.at("cuda").get<std::vector<std::string>>();
+    env.paths = e.at("paths").get<std::vector<std::string>>();
+    env.files = e.at("files").get<std::vector<std::string>>();
+    return env;
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
+}
+
+void write_probe_cache(const fs::path& file, const std::string& python, const PythonEnv& env) {
+  Json stamps = Json::object();
+  for (const std::string& f : env.files) stamps[f] = file_stamp(f);
+  const std::string bin = interpreter_binary(python);
+  if (bin.empty()) return;
+  stamps[bin] = file_stamp(bin);
+  Json j{{"what", "kernelllm's probe of a Python interpreter (torch, Triton, NumPy, GPUs); remade when a stamp changes"},
+         {"stamps", stamps},
+         {"env", Json{{"executable", env.executable}, {"python", env.python_version}, {"torch", env.torch_version},
+                      {"triton", env.triton_version}, {"numpy", env.numpy_version}, {"cuda", env.cuda_names},
+                      {"paths", env.paths}, {"files", env.files}}}};
+  std::error_code ec;
+  fs::create_directories(file.parent_path(), ec);
+  const fs::path tmp = file.string() + fmt::format(".{}.tmp", ::getpid());
+  {
+    std::ofstream out(tmp);
+    out << j.dump(1);
+    if (!out) return;  // best effort: the next call probes again
+  }
+  fs::rename(tmp, file, ec);
+  if (ec) fs::remove(tmp, ec);
+}
 
 Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   // Once per process, interpreter and visible GPUs: the probe imports torch and Triton (~3 s), and
@@ -144,10 +272,20 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = probed.find(key); it != probed.end()) return it->second;
   }
-  KLLM_ASSIGN_OR_RETURN(PythonEnv env, run_python_probe(python, cuda));
+  // Then across processes (a `verify` call per problem): the file remade when any file the
+  // answer rests on changed (read_probe_cache). Only for an interpreter that is the binary itself:
+  // a shim (pyenv, a wrapper script) may pick another interpreter by directory or setting.
+  const bool cacheable = !interpreter_binary(python).empty();
+  const fs::path file = cacheable ? probe_cache_file(python, cuda) : fs::path();
+  std::optional<PythonEnv> cached = cacheable ? read_probe_cache(file, python) : std::nullopt;
+  if (!cached) {
+    KLLM_ASSIGN_OR_RETURN(PythonEnv env, run_python_probe(python, cuda));
+    if (cacheable) write_probe_cache(file, python, env);
+    cached = std::move(env);
+  }
   std::lock_guard<std::mutex> lock(mu);
-  probed.emplace(key, env);
-  return env;
+  probed.emplace(key, *cached);
+  return *cached;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,18 @@ struct PythonEnv {
   std::string python_version, torch_version, triton_version, numpy_version;
   std::vector<std::string> cuda_names;  // index = CUDA ordinal (only when asked)
   std::vector<std::string> paths;       // prefixes and site-packages the interpreter needs
+  std::vector<std::string> files;       // the interpreter and the torch/NumPy/Triton files imported
 };
-// Runs `python` once (trusted, our environment) to learn the above. `cuda` also lists GPUs.
+// Runs `python` (trusted, our environment) to learn the above; `cuda` also lists GPUs. Once per
+// process, and across processes through a file next to the verify cache (probe_cache_file),
+// valid while every file it rests on keeps its mtime and size.
 Result<PythonEnv> probe_python(const std::string& python, bool cuda);
+std::filesystem::path probe_cache_file(const std::string& python, bool cuda);
+// The interpreter's binary (`python` as given or found on PATH, links resolved) when it is an ELF
+// file, else "" (a script or shim: not cached).
+std::string interpreter_binary(const std::string& python);
+std::optional<PythonEnv> read_probe_cache(const std::filesystem::path& file, const std::string& python);
+void write_probe_cache(const std::filesystem::path& file, const std::string& python, const PythonEnv& env);
 
 // The interpreter to use: option, else $KERNELLLM_PYTHON, else python3.
 std::string choose_python(const std::string& option);

@@ -177,6 +177,44 @@ def test_second_run_is_served_from_the_cache(files, tmp_path):
     assert rep3["candidates"][0]["cached"] is False
 
 
+def test_the_interpreter_probe_is_kept_across_calls_until_a_file_it_rests_on_changes(files, tmp_path):
+    # The probe (torch, Triton, NumPy versions, GPUs: a torch import, ~2 s here) once per
+    # interpreter, kept next to the verify cache; remade when a stamped file changed; never kept for
+    # an interpreter behind a shim (it may pick another interpreter by directory or setting).
+    import os
+    import sys
+    real = os.path.realpath(sys.executable)
+
+    def verify(python):
+        env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"), KERNELLLM_PYTHON=python)
+        report = tmp_path / f"r-{time.monotonic_ns()}.json"
+        r = subprocess.run([find_cli(), "verify", str(files["problem"]), str(files["syntax"]), "--verify-device", "cpu",
+                            "--no-cache", "--json", str(report)], capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 3, r.stderr[-2000:]  # compile_error: nothing correct
+        return json.loads(report.read_text())["environment"]
+
+    first = verify(real)
+    [kept] = list((tmp_path / "xdg" / "kernelllm").glob("python-probe-*.json"))
+    probe = json.loads(kept.read_text())
+    assert probe["env"]["torch"] == first["torch"] and real in probe["stamps"]
+    # Read back, not probed again: a marked answer comes back.
+    probe["env"]["torch"] = "0.0+kept"
+    kept.write_text(json.dumps(probe))
+    assert verify(real)["torch"] == "0.0+kept"
+    # A stamp that no longer matches its file: probed again, and the file rewritten.
+    probe["stamps"][real] = "1 1"
+    kept.write_text(json.dumps(probe))
+    assert verify(real)["torch"] == first["torch"]
+    assert json.loads(kept.read_text())["env"]["torch"] == first["torch"]
+    # A shim: probed, never kept.
+    shim = tmp_path / "python3"
+    shim.write_text(f"#!/bin/sh\nexec {real} \"$@\"\n")
+    shim.chmod(0o755)
+    kept.unlink()
+    assert verify(str(shim))["torch"] == first["torch"]
+    assert not list((tmp_path / "xdg" / "kernelllm").glob("python-probe-*.json"))
+
+
 def test_kernelbench_tolerance_versions(files, tmp_path):
     cache = tmp_path / "verify.sqlite"
     r, rep = run_verify(files, ["near"], "--profile", "kernelbench", cache=cache)
