@@ -212,8 +212,8 @@ std::optional<PythonEnv> read_probe_cache(const fs::path& file, const std::strin
   if (!j.is_object() || !j.contains("stamps") || !j["stamps"].is_object() || !j.contains("env") || !j["env"].is_object()) {
     return std::nullopt;
   }
-  // Every file the answer rests on (the interpreter as given and as resolved, the packages) as it
-  // was then: a reinstall, an upgrade or another venv at the same path changes one of them.
+  // Every file the answer rests on (the interpreter's binary, the packages' files) as it was
+  // then: a reinstall, an upgrade or another venv at the same path changes one of them.
   const Json& stamps = j["stamps"];
   const std::string bin = interpreter_binary(python);
   if (bin.empty() || !stamps.contains(bin)) return std::nullopt;
@@ -280,7 +280,8 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   std::optional<PythonEnv> cached = cacheable ? read_probe_cache(file, python) : std::nullopt;
   if (!cached) {
     KLLM_ASSIGN_OR_RETURN(PythonEnv env, run_python_probe(python, cuda));
-    if (cacheable) write_probe_cache(file, python, env);
+    // No GPU seen when asked for may be passing (a driver being reloaded): asked again next time.
+    if (cacheable && !(cuda && env.cuda_names.empty())) write_probe_cache(file, python, env);
     cached = std::move(env);
   }
   std::lock_guard<std::mutex> lock(mu);
