@@ -179,7 +179,10 @@ namespace {
 // What else decides the probe's answer: the environment the interpreter imports under and, with
 // `cuda`, the GPUs the driver lists (their model names, without starting CUDA).
 std::string probe_context(const std::string& python, bool cuda) {
-  std::string ctx = fmt::format("{}\n{}\n{}\n", kProbeScript, interpreter_binary(python), cuda);
+  // The interpreter as found (a venv's bin/python is a link to the base binary: the venv is known
+  // by the path it was started from) and the binary it is.
+  std::string ctx = fmt::format("{}\n{}\n{}\n{}\n", kProbeScript, fs::absolute(resolve_on_path(python)).string(),
+                                interpreter_binary(python), cuda);
   for (const char* k : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV",
                         "LD_LIBRARY_PATH"}) {
     const char* v = std::getenv(k);
@@ -243,6 +246,14 @@ void write_probe_cache(const fs::path& file, const std::string& python, const Py
   const std::string bin = interpreter_binary(python);
   if (bin.empty()) return;
   stamps[bin] = file_stamp(bin);
+  // A package installed or removed changes its site-packages directory; a venv remade at the
+  // same path, its pyvenv.cfg.
+  for (const std::string& d : env.paths) {
+    if (d.ends_with("site-packages") || d.ends_with("dist-packages")) stamps[d] = file_stamp(d);
+  }
+  if (const fs::path cfg = fs::absolute(resolve_on_path(python)).parent_path().parent_path() / "pyvenv.cfg"; fs::exists(cfg)) {
+    stamps[cfg.string()] = file_stamp(cfg.string());
+  }
   Json j{{"what", "kernelllm's probe of a Python interpreter (torch, Triton, NumPy, GPUs); remade when a stamp changes"},
          {"stamps", stamps},
          {"env", Json{{"executable", env.executable}, {"python", env.python_version}, {"torch", env.torch_version},
