@@ -56,9 +56,13 @@ def main() -> int:
                     help="start no verify call after this many seconds (runs are ordered run by run, so what "
                          "finished is whole runs of every group)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--reports-dir", default=None,
+                    help="keep every verify call's JSON report here (each round trip's times and loads), "
+                         "else they go with a temporary directory")
     ap.add_argument("items", nargs="+", help="PROBLEM CAND... groups separated by ::")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="kllm-repeat-"))
+    tmp = Path(args.reports_dir) if args.reports_dir else Path(tempfile.mkdtemp(prefix="kllm-repeat-"))
+    tmp.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict] = {}
     commands = []
     t_start = time.monotonic()

@@ -117,6 +117,7 @@ for mode in "$@"; do
       e=bench/eval_candidates/level1 p=$kb/KernelBench/level1 r=tests/cases/relu
       python3 bench/timing_repeat.py --cli "$cli" --device cuda:0 --runs "${REPEAT_RUNS:-5}" \
         --parallel "${REPEAT_PARALLEL:-1}" ${REPEAT_BUDGET_S:+--budget-s "$REPEAT_BUDGET_S"} --out "$out/timing-repeat-h100.json" \
+        --reports-dir "$out/reports" \
         "$p/25_Swish.py" $e/25_Swish/0.py :: "$p/23_Softmax.py" $e/23_Softmax/1.py :: \
         "$p/1_Square_matrix_multiplication_.py" $e/1_Square_matrix_multiplication_/2.py :: \
         tests/cases/problems/relu.py $r/correct_basic.py $r/correct_transposed_view.py $r/correct_side_stream_joined.py \
