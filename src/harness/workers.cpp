@@ -109,6 +109,27 @@ std::vector<std::string> worker_env(const fs::path& work_dir, const std::string&
 
 namespace {
 
+// The probe's answer (its JSON, or the probe cache's copy of it). Throws Json::exception on a
+// member of the wrong type.
+PythonEnv env_from_json(const Json& j, const std::string& python) {
+  PythonEnv env;
+  env.executable = j.value("executable", python);
+  env.python_version = j.value("python", "");
+  env.torch_version = j.value("torch", "");
+  env.triton_version = j.value("triton", "");
+  env.numpy_version = j.value("numpy", "");
+  env.cuda_names = j.value("cuda", std::vector<std::string>{});
+  env.paths = j.value("paths", std::vector<std::string>{});
+  env.files = j.value("files", std::vector<std::string>{});
+  return env;
+}
+
+Json env_to_json(const PythonEnv& env) {
+  return Json{{"executable", env.executable}, {"python", env.python_version}, {"torch", env.torch_version},
+              {"triton", env.triton_version}, {"numpy", env.numpy_version}, {"cuda", env.cuda_names},
+              {"paths", env.paths}, {"files", env.files}};
+}
+
 Result<PythonEnv> run_python_probe(const std::string& python, bool cuda) {
   SpawnOptions o;
   o.argv = {python, "-c", kProbeScript};
@@ -127,16 +148,7 @@ Result<PythonEnv> run_python_probe(const std::string& python, bool cuda) {
   std::string out = p.stdout_tail();
   size_t nl = out.rfind('{');
   KLLM_ASSIGN_OR_RETURN(Json j, parse_json(nl == std::string::npos ? out : out.substr(nl), "python probe"));
-  PythonEnv env;
-  env.executable = j.value("executable", python);
-  env.python_version = j.value("python", "");
-  env.torch_version = j.value("torch", "");
-  env.triton_version = j.value("triton", "");
-  env.numpy_version = j.value("numpy", "");
-  for (const auto& n : j.value("cuda", Json::array())) env.cuda_names.push_back(n.get<std::string>());
-  for (const auto& n : j.value("paths", Json::array())) env.paths.push_back(n.get<std::string>());
-  for (const auto& n : j.value("files", Json::array())) env.files.push_back(n.get<std::string>());
-  return env;
+  return env_from_json(j, python);
 }
 
 // A file's identity for the probe cache: "mtime_ns size", or "" when it cannot be read.
@@ -147,42 +159,33 @@ std::string file_stamp(const std::string& path) {
                      static_cast<long long>(st.st_size));
 }
 
-// The interpreter as the probe will find it: a path as given, else the first on PATH.
-std::string resolve_on_path(const std::string& python) {
-  if (python.find('/') != std::string::npos) return python;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  for (size_t start = 0; start <= dirs.size();) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string dir = dirs.substr(start, end - start);
-    if (!dir.empty() && ::access((fs::path(dir) / python).c_str(), X_OK) == 0) return (fs::path(dir) / python).string();
-    start = end + 1;
-  }
-  return python;
-}
+// The interpreter as the probe starts it: `found` (as given, else the first on PATH; a venv's
+// bin/python links to the base binary, so the venv is known by this path) and `binary`, the ELF
+// file it resolves to ("" for a script or shim, e.g. pyenv's, which may pick another interpreter
+// by directory or setting: its answer is never kept).
+struct Interpreter {
+  std::string found, binary;
+};
 
-}  // namespace
-
-std::string interpreter_binary(const std::string& python) {
+Interpreter locate(const std::string& python) {
+  Interpreter in{find_executable(python), ""};
+  if (in.found.empty()) return in;
+  in.found = fs::absolute(in.found).string();
   std::error_code ec;
-  const fs::path real = fs::canonical(resolve_on_path(python), ec);
-  if (ec) return "";
-  std::ifstream in(real, std::ios::binary);
+  const fs::path real = fs::canonical(in.found, ec);
+  if (ec) return in;
+  std::ifstream f(real, std::ios::binary);
   char magic[4] = {};
-  in.read(magic, 4);
-  return in && std::string_view(magic, 4) == "\x7f" "ELF" ? real.string() : "";
+  f.read(magic, 4);
+  if (f && std::string_view(magic, 4) == "\x7f" "ELF") in.binary = real.string();
+  return in;
 }
 
-namespace {
-
-// What else decides the probe's answer: the environment the interpreter imports under and, with
-// `cuda`, the GPUs the driver lists (their model names, without starting CUDA).
-std::string probe_context(const std::string& python, bool cuda) {
-  // The interpreter as found (a venv's bin/python is a link to the base binary: the venv is known
-  // by the path it was started from) and the binary it is.
-  std::string ctx = fmt::format("{}\n{}\n{}\n{}\n", kProbeScript, fs::absolute(resolve_on_path(python)).string(),
-                                interpreter_binary(python), cuda);
+// The cache file for `in` and `cuda`: named by everything else that decides the answer, the
+// environment the interpreter imports under and, with `cuda`, the GPUs the driver lists (their
+// model names, read without starting CUDA).
+fs::path probe_cache_file(const Interpreter& in, bool cuda) {
+  std::string ctx = fmt::format("{}\n{}\n{}\n{}\n", kProbeScript, in.found, in.binary, cuda);
   for (const char* k : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV",
                         "LD_LIBRARY_PATH"}) {
     const char* v = std::getenv(k);
@@ -192,73 +195,51 @@ std::string probe_context(const std::string& python, bool cuda) {
     std::error_code ec;
     std::vector<std::string> gpus;
     for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-      std::ifstream in(e.path() / "information");
-      gpus.push_back(e.path().filename().string() + ":" + std::string(std::istreambuf_iterator<char>(in), {}));
+      std::ifstream info(e.path() / "information");
+      gpus.push_back(e.path().filename().string() + ":" + std::string(std::istreambuf_iterator<char>(info), {}));
     }
     std::sort(gpus.begin(), gpus.end());
     for (const std::string& g : gpus) ctx += g + "\n";
   }
-  return ctx;
+  return default_cache_path().parent_path() / fmt::format("python-probe-{}.json", sha256_hex(ctx).substr(0, 24));
 }
 
-}  // namespace
-
-fs::path probe_cache_file(const std::string& python, bool cuda) {
-  const fs::path verify_cache = default_cache_path();
-  return verify_cache.parent_path() / fmt::format("python-probe-{}.json", sha256_hex(probe_context(python, cuda)).substr(0, 24));
-}
-
-std::optional<PythonEnv> read_probe_cache(const fs::path& file, const std::string& python) {
+std::optional<PythonEnv> read_probe_cache(const fs::path& file, const Interpreter& in, const std::string& python) {
   auto text = read_text_file(file, 1 << 20);
   if (!text.ok()) return std::nullopt;
   Json j = Json::parse(*text, nullptr, false);
   if (!j.is_object() || !j.contains("stamps") || !j["stamps"].is_object() || !j.contains("env") || !j["env"].is_object()) {
     return std::nullopt;
   }
-  // Every file the answer rests on (the interpreter's binary, the packages' files) as it was
-  // then: a reinstall, an upgrade or another venv at the same path changes one of them.
+  // Every file the answer rests on as it was then (write_probe_cache): a reinstall, an upgrade,
+  // a package added or another venv at the same path changes one of them.
   const Json& stamps = j["stamps"];
-  const std::string bin = interpreter_binary(python);
-  if (bin.empty() || !stamps.contains(bin)) return std::nullopt;
+  if (!stamps.contains(in.binary)) return std::nullopt;
   for (const auto& [path, stamp] : stamps.items()) {
     if (!stamp.is_string() || stamp.get<std::string>().empty() || file_stamp(path) != stamp.get<std::string>()) return std::nullopt;
   }
-  const Json& e = j["env"];
   try {
-    PythonEnv env;
-    env.executable = e.at("executable").get<std::string>();
-    env.python_version = e.at("python").get<std::string>();
-    env.torch_version = e.at("torch").get<std::string>();
-    env.triton_version = e.at("triton").get<std::string>();
-    env.numpy_version = e.at("numpy").get<std::string>();
-    env.cuda_names = e.at("cuda").get<std::vector<std::string>>();
-    env.paths = e.at("paths").get<std::vector<std::string>>();
-    env.files = e.at("files").get<std::vector<std::string>>();
-    return env;
+    return env_from_json(j["env"], python);
   } catch (const Json::exception&) {
     return std::nullopt;
   }
 }
 
-void write_probe_cache(const fs::path& file, const std::string& python, const PythonEnv& env) {
+void write_probe_cache(const fs::path& file, const Interpreter& in, const PythonEnv& env) {
+  // The binary, the packages' own files, every site-packages directory (a package installed or
+  // removed changes it) and a venv's pyvenv.cfg (a venv remade at the same path).
   Json stamps = Json::object();
   for (const std::string& f : env.files) stamps[f] = file_stamp(f);
-  const std::string bin = interpreter_binary(python);
-  if (bin.empty()) return;
-  stamps[bin] = file_stamp(bin);
-  // A package installed or removed changes its site-packages directory; a venv remade at the
-  // same path, its pyvenv.cfg.
+  stamps[in.binary] = file_stamp(in.binary);
   for (const std::string& d : env.paths) {
     if (d.ends_with("site-packages") || d.ends_with("dist-packages")) stamps[d] = file_stamp(d);
   }
-  if (const fs::path cfg = fs::absolute(resolve_on_path(python)).parent_path().parent_path() / "pyvenv.cfg"; fs::exists(cfg)) {
+  if (const fs::path cfg = fs::path(in.found).parent_path().parent_path() / "pyvenv.cfg"; fs::exists(cfg)) {
     stamps[cfg.string()] = file_stamp(cfg.string());
   }
-  Json j{{"what", "kernelllm's probe of a Python interpreter (torch, Triton, NumPy, GPUs); remade when a stamp changes"},
-         {"stamps", stamps},
-         {"env", Json{{"executable", env.executable}, {"python", env.python_version}, {"torch", env.torch_version},
-                      {"triton", env.triton_version}, {"numpy", env.numpy_version}, {"cuda", env.cuda_names},
-                      {"paths", env.paths}, {"files", env.files}}}};
+  const Json j{{"what", "kernelllm's probe of a Python interpreter (torch, Triton, NumPy, GPUs); remade when a stamp changes"},
+               {"stamps", stamps},
+               {"env", env_to_json(env)}};
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   const fs::path tmp = file.string() + fmt::format(".{}.tmp", ::getpid());
@@ -270,6 +251,8 @@ void write_probe_cache(const fs::path& file, const std::string& python, const Py
   fs::rename(tmp, file, ec);
   if (ec) fs::remove(tmp, ec);
 }
+
+}  // namespace
 
 Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   // Once per process, interpreter and visible GPUs: the probe imports torch and Triton (~3 s), and
@@ -284,15 +267,14 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
     if (auto it = probed.find(key); it != probed.end()) return it->second;
   }
   // Then across processes (a `verify` call per problem): the file remade when any file the
-  // answer rests on changed (read_probe_cache). Only for an interpreter that is the binary itself:
-  // a shim (pyenv, a wrapper script) may pick another interpreter by directory or setting.
-  const bool cacheable = !interpreter_binary(python).empty();
-  const fs::path file = cacheable ? probe_cache_file(python, cuda) : fs::path();
-  std::optional<PythonEnv> cached = cacheable ? read_probe_cache(file, python) : std::nullopt;
+  // answer rests on changed (read_probe_cache); only for an interpreter that is a binary (locate).
+  const Interpreter in = locate(python);
+  const fs::path file = in.binary.empty() ? fs::path() : probe_cache_file(in, cuda);
+  std::optional<PythonEnv> cached = file.empty() ? std::nullopt : read_probe_cache(file, in, python);
   if (!cached) {
     KLLM_ASSIGN_OR_RETURN(PythonEnv env, run_python_probe(python, cuda));
     // No GPU seen when asked for may be passing (a driver being reloaded): asked again next time.
-    if (cacheable && !(cuda && env.cuda_names.empty())) write_probe_cache(file, python, env);
+    if (!file.empty() && !(cuda && env.cuda_names.empty())) write_probe_cache(file, in, env);
     cached = std::move(env);
   }
   std::lock_guard<std::mutex> lock(mu);

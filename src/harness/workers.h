@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,15 +22,9 @@ struct PythonEnv {
   std::vector<std::string> files;       // the interpreter and the torch/NumPy/Triton files imported
 };
 // Runs `python` (trusted, our environment) to learn the above; `cuda` also lists GPUs. Once per
-// process, and across processes through a file next to the verify cache (probe_cache_file),
+// process, and across processes through a file next to the verify cache (workers.cpp),
 // valid while every file it rests on keeps its mtime and size.
 Result<PythonEnv> probe_python(const std::string& python, bool cuda);
-std::filesystem::path probe_cache_file(const std::string& python, bool cuda);
-// The interpreter's binary (`python` as given or found on PATH, links resolved) when it is an ELF
-// file, else "" (a script or shim: not cached).
-std::string interpreter_binary(const std::string& python);
-std::optional<PythonEnv> read_probe_cache(const std::filesystem::path& file, const std::string& python);
-void write_probe_cache(const std::filesystem::path& file, const std::string& python, const PythonEnv& env);
 
 // The interpreter to use: option, else $KERNELLLM_PYTHON, else python3.
 std::string choose_python(const std::string& option);
