@@ -26,7 +26,7 @@ constexpr std::array<std::pair<Verdict, std::string_view>, 12> kVerdictNames = {
 }};
 
 Json timing_json(const TimingResult& t) {
-  return Json{{"meaningful", t.meaningful},
+  Json j{{"meaningful", t.meaningful},
               {"median_ms", t.stats.median_ms},
               {"q1_ms", t.stats.q1_ms},
               {"q3_ms", t.stats.q3_ms},
@@ -43,6 +43,17 @@ Json timing_json(const TimingResult& t) {
               {"calls_per_trip", t.calls_per_trip},
               {"load_ms", t.load_ms},
               {"clock", "orchestrator"}};
+  if (!t.paired_ref_ms.empty()) {
+    // The reference's round trips beside this batch's, and the speedup's spread over them.
+    const TimingStats s = timing_stats(paired_speedups(t));
+    j["paired_reference_ms"] = t.paired_ref_ms;
+    j["paired_reference_median_ms"] = timing_stats(t.paired_ref_ms).median_ms;
+    j["paired_load_ms"] = t.paired_load_ms;
+    j["speedup_median"] = s.median_ms;
+    j["speedup_q1"] = s.q1_ms;
+    j["speedup_q3"] = s.q3_ms;
+  }
+  return j;
 }
 }  // namespace
 

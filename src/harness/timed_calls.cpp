@@ -5,8 +5,10 @@
 // through fd 5), then `check_timed`, in which the judge (trusted) reads the values of every slot
 // there, and measure both round trips here. Several calls per round trip (for kernels of
 // microseconds) keep the round trips' fixed cost a small share of each published time. The judge also flushes the
-// GPU's shared L2 between calls. The reference is timed by the same loop on the judge, copying
-// into and checking a region of its own, so both sides pay the same overheads.
+// GPU's shared L2 between round trips. The reference is timed by the same loop on the judge, copying
+// into and checking a region of its own, so both sides pay the same overheads: once per problem
+// (its published median, and the calls per round trip), and again round trip by round trip beside
+// each candidate's, on the same sets, for the candidate's speedup.
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,11 +59,23 @@ std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t 
                      floor_ms, bytes, peak_gbs);
 }
 
-bool timing_unstable(const TimingResult& t) { return t.stats.n >= 4 && t.stats.iqr_ms() > 0.5 * t.stats.median_ms; }
+std::vector<double> paired_speedups(const TimingResult& t) {
+  std::vector<double> out;
+  if (t.paired_ref_ms.size() != t.times_ms.size()) return out;
+  for (size_t i = 0; i < t.times_ms.size(); ++i) out.push_back(t.paired_ref_ms[i] / std::max(t.times_ms[i], 1e-9));
+  return out;
+}
+
+bool timing_unstable(const TimingResult& t) {
+  if (t.stats.n >= 4 && t.stats.iqr_ms() > 0.5 * t.stats.median_ms) return true;
+  const TimingStats s = timing_stats(paired_speedups(t));
+  return s.n >= 4 && s.iqr_ms() > 0.5 * s.median_ms;
+}
 
 std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
-                                                  int per_trip) {
+                                                  int per_trip, bool paired) {
   const bool cuda = dev.cuda();
+  paired = paired && cand && !compile;
   const std::vector<TrialInput>& sets = timing_sets(dev);
   const int per = std::max(1, per_trip > 0 ? per_trip : dev.calls_per_trip);
   const int warmup = warmup_calls(dev);
@@ -87,6 +101,36 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // a fresh one shared with this candidate alone (a region handed to an earlier candidate is
   // released by the judge).
   Json prepare{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial}, {"slots", per}};
+  // The judge makes the references and checkers of every set the batch uses, and the tolerances
+  // of each round trip's calls, before the clock starts (else the reference's clocked checks
+  // would build them and the candidates' would find them made).
+  auto reference_prepare = [&]() {
+    Json p = prepare;
+    Json trials = Json::array(), groups = Json::array();
+    for (size_t k = 0; k < std::min(sets.size(), static_cast<size_t>(trips) * per); ++k) trials.push_back(sets[k].trial);
+    for (int i = 0; i < trips && per > 1; ++i) {
+      Json g = Json::array();
+      for (int j = 0; j < per; ++j) g.push_back(sets[set_of(i, j)].trial);
+      groups.push_back(std::move(g));
+    }
+    p["trials"] = std::move(trials);
+    p["trips"] = std::move(groups);
+    return p;
+  };
+  // The reference's prepare makes every set's references: the deadline of one check per set.
+  const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
+  // A paired batch's judge-side failure: not the candidate's doing.
+  auto judge_failed = [&](const Reply& rep, const std::string& what) -> std::optional<TimingResult> {
+    r->verdict = Verdict::not_verified;
+    r->message = fmt::format("the judge could not {}: {}: {}", what, rep.error_kind(), rep.error_message());
+    return std::nullopt;
+  };
+  if (paired) {
+    // The reference again, round trip by round trip beside this candidate's (its sets made anew,
+    // so its loads are this batch's load baseline).
+    Reply rp = judge_call(dev, reference_prepare(), prepare_timeout);
+    if (!rp.ok()) return judge_failed(rp, "prepare the reference's paired round trips");
+  }
   if (cand) {
     int fd = -1;
     Reply reg = judge_call(dev, Json{{"op", "time_region"}, {"trial", sets.front().trial}, {"slots", per}}, opts_.load_timeout_s,
@@ -106,21 +150,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     prepare["region"] = reg.message.value("region", Json(nullptr));
   } else {
-    // The judge makes the references and checkers of every set the batch uses, and the
-    // tolerances of each round trip's calls, before the clock starts (else the reference's
-    // clocked checks would build them and the candidates' would find them made).
-    Json trials = Json::array(), groups = Json::array();
-    for (size_t k = 0; k < std::min(sets.size(), static_cast<size_t>(trips) * per); ++k) trials.push_back(sets[k].trial);
-    for (int i = 0; i < trips && per > 1; ++i) {
-      Json g = Json::array();
-      for (int j = 0; j < per; ++j) g.push_back(sets[set_of(i, j)].trial);
-      groups.push_back(std::move(g));
-    }
-    prepare["trials"] = std::move(trials);
-    prepare["trips"] = std::move(groups);
+    prepare = reference_prepare();
   }
-  // The reference's prepare makes every set's references: the deadline of one check per set.
-  const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
   Reply p = cand ? ask(prepare) : judge_call(dev, prepare, prepare_timeout);
   if (!p.ok()) return failed(p, "timing (preparing)");
   // A timing set's seed reaches the worker right before its round trip, never earlier, so no
@@ -129,19 +160,21 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // by round trip), and the excess is charged to that round trip (work done while loading). The
   // margin's 0.2 ms floor is per round trip (shared by its calls); its quarter of the judge's load
   // grows with the sets loaded (docs/trust-boundary.md, Times).
-  std::vector<Json> loaded(sets.size());
+  std::vector<Json> loaded(sets.size()), ref_loaded(paired ? sets.size() : 0);
   if (!cand) dev.load_baseline_ms.assign(static_cast<size_t>(trips), 0.0);
-  auto load = [&](int trip, const std::vector<size_t>& ks, double* excess_ms) -> Reply {
+  // Loads sets `ks` into the candidate (`on_judge` false) or the judge, into `into`; a
+  // candidate's load beyond `base` (the judge's load of the same sets) is added to *excess_ms.
+  auto load = [&](bool on_judge, const std::vector<size_t>& ks, std::vector<Json>& into, double base,
+                  double* excess_ms) -> Reply {
     // (The candidate makes no probe set for a timing set, whatever `probe` says.)
     Json which = Json::array();
-    for (size_t k : ks) which.push_back(cand ? sets[k].spec() : Json(sets[k].trial));
-    Reply l = ask(Json{{"op", "time_load"}, {cand ? "inputs" : "trials", which}});
-    const auto t = static_cast<size_t>(trip);
-    if (l.ok() && !cand) dev.load_baseline_ms[t] = l.elapsed_ms;
-    if (l.ok() && cand && t < dev.load_baseline_ms.size()) {
+    for (size_t k : ks) which.push_back(on_judge ? Json(sets[k].trial) : sets[k].spec());
+    const Json req{{"op", "time_load"}, {on_judge ? "trials" : "inputs", which}};
+    Reply l = on_judge ? judge_call(dev, req, timeout) : cand->request(req, timeout);
+    if (l.ok() && !on_judge && base > 0) {
       // The part beyond the margin (as for the flush wait): work under it hid before too.
-      const double base = dev.load_baseline_ms[t], over = l.elapsed_ms - base - std::max(0.2, 0.25 * base);
-      if (base > 0 && over > 0) *excess_ms += over;
+      const double over = l.elapsed_ms - base - std::max(0.2, 0.25 * base);
+      if (over > 0) *excess_ms += over;
     }
     const Json got = l.message.value("sets", Json::array());  // integers where present (reply_shape_error)
     if (l.ok() && got.size() != ks.size()) {
@@ -149,7 +182,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       l.error = fmt::format("time_load reply without a list of {} integer 'sets'", ks.size());
     }
     if (l.ok()) {
-      for (size_t n = 0; n < ks.size(); ++n) loaded[ks[n]] = got[n];
+      for (size_t n = 0; n < ks.size(); ++n) into[ks[n]] = got[n];
     }
     return l;
   };
@@ -165,8 +198,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     Reply f = judge_call(dev, Json{{"op", "l2_flush"}}, 60);
     return f.ok() ? f.elapsed_ms : 0;
   };
-  std::vector<CallClock> calls;
-  std::vector<double> flushes, loads;
+  std::vector<CallClock> calls, ref_calls;
+  std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;
   for (int i = 0; i < trips; ++i) {
     std::vector<size_t> fresh;
@@ -174,19 +207,31 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       const size_t k = set_of(i, j);
       if (loaded[k].is_null() && std::find(fresh.begin(), fresh.end(), k) == fresh.end()) fresh.push_back(k);
     }
-    double load_ms = 0;
+    double load_ms = 0, ref_load_ms = 0;
     if (!fresh.empty()) {
-      Reply l = load(i, fresh, &load_excess_ms);
+      // The baseline of a candidate's load: the judge's load of the same sets, just before in a
+      // paired batch, else the reference's batch's load of this round trip.
+      double base = 0;
+      if (paired) {
+        Reply rl = load(true, fresh, ref_loaded, 0, nullptr);
+        if (!rl.ok()) return judge_failed(rl, "load the reference's paired input sets");
+        base = ref_load_ms = rl.elapsed_ms;
+      } else if (cand && static_cast<size_t>(i) < dev.load_baseline_ms.size()) {
+        base = dev.load_baseline_ms[static_cast<size_t>(i)];
+      }
+      Reply l = load(cand == nullptr, fresh, loaded, base, &load_excess_ms);
       if (!l.ok()) return failed(l, "timing (loading input sets)");
       load_ms = l.elapsed_ms;
+      if (!cand) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
     }
-    Json on_sets = Json::array(), on_trials = Json::array();
+    Json on_sets = Json::array(), on_trials = Json::array(), ref_sets = Json::array();
     for (int j = 0; j < per; ++j) {
       on_sets.push_back(loaded[set_of(i, j)]);
       on_trials.push_back(sets[set_of(i, j)].trial);
+      if (paired) ref_sets.push_back(ref_loaded[set_of(i, j)]);
     }
     const double flush_ms = flush();
-    if (!calls.empty()) calls.back().next_flush_ms = flush_ms;
+    if (!calls.empty() && !paired) calls.back().next_flush_ms = flush_ms;
     if (cuda) flushes.push_back(flush_ms);
     Reply c = ask(Json{{"op", "time_call"}, {"sets", on_sets}});
     if (!c.ok()) return failed(c, "timing");
@@ -208,11 +253,25 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       }
       return std::nullopt;
     }
+    double next_flush_ms = 0;
+    if (paired) {
+      // The flush right after the candidate's round trip (its queued work shows here, charged to
+      // it), then the reference's round trip on the same sets, clocked the same way.
+      next_flush_ms = flush();
+      Reply rc = judge_call(dev, Json{{"op", "time_call"}, {"sets", ref_sets}}, timeout);
+      if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
+      Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);
+      if (!rk.ok()) return judge_failed(rk, "check the reference's paired round trip");
+      if (i >= warmup) {
+        ref_calls.push_back(CallClock{rc.elapsed_ms, rk.elapsed_ms, 0, 0, per});
+        ref_loads.push_back(ref_load_ms);
+      }
+    }
     if (i < warmup) {
       load_excess_ms = 0;  // a warmup round trip's load is not charged to the first timed one
       continue;
     }
-    calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, 0, load_excess_ms, per});
+    calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, next_flush_ms, load_excess_ms, per});
     loads.push_back(load_ms);
     load_excess_ms = 0;
     // The worker's claim (a number where present: reply_shape_error), never used for a time; an
@@ -251,7 +310,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       return std::nullopt;
     }
   }
-  if (!calls.empty()) calls.back().next_flush_ms = flush();
+  if (!calls.empty() && !paired) calls.back().next_flush_ms = flush();
   TimingResult t;
   t.meaningful = cuda;
   t.ping_ms = ping_ms;
@@ -260,6 +319,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
+  if (paired) {
+    t.paired_ref_ms = published_call_times(ref_calls, ping_ms, 1e300, nullptr);
+    t.paired_load_ms = std::move(ref_loads);
+  }
   t.stats = timing_stats(t.times_ms);
   t.event_total_ms = events_ms;
   for (const CallClock& c : calls) t.wall_total_ms += c.call_ms + c.check_ms;
@@ -354,7 +417,7 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
     // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
     GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
     ensure_reference_timing(dev);
-    t = timed_batch(dev, &w, timed_calls(dev), false, &r);
+    t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
   }
   if (!t) {  // r holds the verdict
     if (r.evidence.contains("timed_mismatch_set")) recheck_timing_set(w, dev, r);  // outside the timing lock
@@ -365,7 +428,16 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   // answers it kept from the first batch.
   r.timing = *t;
   const std::optional<TimingResult>& ref = dev.ref_timing;
-  r.speedup = dev.cuda() && ref && t->stats.median_ms > 0 ? ref->stats.median_ms / t->stats.median_ms : 0.0;
+  // The speedup is the median of the round trips' paired ratios: a machine that slows for a while
+  // (measured: the same process's calls 1.6x slower for several round trips running) slows both
+  // sides of a ratio, where a reference timed once per problem set against a candidate timed
+  // minutes later turned that drift into speedups 2x apart from run to run.
+  const TimingStats paired = timing_stats(paired_speedups(*t));
+  if (dev.cuda() && paired.n > 0) {
+    r.speedup = paired.median_ms;
+  } else {
+    r.speedup = dev.cuda() && ref && t->stats.median_ms > 0 ? ref->stats.median_ms / t->stats.median_ms : 0.0;
+  }
   r.evidence["timing_unstable"] = dev.cuda() && timing_unstable(*t);
   if (!dev.cuda()) return;
   const TrialInput& in = timing_sets(dev).front();

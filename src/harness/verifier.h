@@ -147,10 +147,11 @@ class Verifier {
   // timed_calls.cpp: timing clocked here, one request per round trip of calls (docs/verification.md,
   // Timing). One timed batch of `iters` round trips (after the warmup ones) of dev.calls_per_trip
   // calls each (or `per_trip` when given) over the timing sets on `cand` (nullptr: the reference,
-  // on the judge). A candidate's failure or wrong value in the output region is its verdict in *r;
-  // nullopt then.
+  // on the judge). `paired` (a candidate's): each round trip followed by one of the reference on
+  // the same sets (TimingResult::paired_ref_ms). A candidate's failure or wrong value in the
+  // output region is its verdict in *r; nullopt then.
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
-                                          int per_trip = 0);
+                                          int per_trip = 0, bool paired = false);
   // Times a correct candidate under the GPU's exclusive lock; sets r.timing and r.speedup, or
   // the verdict of what went wrong.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);

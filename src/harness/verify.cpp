@@ -544,6 +544,18 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     tr.flush_excess_ms = t.value("flush_excess_ms", 0.0);
     tr.load_excess_ms = t.value("load_excess_ms", 0.0);
     tr.calls_per_trip = t.value("calls_per_trip", 1);
+    // Written by newer versions only: read when they have their type, else left empty.
+    auto numbers = [&](const char* key) {
+      std::vector<double> v;
+      if (!t.contains(key) || !t[key].is_array()) return v;
+      for (const Json& x : t[key]) {
+        if (!x.is_number()) return std::vector<double>{};
+        v.push_back(x.get<double>());
+      }
+      return v;
+    };
+    tr.paired_ref_ms = numbers("paired_reference_ms");
+    tr.paired_load_ms = numbers("paired_load_ms");
     r.timing = tr;
     r.speedup = j.value("speedup", Json(nullptr)).is_number() ? j["speedup"].get<double>() : 0.0;
   }

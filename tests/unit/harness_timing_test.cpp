@@ -123,6 +123,30 @@ TEST(TimingClock, RooflineAndStability) {
   EXPECT_TRUE(timing_unstable(t));
 }
 
+TEST(TimingClock, PairedSpeedupsFollowTheMachineNotTheClockTime) {
+  // A machine twice as slow for the second half of the batch: both sides' round trips slow down,
+  // the candidate's median moves with them, its paired ratios stay put.
+  TimingResult t;
+  t.times_ms = {0.10, 0.10, 0.20, 0.20};
+  t.paired_ref_ms = {0.05, 0.05, 0.10, 0.10};
+  t.stats = timing_stats(t.times_ms);
+  const std::vector<double> s = paired_speedups(t);
+  ASSERT_EQ(s.size(), 4u);
+  for (double x : s) EXPECT_NEAR(x, 0.5, 1e-12);
+  // The candidate's own spread flags it; a stable ratio does not excuse that.
+  EXPECT_TRUE(timing_unstable(t));
+  t.times_ms = {0.10, 0.10, 0.11, 0.11};
+  t.paired_ref_ms = {0.05, 0.05, 0.055, 0.055};
+  t.stats = timing_stats(t.times_ms);
+  EXPECT_FALSE(timing_unstable(t));
+  // Ratios that disagree (the reference's round trips jumping while the candidate's did not).
+  t.paired_ref_ms = {0.05, 0.05, 0.30, 0.30};
+  EXPECT_TRUE(timing_unstable(t));
+  // Unpaired (the reference's own batch, a CPU run, a cache entry from before): no ratios.
+  t.paired_ref_ms = {0.05};
+  EXPECT_TRUE(paired_speedups(t).empty());
+}
+
 TEST(Verdicts, NamesRoundTrip) {
   for (Verdict v : {Verdict::correct, Verdict::wrong_output, Verdict::wrong_shape, Verdict::compile_error, Verdict::runtime_error,
                     Verdict::crash, Verdict::timeout, Verdict::cheat, Verdict::sandbox_violation, Verdict::undiscriminating,

@@ -19,7 +19,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-4";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds
+inline constexpr std::string_view kVerifierVersion = "verify-5";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip
 
 enum class Verdict {
   correct,
@@ -92,7 +92,14 @@ struct TimingResult {
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
   int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
   std::vector<double> load_ms;     // per timed round trip, its time_load round trip (0: no new sets); for the reference, the baseline
+  // A candidate's batch on a GPU is paired (docs/verification.md, Timing): each of its round trips
+  // is followed by one of the reference on the same sets, in the judge. Per timed round trip, the
+  // reference's per-call time and its time_load (the candidate's load baseline, taken just before).
+  std::vector<double> paired_ref_ms, paired_load_ms;
 };
+// Per timed round trip, the reference's time over the candidate's (empty unless paired): the
+// speedup is their median, so that what slows the machine for a while slows both sides of a ratio.
+std::vector<double> paired_speedups(const TimingResult& t);
 
 // One size variant of the problem in the multi-shape check.
 struct ShapeVariant {
@@ -197,7 +204,8 @@ int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_byte
 
 // Empty, or why a median below the roofline floor for `bytes` at `peak_gbs` cannot be true.
 std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs);
-// A batch whose IQR exceeds half its median: its median does not repeat within its noise.
+// A batch whose IQR exceeds half its median, or whose paired speedups' IQR exceeds half their
+// median: what it publishes does not repeat within its noise.
 bool timing_unstable(const TimingResult& t);
 
 }  // namespace kernelllm::harness
