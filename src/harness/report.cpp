@@ -49,6 +49,8 @@ Json timing_json(const TimingResult& t) {
     j["paired_reference_ms"] = t.paired_ref_ms;
     j["paired_reference_median_ms"] = timing_stats(t.paired_ref_ms).median_ms;
     j["paired_load_ms"] = t.paired_load_ms;
+    j["inputs"] = t.inputs;
+    j["paused_between_round_trips"] = t.paused;
     j["speedup_median"] = s.median_ms;
     j["speedup_q1"] = s.q1_ms;
     j["speedup_q3"] = s.q3_ms;

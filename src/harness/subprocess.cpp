@@ -246,6 +246,7 @@ Process& Process::operator=(Process&& other) noexcept {
   err_ = std::move(other.err_);
   decoder_ = std::move(other.decoder_);
   cgroup_procs_files_ = std::move(other.cgroup_procs_files_);
+  paused_ = std::move(other.paused_);
   exit_ = std::move(other.exit_);
   cancel_ = std::exchange(other.cancel_, nullptr);
   return *this;
@@ -478,6 +479,41 @@ std::vector<pid_t> list_descendants(pid_t root) {
   }
   out.erase(out.begin());
   return out;
+}
+
+std::vector<pid_t> Process::tree_members() const {
+  std::vector<pid_t> out;
+  for (const std::string& procs : cgroup_procs_files_) {
+    std::ifstream f(procs);
+    for (long p; f >> p;) out.push_back(static_cast<pid_t>(p));
+  }
+  // Without cgroups, the /proc scan (slower: every process of the machine is read).
+  if (cgroup_procs_files_.empty()) out = list_descendants(pid_);
+  return out;
+}
+
+bool Process::pause() {
+  if (!running() || ::kill(pid_, SIGSTOP) != 0) return false;
+  ::kill(-pid_, SIGSTOP);
+  paused_.assign(1, pid_);
+  for (int round = 0; round < 10; ++round) {
+    size_t fresh = 0;
+    for (pid_t p : tree_members()) {
+      if (std::find(paused_.begin(), paused_.end(), p) != paused_.end()) continue;
+      ::kill(p, SIGSTOP);
+      paused_.push_back(p);
+      ++fresh;
+    }
+    if (fresh == 0) break;
+  }
+  return true;
+}
+
+void Process::resume() {
+  if (paused_.empty() || pid_ <= 0) return;
+  ::kill(-pid_, SIGCONT);
+  for (pid_t p : paused_) ::kill(p, SIGCONT);
+  paused_.clear();
 }
 
 void Process::kill_tree() {

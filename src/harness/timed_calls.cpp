@@ -32,6 +32,21 @@ const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
 
 constexpr int kPings = 7;
 
+// A candidate's process stopped between its timed round trips, continued for each (and at the
+// end, whatever path leaves the batch).
+struct PausedWhileIdle {
+  Process* proc;
+  bool held = false, ever = false;
+  void stop() {
+    if (proc && !held) held = ever = proc->pause();
+  }
+  void go() {
+    if (proc && held) proc->resume();
+    held = false;
+  }
+  ~PausedWhileIdle() { go(); }
+};
+
 }  // namespace
 
 std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
@@ -125,6 +140,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     r->message = fmt::format("the judge could not {}: {}: {}", what, rep.error_kind(), rep.error_message());
     return std::nullopt;
   };
+  bool given = false;      // the candidate's inputs come in the judge's input region
+  std::string inputs_note;  // else why not (paired batches)
   if (paired) {
     // The reference again, round trip by round trip beside this candidate's (its sets made anew,
     // so its loads are this batch's load baseline).
@@ -149,11 +166,49 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       return std::nullopt;
     }
     prepare["region"] = reg.message.value("region", Json(nullptr));
+    if (paired) {
+      // The inputs too, in a region of the judge's that it fills before each round trip, so the
+      // candidate makes nothing between round trips (docs/trust-boundary.md, Times). Sets that
+      // cannot travel that way (not all plain contiguous tensors) are made by the candidate.
+      int in_fd = -1;
+      Reply in = judge_call(dev, Json{{"op", "time_inputs_region"}, {"trial", sets.front().trial}, {"slots", per}},
+                            opts_.load_timeout_s, &in_fd);
+      if (in.ok()) {
+        Status sent_in = cand->proc.send_fd(in_fd, deadline_in(10));
+        ::close(in_fd);
+        if (!sent_in.ok()) {
+          r->verdict = Verdict::crash;
+          r->message = "the candidate's process did not take the input region's descriptor: " + sent_in.message();
+          return std::nullopt;
+        }
+        prepare["region"]["inputs"] = in.message.value("inputs", Json(nullptr));
+        given = true;
+      } else if (in.error_kind() != "unsupported") {
+        return judge_failed(in, "make the timed calls' input region");
+      } else {
+        inputs_note = in.error_message();
+      }
+    }
   } else {
     prepare = reference_prepare();
   }
   Reply p = cand ? ask(prepare) : judge_call(dev, prepare, prepare_timeout);
   if (!p.ok()) return failed(p, "timing (preparing)");
+  std::vector<Json> given_sets;  // the candidate's own indices of the input region's slots
+  if (given) {
+    const Json g = p.message.value("given", Json::array());
+    if (!g.is_array() || g.size() != static_cast<size_t>(per) ||
+        !std::all_of(g.begin(), g.end(), [](const Json& x) { return x.is_number_integer(); })) {
+      r->verdict = Verdict::crash;
+      r->message = fmt::format("malformed reply during timing (preparing): no list of {} 'given' sets", per);
+      return std::nullopt;
+    }
+    given_sets.assign(g.begin(), g.end());
+  }
+  // Between its own round trips a paired candidate's process is stopped: no thread of it can
+  // work on inputs it was handed, or slow the reference's round trips down.
+  PausedWhileIdle idle{paired ? &cand->proc : nullptr};
+  idle.stop();
   // A timing set's seed reaches the worker right before its round trip, never earlier, so no
   // call's answer can be worked out ahead in bulk. A round trip's new sets are made in one
   // request, clocked against the judge's load of the same sets (the reference's batch, round trip
@@ -203,9 +258,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   double events_ms = 0, load_excess_ms = 0;
   for (int i = 0; i < trips; ++i) {
     std::vector<size_t> fresh;
+    const std::vector<Json>& held = given ? ref_loaded : loaded;  // given: the candidate loads nothing
     for (int j = 0; j < per; ++j) {
       const size_t k = set_of(i, j);
-      if (loaded[k].is_null() && std::find(fresh.begin(), fresh.end(), k) == fresh.end()) fresh.push_back(k);
+      if (held[k].is_null() && std::find(fresh.begin(), fresh.end(), k) == fresh.end()) fresh.push_back(k);
     }
     double load_ms = 0, ref_load_ms = 0;
     if (!fresh.empty()) {
@@ -219,20 +275,30 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       } else if (cand && static_cast<size_t>(i) < dev.load_baseline_ms.size()) {
         base = dev.load_baseline_ms[static_cast<size_t>(i)];
       }
-      Reply l = load(cand == nullptr, fresh, loaded, base, &load_excess_ms);
-      if (!l.ok()) return failed(l, "timing (loading input sets)");
-      load_ms = l.elapsed_ms;
-      if (!cand) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
+      if (!given) {
+        idle.go();  // (a paired candidate that makes its own sets, clocked against the judge's load)
+        Reply l = load(cand == nullptr, fresh, loaded, base, &load_excess_ms);
+        idle.stop();
+        if (!l.ok()) return failed(l, "timing (loading input sets)");
+        load_ms = l.elapsed_ms;
+        if (!cand) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
+      }
     }
     Json on_sets = Json::array(), on_trials = Json::array(), ref_sets = Json::array();
     for (int j = 0; j < per; ++j) {
-      on_sets.push_back(loaded[set_of(i, j)]);
+      on_sets.push_back(given ? given_sets[static_cast<size_t>(j)] : loaded[set_of(i, j)]);
       on_trials.push_back(sets[set_of(i, j)].trial);
       if (paired) ref_sets.push_back(ref_loaded[set_of(i, j)]);
+    }
+    if (given) {
+      // This round trip's sets into the candidate's input slots (the judge's copies, not clocked).
+      Reply g = judge_call(dev, Json{{"op", "time_give"}, {"sets", ref_sets}}, timeout);
+      if (!g.ok()) return judge_failed(g, "hand the round trip's input sets over");
     }
     const double flush_ms = flush();
     if (!calls.empty() && !paired) calls.back().next_flush_ms = flush_ms;
     if (cuda) flushes.push_back(flush_ms);
+    idle.go();
     Reply c = ask(Json{{"op", "time_call"}, {"sets", on_sets}});
     if (!c.ok()) return failed(c, "timing");
     // The judge reads this round trip's values from the region, every slot at every fingerprint
@@ -255,8 +321,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     double next_flush_ms = 0;
     if (paired) {
-      // The flush right after the candidate's round trip (its queued work shows here, charged to
-      // it), then the reference's round trip on the same sets, clocked the same way.
+      // The candidate stopped, the flush right after its round trip (its queued work shows here,
+      // charged to it), then the reference's round trip on the same sets, clocked the same way.
+      idle.stop();
       next_flush_ms = flush();
       Reply rc = judge_call(dev, Json{{"op", "time_call"}, {"sets", ref_sets}}, timeout);
       if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
@@ -322,6 +389,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   if (paired) {
     t.paired_ref_ms = published_call_times(ref_calls, ping_ms, 1e300, nullptr);
     t.paired_load_ms = std::move(ref_loads);
+    t.inputs = given ? "given" : "made by the candidate: " + inputs_note;
+    t.paused = idle.ever;
   }
   t.stats = timing_stats(t.times_ms);
   t.event_total_ms = events_ms;

@@ -253,6 +253,49 @@ def test_several_calls_per_round_trip_are_checked_slot_by_slot(tmp_path, monkeyp
     assert mine.close() == []
 
 
+def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_path, monkeypatch):
+    # A paired candidate makes no inputs while timed: the judge copies its own sets into an input
+    # region the candidate maps, set j into slot j, before every round trip (timed_calls.cpp).
+    source = PROBLEM.replace("def forward(self, x, mask, s):\n        return torch.where(mask, x * s, -x)",
+                             "def forward(self, x, mask):\n        return torch.where(mask, x * 2.5, -x)")
+    source = source.replace(", 2.5]", "]")
+    assert "2.5]" not in source and "x * 2.5" in source
+    j = _judge(tmp_path, source=source)
+    sets = [3, 4, 5, 6]
+    for t in range(7):
+        j.make_inputs({"trial": t, "lazy": t >= 3})
+    j.time_prepare({"trial": 3, "compile": False, "slots": 2, "trials": sets, "trips": [sets[:2], sets[2:]]})
+    sent = []
+    monkeypatch.setattr(region, "send_fd", sent.append)
+    given = j.time_inputs_region({"trial": 3, "slots": 2})["inputs"]
+    assert len(sent) == 1 and len(given["slots"]) == 2
+    assert [p["shape"] for p in given["slots"][1]] == [[4, 8], [4, 8]]
+    assert [p["dtype"] for p in given["slots"][1]] == ["float32", "bool"]
+    mine = region.Region.attach(os.dup(sent[0]), given["bytes"], "cpu")
+    views = [mine.views(places) for places in given["slots"]]
+    for trip in (sets[:2], sets[2:]):
+        j.time_give({"sets": j.time_load({"trials": trip})["sets"]})
+        for slot, t in enumerate(trip):
+            for v, want in zip(views[slot], j._make(t)):
+                assert torch.equal(v, want), (trip, slot)
+    with pytest.raises(WorkerError):
+        j.time_give({"sets": [0, 1, 2]})  # more sets than slots
+    with pytest.raises(WorkerError):
+        j.time_give({"sets": [99]})
+    del views
+    assert mine.close() == []
+    # A set with a non-tensor argument cannot travel that way: `unsupported`, no descriptor sent,
+    # and the candidate makes its own sets.
+    other = tmp_path / "other"
+    other.mkdir()
+    j2 = _judge(other)
+    j2.make_inputs({"trial": 0})
+    sent.clear()
+    with pytest.raises(WorkerError) as e:
+        j2.time_inputs_region({"trial": 0, "slots": 2})
+    assert e.value.kind == "unsupported" and "argument 2" in e.value.message and sent == []
+
+
 def test_a_fingerprint_checker_takes_the_whole_outputs_tolerance_without_reducing_its_part():
     # The checker of a fingerprint (part of an output) is made with the whole output's limits: the
     # same decisions as one that computed the part's own statistics and then took the limits, and a

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <string>
@@ -210,6 +211,45 @@ TEST(Process, KillTreeTakesBackgroundChildrenAndSetsidGrandchildren) {
   p->kill_tree();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   for (pid_t pid : tree) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived";
+}
+
+char state_of(pid_t pid) {
+  auto stat = read_text_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat.ok()) return '?';
+  size_t rp = stat->rfind(')');
+  return rp != std::string::npos && stat->size() > rp + 2 ? (*stat)[rp + 2] : '?';
+}
+
+TEST(Process, PauseStopsTheWholeTreeAndResumeContinuesIt) {
+  // A timed candidate's process is stopped between its round trips (timed_calls.cpp): nothing of
+  // it may run then, a background child or a setsid grandchild included.
+  const std::string file = ::testing::TempDir() + "/kllm-pause-" + std::to_string(::getpid());
+  std::remove(file.c_str());
+  auto p = Process::spawn(sh("(while :; do echo x >> " + file + "; sleep 0.01; done) & setsid sh -c 'while :; do echo y >> " +
+                             file + "; sleep 0.01; done' & sleep 100"));
+  ASSERT_TRUE(p.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto size = [&] {
+    auto t = read_text_file(file);
+    return t.ok() ? t->size() : size_t{0};
+  };
+  std::vector<pid_t> tree = list_descendants(p->pid());
+  ASSERT_GE(tree.size(), 3u);
+  ASSERT_TRUE(p->pause());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const size_t before = size();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(size(), before) << "something wrote while paused";
+  for (pid_t pid : tree) EXPECT_EQ(state_of(pid), 'T') << "pid " << pid;
+  EXPECT_EQ(state_of(p->pid()), 'T');
+  p->resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_GT(size(), before) << "nothing ran after resume";
+  for (pid_t pid : tree) EXPECT_NE(state_of(pid), 'T') << "pid " << pid;
+  p->kill_tree();
+  for (pid_t pid : tree) EXPECT_FALSE(alive(pid));
+  EXPECT_FALSE(p->pause()) << "a process that is gone cannot be paused";
+  std::remove(file.c_str());
 }
 
 TEST(Process, ListingDescendantsSurvivesProcessesExitingMidScan) {

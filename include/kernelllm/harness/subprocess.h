@@ -118,6 +118,12 @@ class Process {
   std::optional<ExitInfo> wait(Deadline deadline);
   // SIGKILLs the process group, every /proc descendant and every member of the cgroups, then reaps.
   void kill_tree();
+  // Stops (SIGSTOP) the process, its group, its cgroups' members (else its /proc descendants),
+  // scanning again until no new process shows (a fork between scan and signal); resume()
+  // continues them (SIGCONT). A stopped process runs nothing, threads included; GPU work it
+  // queued before still runs. False when the process is gone or may not be signalled.
+  bool pause();
+  void resume();
 
   const std::optional<ExitInfo>& exit_info() const { return exit_; }
   std::string stdout_tail() const { return out_.str(); }
@@ -126,6 +132,8 @@ class Process {
  private:
   void close_fds();
   void drain(int timeout_ms);  // one poll round over stdout/stderr
+  std::vector<pid_t> tree_members() const;  // the cgroups' members, else the /proc descendants
+  std::vector<pid_t> paused_;               // what pause() stopped, for resume()
   bool try_reap();
 
   pid_t pid_ = -1;

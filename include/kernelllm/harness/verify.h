@@ -96,6 +96,8 @@ struct TimingResult {
   // is followed by one of the reference on the same sets, in the judge. Per timed round trip, the
   // reference's per-call time and its time_load (the candidate's load baseline, taken just before).
   std::vector<double> paired_ref_ms, paired_load_ms;
+  std::string inputs;   // paired: "given" (the judge's input region), else why the candidate made them
+  bool paused = false;  // paired: the candidate's process was stopped between its round trips
 };
 // Per timed round trip, the reference's time over the candidate's (empty unless paired): the
 // speedup is their median, so that what slows the machine for a while slows both sides of a ratio.

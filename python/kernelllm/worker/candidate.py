@@ -477,16 +477,32 @@ class Candidate:
         slots = spec.get("slots", 1)
         if type(slots) is not int or slots < 1:
             raise WorkerError("protocol", f"time_prepare: the output region's 'slots' must be a positive integer, found {slots!r}")
-        old = getattr(self, "_region", None)
+        given = spec.get("inputs")
+        if given is not None and (not isinstance(given, dict) or not isinstance(given.get("bytes"), int)
+                                  or not isinstance(given.get("slots"), list) or len(given["slots"]) != slots
+                                  or not all(isinstance(p, list) for p in given["slots"])):
+            raise WorkerError("protocol", "time_prepare: 'inputs' must be the judge's input region ({bytes, slots}), "
+                                          "one slot per output slot")
         self._timer = None
-        if old is not None:
-            for f in old.close():  # best effort (region.py); the reason reaches the report's stderr tail
-                protocol.stderr_note(f"output region not released cleanly: {f}")
-        # The judge's region for this batch: its descriptor came over fd 5 before this request.
+        for name in ("_region", "_inputs_region"):
+            old = getattr(self, name, None)
+            setattr(self, name, None)
+            if old is not None:
+                for f in old.close():  # best effort (region.py); the reason reaches the report's stderr tail
+                    protocol.stderr_note(f"timing region not released cleanly: {f}")
+        # The judge's regions for this batch: their descriptors came over fd 5 before this request,
+        # the output region's first.
         self._region = region.Region.attach(region.receive_fd(), spec["bytes"], self.device)
-        self._timer = timing.CallTimer(self.model, self.device, self._region.views(spec["outputs"]), slots)
+        timer = timing.CallTimer(self.model, self.device, self._region.views(spec["outputs"]), slots)
+        reply: Dict[str, Any] = {}
+        if given is not None:
+            # The round trips' inputs: slot j's views are call j's arguments, refilled by the judge
+            # before every round trip (this process makes no inputs while timed).
+            self._inputs_region = region.Region.attach(region.receive_fd(), given["bytes"], self.device)
+            reply["given"] = [timer.add(self._inputs_region.views(places)) for places in given["slots"]]
+        self._timer = timer
         self._timing_events = len(GUARD.events)
-        return {}
+        return reply
 
     def time_load(self, msg: dict) -> dict:
         """A round trip's timing sets made on the device from their seeds (`inputs`), given to this

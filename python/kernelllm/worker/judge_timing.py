@@ -14,8 +14,8 @@ MAX_SLOTS = 64
 
 
 class TimedCalls:
-    """Judge ops: time_prepare, time_load, time_call (the reference), time_region, check_timed,
-    l2_flush, ping."""
+    """Judge ops: time_prepare, time_load, time_call (the reference), time_region,
+    time_inputs_region, time_give, check_timed, l2_flush, ping."""
 
     def _new_region(self, trial: int, slots: int = 1) -> tuple:
         """A fresh output region laid out for `slots` calls' outputs on `trial`'s shapes (a timing
@@ -32,7 +32,7 @@ class TimedCalls:
         return reg, places, reg.views(places), slot_bytes
 
     def _release(self, name: str) -> None:
-        """Drops the (region, outputs, slot bytes) held as `name` ("own" or "shared") and releases the region."""
+        """Drops the (region, views, slot bytes) held as `name` ("own", "shared" or "given") and releases the region."""
         pair = getattr(self, name, None)
         setattr(self, name, None)
         if pair is not None:
@@ -107,6 +107,49 @@ class TimedCalls:
         self.shared = (reg, views, slot_bytes)
         region.send_fd(reg.fd)
         return {"region": {"bytes": reg.nbytes, "outputs": places, "slots": slots}}
+
+    def time_inputs_region(self, msg: dict) -> dict:
+        """A fresh input region for the next candidate's timed batch: `slots` input sets laid out as
+        `trial`'s, one per call of a round trip. Its descriptor goes to the orchestrator over fd 5
+        before this reply (none when the sets cannot travel this way: an `unsupported` error says
+        why, and the candidate makes its own sets). `time_give` fills it before each round trip."""
+        self._need_problem()
+        self._release("given")
+        slots = msg.get("slots", 1)
+        if type(slots) is not int or not 1 <= slots <= MAX_SLOTS:
+            raise WorkerError("protocol", f"input region: 'slots' must be an integer in 1..{MAX_SLOTS}, found {slots!r}")
+        places, slot_bytes = region.inputs_layout(self._make(int(msg["trial"])), self.device)
+        if places is None:
+            raise WorkerError("unsupported", f"the input sets cannot be handed over in a region: {slot_bytes}")
+        per_slot = [[dict(p, offset=p["offset"] + j * slot_bytes) for p in places] for j in range(slots)]
+        reg = region.Region.create(slot_bytes * slots, self.device)
+        reg.data.fill_(255)
+        views = [reg.views(ps) for ps in per_slot]
+        self.given = (reg, views, slot_bytes)
+        region.send_fd(reg.fd)
+        return {"inputs": {"bytes": reg.nbytes, "slots": per_slot}}
+
+    def time_give(self, msg: dict) -> dict:
+        """Copies the judge's own loaded sets `sets` (its time_load indices) into the input region,
+        set j into slot j, and waits for the copies: the candidate's next round trip runs on them."""
+        held = getattr(self, "given", None)
+        if held is None or getattr(self, "timer", None) is None:
+            raise WorkerError("protocol", "time_give before time_inputs_region and time_prepare")
+        _, views, _ = held
+        sets = msg["sets"]
+        if not isinstance(sets, list) or not 1 <= len(sets) <= len(views):
+            raise WorkerError("protocol", f"time_give: 'sets' must list 1..{len(views)} sets, found {sets!r}")
+        for j, k in enumerate(sets):
+            if type(k) is not int or not 0 <= k < len(self.timer.sets):
+                raise WorkerError("protocol", f"time_give: set {k!r} out of range")
+            src = self.timer.sets[k]
+            if len(src) != len(views[j]):
+                raise WorkerError("protocol", f"time_give: set {k} has {len(src)} arguments, the region {len(views[j])}")
+            for dst, a in zip(views[j], src):
+                dst.copy_(a)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return {}
 
     def _slots_at_fp(self, reg: "region.Region", views: list, slot_bytes: int, i: int, calls: int) -> torch.Tensor:
         """Output i of the first `calls` slots at its fingerprint positions, as (calls x values): one

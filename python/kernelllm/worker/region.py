@@ -1,11 +1,13 @@
-"""The output region of a timed batch (docs/trust-boundary.md, Times).
+"""The output region of a timed batch, and its input region (docs/trust-boundary.md, Times).
 
-The judge owns it: on a GPU a driver-API (VMM) allocation exported as a POSIX descriptor, on a
+The judge owns both: on a GPU a driver-API (VMM) allocation exported as a POSIX descriptor, on a
 CPU a sealed memfd. The judge makes a fresh one for each candidate's timed batch and sends its
 descriptor over fd 5 (a socket the orchestrator holds); the orchestrator passes it on to the
 candidate's fd 5. Each timed call copies its outputs into the region before the call's reply, so
 the work is inside the orchestrator's clock, and the judge reads the values it checks from its own
 mapping, at positions it picks after the call. Nothing the candidate says about its outputs is used.
+The input region holds a round trip's input sets, one slot per call, written by the judge before
+the round trip while the candidate's process is stopped: the candidate makes no inputs while timed.
 """
 from __future__ import annotations
 
@@ -65,6 +67,26 @@ def layout(shapes: Sequence[Sequence[int]], dtypes: Sequence[torch.dtype]) -> tu
         out.append({"offset": at, "shape": [int(d) for d in shape], "dtype": str(dtype).replace("torch.", "")})
         at += (n + ALIGN - 1) // ALIGN * ALIGN
     return out, max(at, ALIGN)
+
+
+def inputs_layout(args: Sequence[Any], device: str) -> tuple:
+    """One input set's place in a slot of an input region: ([{"offset", "shape", "dtype"}] per
+    argument, bytes per slot), or (None, why) when the set cannot be handed over that way (the
+    candidate then makes its sets itself): every argument must be a plain contiguous tensor on
+    `device` that needs no grad, so that a view of the region is the same argument."""
+    shapes, dtypes = [], []
+    for i, a in enumerate(args):
+        if type(a) is not torch.Tensor or a.layout != torch.strided:
+            return None, f"argument {i} is a {type(a).__name__}, not a plain tensor"
+        want = torch.device(device)
+        on = a.device.type == want.type and (want.index is None or a.device.index == want.index)
+        if not a.is_contiguous() or a.requires_grad or not on:
+            return None, f"argument {i} is not a contiguous tensor on {device} without grad"
+        shapes.append(list(a.shape))
+        dtypes.append(a.dtype)
+    if not shapes:
+        return None, "no arguments"
+    return layout(shapes, dtypes)
 
 
 def dtype_named(name: str) -> torch.dtype:
