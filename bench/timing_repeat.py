@@ -62,8 +62,13 @@ def main() -> int:
     ap.add_argument("--reports-dir", default=None,
                     help="keep every verify call's JSON report here (each round trip's times and loads), "
                          "else they go with a temporary directory")
+    ap.add_argument("--from-reports", action="store_true",
+                    help="run nothing: summarize the reports already in --reports-dir (a run cut off before its "
+                         "summary keeps them there); the items still name the groups")
     ap.add_argument("items", nargs="+", help="PROBLEM CAND... groups separated by ::")
     args = ap.parse_args()
+    if args.from_reports and not args.reports_dir:
+        ap.error("--from-reports needs --reports-dir")
     tmp = Path(args.reports_dir) if args.reports_dir else Path(tempfile.mkdtemp(prefix="kllm-repeat-"))
     tmp.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict] = {}
@@ -84,6 +89,11 @@ def main() -> int:
 
     def verify(job):
         problem, run, profile, out, cmd = job
+        if args.from_reports:
+            report = json.loads(out.read_text()) if out.exists() else {}
+            if not report:
+                skipped.append(f"{Path(problem).stem} {profile} run {run}")
+            return job, report
         if args.budget_s is not None and time.monotonic() - t_start > args.budget_s:
             skipped.append(f"{Path(problem).stem} {profile} run {run}")
             return job, {}
@@ -95,7 +105,8 @@ def main() -> int:
         return job, report
 
     with concurrent.futures.ThreadPoolExecutor(max(1, args.parallel)) as pool:
-        for (problem, run, profile, _, _), report in pool.map(verify, jobs):
+        reports = list(pool.map(verify, jobs))
+        for (problem, run, profile, _, _), report in reports:
             ref = report.get("reference_timing") or {}
             for c in report.get("candidates", []):
                 t = c.get("timing") or {}
@@ -141,18 +152,26 @@ def main() -> int:
               f"(largest paired IQR {s_noise:.3f}) {'agree' if row['agree_within_noise'] else 'DISAGREE'}; "
               f"medians {min(medians):.4f}-{max(medians):.4f} ms (largest IQR {noise:.4f}) "
               f"{'agree' if row['medians_within_noise'] else 'disagree'}; unstable flags {row['reported_unstable']}")
+    first = next((r for _, r in reports if r), {})
+    env = first.get("environment") or {}
     try:
+        if args.from_reports:  # the machine that made the reports, not this one
+            devices = env.get("devices") or [{}]
+            raise LookupError(devices[0].get("hardware", "unknown"))
         import torch
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
         versions = {"torch": torch.__version__}
         import triton
         versions["triton"] = triton.__version__
+    except LookupError as e:
+        gpu, versions = str(e.args[0]), {k: env.get(k) for k in ("torch", "triton", "python_version")}
     except Exception as e:  # the record still says what ran
         gpu, versions = f"unknown ({e})", {}
     timed_rows = [r for r in summary if "agree_within_noise" in r]
     record = {"what": "the same candidates verified repeatedly under both profiles: do verdicts repeat, and do "
                       "speedups repeat within their noise (medians beside)?",
-              "host": platform.node(), "gpu": gpu, "versions": versions, "runs": args.runs, "commands": commands,
+              "host": (first.get("run") or {}).get("host") if args.from_reports else platform.node(), "gpu": gpu, "versions": versions, "runs": args.runs, "commands": commands,
+              "from_reports": args.from_reports,
               "wall_s": round(time.monotonic() - t_start, 1), "budget_s": args.budget_s,
               "skipped_calls": skipped, "candidates": summary,
               "verdict_stable": sum(r["verdict_stable"] for r in summary), "candidates_total": len(summary),
