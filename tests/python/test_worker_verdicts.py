@@ -266,18 +266,25 @@ def test_args_kwargs_init_and_heavy_tailed_trial(tmp_path):
     assert len(normal_compares) == 4 and all(r["match"] for r in normal_compares)
 
 
-def test_kernelbench_profile_reports_untrusted_tolerance_but_passes(tmp_path):
-    (tmp_path / "problem.py").write_text(PROBLEM_PROD)
-    (tmp_path / "zeros.py").write_text(ZEROS_CANDIDATE)
-    s = wh.Session(tmp_path / "problem.py", tmp_path, profile="kernelbench")
+def test_kernelbench_profile_judges_a_blind_tolerance_by_the_outputs_distance(tmp_path):
+    # Products of 64 small factors: KernelBench's allclose passes zeros, so the tolerance is
+    # reported untrusted. An honest product still passes; zeros are wrong_output on every trial
+    # (their distance from the reference in norm is 1), never a verdict that hangs on whether a
+    # trial's random inputs hold an element above the tolerance.
+    cases = Path(__file__).resolve().parents[1] / "cases"
+    s = wh.Session(cases / "problems" / "prod_dim.py", tmp_path, profile="kernelbench")
     try:
-        assert s.problem["trial_distributions"] == ["normal"] * 5 and not s.problem["fp64_reference"]
-        r = s.verify(tmp_path / "zeros.py")
+        assert not s.problem["fp64_reference"]
+        honest = s.verify(cases / "prod_dim" / "correct_prod.py")
+        zeros = s.verify(cases / "prod_dim" / "cheat_zeros.py")
     finally:
         s.close()
-    assert r["verdict"] == "correct"
-    last = r["replies"][-1]
+    assert honest["verdict"] == "correct", honest["evidence"]
+    last = honest["replies"][-1]
     assert last["tolerance_trusted"] is False and "allclose" in last["stats"][0]["tolerance"]
+    assert (zeros["verdict"], zeros["rule"], zeros["trial"]) == ("wrong_output", "blind_tolerance", 0), zeros["evidence"]
+    assert "cannot tell the reference from zeros" in zeros["evidence"]["message"]
+    assert zeros["evidence"]["stats"][0]["normalized_error"] == pytest.approx(1.0)
 
 
 PROBLEM_ROWSUM = """

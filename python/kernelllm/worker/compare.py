@@ -56,6 +56,13 @@ HALF_PRECISION_ELEMENT_ERROR = 2.0 ** -5
 DEGENERATE_SHARE = 1e-3
 DEGENERATE_MIN_COUNT = 2  # and at least this many elements (the extra trial)
 REF_ERROR_MULTIPLE = 10.0  # candidate may be this many times further from fp64 than the fp32 reference
+# kernelbench profile: an output that passes only because KernelBench's tolerance cannot tell the
+# reference from zeros (or its mean) is still wrong_output when it is this far from the reference
+# in norm (||out - ref|| / ||ref||, and beyond REF_ERROR_MULTIPLE x the fp32 reference's own error).
+# Rounding to fp16/bf16 stays under 1e-2. Without it such an output's verdict hung on whether the
+# trial's random inputs held a rare element above the tolerance (23_Softmax/1.py, atol 1e-2:
+# correct in one run, wrong_output in others).
+BLIND_TOLERANCE_NORM_ERROR = 0.1
 # Floors per output dtype: (relative to the output's mean magnitude, relative per element).
 _FLOORS = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 # KernelBench: v0/v0.1 used atol = rtol = 1e-2; current code uses 1e-4 for fp32, 1e-2 for fp16/bf16.
@@ -253,6 +260,20 @@ def zero_passes_elementwise(checker: Checker) -> tuple:
     nonzero = torch.isfinite(checker.ref64) & (checker.ref64 != 0)
     zeros = torch.zeros((), dtype=checker.ref.dtype, device=checker.ref.device).expand(checker.ref.shape)
     return nonzero, nonzero & ~checker.mismatch(zeros)
+
+
+def blind_tolerance_error(stats_: Dict[str, Any], baselines: list) -> str:
+    """Empty, or why an output that passed a tolerance which `baselines` (trivial outputs) also
+    pass is wrong anyway: its normalized error (stats) is beyond BLIND_TOLERANCE_NORM_ERROR."""
+    norm, ref_norm = stats_.get("normalized_error"), stats_.get("ref_normalized_error", 0.0)
+    if not baselines or not isinstance(norm, float) or not math.isfinite(norm):
+        return ""
+    ref_norm = ref_norm if isinstance(ref_norm, float) and math.isfinite(ref_norm) else 0.0
+    if norm <= BLIND_TOLERANCE_NORM_ERROR or norm <= REF_ERROR_MULTIPLE * ref_norm:
+        return ""
+    return (f"within the tolerance only because it cannot tell the reference from {' or '.join(baselines)}: the output is "
+            f"{norm:.3g} away from the reference in norm (||out - ref|| / ||ref||; rounding stays under "
+            f"{BLIND_TOLERANCE_NORM_ERROR:g})")
 
 
 def baselines_passing(checker: Checker) -> list:
