@@ -556,6 +556,10 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     };
     tr.paired_ref_ms = numbers("paired_reference_ms");
     tr.paired_load_ms = numbers("paired_load_ms");
+    if (t.contains("inputs") && t["inputs"].is_string()) tr.inputs = t["inputs"].get<std::string>();
+    if (t.contains("paused_between_round_trips") && t["paused_between_round_trips"].is_boolean()) {
+      tr.paused = t["paused_between_round_trips"].get<bool>();
+    }
     r.timing = tr;
     r.speedup = j.value("speedup", Json(nullptr)).is_number() ? j["speedup"].get<double>() : 0.0;
   }
