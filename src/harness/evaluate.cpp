@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -210,7 +211,13 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
            {"device", dev.name},
            {"work_dir", dev.shared_dir.string()},
            {"max_tensor_bytes", kMaxTensorBytes}};
-  Reply reply = w.request(req, opts_.load_timeout_s);
+  Reply reply;
+  {
+    // Construction and the first compiles run on the GPU: not while something is timed there.
+    std::optional<GpuGuard> busy;
+    if (dev.cuda()) busy.emplace(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
+    reply = w.request(req, opts_.load_timeout_s);
+  }
   r.evidence["load_ms"] = reply.elapsed_ms;
   if (fail_from_reply(reply, "load", opts_.load_timeout_s, w, dev, r)) return false;
   if (flood_from_cgroup(w, opts_.max_tasks, r)) {
@@ -339,9 +346,15 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     facts.erase("ok");
     facts.erase("v");
     if (profile) *profiled = facts;
-    Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"candidate", w.id()}, {"run_report", facts},
-                                     {"require_triton", true}},
-                           opts_.load_timeout_s);
+    Reply cmp;
+    {
+      // The judge's comparison (and its references, made when first needed) runs on the GPU.
+      std::optional<GpuGuard> busy;
+      if (dev.cuda()) busy.emplace(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
+      cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"candidate", w.id()},
+                                 {"run_report", facts}, {"require_triton", true}},
+                       opts_.load_timeout_s);
+    }
     std::error_code ec;
     fs::remove(out, ec);
     if (!cmp.ok()) {
