@@ -19,10 +19,12 @@ import argparse
 import concurrent.futures
 import json
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +88,11 @@ def main() -> int:
                 jobs.append((problem, run, profile, out, cmd))
 
     skipped = []
+    # SIGTERM (a phase limit: bench/device_phases.sh stops the process group, then kills it 5 s
+    # later) starts no more verify calls; the calls in flight get it too, and the summary of what
+    # finished is still written.
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
 
     def verify(job):
         problem, run, profile, out, cmd = job
@@ -94,7 +101,7 @@ def main() -> int:
             if not report:
                 skipped.append(f"{Path(problem).stem} {profile} run {run}")
             return job, report
-        if args.budget_s is not None and time.monotonic() - t_start > args.budget_s:
+        if stopping.is_set() or (args.budget_s is not None and time.monotonic() - t_start > args.budget_s):
             skipped.append(f"{Path(problem).stem} {profile} run {run}")
             return job, {}
         proc = subprocess.run(cmd, capture_output=True, text=True)
