@@ -2,6 +2,7 @@
 harness: one judge per problem, one candidate process per candidate, verdicts and evidence."""
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -138,6 +139,51 @@ def test_add_problem_verdicts(add_session, name):
         assert "input 1" in ev["evidence"]
     elif name == "patches_timer":
         assert "time.perf_counter" in ev["evidence"]
+
+
+def test_a_timed_candidate_runs_on_the_inputs_the_judge_hands_over(add_session):
+    # The paired flow of timed_calls.cpp in miniature, live processes: the judge's output and
+    # input regions reach the candidate's fd 5 (outputs first); before each round trip the judge
+    # loads its own sets and copies them into the input slots; the candidate's calls run on its
+    # views of them, and the judge's check holds each slot to its own set's reference.
+    s, d = add_session
+    trials = [20, 21, 22, 23]
+    for t in trials:
+        s.trial_inputs(t, "normal")
+    j = s.judge
+    cand = wh.Worker("candidate")
+    try:
+        load = cand.request("load", module_path=str(d / "honest.py"), init=s.problem["init"],
+                            construct_seed=s.problem["construct_seed"], device="cpu", work_dir=str(d),
+                            problem=s.problem_field())
+        assert load["ok"], load
+        assert j.request("time_prepare", trial=20, compile=False, slots=2, trials=trials,
+                         trips=[trials[:2], trials[2:]])["ok"]
+        reg = j.request("time_region", trial=20, slots=2)
+        assert reg["ok"], reg
+        bad = cand.request("time_prepare", region=dict(reg["region"], inputs={"bytes": 256, "slots": [[]]}))
+        assert not bad["ok"] and bad["error"]["kind"] == "protocol", bad  # one input slot for two calls
+        for op in ("time_region", "time_inputs_region"):
+            if op == "time_inputs_region":
+                given = j.request(op, trial=20, slots=2)
+                assert given["ok"], given
+            fd = j.receive_fd()
+            cand.send_fd(fd)
+            os.close(fd)
+        prep = cand.request("time_prepare", region=dict(reg["region"], inputs=given["inputs"]))
+        assert prep["ok"] and prep["given"] == [0, 1], prep
+        for trip in (trials[:2], trials[2:]):
+            assert j.request("time_give", sets=j.request("time_load", trials=trip)["sets"])["ok"]
+            call = cand.request("time_call", sets=prep["given"])
+            assert call["ok"] and call["output_bound"], call
+            chk = j.request("check_timed", trials=trip)
+            assert chk["ok"] and chk["match"], chk
+        # Without a refill the slots still hold the last round trip's sets: the values answer
+        # those, not the first round trip's.
+        assert cand.request("time_call", sets=prep["given"])["ok"]
+        assert not j.request("check_timed", trials=trials[:2])["match"]
+    finally:
+        cand.close()
 
 
 def test_honest_candidate_is_timed(add_session):
