@@ -160,24 +160,25 @@ def main() -> int:
               f"medians {min(medians):.4f}-{max(medians):.4f} ms (largest IQR {noise:.4f}) "
               f"{'agree' if row['medians_within_noise'] else 'disagree'}; unstable flags {row['reported_unstable']}")
     first = next((r for _, r in reports if r), {})
-    env = first.get("environment") or {}
-    try:
-        if args.from_reports:  # the machine that made the reports, not this one
-            devices = env.get("devices") or [{}]
-            raise LookupError(devices[0].get("hardware", "unknown"))
-        import torch
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-        versions = {"torch": torch.__version__}
-        import triton
-        versions["triton"] = triton.__version__
-    except LookupError as e:
-        gpu, versions = str(e.args[0]), {k: env.get(k) for k in ("torch", "triton", "python_version")}
-    except Exception as e:  # the record still says what ran
-        gpu, versions = f"unknown ({e})", {}
+    if args.from_reports:  # the machine that made the reports, not this one
+        env = first.get("environment") or {}
+        gpu = ((env.get("devices") or [{}])[0]).get("hardware", "unknown")
+        versions = {k: env.get(k) for k in ("torch", "triton", "python_version")}
+        host = (first.get("run") or {}).get("host")
+    else:
+        host = platform.node()
+        try:
+            import torch
+            gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+            versions = {"torch": torch.__version__}
+            import triton
+            versions["triton"] = triton.__version__
+        except Exception as e:  # the record still says what ran
+            gpu, versions = f"unknown ({e})", {}
     timed_rows = [r for r in summary if "agree_within_noise" in r]
     record = {"what": "the same candidates verified repeatedly under both profiles: do verdicts repeat, and do "
                       "speedups repeat within their noise (medians beside)?",
-              "host": (first.get("run") or {}).get("host") if args.from_reports else platform.node(), "gpu": gpu, "versions": versions, "runs": args.runs, "commands": commands,
+              "host": host, "gpu": gpu, "versions": versions, "runs": args.runs, "commands": commands,
               "from_reports": args.from_reports,
               "wall_s": round(time.monotonic() - t_start, 1), "budget_s": args.budget_s,
               "skipped_calls": skipped, "candidates": summary,

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <fstream>
 #include <numeric>
-#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -214,8 +213,7 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   Reply reply;
   {
     // Construction and the first compiles run on the GPU: not while something is timed there.
-    std::optional<GpuGuard> busy;
-    if (dev.cuda()) busy.emplace(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
+    const auto busy = shared_gpu_use(dev);
     reply = w.request(req, opts_.load_timeout_s);
   }
   r.evidence["load_ms"] = reply.elapsed_ms;
@@ -349,8 +347,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     Reply cmp;
     {
       // The judge's comparison (and its references, made when first needed) runs on the GPU.
-      std::optional<GpuGuard> busy;
-      if (dev.cuda()) busy.emplace(dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
+      const auto busy = shared_gpu_use(dev);
       cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"candidate", w.id()},
                                  {"run_report", facts}, {"require_triton", true}},
                        opts_.load_timeout_s);

@@ -80,15 +80,12 @@ void Verifier::setup_variants(DeviceState& dev) {
   std::vector<std::thread> threads;
   for (auto& v : dev.variants) {
     if (!v->unusable.empty()) continue;
-    threads.emplace_back([this, &dev, vs = v.get()] {
+    threads.emplace_back([this, vs = v.get()] {
       log(fmt::format("judge: loading the problem's '{}' size variant on {}", vs->variant.name, vs->name));
-      Status s;
-      if (vs->cuda()) {
-        GpuGuard gpu(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::shared);
-        s = setup_device(*vs);
-      } else {
-        s = setup_device(*vs);
-      }
+      const Status s = [&] {
+        const auto busy = shared_gpu_use(*vs);  // the parent's lock (vs->root())
+        return setup_device(*vs);
+      }();
       if (!s.ok()) {
         vs->unusable = s.message();
         if (vs->judge) vs->judge->proc.kill_tree();

@@ -481,15 +481,18 @@ std::vector<pid_t> list_descendants(pid_t root) {
   return out;
 }
 
-std::vector<pid_t> Process::tree_members() const {
+std::vector<pid_t> Process::cgroup_members() const {
   std::vector<pid_t> out;
   for (const std::string& procs : cgroup_procs_files_) {
-    std::ifstream f(procs);
+    std::ifstream f(procs);  // operator>> turns a failed read into a stopped loop, never a throw
     for (long p; f >> p;) out.push_back(static_cast<pid_t>(p));
   }
-  // Without cgroups, the /proc scan (slower: every process of the machine is read).
-  if (cgroup_procs_files_.empty()) out = list_descendants(pid_);
   return out;
+}
+
+std::vector<pid_t> Process::tree_members() const {
+  // Without cgroups, the /proc scan (slower: every process of the machine is read).
+  return cgroup_procs_files_.empty() ? list_descendants(pid_) : cgroup_members();
 }
 
 bool Process::pause() {
@@ -523,10 +526,7 @@ void Process::kill_tree() {
   for (int round = 0; round < 20; ++round) {
     // After the leader was reaped its pid may be reused: then only the group and cgroups count.
     std::vector<pid_t> victims = exit_ ? std::vector<pid_t>{} : list_descendants(pid_);
-    for (const std::string& procs : cgroup_procs_files_) {
-      std::ifstream f(procs);  // operator>> turns a failed read into a stopped loop, never a throw
-      for (long p; f >> p;) victims.push_back(static_cast<pid_t>(p));
-    }
+    for (pid_t p : cgroup_members()) victims.push_back(p);
     ::kill(-pid_, SIGKILL);
     if (!exit_) ::kill(pid_, SIGKILL);
     for (pid_t v : victims) ::kill(v, SIGKILL);

@@ -88,6 +88,13 @@ struct DeviceState {
   std::string tag() const { return parent ? std::to_string(index) + "-" + variant.name : std::to_string(index); }
 };
 
+// The GPU's lock held shared while `dev`'s work runs there (nothing on the CPU): correctness
+// runs, candidate loads, the judge's set-up and comparisons wait while something is timed.
+inline std::optional<GpuGuard> shared_gpu_use(DeviceState& dev) {
+  if (!dev.cuda()) return std::nullopt;
+  return std::optional<GpuGuard>(std::in_place, dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
+}
+
 // A cached result's "multishape" object back (nullopt when null or malformed).
 std::optional<MultishapeResult> multishape_from_json(const Json& j);
 

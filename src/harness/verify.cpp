@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <optional>
 #include <random>
 #include <thread>
 
@@ -340,8 +339,7 @@ Status Verifier::setup() {
     log(fmt::format("judge: loading the problem on {}", dev->name));
     // The judge's GPU work (references, inputs) waits while another verify call on this GPU
     // times something, as correctness runs do (the multi-shape variants' set-up too).
-    std::optional<GpuGuard> busy;
-    if (dev->cuda()) busy.emplace(dev->gpu_mu, dev->gpu_lock, GpuGuard::Mode::shared);
+    const auto busy = shared_gpu_use(*dev);
     KLLM_RETURN_IF_ERROR(setup_device(*dev));
   }
   return {};

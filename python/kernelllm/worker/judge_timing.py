@@ -17,19 +17,26 @@ class TimedCalls:
     """Judge ops: time_prepare, time_load, time_call (the reference), time_region,
     time_inputs_region, time_give, check_timed, l2_flush, ping."""
 
-    def _new_region(self, trial: int, slots: int = 1) -> tuple:
-        """A fresh output region laid out for `slots` calls' outputs on `trial`'s shapes (a timing
-        set; every set has them), slot after slot, poisoned (every byte 0xFF: NaN in floats) so
-        that a call which writes nothing shows: (region, its layout, its output tensors (flat,
-        slot after slot), one slot's bytes)."""
+    def _slotted(self, places: list, slot_bytes: int, slots: int, what: str) -> tuple:
+        """A fresh region of `slots` slots of one layout (`places`, `slot_bytes` each), poisoned
+        (every byte 0xFF: NaN in floats) so that what was not written shows: (region, each slot's
+        places)."""
         if type(slots) is not int or not 1 <= slots <= MAX_SLOTS:
-            raise WorkerError("protocol", f"output region: 'slots' must be an integer in 1..{MAX_SLOTS}, found {slots!r}")
-        fp = self._fingerprint(trial)
-        places, slot_bytes = region.layout(fp["shapes"], fp["dtypes"])
-        places = [dict(p, offset=p["offset"] + j * slot_bytes) for j in range(slots) for p in places]
+            raise WorkerError("protocol", f"{what} region: 'slots' must be an integer in 1..{MAX_SLOTS}, found {slots!r}")
+        per_slot = [[dict(p, offset=p["offset"] + j * slot_bytes) for p in places] for j in range(slots)]
         reg = region.Region.create(slot_bytes * slots, self.device)
         reg.data.fill_(255)
-        return reg, places, reg.views(places), slot_bytes
+        return reg, per_slot
+
+    def _new_region(self, trial: int, slots: int = 1) -> tuple:
+        """A fresh output region laid out for `slots` calls' outputs on `trial`'s shapes (a timing
+        set; every set has them), slot after slot: (region, its layout, its output tensors (flat,
+        slot after slot), one slot's bytes)."""
+        fp = self._fingerprint(trial)
+        places, slot_bytes = region.layout(fp["shapes"], fp["dtypes"])
+        reg, per_slot = self._slotted(places, slot_bytes, slots, "output")
+        flat = [p for ps in per_slot for p in ps]
+        return reg, flat, reg.views(flat), slot_bytes
 
     def _release(self, name: str) -> None:
         """Drops the (region, views, slot bytes) held as `name` ("own", "shared" or "given") and releases the region."""
@@ -39,7 +46,7 @@ class TimedCalls:
             reg = pair[0]
             del pair  # the output tensors go first: a live view keeps a CPU mapping open
             for f in reg.close():
-                protocol.stderr_note(f"output region not released cleanly: {f}")
+                protocol.stderr_note(f"timing region not released cleanly: {f}")
 
     def time_prepare(self, msg: dict) -> dict:
         """The reference (torch.compile'd with `compile`) for a timed batch of `slots` calls per
@@ -69,12 +76,15 @@ class TimedCalls:
         for i, v in enumerate(views[:n_out]):
             self._fp_index_on(i, v.numel(), v.device)
         # The strict profile's per-call tolerances of each round trip's calls, for the check of
-        # all its slots at once (compare.rows_pass).
-        self.trip_limits = {}
+        # all its slots at once (compare.rows_pass); kept, since every candidate's paired reference
+        # prepares the same round trips again.
+        self.trip_limits = getattr(self, "trip_limits", None) or {}
         for group in trips:
             if len(group) < 2:
                 continue
             for i in range(n_out):
+                if (tuple(group), i) in self.trip_limits:
+                    continue
                 checkers = [self._fp_checker(t, i) for t in group]
                 if not checkers[0].exact and checkers[0].profile != "kernelbench":
                     self.trip_limits[(tuple(group), i)] = compare.rows_limits(checkers, reg.data.device)
@@ -115,17 +125,14 @@ class TimedCalls:
         why, and the candidate makes its own sets). `time_give` fills it before each round trip."""
         self._need_problem()
         self._release("given")
-        slots = msg.get("slots", 1)
-        if type(slots) is not int or not 1 <= slots <= MAX_SLOTS:
-            raise WorkerError("protocol", f"input region: 'slots' must be an integer in 1..{MAX_SLOTS}, found {slots!r}")
-        places, slot_bytes = region.inputs_layout(self._make(int(msg["trial"])), self.device)
+        # Every set has trial 0's shapes: one set's layout serves every candidate of the problem.
+        if getattr(self, "given_layout", None) is None:
+            self.given_layout = region.inputs_layout(self._make(int(msg["trial"])), self.device)
+        places, slot_bytes = self.given_layout
         if places is None:
             raise WorkerError("unsupported", f"the input sets cannot be handed over in a region: {slot_bytes}")
-        per_slot = [[dict(p, offset=p["offset"] + j * slot_bytes) for p in places] for j in range(slots)]
-        reg = region.Region.create(slot_bytes * slots, self.device)
-        reg.data.fill_(255)
-        views = [reg.views(ps) for ps in per_slot]
-        self.given = (reg, views, slot_bytes)
+        reg, per_slot = self._slotted(places, slot_bytes, msg.get("slots", 1), "input")
+        self.given = (reg, [reg.views(ps) for ps in per_slot], slot_bytes)
         region.send_fd(reg.fd)
         return {"inputs": {"bytes": reg.nbytes, "slots": per_slot}}
 

@@ -74,11 +74,10 @@ def inputs_layout(args: Sequence[Any], device: str) -> tuple:
     argument, bytes per slot), or (None, why) when the set cannot be handed over that way (the
     candidate then makes its sets itself): every argument must be a plain contiguous tensor on
     `device` that needs no grad, so that a view of the region is the same argument."""
-    shapes, dtypes = [], []
+    shapes, dtypes, want = [], [], torch.device(device)
     for i, a in enumerate(args):
         if type(a) is not torch.Tensor or a.layout != torch.strided:
             return None, f"argument {i} is a {type(a).__name__}, not a plain tensor"
-        want = torch.device(device)
         on = a.device.type == want.type and (want.index is None or a.device.index == want.index)
         if not a.is_contiguous() or a.requires_grad or not on:
             return None, f"argument {i} is not a contiguous tensor on {device} without grad"
