@@ -46,6 +46,7 @@ struct VerifyArgs {
   double load_timeout_s = 120;
   double run_timeout_s = 30;
   double run_timeout_factor = 50;
+  double timing_budget_s = 5;
 };
 
 constexpr int kExitNothingCorrect = 3;
@@ -139,6 +140,7 @@ int run_verify(const VerifyArgs& a) {
   o.load_timeout_s = a.load_timeout_s;
   o.run_timeout_min_s = a.run_timeout_s;
   o.run_timeout_factor = a.run_timeout_factor;
+  o.timing_budget_s = a.timing_budget_s;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "verify: %s\n", line.c_str()); };
   ProgressMeter meter("verify", a.progress);
   std::atomic<size_t> done{0};
@@ -222,6 +224,11 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--run-timeout-factor", args->run_timeout_factor,
                   "a run's limit is at least this many times the judge's first make_inputs call")
       ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--timing-budget", args->timing_budget_s,
+                  "seconds of round trips per timed batch: a slow kernel's batch stops after 5 timed round trips once they "
+                  "took this long (docs/verification.md, Timing)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--quiet,-q", args->quiet, "no verifier log lines on stderr");
   cmd->add_flag("--progress", args->progress, "progress lines with elapsed time and ETA (default: when stderr is a terminal)");

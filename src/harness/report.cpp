@@ -41,6 +41,7 @@ Json timing_json(const TimingResult& t) {
               {"flush_excess_ms", t.flush_excess_ms},
               {"load_excess_ms", t.load_excess_ms},
               {"calls_per_trip", t.calls_per_trip},
+              {"warmup_trips", t.warmup_trips},
               {"load_ms", t.load_ms},
               {"clock", "orchestrator"}};
   if (!t.paired_ref_ms.empty()) {

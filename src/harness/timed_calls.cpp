@@ -94,7 +94,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   const std::vector<TrialInput>& sets = timing_sets(dev);
   const int per = std::max(1, per_trip > 0 ? per_trip : dev.calls_per_trip);
   const int warmup = warmup_calls(dev);
-  const int trips = warmup + iters;
+  const int trips = warmup + iters;  // at most; fewer within the budget (timed_trips_done)
   // Call j of round trip i runs on set (i * per + j) mod the sets: each its own set while they last.
   auto set_of = [&](int trip, int j) { return static_cast<size_t>(trip * per + j) % sets.size(); };
   const auto t_batch = Clock::now();
@@ -256,7 +256,16 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;
-  for (int i = 0; i < trips; ++i) {
+  // Round trips [0, warm) are the warmup; the batch ends before round trip `end`. A slow round trip
+  // ends the warmup, and the timed ones stop within the budget (kSlowTripMs, timed_trips_done).
+  int warm = warmup, end = trips;
+  double timed_ms = 0;
+  const double budget_ms = opts_.timing_budget_s * 1e3;
+  for (int i = 0; i < end; ++i) {
+    const auto t_trip = Clock::now();
+    // Known before the judge's check: it keeps the last round trip's outputs for the full compare.
+    const bool last = i + 1 == end || (i >= warm && timed_trips_done(i - warm + 1, iters, timed_ms, budget_ms));
+    if (last) end = i + 1;
     std::vector<size_t> fresh;
     const std::vector<Json>& held = given ? ref_loaded : loaded;  // given: the candidate loads nothing
     for (int j = 0; j < per; ++j) {
@@ -305,14 +314,13 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // position (its own region for the reference: the same work). Clocked too, so work a
     // candidate finishes after its reply, before the judge reads, is inside the clock (all but
     // the ping we take off).
-    const bool last = i + 1 == trips;
     Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", cand == nullptr},
                                             {"keep", last && cand != nullptr}},
                            opts_.load_timeout_s);
     if (!chk.ok()) {
       if (cand) {
         r->verdict = Verdict::not_verified;
-        r->message = fmt::format("the judge could not check timed round trip {}: {}: {}", i - warmup, chk.error_kind(),
+        r->message = fmt::format("the judge could not check timed round trip {}: {}: {}", i - warm, chk.error_kind(),
                                  chk.error_message());
       } else {
         warn(fmt::format("reference timing on {}: the judge could not check a call: {}", dev.name, chk.error_message()));
@@ -329,15 +337,21 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
       Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);
       if (!rk.ok()) return judge_failed(rk, "check the reference's paired round trip");
-      if (i >= warmup) {
+      if (i >= warm) {
         ref_calls.push_back(CallClock{rc.elapsed_ms, rk.elapsed_ms, 0, 0, per});
         ref_loads.push_back(ref_load_ms);
       }
     }
-    if (i < warmup) {
+    const double trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_trip).count();
+    if (i < warm) {
       load_excess_ms = 0;  // a warmup round trip's load is not charged to the first timed one
+      if (trip_ms > kSlowTripMs) {  // warm enough: the timed round trips start with the next
+        warm = i + 1;
+        end = warm + iters;
+      }
       continue;
     }
+    timed_ms += trip_ms;
     calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, next_flush_ms, load_excess_ms, per});
     loads.push_back(load_ms);
     load_excess_ms = 0;
@@ -345,7 +359,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // absurd one counts as none.
     if (const double ev = c.message.value("event_ms", 0.0); ev >= 0 && ev < 1e9) events_ms += ev;
     if (!cand) continue;
-    const int first_call = (i - warmup) * per;
+    const int first_call = (i - warm) * per;
     if (!c.message.value("output_bound", false)) {
       r->verdict = Verdict::cheat;
       r->rule = "timed_output_mismatch";
@@ -382,6 +396,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.meaningful = cuda;
   t.ping_ms = ping_ms;
   t.calls_per_trip = per;
+  t.warmup_trips = warm;
   t.load_ms = std::move(loads);
   if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
@@ -397,6 +412,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   for (const CallClock& c : calls) t.wall_total_ms += c.call_ms + c.check_ms;
   t.orchestrator_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_batch).count();
   return t;
+}
+
+bool timed_trips_done(int timed, int iters, double timed_ms, double budget_ms) {
+  return timed >= iters || (timed >= std::min(kMinTimedTrips, iters) && timed_ms >= budget_ms);
 }
 
 int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_bytes, double ref_call_ms) {

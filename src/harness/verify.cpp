@@ -547,6 +547,7 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     tr.flush_excess_ms = t.value("flush_excess_ms", 0.0);
     tr.load_excess_ms = t.value("load_excess_ms", 0.0);
     tr.calls_per_trip = t.value("calls_per_trip", 1);
+    if (t.contains("warmup_trips") && t["warmup_trips"].is_number_integer()) tr.warmup_trips = t["warmup_trips"].get<int>();
     // Written by newer versions only: read when they have their type, else left empty.
     auto numbers = [&](const char* key) {
       std::vector<double> v;

@@ -47,6 +47,21 @@ TEST(Roofline, FloorIsBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(peak_bandwidth_for("Some Future GPU"), 10000);
 }
 
+TEST(TimingBudget, ASlowKernelsBatchStopsAfterFiveTimedRoundTripsPastTheBudget) {
+  // A kernel of microseconds: 20 round trips of 10 ms never reach a 5 s budget.
+  for (int n = 1; n < 20; ++n) EXPECT_FALSE(timed_trips_done(n, 20, n * 10.0, 5000)) << n;
+  EXPECT_TRUE(timed_trips_done(20, 20, 200, 5000));
+  // 64 calls of 50 ms: past the budget after two round trips, yet at least five are timed.
+  for (int n = 1; n < kMinTimedTrips; ++n) EXPECT_FALSE(timed_trips_done(n, 20, n * 3300.0, 5000)) << n;
+  EXPECT_TRUE(timed_trips_done(kMinTimedTrips, 20, kMinTimedTrips * 3300.0, 5000));
+  // Fewer round trips asked than the minimum: all of them, budget or not.
+  EXPECT_FALSE(timed_trips_done(2, 3, 1e6, 5000));
+  EXPECT_TRUE(timed_trips_done(3, 3, 1e6, 5000));
+  // A budget of 0 times the minimum and no more.
+  EXPECT_FALSE(timed_trips_done(kMinTimedTrips - 1, 20, 0, 0));
+  EXPECT_TRUE(timed_trips_done(kMinTimedTrips, 20, 0, 0));
+}
+
 TEST(TimingClock, PublishedTimesAreRoundTripsLessTwoPings) {
   double excess = 0;
   // 0.30 ms call (forward, copy into the output region, synchronize) + 0.12 ms check round trips,

@@ -64,6 +64,9 @@ struct VerifyOptions {
   double run_timeout_min_s = 30;   // per run: max(this, factor × reference forward time)
   double run_timeout_factor = 50;
   double timing_timeout_s = 300;
+  // A timed batch's round trips within a budget (timed_trips_done): after kMinTimedTrips timed
+  // round trips (or `iters`, if fewer), none more once they have taken this long together.
+  double timing_budget_s = 5;
   double peak_bandwidth_gbs = 0;   // roofline floor; 0: from the device name, else 10000 GB/s
   std::string python;              // empty: $KERNELLLM_PYTHON, else python3 on PATH
   std::string package_dir;         // dir holding kernelllm/worker; empty: auto
@@ -91,6 +94,7 @@ struct TimingResult {
   double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
   int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
+  int warmup_trips = 0;            // untimed round trips first (fewer than asked after a slow one)
   std::vector<double> load_ms;     // per timed round trip, its time_load round trip (0: no new sets); for the reference, the baseline
   // A candidate's batch on a GPU is paired (docs/verification.md, Timing): each of its round trips
   // is followed by one of the reference on the same sets, in the judge. Per timed round trip, the
@@ -200,6 +204,14 @@ inline constexpr int kMaxCallsPerTrip = 64;
 inline constexpr int kCpuCallsPerTrip = 2;
 inline constexpr double kTripWorkMs = 10.0;
 inline constexpr uint64_t kTripRegionBytes = uint64_t{256} << 20;
+// A slow kernel's round trips within a budget: 64 calls of a kernel of 50 ms per round trip held
+// the GPU's timing lock for 74 s over 23 round trips, for a median and spread that a few round
+// trips of seconds each give as well. The warmup ends after a round trip (the candidate's and its
+// paired reference's) that took over kSlowTripMs; the timed round trips stop after at least
+// min(kMinTimedTrips, iters) of them once they have taken `budget_ms` together.
+inline constexpr int kMinTimedTrips = 5;
+inline constexpr double kSlowTripMs = 500;
+bool timed_trips_done(int timed, int iters, double timed_ms, double budget_ms);
 // The calls per round trip for `n_sets` timing sets, `trips` round trips, outputs of
 // `output_bytes` and a reference call of `ref_call_ms` (its CUDA events; 0 when unknown).
 int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_bytes, double ref_call_ms);
