@@ -224,7 +224,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // (The candidate makes no probe set for a timing set, whatever `probe` says.)
     Json which = Json::array();
     for (size_t k : ks) which.push_back(on_judge ? Json(sets[k].trial) : sets[k].spec());
-    const Json req{{"op", "time_load"}, {on_judge ? "trials" : "inputs", which}};
+    Json req{{"op", "time_load"}, {on_judge ? "trials" : "inputs", which}};
+    // Handed-over inputs: no candidate load is clocked against the judge's, which may copy sets it
+    // made for an earlier candidate's batch instead of making them again.
+    if (on_judge && given) req["reuse"] = true;
     Reply l = on_judge ? judge_call(dev, req, timeout) : cand->request(req, timeout);
     if (l.ok() && !on_judge && base > 0) {
       // The part beyond the margin (as for the flush wait): work under it hid before too.

@@ -296,6 +296,35 @@ def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_pat
     assert e.value.kind == "unsupported" and "argument 2" in e.value.message and sent == []
 
 
+def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_path, monkeypatch):
+    # Handed-over inputs: every candidate's paired reference runs on the same timing sets, so the
+    # judge copies the sets it made for the first batch instead of making them again (`reuse`).
+    j = _judge(tmp_path)
+    sets = [3, 4]
+    for t in range(5):
+        j.make_inputs({"trial": t, "lazy": t >= 3})
+    made = []
+    make = j._make
+    monkeypatch.setattr(j, "_make", lambda t: made.append(t) or make(t))
+    for batch in range(3):
+        j.time_prepare({"trial": 3, "compile": False, "trials": sets})
+        got = j.time_load({"trials": sets, "reuse": True})["sets"]
+        for k, t in zip(got, sets):
+            for a, want in zip(j.timer.sets[k], make(t)):
+                assert torch.equal(a, want) if isinstance(a, torch.Tensor) else a == want, (batch, t)
+            # A reference that writes into its inputs spoils this batch's copy, not the kept set.
+            for a in j.timer.sets[k]:
+                if isinstance(a, torch.Tensor) and a.is_floating_point():
+                    a.mul_(-3.0)
+        if batch == 0:
+            first = list(made)
+            assert first[-2:] == sets
+    assert made == first  # the later batches made nothing
+    # Without `reuse` (a candidate's load is clocked against this one) every set is made anew.
+    j.time_load({"trials": sets})
+    assert made == first + sets
+
+
 def test_a_fingerprint_checker_takes_the_whole_outputs_tolerance_without_reducing_its_part():
     # The checker of a fingerprint (part of an output) is made with the whole output's limits: the
     # same decisions as one that computed the part's own statistics and then took the limits, and a
