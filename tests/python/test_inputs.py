@@ -323,6 +323,13 @@ def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_
     # Without `reuse` (a candidate's load is clocked against this one) every set is made anew.
     j.time_load({"trials": sets})
     assert made == first + sets
+    # Past the bound on kept bytes, a set is made for each batch and not kept.
+    monkeypatch.setattr(wh.import_worker("judge_timing"), "REUSE_BYTES", 0)
+    j.made_sets, j.made_bytes = None, 0
+    for _ in range(2):
+        j.time_prepare({"trial": 3, "compile": False, "trials": sets})
+        j.time_load({"trials": sets, "reuse": True})
+    assert made == first + sets * 3 and j.made_sets == {}
 
 
 def test_a_fingerprint_checker_takes_the_whole_outputs_tolerance_without_reducing_its_part():

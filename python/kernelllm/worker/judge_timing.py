@@ -108,19 +108,20 @@ class TimedCalls:
             raise WorkerError("protocol", "time_load: 'trials' must be a non-empty list of trial numbers")
         if not msg.get("reuse"):
             return {"sets": [self.timer.add(self._make(t)) for t in trials]}
-        kept = self.__dict__.setdefault("made_sets", {})
+        if getattr(self, "made_sets", None) is None:
+            self.made_sets, self.made_bytes = {}, 0
         out = []
         for t in trials:
-            made = kept.get(t)
+            made = self.made_sets.get(t)
             if made is None:
                 made = self._make(t)
-                if self.__dict__.get("made_bytes", 0) + inputs.nbytes(made) <= REUSE_BYTES:
-                    kept[t] = made
-                    self.made_bytes = self.__dict__.get("made_bytes", 0) + inputs.nbytes(made)
-                    made = [a.clone() if isinstance(a, torch.Tensor) else a for a in made]
-            else:
-                made = [a.clone() if isinstance(a, torch.Tensor) else a for a in made]
-            out.append(self.timer.add(made))
+                size = inputs.nbytes(made)
+                if self.made_bytes + size > REUSE_BYTES:  # not kept: this batch's own
+                    out.append(self.timer.add(made))
+                    continue
+                self.made_sets[t] = made
+                self.made_bytes += size
+            out.append(self.timer.add([a.clone() if isinstance(a, torch.Tensor) else a for a in made]))
         return {"sets": out}
 
     def time_call(self, msg: dict) -> dict:
