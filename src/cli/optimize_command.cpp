@@ -145,9 +145,10 @@ void print_table(const OptimizeResult& r, bool with_round, const std::string& wr
                             .c_str());
   }
   const double gen_s = r.generate_ms / 1000.0;
-  std::fprintf(out, "generate: %.1f s, %lld tokens, %.1f tok/s; verify: %.1f s\n", gen_s,
-              static_cast<long long>(r.generation.generated_tokens),
-              gen_s > 0 ? static_cast<double>(r.generation.generated_tokens) / gen_s : 0.0, r.verify_ms / 1000.0);
+  std::fprintf(out, "generate: %.1f s, %lld tokens, %.1f tok/s; verify: %.1f s after it (set-up %.1f s, %.1f s of it during "
+              "generation)\n", gen_s, static_cast<long long>(r.generation.generated_tokens),
+              gen_s > 0 ? static_cast<double>(r.generation.generated_tokens) / gen_s : 0.0, r.verify_ms / 1000.0,
+              r.verify_setup_ms / 1000.0, r.verify_setup_overlap_ms / 1000.0);
   if (r.best) {
     const OptimizeCandidate& b = r.candidates[*r.best];
     std::fprintf(out, "best: #%zu %s (%s)\n", *r.best, b.file.c_str(), r.selection_reason.c_str());

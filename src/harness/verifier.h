@@ -112,9 +112,15 @@ class Verifier {
   ~Verifier();  // kills the judges, then removes the run directory (also after a failed set-up)
   Verifier(const Verifier&) = delete;
   Verifier& operator=(const Verifier&) = delete;
-  Result<VerifyReport> run();
+  Result<VerifyReport> run();  // prepare, then finish with the constructor's candidates
+  // In two steps (VerifySession): the set-up for `expected` candidates (judges, the problem, the
+  // workers started ahead), then the candidates themselves (a new on_result when given).
+  Status prepare(size_t expected);
+  Result<VerifyReport> finish(std::vector<std::string> candidates,
+                              std::function<void(size_t, const CandidateResult&)> on_result = {});
 
  private:
+  Result<VerifyReport> finish();
   Status setup();
   Status setup_device(DeviceState& dev);
   void worker_thread(size_t thread);

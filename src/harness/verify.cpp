@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -209,11 +211,8 @@ Status Verifier::setup_device(DeviceState& dev) {
       n_timing = static_cast<int>(std::clamp<uint64_t>(kTimingSetBytes / set_bytes, 2, static_cast<uint64_t>(n_timing)));
     }
     if (t == 0) {
-      uint64_t jobs = opts_.jobs > 0 ? static_cast<uint64_t>(opts_.jobs)
-                                     : std::min<uint64_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                                          candidate_paths_.size());
       KLLM_RETURN_IF_ERROR(check_problem_memory(MemoryNeed{dev.shared_dir, in.input_bytes, in.output_bytes,
-                                                           std::max<uint64_t>(1, jobs), !dev.cuda(),
+                                                           static_cast<uint64_t>(std::max(1, jobs_)), !dev.cuda(),
                                                            static_cast<uint64_t>(n_timing)})
                                .with_context(fmt::format("problem {} on {}", problem_path_, dev.name)));
     }
@@ -236,11 +235,6 @@ Status Verifier::setup() {
                                                           "bytes", problem_path_, reference_source_.size(), kMaxProblemBytes));
   }
   reference_b64_ = base64_encode(reference_source_);
-  for (const std::string& c : candidate_paths_) {
-    auto src = read_text_file(c, 16 << 20);
-    sources_.push_back(src.ok() ? std::move(*src) : std::string());
-    source_errors_.push_back(src.ok() ? std::string() : src.status().to_string());
-  }
   bool cuda = opts_.devices.empty() || opts_.devices.front() != "cpu";
   KLLM_ASSIGN_OR_RETURN(py_, probe_python(choose_python(opts_.python), cuda));
   KLLM_ASSIGN_OR_RETURN(package_dir_, find_package_dir(opts_.package_dir));
@@ -570,10 +564,35 @@ void result_from_cache(const Json& j, CandidateResult& r) {
 }
 
 Result<VerifyReport> Verifier::run() {
-  int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  jobs_ = opts_.jobs > 0 ? opts_.jobs : std::min(hw, static_cast<int>(candidate_paths_.size()));
+  KLLM_RETURN_IF_ERROR(prepare(candidate_paths_.size()));
+  return finish();
+}
+
+Status Verifier::prepare(size_t expected) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int n = static_cast<int>(std::max<size_t>(1, expected));
+  jobs_ = std::max(1, std::min(opts_.jobs > 0 ? opts_.jobs : hw, n));
+  return setup();
+}
+
+Result<VerifyReport> Verifier::finish(std::vector<std::string> candidates,
+                                      std::function<void(size_t, const CandidateResult&)> on_result) {
+  candidate_paths_ = std::move(candidates);
+  if (on_result) opts_.on_result = std::move(on_result);
+  return finish();
+}
+
+Result<VerifyReport> Verifier::finish() {
+  if (candidate_paths_.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
+  // Fewer candidates than the set-up expected: fewer threads (the spare workers started ahead
+  // are stopped with the verifier). More: the threads take turns.
   jobs_ = std::max(1, std::min(jobs_, static_cast<int>(candidate_paths_.size())));
-  KLLM_RETURN_IF_ERROR(setup());
+  for (size_t t = static_cast<size_t>(jobs_); t < prewarmed_.size(); ++t) prewarmed_[t].reset();
+  for (const std::string& c : candidate_paths_) {
+    auto src = read_text_file(c, 16 << 20);
+    sources_.push_back(src.ok() ? std::move(*src) : std::string());
+    source_errors_.push_back(src.ok() ? std::string() : src.status().to_string());
+  }
   report_.candidates.resize(candidate_paths_.size());
   log(fmt::format("{}; {} candidate(s), {} worker(s)", report_.sandbox, candidate_paths_.size(), jobs_));
   std::vector<std::thread> threads;
@@ -604,6 +623,69 @@ Result<VerifyReport> Verifier::run() {
   int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
   return std::move(report_);
+}
+
+// The session's own thread does the set-up, waits for the candidates, then verifies them: the
+// workers die with the thread that started them (PR_SET_PDEATHSIG), so one thread outlives them all.
+struct VerifySession::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<std::vector<std::string>> candidates;
+  std::function<void(size_t, const CandidateResult&)> on_result;
+  bool abandoned = false;
+  std::optional<Result<VerifyReport>> report;
+  double setup_ms = -1;
+  std::thread runner;
+};
+
+VerifySession::VerifySession(std::string problem_path, VerifyOptions options, size_t expected)
+    : s_(std::make_unique<State>()) {
+  State* st = s_.get();
+  st->runner = std::thread([st, problem = std::move(problem_path), options = std::move(options), expected]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::atomic<bool>* cancel = options.cancel;
+    Verifier v(problem, {}, std::move(options));
+    Status ready = v.prepare(expected);
+    std::unique_lock lock(st->mu);
+    st->setup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    st->cv.notify_all();
+    st->cv.wait(lock, [&] { return st->candidates.has_value() || st->abandoned; });
+    if (st->abandoned) return;  // v's destructor stops the judges and the workers started ahead
+    std::vector<std::string> paths = std::move(*st->candidates);
+    auto on_result = std::move(st->on_result);
+    lock.unlock();
+    Result<VerifyReport> rep = ready.ok() ? v.finish(std::move(paths), std::move(on_result)) : Result<VerifyReport>(ready);
+    if (rep.ok() && cancel && cancel->load()) rep = error(ErrorCode::resource_exhausted, "verification cancelled");
+    lock.lock();
+    st->report = std::move(rep);
+    st->cv.notify_all();
+  });
+}
+
+VerifySession::~VerifySession() {
+  {
+    std::lock_guard lock(s_->mu);
+    s_->abandoned = true;
+  }
+  s_->cv.notify_all();
+  if (s_->runner.joinable()) s_->runner.join();
+}
+
+double VerifySession::setup_ms() const {
+  std::lock_guard lock(s_->mu);
+  return s_->setup_ms;
+}
+
+Result<VerifyReport> VerifySession::verify(const std::vector<std::string>& candidate_paths,
+                                           std::function<void(size_t, const CandidateResult&)> on_result) {
+  if (candidate_paths.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
+  std::unique_lock lock(s_->mu);
+  if (s_->candidates || s_->abandoned) return error(ErrorCode::invalid_argument, "verify: a session verifies one set of candidates");
+  s_->candidates = candidate_paths;
+  s_->on_result = std::move(on_result);
+  s_->cv.notify_all();
+  s_->cv.wait(lock, [&] { return s_->report.has_value(); });
+  return std::move(*s_->report);
 }
 
 Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,

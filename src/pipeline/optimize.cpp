@@ -182,10 +182,8 @@ Result<std::vector<OptimizeCandidate>> generate_round(int round, const std::vect
 }
 
 // Verifies a round's candidates in one call; fills their results and the report-level fields.
-Result<std::optional<size_t>> verify_round(int round, std::vector<OptimizeCandidate>& cands, const OptimizeOptions& o,
-                                           const OptimizeProgress& progress, OptimizeResult& result) {
-  harness::VerifyOptions vo = o.verify;
-  vo.select = true;
+Result<std::optional<size_t>> verify_round(int round, std::vector<OptimizeCandidate>& cands, harness::VerifySession& session,
+                                           const OptimizeOptions& o, const OptimizeProgress& progress, OptimizeResult& result) {
   std::vector<std::string> paths;
   for (const OptimizeCandidate& c : cands) paths.push_back(c.file.string());
 
@@ -198,7 +196,7 @@ Result<std::optional<size_t>> verify_round(int round, std::vector<OptimizeCandid
   }
   const bool with_round = o.rounds > 1;
   auto user_on_result = o.verify.on_result;
-  vo.on_result = [&](size_t index, const harness::CandidateResult& r) {
+  auto on_result = [&](size_t index, const harness::CandidateResult& r) {
     if (user_on_result) user_on_result(index, r);
     if (!progress || index >= cands.size()) return;
     std::lock_guard lock(mu);
@@ -221,8 +219,9 @@ Result<std::optional<size_t>> verify_round(int round, std::vector<OptimizeCandid
   };
 
   const auto t0 = Clock::now();
-  auto report = harness::verify(result.problem_file.string(), paths, vo);
+  auto report = session.verify(paths, on_result);
   result.verify_ms += ms_since(t0);
+  result.verify_setup_ms += std::max(0.0, session.setup_ms());
   if (!report.ok()) {
     return report.status().with_context(fmt::format("round {}: verifying {} candidates (files kept in {})", round,
                                                     cands.size(), o.work_dir.string()));
@@ -287,8 +286,18 @@ Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& 
 
   for (int round = 1; round <= o.rounds && !requests.empty(); ++round) {
     result.rounds_run = round;
+    // The verifier gets ready (judges, the problem, workers) while the round's candidates are
+    // generated; if generation fails, the session's destructor stops it.
+    size_t expected = 0;
+    for (const Request& r : requests) expected += r.samples.size();
+    harness::VerifyOptions vo = o.verify;
+    vo.select = true;
+    harness::VerifySession session(result.problem_file.string(), vo, expected);
+    const double generated_before = result.generate_ms;
     KLLM_ASSIGN_OR_RETURN(std::vector<OptimizeCandidate> cands, generate_round(round, requests, source, o, progress, result));
-    KLLM_ASSIGN_OR_RETURN(std::optional<size_t> selected, verify_round(round, cands, o, progress, result));
+    const double generation_ms = result.generate_ms - generated_before;
+    KLLM_ASSIGN_OR_RETURN(std::optional<size_t> selected, verify_round(round, cands, session, o, progress, result));
+    result.verify_setup_overlap_ms += std::min(std::max(0.0, session.setup_ms()), generation_ms);
     const size_t offset = result.candidates.size();
     requests.clear();
     for (OptimizeCandidate& c : cands) {
@@ -335,6 +344,8 @@ Json OptimizeResult::to_json() const {
       {"selection_reason", selection_reason},
       {"generate_ms", generate_ms},
       {"verify_ms", verify_ms},
+      {"verify_setup_ms", verify_setup_ms},
+      {"verify_setup_overlap_ms", verify_setup_overlap_ms},
       {"tokens", generation.generated_tokens},
       {"tokens_per_s", generate_ms > 0 ? tokens * 1000.0 / generate_ms : 0.0},
       {"generation",

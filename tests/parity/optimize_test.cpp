@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -234,6 +235,124 @@ TEST_F(OptimizeTest, SourceErrorsComeBackWithTheRound) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().to_string().find("round 1"), std::string::npos) << r.status().to_string();
   EXPECT_TRUE(fs::exists(work / "problem.py"));
+}
+
+// The live direct children of this process (every thread's), from /proc.
+std::vector<std::string> live_children() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream f(task.path() / "children");
+    std::string pid;
+    while (f >> pid) {
+      std::ifstream stat(fs::path("/proc") / pid / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');
+      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z') out.push_back(pid);
+    }
+  }
+  return out;
+}
+
+bool no_children_within(double seconds) {
+  for (int i = 0; i < static_cast<int>(seconds * 10); ++i) {
+    if (live_children().empty()) return true;
+    ::usleep(100000);
+  }
+  return live_children().empty();
+}
+
+// A source that takes its time, as an engine generating 1,000 tokens does.
+class SlowSource final : public CompletionSource {
+ public:
+  SlowSource(std::vector<std::string> texts, int ms) : texts_(std::move(texts)), ms_(ms) {}
+  Result<std::vector<std::string>> complete(const std::string&, int, int, const SamplingParams&, const StreamCallback&,
+                                            GenerateStats*) override {
+    ::usleep(static_cast<useconds_t>(ms_) * 1000);
+    return texts_;
+  }
+  std::string describe() const override { return "slow"; }
+
+ private:
+  std::vector<std::string> texts_;
+  int ms_;
+};
+
+TEST_F(OptimizeTest, TheVerifierGetsReadyWhileTheCandidatesAreGenerated) {
+  options.k = 2;
+  SlowSource source({fenced_with_prose(kWrong), fenced_with_prose(kCorrect)}, 6000);
+  auto r = optimize(kProblem, source, options);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_TRUE(r->best.has_value());
+  EXPECT_EQ(*r->best, 1u);
+  EXPECT_EQ(r->candidates[0].result.verdict, Verdict::wrong_output);
+  // The judge's start and the problem's set-up ran during the 6 s of generation (on a busy
+  // machine part of it may come after).
+  EXPECT_GT(r->verify_setup_ms, 0);
+  EXPECT_GT(r->verify_setup_overlap_ms, 0);
+  EXPECT_LE(r->verify_setup_overlap_ms, std::min(r->verify_setup_ms, r->generate_ms) + 1e-6);
+  const Json j = r->to_json();
+  EXPECT_EQ(j["verify_setup_ms"].get<double>(), r->verify_setup_ms);
+  EXPECT_EQ(j["verify_setup_overlap_ms"].get<double>(), r->verify_setup_overlap_ms);
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+}
+
+TEST_F(OptimizeTest, AFailedGenerationStopsTheVerifierItStarted) {
+  FixedSource source({{"only one"}});  // asks for 3: an error after the session started
+  ASSERT_FALSE(optimize(kProblem, source, options).ok());
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+}
+
+TEST(VerifySession, VerifiesOnceWithTheVerdictsOfVerify) {
+  harness::VerifyOptions o;
+  o.use_cache = false;
+  o.multishape = false;
+  o.timing = false;
+  o.n_trials = 2;
+  const fs::path dir = fs::temp_directory_path() / ("kernelllm-session-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path problem = dir / "problem.py", good = dir / "good.py", bad = dir / "bad.py";
+  { std::ofstream(problem) << kProblem; }
+  { std::ofstream(good) << kCorrect; }
+  { std::ofstream(bad) << kWrong; }
+  {
+    harness::VerifySession session(problem.string(), o, 3);  // fewer candidates come than expected
+    std::vector<size_t> announced;
+    auto rep = session.verify({bad.string(), good.string()}, [&](size_t i, const harness::CandidateResult&) {
+      announced.push_back(i);
+    });
+    ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+    EXPECT_GE(session.setup_ms(), 0);
+    ASSERT_EQ(rep->candidates.size(), 2u);
+    EXPECT_EQ(rep->candidates[0].verdict, Verdict::wrong_output);
+    EXPECT_EQ(rep->candidates[1].verdict, Verdict::correct);
+    ASSERT_TRUE(rep->selected.has_value());
+    EXPECT_EQ(*rep->selected, 1u);
+    std::sort(announced.begin(), announced.end());
+    EXPECT_EQ(announced, (std::vector<size_t>{0, 1}));
+    auto again = session.verify({good.string()});
+    ASSERT_FALSE(again.ok());
+    EXPECT_NE(again.status().message().find("one set of candidates"), std::string::npos) << again.status().message();
+  }
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+  {
+    // A problem that cannot be set up: verify() says so, as harness::verify does.
+    const fs::path broken = dir / "broken.py";
+    { std::ofstream(broken) << "import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    raise RuntimeError('no')\n"
+                                "def get_init_inputs():\n    return []\n"; }
+    harness::VerifySession session(broken.string(), o, 1);
+    auto rep = session.verify({good.string()});
+    ASSERT_FALSE(rep.ok());
+    auto direct = harness::verify(broken.string(), {good.string()}, o);
+    ASSERT_FALSE(direct.ok());
+    EXPECT_EQ(rep.status().code(), direct.status().code()) << rep.status().to_string() << " / " << direct.status().to_string();
+  }
+  {
+    harness::VerifySession unused(problem.string(), o, 2);  // never given candidates
+  }
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+  fs::remove_all(dir);
 }
 
 fs::path testdata() {

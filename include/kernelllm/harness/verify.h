@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -170,6 +171,27 @@ struct VerifyReport {
 
 Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,
                             const VerifyOptions& options);
+
+// verify() whose set-up starts before its candidates exist: on a thread of the session's own, the
+// judges load the problem and candidate workers start (torch imported) while the caller does
+// other work, e.g. the engine generating those candidates (pipeline/optimize.cpp). `expected`
+// candidates size the workers started ahead. verify() is called once (a new `on_result` replaces
+// the options' when given); the destructor stops whatever still runs. Verdicts are verify()'s.
+class VerifySession {
+ public:
+  VerifySession(std::string problem_path, VerifyOptions options, size_t expected);
+  ~VerifySession();
+  VerifySession(const VerifySession&) = delete;
+  VerifySession& operator=(const VerifySession&) = delete;
+  Result<VerifyReport> verify(const std::vector<std::string>& candidate_paths,
+                              std::function<void(size_t, const struct CandidateResult&)> on_result = {});
+  // How long the set-up took (ms), once it is done; else -1.
+  double setup_ms() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // "cuda" → every visible GPU (asks the Python probe), "cuda:0,cuda:1", "cpu".
 Result<std::vector<std::string>> parse_devices(std::string_view spec);

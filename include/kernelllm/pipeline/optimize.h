@@ -124,7 +124,12 @@ struct OptimizeResult {
   std::string source;          // CompletionSource::describe()
   GenerateStats generation;    // summed over rounds
   double generate_ms = 0;
-  double verify_ms = 0;
+  double verify_ms = 0;  // from the candidates' hand-over to the verifier to its report
+  // The verifier's set-up (judges, the problem, workers started ahead) runs while a round's
+  // candidates are generated (harness::VerifySession): its time, and the part of it that ran
+  // during generation, summed over rounds.
+  double verify_setup_ms = 0;
+  double verify_setup_overlap_ms = 0;
   std::string sandbox;
   Json environment;
   std::optional<harness::TimingResult> reference_timing;
