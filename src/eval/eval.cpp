@@ -7,6 +7,7 @@
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -130,8 +131,23 @@ Result<std::vector<NewSample>> copied_samples(const EvalOptions& options, const 
 // earlier profile of this run is verified here without timing and shares that measurement, so
 // its speedup is the same number in every profile. Returns how many came back not_verified (not
 // committed, so a rerun retries them).
+// The verifier's options for one (problem, profile) group of samples; `share`: they take their
+// timing from an earlier profile's verdict.
+harness::VerifyOptions group_options(const EvalOptions& options, const RunStore& store, const std::string& profile, bool share) {
+  harness::VerifyOptions o = options.verify;
+  o.profile = profile;
+  o.cache_path = (store.dir() / "verify-cache.sqlite").string();
+  o.select = false;
+  o.multishape = false;
+  if (share) o.timing = false;
+  return o;
+}
+
+// `ready`: a session started (with group_options(.., profile, false)) while the samples were
+// generated; it verifies the samples to time, if there are any, else it is left unused.
 Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOptions& options, const Problem& p,
-                           const std::string& profile, const Progress& progress, EvalTick tick, Json* environment) {
+                           const std::string& profile, const Progress& progress, EvalTick tick, Json* environment,
+                           harness::VerifySession* ready = nullptr) {
   std::unique_lock<std::mutex> held(store_mu);
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
@@ -160,12 +176,7 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
     const bool share = group == &to_share;
     std::vector<std::string> paths;
     for (const StoredSample* s : *group) paths.push_back((store.dir() / s->candidate_file).string());
-    harness::VerifyOptions o = options.verify;
-    o.profile = profile;
-    o.cache_path = (store.dir() / "verify-cache.sqlite").string();
-    o.select = false;
-    o.multishape = false;
-    if (share) o.timing = false;
+    harness::VerifyOptions o = group_options(options, store, profile, share);
     Status commit_error;
     o.on_result = [&](size_t index, const harness::CandidateResult& r) {
       std::lock_guard<std::mutex> lock(store_mu);
@@ -199,7 +210,7 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
       ++tick.verified;
       if (options.on_tick) options.on_tick(tick);
     };
-    auto report = harness::verify(p.file.string(), paths, o);
+    auto report = ready && !share ? ready->verify(paths, o.on_result) : harness::verify(p.file.string(), paths, o);
     if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
     std::lock_guard<std::mutex> lock(store_mu);
     *environment = report->environment;
@@ -322,6 +333,8 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     std::unique_lock<std::mutex> held(store_mu);
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> existing, store.samples(p.id));
     held.unlock();
+    // Generated samples: the first profile's verifier gets ready meanwhile (harness::VerifySession).
+    std::unique_ptr<harness::VerifySession> ready;
     if (existing.empty()) {
       std::vector<NewSample> samples;
       if (!options.candidates.empty()) {
@@ -329,6 +342,8 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       } else {
         std::lock_guard<std::mutex> gen(gen_mu);
         if (opts.on_tick) opts.on_tick(tick);
+        ready = std::make_unique<harness::VerifySession>(p.file.string(), group_options(opts, store, options.profiles.front(), false),
+                                                         static_cast<size_t>(std::max(1, options.k)));
         KLLM_ASSIGN_OR_RETURN(samples, generator.samples_for(p, progress, tick));
       }
       std::lock_guard<std::mutex> lock(store_mu);
@@ -337,7 +352,8 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       progress(fmt::format("{}: {} sample(s) from the store", p.id, existing.size()));
     }
     for (const std::string& profile : options.profiles) {
-      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, store_mu, opts, p, profile, progress, tick, &environment));
+      harness::VerifySession* session = profile == options.profiles.front() ? ready.get() : nullptr;
+      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, store_mu, opts, p, profile, progress, tick, &environment, session));
       not_verified += missed;
     }
     const size_t done = ++finished;
