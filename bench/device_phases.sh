@@ -14,6 +14,8 @@
 #   repeat  bench/timing_repeat.py (REPEAT_RUNS, REPEAT_PARALLEL, REPEAT_BUDGET_S; KB=.kb0 default), 560
 #   reftime relu's reference beside three candidates, kernelbench profile, 200
 # Every phase tars what OUT_DIR holds so far into OUT_DIR/../all.tgz (a call cut off keeps it).
+# A device call returns at most 8 files: two of these side by side (one per GPU) lost a record
+# that way; bench/device_records.sh runs them and packs everything into one archive.
 set -uo pipefail
 out=$(realpath -m "${1:?OUT_DIR}"); shift
 mkdir -p "$out"

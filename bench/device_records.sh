@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The verifier's records at one commit on two GPUs of one host (nvidia-h200-x2), in two device
+# calls of at most 10 minutes, each returning ONE archive (a call returns at most 8 files).
+# Before the first call, here: `git archive --format=tar HEAD > .vdev/head.tar`; carry .vdev .deps
+# .kb .kb0 .whl. Each call builds the CLI once (bench/verify_device_run.sh, kept while the machine
+# stays warm), then runs bench/device_phases.sh on each GPU at once:
+#   call1  GPU 0: the relu case group alone (~440 s); GPU 1: the other problems' groups
+#   call2  GPU 0: the KernelBench agreement run (~460 s); GPU 1: gpu_faults (~200 s), then timing repeats
+# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2 OUT_DIR
+# Result: OUT_DIR/records-call1.tgz (or -call2), holding every phase's output directory and log.
+set -uo pipefail
+call=${1:?call1|call2}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
+export KERNELLLM_FROM_ARCHIVE=1
+export KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar)
+end=${RECORDS_END_S:-560}  # every phase ends by then (seconds from the start of this script)
+pack() { tar -czf "$out/records-$call.tgz" -C "$out" w 2>/dev/null; }
+trap pack EXIT
+timeout 240 bash bench/verify_device_run.sh "$out/w/prep" > "$out/w/prep.log" 2>&1
+echo "$call: CLI built at $SECONDS s" | tee -a "$out/w/steps.log"
+left() { echo $((end - SECONDS)); }
+case $call in
+  call1)
+    l=$(left)
+    (CUDA_VISIBLE_DEVICES=0 CASES_GROUPS=relu CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) \
+      bash bench/device_phases.sh "$out/w/g0/r" cases > "$out/w/g0.log" 2>&1
+     echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
+    (CUDA_VISIBLE_DEVICES=1 CASES_GROUPS="matmul,linear,add;softmax,softmax_odd_width,sum_dim,prod_dim;cross_entropy,cumprod,kl_div,mse_loss,scale_shift_kwargs" \
+      CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
+     echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
+    wait ;;
+  call2)
+    l=$(left)
+    (CUDA_VISIBLE_DEVICES=0 KB=.kb0 AGREEMENT_EVAL=.kb AGREE_LIMIT_S=$l bash bench/device_phases.sh "$out/w/g0/r" agree \
+      > "$out/w/g0.log" 2>&1; echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
+    (CUDA_VISIBLE_DEVICES=1 FAULTS_LIMIT_S=230 FAULTS_TIMEOUT_S=215 bash bench/device_phases.sh "$out/w/g1f/r" faults \
+      > "$out/w/g1f.log" 2>&1
+     l=$(left)
+     CUDA_VISIBLE_DEVICES=1 REPEAT_RUNS=${REPEAT_RUNS:-2} REPEAT_PARALLEL=3 REPEAT_BUDGET_S=$((l - 130)) REPEAT_LIMIT_S=$l \
+       bash bench/device_phases.sh "$out/w/g1/r" repeat > "$out/w/g1.log" 2>&1
+     echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
+    wait ;;
+  *) echo "unknown call $call (call1 call2)"; exit 2 ;;
+esac
+cat "$out/w/steps.log"
