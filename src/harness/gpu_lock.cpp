@@ -45,17 +45,36 @@ int open_lock_file(const fs::path& file) {
   return fd;
 }
 
-}  // namespace
-
-GpuGuard::GpuGuard(std::shared_mutex& mu, const fs::path& file, Mode mode) : mu_(mu), mode_(mode) {
-  if (mode_ == Mode::shared) mu_.lock_shared();
-  else mu_.lock();
-  fd_ = open_lock_file(file);
-  if (fd_ < 0) return;
+int flock_retrying(int fd, int op) {
   int rc;
   do {
-    rc = ::flock(fd_, mode_ == Mode::shared ? LOCK_SH : LOCK_EX);
+    rc = ::flock(fd, op);
   } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
+}  // namespace
+
+GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode) : mu_(mu), mode_(mode) {
+  // Through the turnstile: a shared taker passes (it waits while an exclusive taker is in it), an
+  // exclusive taker stays in it until it holds the lock.
+  if (mode_ == Mode::shared) {
+    { std::lock_guard pass(mu_.turnstile); }
+    mu_.rw.lock_shared();
+  } else {
+    std::lock_guard stay(mu_.turnstile);
+    mu_.rw.lock();
+  }
+  fd_ = open_lock_file(file);
+  if (fd_ < 0) return;
+  const int op = mode_ == Mode::shared ? LOCK_SH : LOCK_EX;
+  fs::path intent = file;
+  intent += ".intent";
+  // (A turnstile that cannot be opened or taken leaves the lock alone, unordered.)
+  const int turnstile = open_lock_file(intent);
+  if (turnstile >= 0) (void)flock_retrying(turnstile, op);
+  const int rc = flock_retrying(fd_, op);
+  if (turnstile >= 0) ::close(turnstile);  // out of the turnstile
   if (rc != 0) {
     ::close(fd_);
     fd_ = -1;
@@ -64,8 +83,8 @@ GpuGuard::GpuGuard(std::shared_mutex& mu, const fs::path& file, Mode mode) : mu_
 
 GpuGuard::~GpuGuard() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
-  if (mode_ == Mode::shared) mu_.unlock_shared();
-  else mu_.unlock();
+  if (mode_ == Mode::shared) mu_.rw.unlock_shared();
+  else mu_.rw.unlock();
 }
 
 }  // namespace kernelllm::harness

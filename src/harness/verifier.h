@@ -63,7 +63,7 @@ struct DeviceState {
   std::mutex judge_mu;   // one judge request at a time
   // Timing takes it exclusively; correctness runs on a GPU take it shared, so that nothing
   // else runs on the GPU while a candidate or the reference is timed.
-  std::shared_mutex gpu_mu;
+  GpuMutex gpu_mu;
   std::filesystem::path gpu_lock;  // the same lock across processes (gpu_lock.h); empty on cpu
   Json problem;          // load_problem reply
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1

@@ -41,7 +41,7 @@ double child_wait_ms(const std::filesystem::path& file, GpuGuard::Mode parent_mo
   if (pid == 0) {
     char byte = 0;
     if (::read(go[0], &byte, 1) != 1) ::_exit(1);
-    std::shared_mutex child_mu;
+    GpuMutex child_mu;
     const auto t0 = Clock::now();
     { GpuGuard g(child_mu, file, child_mode); }
     const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -49,7 +49,7 @@ double child_wait_ms(const std::filesystem::path& file, GpuGuard::Mode parent_mo
     (void)!::write(done[1], &byte, 1);
     ::_exit(0);
   }
-  std::shared_mutex mu;
+  GpuMutex mu;
   bool held = false;
   {
     GpuGuard guard(mu, file, parent_mode);
@@ -84,7 +84,7 @@ TEST(GpuLock, SharedHoldersDoNotBlockEachOther) {
 
 TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
   auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-t-" + std::to_string(::getpid()) + ".lock");
-  std::shared_mutex mu;
+  GpuMutex mu;
   std::atomic<int> inside{0}, max_inside{0};
   auto work = [&] {
     for (int i = 0; i < 20; ++i) {
@@ -102,6 +102,87 @@ TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
   b.join();
   EXPECT_EQ(max_inside.load(), 1);
   std::filesystem::remove(file);
+}
+
+TEST(GpuLock, AWaitingExclusiveThreadGoesBeforeSharedThreadsThatComeLater) {
+  // A shared holder; an exclusive taker waits for it; a shared taker that comes after the
+  // exclusive one must not go first (else timing waits for a moment when no correctness work
+  // holds the lock, which on a busy verifier may not come for minutes).
+  auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-o-" + std::to_string(::getpid()) + ".lock");
+  GpuMutex mu;
+  std::atomic<int> order{0};
+  int writer_at = -1, late_reader_at = -1;
+  auto first = std::make_unique<GpuGuard>(mu, file, GpuGuard::Mode::shared);
+  std::thread writer([&] {
+    GpuGuard g(mu, file, GpuGuard::Mode::exclusive);
+    writer_at = order++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the writer is waiting now
+  std::thread late_reader([&] {
+    GpuGuard g(mu, file, GpuGuard::Mode::shared);
+    late_reader_at = order++;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(order.load(), 0) << "the late shared taker went in while an exclusive taker waited";
+  first.reset();
+  writer.join();
+  late_reader.join();
+  EXPECT_EQ(writer_at, 0);
+  EXPECT_EQ(late_reader_at, 1);
+  std::filesystem::remove(file);
+  std::filesystem::remove(file.string() + ".intent");
+}
+
+TEST(GpuLock, AWaitingExclusiveProcessGoesBeforeSharedProcessesThatComeLater) {
+  // The same across processes (the flock turnstile): the parent holds the lock shared for 600 ms;
+  // a child asks for it exclusively at once and keeps it 400 ms; another asks for it shared
+  // 200 ms later. That one gets it only after the exclusive child, about 1,000 ms in.
+  auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-p-" + std::to_string(::getpid()) + ".lock");
+  int go[2], done[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const auto t0 = Clock::now();
+  auto child = [&](GpuGuard::Mode mode, int delay_ms, int hold_ms) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      char byte = 0;
+      if (::read(go[0], &byte, 1) != 1) ::_exit(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      GpuMutex m;
+      {
+        GpuGuard g(m, file, mode);
+        const auto at = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        byte = static_cast<char>(std::min(255.0, at / 10));
+        (void)!::write(done[1], &byte, 1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+      }
+      ::_exit(0);
+    }
+    return pid;
+  };
+  const pid_t writer = child(GpuGuard::Mode::exclusive, 0, 400);
+  const pid_t reader = child(GpuGuard::Mode::shared, 200, 0);
+  {
+    GpuMutex mu;
+    GpuGuard held(mu, file, GpuGuard::Mode::shared);
+    ASSERT_TRUE(held.cross_process());
+    const char go_byte[2] = {1, 1};
+    (void)!::write(go[1], go_byte, 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  }
+  unsigned char at[2] = {0, 0};
+  ASSERT_EQ(::read(done[0], &at[0], 1), 1);
+  ASSERT_EQ(::read(done[0], &at[1], 1), 1);
+  int status = 0;
+  ::waitpid(writer, &status, 0);
+  ::waitpid(reader, &status, 0);
+  for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
+  // In the order they got the lock: the exclusive child at ~600 ms, the shared one at ~1,000 ms.
+  EXPECT_GE(at[0] * 10, 500) << "the exclusive child got the lock while the parent held it";
+  EXPECT_GE(at[1] * 10, 900) << "the late shared child went in before the waiting exclusive one";
+  std::filesystem::remove(file);
+  std::filesystem::remove(file.string() + ".intent");
 }
 
 }  // namespace
