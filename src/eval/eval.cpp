@@ -126,11 +126,6 @@ Result<std::vector<NewSample>> copied_samples(const EvalOptions& options, const 
   return out;
 }
 
-// Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
-// A sample's timing belongs to the candidate on this GPU, not to a profile: one timed under an
-// earlier profile of this run is verified here without timing and shares that measurement, so
-// its speedup is the same number in every profile. Returns how many came back not_verified (not
-// committed, so a rerun retries them).
 // The verifier's options for one (problem, profile) group of samples; `share`: they take their
 // timing from an earlier profile's verdict.
 harness::VerifyOptions group_options(const EvalOptions& options, const RunStore& store, const std::string& profile, bool share) {
@@ -143,6 +138,11 @@ harness::VerifyOptions group_options(const EvalOptions& options, const RunStore&
   return o;
 }
 
+// Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
+// A sample's timing belongs to the candidate on this GPU, not to a profile: one timed under an
+// earlier profile of this run is verified here without timing and shares that measurement, so
+// its speedup is the same number in every profile. Returns how many came back not_verified (not
+// committed, so a rerun retries them).
 // `ready`: a session started (with group_options(.., profile, false)) while the samples were
 // generated; it verifies the samples to time, if there are any, else it is left unused.
 Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOptions& options, const Problem& p,
