@@ -253,6 +253,50 @@ def test_several_calls_per_round_trip_are_checked_slot_by_slot(tmp_path, monkeyp
     assert mine.close() == []
 
 
+@pytest.mark.parametrize("calls", [1, 3])
+def test_every_round_trip_is_held_to_the_normalized_error_bound(tmp_path, monkeypatch, calls):
+    # Red team: a candidate that predicted which round trip gets the whole-output check put an error
+    # just under the elementwise bound into every other one, over the strict profile's
+    # normalized-error bound, and was judged correct. Every round trip's check now holds the bound
+    # too (over the fingerprint: here the whole output; the kernelbench profile has no such bound).
+    sent = []
+    monkeypatch.setattr(region, "send_fd", sent.append)
+    for profile in ("strict", "kernelbench"):
+        d = tmp_path / profile
+        d.mkdir()
+        j = _judge(d, profile=profile)
+        sets = [3, 4, 5][:calls]
+        for t in range(6):
+            j.make_inputs({"trial": t, "lazy": t >= 3})
+        j.time_prepare({"trial": sets[0], "compile": False, "slots": calls, "trials": sets,
+                        **({"trips": [sets]} if calls > 1 else {})})
+        sent.clear()
+        reg = j.time_region({"trial": sets[0], "slots": calls})["region"]
+        mine = region.Region.attach(os.dup(sent[0]), reg["bytes"], "cpu")
+        views = mine.views(reg["outputs"])
+
+        def fill(off_by):
+            for k, t in enumerate(sets):
+                c = j._fp_checker(t, 0)
+                ref = j._full(t)["ref"][0]
+                if c.profile == "kernelbench":
+                    near = torch.full_like(ref, 0.9 * c.tol) * (1 + ref.abs())
+                else:
+                    near = (0.9 * (c.atol + c.rtol * c.ref64.reshape(ref.shape).abs())).float()
+                views[k].copy_(ref + off_by * near)
+
+        fill(0.0)
+        assert j.check_timed({"trials": sets})["match"], profile
+        fill(1.0)
+        got = j.check_timed({"trials": sets})
+        if profile == "strict":
+            assert not got["match"] and got["slot"] == 0 and "normalized error" in got["message"], got
+        else:
+            assert got["match"], got
+        del views
+        assert mine.close() == []
+
+
 def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_path, monkeypatch):
     # A paired candidate makes no inputs while timed: the judge copies its own sets into an input
     # region the candidate maps, set j into slot j, before every round trip (timed_calls.cpp).

@@ -387,6 +387,40 @@ def rows_pass(checkers: Sequence[Checker], got: torch.Tensor, limits: Optional[t
     return int(rows.nonzero()[0])
 
 
+# The strict profile's normalized-error bound on every timed round trip, not only in the last
+# one's whole-output check (red team: a candidate that predicted the last round trip put errors
+# just under the elementwise bound into every other one and was judged correct). Over a
+# fingerprint that is a sample of a larger output (judge.FINGERPRINT_MAX), against this multiple
+# of the bound, so that an honest kernel near it is never flagged by the sample's noise.
+SAMPLED_NORM_MARGIN = 2.0
+
+
+def rows_norm_failing(checkers: Sequence[Checker], got: torch.Tensor, sampled: bool) -> tuple:
+    """The strict profile's normalized error of each row of `got` (calls x checked values) against
+    checkers[j]'s fp64 reference over the elements finite in both: (-1, 0.0, bound) when every
+    row is within its bound (x SAMPLED_NORM_MARGIN when `sampled`), else (first failing row, its
+    error, its bound)."""
+    c0 = checkers[0]
+    if c0.exact or c0.profile == "kernelbench" or got.numel() == 0:
+        return -1, 0.0, 0.0
+    g = got.reshape(got.shape[0], -1).double()
+    r = torch.stack([c.ref64.reshape(-1) for c in checkers]).to(got.device).double()
+    finite = torch.isfinite(g) & torch.isfinite(r)
+    zero = torch.zeros((), dtype=torch.float64, device=got.device)
+    d = torch.where(finite, g - r, zero)
+    rr = torch.where(finite, r, zero)
+    num, den = (d * d).sum(dim=1).sqrt(), (rr * rr).sum(dim=1).sqrt()
+    err = torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)),
+                      torch.where(num > 0, torch.full_like(num, math.inf), zero))
+    bound = torch.tensor([c.norm_bound for c in checkers], dtype=torch.float64, device=got.device)
+    bound = bound * (SAMPLED_NORM_MARGIN if sampled else 1.0)
+    bad = err > bound
+    if not bool(bad.any()):
+        return -1, 0.0, 0.0
+    row = int(bad.nonzero()[0])
+    return row, float(err[row]), float(bound[row])
+
+
 def rows_limits(checkers: Sequence[Checker], device: Any) -> tuple:
     """The strict profile's per-row (atol, rtol) for rows_pass, as (calls x 1) fp64 tensors."""
     def col(name: str) -> torch.Tensor:

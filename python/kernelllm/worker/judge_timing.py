@@ -227,10 +227,14 @@ class TimedCalls:
             if len(trials) == 1:
                 for i, v in enumerate(views[:n_out]):
                     flat = v.reshape(-1)
-                    ok, detail = compare.values_pass(self._fp_checker(trials[0], i), self._at_fp(flat, i),
-                                                     self._fp_positions(i, flat.numel()))
+                    checker, at = self._fp_checker(trials[0], i), self._at_fp(flat, i)
+                    ok, detail = compare.values_pass(checker, at, self._fp_positions(i, flat.numel()))
                     if not ok:
                         return {"match": False, "slot": 0, "message": f"output {i}: {detail}"}
+                    sampled = self._fp_index_on(i, flat.numel(), flat.device) is not None
+                    bad = self._norm_failing([checker], at.reshape(1, -1), sampled, i, 1)
+                    if bad:
+                        return bad
             else:
                 limits = getattr(self, "trip_limits", {})
                 for i in range(n_out):
@@ -241,6 +245,10 @@ class TimedCalls:
                         _, detail = compare.values_pass(checkers[row], got[row], self._fp_positions(i, views[i].numel()))
                         return {"match": False, "slot": row,
                                 "message": f"call {row} of {len(trials)} in the round trip: output {i}: {detail}"}
+                    sampled = self._fp_index_on(i, views[i].numel(), got.device) is not None
+                    bad = self._norm_failing(checkers, got, sampled, i, len(trials))
+                    if bad:
+                        return bad
             n = sum(int(x.numel()) for fp in fps for x in fp["ref"])
             return {"match": True, "message": f"{n} fingerprint values match"}
         finally:
@@ -248,6 +256,17 @@ class TimedCalls:
                 reg.data.fill_(255)
                 if self.device.startswith("cuda"):
                     torch.cuda.synchronize()
+
+    def _norm_failing(self, checkers: list, got: torch.Tensor, sampled: bool, i: int, calls: int) -> dict:
+        """A failed check_timed reply when a call's output i breaks the strict profile's normalized-error
+        bound over its checked values (compare.rows_norm_failing), else {}."""
+        row, err, bound = compare.rows_norm_failing(checkers, got, sampled)
+        if row < 0:
+            return {}
+        over = "a sample of" if sampled else "all"
+        return {"match": False, "slot": row,
+                "message": f"call {row} of {calls} in the round trip: output {i}: normalized error {err:.3g} over {over} "
+                           f"its {got.shape[-1]} checked values > {bound:.3g}"}
 
     def l2_flush(self, msg: dict) -> dict:
         """Evicts the L2 before a timed call of any process on this GPU (the L2 is shared)."""
