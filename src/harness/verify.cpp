@@ -635,12 +635,25 @@ struct VerifySession::State {
   bool abandoned = false;
   std::optional<Result<VerifyReport>> report;
   double setup_ms = -1;
-  std::thread runner;
+  // The verifier's cancel flag: set when the session is abandoned (so that a set-up under way
+  // stops within its next wait instead of finishing), or relayed from the caller's own flag.
+  std::atomic<bool> cancel{false};
+  std::atomic<bool> done{false};
+  std::thread runner, relay;
 };
 
 VerifySession::VerifySession(std::string problem_path, VerifyOptions options, size_t expected)
     : s_(std::make_unique<State>()) {
   State* st = s_.get();
+  if (const std::atomic<bool>* user = options.cancel) {
+    st->relay = std::thread([st, user] {
+      while (!st->done.load()) {
+        if (user->load()) st->cancel.store(true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
+  options.cancel = &st->cancel;
   st->runner = std::thread([st, problem = std::move(problem_path), options = std::move(options), expected]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     const std::atomic<bool>* cancel = options.cancel;
@@ -666,9 +679,12 @@ VerifySession::~VerifySession() {
   {
     std::lock_guard lock(s_->mu);
     s_->abandoned = true;
+    if (!s_->candidates) s_->cancel.store(true);  // never given candidates: stop the set-up now
   }
   s_->cv.notify_all();
   if (s_->runner.joinable()) s_->runner.join();
+  s_->done.store(true);
+  if (s_->relay.joinable()) s_->relay.join();
 }
 
 double VerifySession::setup_ms() const {
