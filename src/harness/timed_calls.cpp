@@ -259,16 +259,16 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;
-  // Round trips [0, warm) are the warmup; the batch ends before round trip `end`. A slow round trip
-  // ends the warmup, and the timed ones stop within the budget (kSlowTripMs, timed_trips_done).
-  int warm = warmup, end = trips;
+  // Round trips [0, warm) are the warmup. A slow round trip ends the warmup, and the timed ones
+  // stop within the budget (kSlowTripMs, timed_trips_done).
+  int warm = warmup;
   double timed_ms = 0;
   const double budget_ms = opts_.timing_budget_s * 1e3;
-  for (int i = 0; i < end; ++i) {
+  bool last = false;
+  for (int i = 0; !last; ++i) {
     const auto t_trip = Clock::now();
     // Known before the judge's check: it keeps the last round trip's outputs for the full compare.
-    const bool last = i + 1 == end || (i >= warm && timed_trips_done(i - warm + 1, iters, timed_ms, budget_ms));
-    if (last) end = i + 1;
+    last = i >= warm && timed_trips_done(i - warm + 1, iters, timed_ms, budget_ms);
     std::vector<size_t> fresh;
     const std::vector<Json>& held = given ? ref_loaded : loaded;  // given: the candidate loads nothing
     for (int j = 0; j < per; ++j) {
@@ -348,10 +348,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     const double trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_trip).count();
     if (i < warm) {
       load_excess_ms = 0;  // a warmup round trip's load is not charged to the first timed one
-      if (trip_ms > kSlowTripMs) {  // warm enough: the timed round trips start with the next
-        warm = i + 1;
-        end = warm + iters;
-      }
+      if (trip_ms > kSlowTripMs) warm = i + 1;  // warm enough: the timed round trips start with the next
       continue;
     }
     timed_ms += trip_ms;
