@@ -4,7 +4,9 @@
 // unreadable files included, found before any work); 1: the verifier failed; 130/143: interrupted.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +22,7 @@
 #include "cli/progress.h"
 #include "cli/table.h"
 #include "kernelllm/base/run_facts.h"
+#include "kernelllm/harness/subprocess.h"
 #include "kernelllm/harness/verify.h"
 
 namespace kernelllm::cli {
@@ -47,6 +50,7 @@ struct VerifyArgs {
   double run_timeout_s = 30;
   double run_timeout_factor = 50;
   double timing_budget_s = 5;
+  std::string timing_cpu = "auto";
 };
 
 constexpr int kExitNothingCorrect = 3;
@@ -141,6 +145,9 @@ int run_verify(const VerifyArgs& a) {
   o.run_timeout_min_s = a.run_timeout_s;
   o.run_timeout_factor = a.run_timeout_factor;
   o.timing_budget_s = a.timing_budget_s;
+  o.timing_cpu = a.timing_cpu == "auto" ? harness::kTimingCpuAuto
+                 : a.timing_cpu == "off" ? harness::kTimingCpuOff
+                                         : std::stoi(a.timing_cpu);  // checked by the option's validator
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "verify: %s\n", line.c_str()); };
   ProgressMeter meter("verify", a.progress);
   std::atomic<size_t> done{0};
@@ -229,6 +236,21 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
                   "seconds of round trips per timed batch: a slow kernel's batch stops after 5 timed round trips once they "
                   "took this long (docs/verification.md, Timing)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--timing-cpu", args->timing_cpu,
+                  "the CPU that runs timed round trips (this process's thread, the judge and the candidate pinned to it): "
+                  "auto (on a GPU, one per GPU; none on the CPU), off, or a CPU number this process may use")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto" || v == "off") return "";
+        int cpu = -1;
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cpu);
+        if (ec != std::errc() || end != v.data() + v.size() || cpu < 0) return "expected auto, off or a CPU number";
+        const std::vector<int> allowed = harness::allowed_cpus(::getpid());
+        if (std::find(allowed.begin(), allowed.end(), cpu) == allowed.end()) {
+          return fmt::format("CPU {} is not one this process may run on ({})", cpu, harness::cpu_list(allowed));
+        }
+        return "";
+      })
       ->capture_default_str();
   cmd->add_flag("--quiet,-q", args->quiet, "no verifier log lines on stderr");
   cmd->add_flag("--progress", args->progress, "progress lines with elapsed time and ETA (default: when stderr is a terminal)");

@@ -43,7 +43,9 @@ Json timing_json(const TimingResult& t) {
               {"calls_per_trip", t.calls_per_trip},
               {"warmup_trips", t.warmup_trips},
               {"load_ms", t.load_ms},
+              {"cpu", t.cpu >= 0 ? Json(t.cpu) : Json(nullptr)},
               {"clock", "orchestrator"}};
+  if (!t.cpu_note.empty()) j["cpu_note"] = t.cpu_note;
   if (!t.paired_ref_ms.empty()) {
     // The reference's round trips beside this batch's, and the speedup's spread over them.
     const TimingStats s = timing_stats(paired_speedups(t));

@@ -93,7 +93,12 @@ try:
     ifs = [n for _, n in socket.if_nameindex()]
 except OSError:
     ifs = nets
-print(json.dumps({'uid': os.getuid(), 'ro': ro, 'ifs': ifs, 'homes': homes}))
+try:
+    os.sched_setaffinity(0, os.sched_getaffinity(0))
+    cpus_locked = False
+except OSError:
+    cpus_locked = True
+print(json.dumps({'uid': os.getuid(), 'ro': ro, 'ifs': ifs, 'homes': homes, 'cpus_locked': cpus_locked}))
 )";
 
 }  // namespace
@@ -351,6 +356,7 @@ Result<PreparedSpawn> Sandbox::prepare(const fs::path& work_dir, const std::vect
   SpawnOptions& o = out.options;
   o.env = std::move(env);
   o.cwd = work_dir.string();
+  o.lock_cpu_affinity = true;  // timing pins a candidate to one CPU: it may not move (timed_calls.cpp)
   if (!active() && !probing_) {
     o.argv = argv;
     return out;
@@ -445,6 +451,7 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
           p.namespaces = true;
           p.uid = j->value("uid", -1);
           p.fs_read_only = j->value("ro", false);
+          p.cpus_locked = j->value("cpus_locked", false);
           p.net_off = true;
           for (const auto& n : j->value("ifs", Json::array())) {
             if (n.is_string() && n.get<std::string>() != "lo") p.net_off = false;
@@ -486,9 +493,10 @@ std::string Sandbox::summary() const {
   std::string mem = probe_.cgroup_memory ? fmt::format("{} (cgroup {})", human_bytes(settings_.memory_bytes), probe_.cgroup_kind)
                     : !settings_.gpu     ? fmt::format("{} (rlimit)", human_bytes(settings_.memory_bytes))
                                          : std::string("inactive (no memory cgroup; RLIMIT_AS breaks CUDA)");
-  return fmt::format("sandbox: net={} fs={} homes={} uid={} tasks={} mem={} core=off env=allow-list",
+  return fmt::format("sandbox: net={} fs={} homes={} uid={} tasks={} mem={} cpus={} core=off env=allow-list",
                      probe_.net_off ? "off" : "ON", probe_.fs_read_only ? "read-only" : "WRITABLE",
-                     probe_.homes_hidden ? "hidden" : "VISIBLE", uid, tasks, mem);
+                     probe_.homes_hidden ? "hidden" : "VISIBLE", uid, tasks, mem,
+                     probe_.cpus_locked ? "locked" : "MOVABLE (no seccomp filter; checked after each timed round trip)");
 }
 
 }  // namespace kernelllm::harness

@@ -4,9 +4,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -14,6 +19,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -94,6 +100,33 @@ int ms_until(Deadline d) {
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1000 * 1000));
 }
 
+// sched_setaffinity fails with EPERM; so does every system call of another ABI (a 32-bit entry,
+// x32 numbers), so no other door to it stays open. Everything else is allowed.
+void install_affinity_lock() {
+#if defined(__x86_64__) || defined(__aarch64__)
+#if defined(__x86_64__)
+  constexpr uint32_t arch = AUDIT_ARCH_X86_64;
+  constexpr uint32_t foreign_nr = 0x40000000u;  // __X32_SYSCALL_BIT: numbers at or above it
+#else
+  constexpr uint32_t arch = AUDIT_ARCH_AARCH64;
+  constexpr uint32_t foreign_nr = 0xffffffffu;  // (no second ABI on this arch's numbers)
+#endif
+  static const sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, foreign_nr, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sched_setaffinity, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), const_cast<sock_filter*>(filter)};
+  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+#endif
+}
+
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
@@ -142,6 +175,7 @@ void close_fd(int& fd) {
     ::setrlimit(RLIMIT_NPROC, &r);
   }
   if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) ::_exit(126);
+  if (o.lock_cpu_affinity) install_affinity_lock();
   ::execvpe(argv[0], argv, envp);
   const char msg[] = "kernelllm: exec failed\n";
   if (::write(2, msg, sizeof msg - 1) < 0) {}
@@ -517,6 +551,108 @@ void Process::resume() {
   ::kill(-pid_, SIGCONT);
   for (pid_t p : paused_) ::kill(p, SIGCONT);
   paused_.clear();
+}
+
+namespace {
+
+// Every thread of `pids` (from /proc/<pid>/task).
+std::vector<pid_t> threads_of(const std::vector<pid_t>& pids) {
+  std::vector<pid_t> out;
+  for (pid_t p : pids) {
+    DIR* d = ::opendir(fmt::format("/proc/{}/task", p).c_str());
+    if (!d) continue;
+    while (dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      long tid = std::strtol(e->d_name, &end, 10);
+      if (end != e->d_name && *end == '\0' && tid > 0) out.push_back(static_cast<pid_t>(tid));
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> allowed_cpus(pid_t tid) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (::sched_getaffinity(tid, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+namespace {
+
+int set_affinity_errno(pid_t tid, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  return ::sched_setaffinity(tid, sizeof set, &set) == 0 ? 0 : errno;
+}
+
+Status affinity_error(pid_t tid, const std::vector<int>& cpus, int err) {
+  return error(ErrorCode::io_error, fmt::format("sched_setaffinity({}, CPUs {}): {}", tid, cpu_list(cpus), std::strerror(err)));
+}
+
+}  // namespace
+
+Status set_allowed_cpus(pid_t tid, const std::vector<int>& cpus) {
+  const int err = set_affinity_errno(tid, cpus);
+  return err == 0 ? Status() : affinity_error(tid, cpus, err);
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::vector<int> c = cpus;
+  std::sort(c.begin(), c.end());
+  std::string out;
+  for (size_t i = 0; i < c.size();) {
+    size_t j = i;
+    while (j + 1 < c.size() && c[j + 1] == c[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += j == i ? std::to_string(c[i]) : fmt::format("{}-{}", c[i], c[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+Status Process::pin_cpus(const std::vector<int>& cpus) {
+  if (!running()) return error(ErrorCode::not_found, "pin: the process is gone");
+  std::vector<pid_t> procs = tree_members();
+  procs.insert(procs.begin(), pid_);
+  // Again until no thread is new: one started during the scan inherits a mask not yet set.
+  std::vector<pid_t> done;
+  for (int round = 0; round < 10; ++round) {
+    size_t fresh = 0;
+    for (pid_t t : threads_of(procs)) {
+      if (std::find(done.begin(), done.end(), t) != done.end()) continue;
+      done.push_back(t);
+      ++fresh;
+      if (const int err = set_affinity_errno(t, cpus); err != 0 && err != ESRCH) return affinity_error(t, cpus, err);
+    }
+    if (fresh == 0) return Status();
+  }
+  return Status();
+}
+
+std::string Process::cpus_escape(const std::vector<int>& cpus) const {
+  if (!running()) return "";
+  std::vector<pid_t> procs = tree_members();
+  procs.insert(procs.begin(), pid_);
+  for (pid_t t : threads_of(procs)) {
+    const std::vector<int> got = allowed_cpus(t);
+    if (got.empty()) continue;  // exited
+    for (int c : got) {
+      if (std::find(cpus.begin(), cpus.end(), c) == cpus.end()) {
+        return fmt::format("thread {} may run on CPUs {}, not only {}", t, cpu_list(got), cpu_list(cpus));
+      }
+    }
+  }
+  return "";
 }
 
 void Process::kill_tree() {

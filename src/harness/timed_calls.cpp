@@ -47,7 +47,57 @@ struct PausedWhileIdle {
   ~PausedWhileIdle() { go(); }
 };
 
+// A batch's round trips on one CPU: this thread, the judge and the candidate are pinned to it,
+// so that the candidate's and the reference's launch overheads are paid on the same core (on a
+// host whose cores run at different speeds, a process's per-call time follows the core it landed
+// on: docs/verification.md, Timing). The judge and this thread get their CPUs back at the end; the
+// candidate's process is not used again after timing.
+struct PinnedToCpu {
+  std::vector<int> cpus;  // {the CPU}; empty: not pinned
+  std::string note;       // why not, when asked
+  std::vector<int> thread_was, judge_was;
+  Process* judge = nullptr;
+
+  PinnedToCpu(int cpu, Process* judge_proc, Process* cand_proc) {
+    if (cpu < 0) return;
+    const std::vector<int> one{cpu};
+    thread_was = allowed_cpus(0);
+    judge_was = judge_proc ? allowed_cpus(judge_proc->pid()) : std::vector<int>{};
+    Status s = set_allowed_cpus(0, one);
+    if (s.ok() && judge_proc) {
+      judge = judge_proc;
+      s = judge_proc->pin_cpus(one);
+    }
+    if (s.ok() && cand_proc) s = cand_proc->pin_cpus(one);
+    if (!s.ok()) {
+      note = s.message();
+      release();
+      return;
+    }
+    cpus = one;
+  }
+  void release() {
+    if (judge && !judge_was.empty()) (void)judge->pin_cpus(judge_was);
+    if (!thread_was.empty()) (void)set_allowed_cpus(0, thread_was);
+    judge = nullptr;
+    thread_was.clear();
+  }
+  ~PinnedToCpu() { release(); }
+};
+
 }  // namespace
+
+int Verifier::timing_cpu(const DeviceState& dev) const {
+  const std::vector<int> allowed = allowed_cpus(::getpid());
+  if (allowed.empty() || opts_.timing_cpu == kTimingCpuOff) return -1;
+  if (opts_.timing_cpu >= 0) {
+    return std::find(allowed.begin(), allowed.end(), opts_.timing_cpu) != allowed.end() ? opts_.timing_cpu : -1;
+  }
+  const DeviceState& root = dev.root();
+  if (!root.cuda()) return -1;
+  const size_t ordinal = root.name.rfind("cuda:", 0) == 0 ? std::strtoul(root.name.c_str() + 5, nullptr, 10) : root.index;
+  return allowed[allowed.size() - 1 - ordinal % allowed.size()];
+}
 
 std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
                                          double* excess_ms) {
@@ -244,6 +294,11 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     return l;
   };
+  // Every side of the round trips on one CPU from here on (the candidate stopped while it is
+  // pinned, when paired), the pings included.
+  const int cpu = timing_cpu(dev);
+  PinnedToCpu pin(cpu, dev.judge ? &dev.judge->proc : nullptr, cand ? &cand->proc : nullptr);
+  if (cpu < 0 && opts_.timing_cpu >= 0) pin.note = fmt::format("CPU {} is not one this process may run on", opts_.timing_cpu);
   // The fixed cost of one request (framing, JSON, Python dispatch) on the trusted side.
   std::vector<double> pings;
   for (int k = 0; k < kPings; ++k) {
@@ -345,6 +400,18 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
         ref_loads.push_back(ref_load_ms);
       }
     }
+    // Still on the CPU it was pinned to, every thread of it (a candidate that moved to a faster
+    // core would time its launches there, the reference's on ours). Checked with the process
+    // stopped, when paired; the sandbox's seccomp filter makes the move fail in the first place.
+    if (cand && !pin.cpus.empty()) {
+      if (const std::string moved = cand->proc.cpus_escape(pin.cpus); !moved.empty()) {
+        r->verdict = Verdict::cheat;
+        r->rule = "cpu_affinity_changed";
+        r->message = fmt::format("in round trip {} of its timing the candidate left the CPU the timing is pinned to: {}",
+                                 i + 1, moved);
+        return std::nullopt;
+      }
+    }
     const double trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_trip).count();
     if (i < warm) {
       load_excess_ms = 0;  // a warmup round trip's load is not charged to the first timed one
@@ -397,6 +464,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.ping_ms = ping_ms;
   t.calls_per_trip = per;
   t.warmup_trips = warm;
+  t.cpu = pin.cpus.empty() ? -1 : pin.cpus.front();
+  t.cpu_note = pin.note;
   t.load_ms = std::move(loads);
   if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);

@@ -85,6 +85,7 @@ struct DeviceState {
   bool variants_ready = false;     // setup_variants has loaded the problem in them
   bool cuda() const { return name != "cpu"; }
   DeviceState& root() { return parent ? *parent : *this; }
+  const DeviceState& root() const { return parent ? *parent : *this; }
   std::string tag() const { return parent ? std::to_string(index) + "-" + variant.name : std::to_string(index); }
 };
 
@@ -163,6 +164,8 @@ class Verifier {
   // on the judge). `paired` (a candidate's): each round trip followed by one of the reference on
   // the same sets (TimingResult::paired_ref_ms). A candidate's failure or wrong value in the
   // output region is its verdict in *r; nullopt then.
+  // The CPU a timed batch on `dev` runs on (VerifyOptions::timing_cpu); -1: none.
+  int timing_cpu(const DeviceState& dev) const;
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
                                           int per_trip = 0, bool paired = false);
   // Times a correct candidate under the GPU's exclusive lock; sets r.timing and r.speedup, or

@@ -558,6 +558,8 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     if (t.contains("paused_between_round_trips") && t["paused_between_round_trips"].is_boolean()) {
       tr.paused = t["paused_between_round_trips"].get<bool>();
     }
+    if (t.contains("cpu") && t["cpu"].is_number_integer()) tr.cpu = t["cpu"].get<int>();
+    if (t.contains("cpu_note") && t["cpu_note"].is_string()) tr.cpu_note = t["cpu_note"].get<std::string>();
     r.timing = tr;
     r.speedup = j.value("speedup", Json(nullptr)).is_number() ? j["speedup"].get<double>() : 0.0;
   }

@@ -162,6 +162,10 @@ def run_problem(problem: str, tmp_dir: Path) -> dict:
     # relu/timeout_infinite_loop wait ~6 minutes. Honest cases keep at least 30 s a run.
     cmd = [find_cli(), "verify", str(PROBLEMS / f"{problem}.py"), *map(str, cases), "--device", DEVICE, "--json",
            str(out), "--no-cache", "--run-timeout-factor", "10"]
+    if DEVICE == "cpu":
+        # On a GPU timing is pinned to one CPU anyway (auto); on the CPU only when asked: pinned
+        # here too, so that CI runs that path (PinnedToCpu, the per-round-trip affinity check).
+        cmd += ["--timing-cpu", str(max(os.sched_getaffinity(0)))]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env, cwd=tmp_dir)
     assert out.is_file(), (f"`{' '.join(cmd)}` wrote no JSON (exit {r.returncode}).\n"
                            f"stderr tail:\n{r.stderr[-3000:]}")
@@ -214,7 +218,7 @@ RULES = {"no_triton_kernel", "stale_memory", "zeros_pass", "cached_result", "sid
          "input_mutation", "globals_rebinding", "reads_reference", "output_not_plain_tensor", "output_aliases_input",
          "precision_downgrade", "background_thread", "closed_form", "timing_implausible", "timed_output_mismatch", "network", "file_escape",
          "env_escape", "process_flood", "kill_parent", "torch_fallback", "output_file_tampered", "inputs_differ",
-         "output_rewritten"}
+         "output_rewritten", "cpu_affinity_changed"}
 # Rules only a GPU run can catch: their `# device: cuda` cases are not discovered on CPU, so only
 # their near-misses are required there (torch_fallback has a CPU counterpart: candidate.py's
 # accounting.AtenCompute).

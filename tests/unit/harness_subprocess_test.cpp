@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -265,6 +266,60 @@ TEST(Process, PauseStopsTheWholeTreeAndResumeContinuesIt) {
   for (pid_t pid : stopped) EXPECT_FALSE(alive(pid));
   EXPECT_FALSE(p->pause()) << "a process that is gone cannot be paused";
   std::remove(file.c_str());
+}
+
+// Timing pins a candidate's threads to one CPU (timed_calls.cpp, PinnedToCpu). With
+// lock_cpu_affinity the process cannot move itself off it (sched_setaffinity fails); without,
+// cpus_escape names a thread that did.
+TEST(Process, PinnedThreadsStayUnderTheAffinityLockAndAMoveIsSeenWithout) {
+  const std::vector<int> mine = allowed_cpus(::getpid());
+  if (mine.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  const std::vector<int> one{mine.back()};
+  for (const bool lock : {true, false}) {
+    SCOPED_TRACE(lock ? "locked" : "not locked");
+    const std::string base = ::testing::TempDir() + "/kllm-pin-" + std::to_string(::getpid()) + (lock ? "-l" : "-u");
+    std::remove((base + ".go").c_str());
+    std::remove((base + ".rc").c_str());
+    // A background child too: pinning covers the tree, and the move (taskset -a -p: every thread
+    // of the shell) is the leader's.
+    SpawnOptions o = sh("sleep 100 & while [ ! -e " + base + ".go ]; do sleep 0.01; done; taskset -a -p -c " + cpu_list(mine) +
+                        " $$ >/dev/null 2>&1; echo $? > " + base + ".rc; sleep 100");
+    o.lock_cpu_affinity = lock;
+    auto p = Process::spawn(o);
+    ASSERT_TRUE(p.ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(p->pin_cpus(one).ok());
+    EXPECT_EQ(p->cpus_escape(one), "");
+    for (pid_t d : list_descendants(p->pid())) EXPECT_EQ(allowed_cpus(d), one) << "descendant " << d;
+    EXPECT_EQ(allowed_cpus(p->pid()), one);
+    { std::ofstream(base + ".go") << "go"; }
+    std::string rc;
+    for (int i = 0; i < 500 && rc.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      auto t = read_text_file(base + ".rc");
+      if (t.ok() && t->find('\n') != std::string::npos) rc = t->substr(0, t->find('\n'));
+    }
+    ASSERT_FALSE(rc.empty()) << "taskset never ran";
+    if (lock) {
+      EXPECT_NE(rc, "0") << "sched_setaffinity succeeded under the lock";
+      EXPECT_EQ(p->cpus_escape(one), "");
+      EXPECT_EQ(allowed_cpus(p->pid()), one);
+    } else {
+      EXPECT_EQ(rc, "0");
+      const std::string moved = p->cpus_escape(one);
+      EXPECT_NE(moved.find("may run on CPUs " + cpu_list(mine)), std::string::npos) << moved;
+    }
+    p->kill_tree();
+    std::remove((base + ".go").c_str());
+    std::remove((base + ".rc").c_str());
+  }
+}
+
+TEST(Process, CpuListsAreRanges) {
+  EXPECT_EQ(cpu_list({0, 1, 2, 3, 8}), "0-3,8");
+  EXPECT_EQ(cpu_list({5}), "5");
+  EXPECT_EQ(cpu_list({3, 1, 2, 7, 9, 10}), "1-3,7,9-10");
+  EXPECT_EQ(cpu_list({}), "");
 }
 
 TEST(Process, ListingDescendantsSurvivesProcessesExitingMidScan) {

@@ -41,6 +41,7 @@ struct SandboxProbe {
   bool fs_read_only = false;  // writing under / failed inside
   bool homes_hidden = false;  // hidden_dirs were replaced (and the probe still ran)
   int uid = -1;               // uid the probe saw inside
+  bool cpus_locked = false;   // the probe's sched_setaffinity failed (the seccomp filter holds)
   bool real_uid_root = false; // the host uid behind it is still 0 (user namespace mapping)
   std::string setpriv_path;   // as root: bwrap stays privileged, setpriv drops to 65534 for real
   bool cgroup_memory = false;

@@ -78,6 +78,10 @@ struct SpawnOptions {
   std::optional<uint64_t> rlimit_nproc;
   std::vector<std::string> cgroup_procs_files;  // the child joins these before exec
   bool no_core_dumps = true;
+  // A seccomp filter in the child (inherited by everything it execs): sched_setaffinity fails
+  // with EPERM, so the process cannot move itself off the CPUs the parent pins it to. Where the
+  // kernel refuses the filter the child runs without it (the sandbox probe says which).
+  bool lock_cpu_affinity = false;
 };
 
 enum class ReceiveStatus { ok, timeout, closed, protocol_error };
@@ -124,6 +128,11 @@ class Process {
   // queued before still runs. False when the process is gone or may not be signalled.
   bool pause();
   void resume();
+  // CPU affinity of every thread of the process and of its tree (cgroups' members, else /proc
+  // descendants): pin_cpus sets it to `cpus`; cpus_escape names the first thread allowed to run
+  // anywhere else ("" when none). Threads that exit meanwhile are skipped.
+  Status pin_cpus(const std::vector<int>& cpus);
+  std::string cpus_escape(const std::vector<int>& cpus) const;
 
   const std::optional<ExitInfo>& exit_info() const { return exit_; }
   std::string stdout_tail() const { return out_.str(); }
@@ -150,6 +159,13 @@ class Process {
   std::optional<ExitInfo> exit_;
   const std::atomic<bool>* cancel_ = nullptr;
 };
+
+// The CPUs thread `tid` may run on (0: the calling thread); empty when it cannot be read.
+std::vector<int> allowed_cpus(pid_t tid = 0);
+// Sets them (0: the calling thread).
+Status set_allowed_cpus(pid_t tid, const std::vector<int>& cpus);
+// "0-3,8" for {0,1,2,3,8}.
+std::string cpu_list(const std::vector<int>& cpus);
 
 // All live descendants of `root` (children, grandchildren, ...) from /proc, in discovery order.
 std::vector<pid_t> list_descendants(pid_t root);

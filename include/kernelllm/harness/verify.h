@@ -20,7 +20,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-6";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance
+inline constexpr std::string_view kVerifierVersion = "verify-7";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU
 
 enum class Verdict {
   correct,
@@ -38,6 +38,8 @@ enum class Verdict {
 };
 std::string_view verdict_name(Verdict v);
 std::optional<Verdict> verdict_from_name(std::string_view name);
+
+inline constexpr int kTimingCpuAuto = -2, kTimingCpuOff = -1;
 
 struct VerifyOptions {
   std::string profile = "strict";            // strict | kernelbench
@@ -68,6 +70,11 @@ struct VerifyOptions {
   // A timed batch's round trips within a budget (timed_trips_done): after kMinTimedTrips timed
   // round trips (or `iters`, if fewer), none more once they have taken this long together.
   double timing_budget_s = 5;
+  // The CPU that runs a timed batch's round trips: the orchestrator's thread, the judge and the
+  // candidate are all pinned to it (a process's launch overheads depend on the CPU it runs on).
+  // kTimingCpuAuto: on a GPU, one CPU per GPU (the last one this process may use for cuda:0, the
+  // one before for cuda:1, ...), none on the CPU; kTimingCpuOff: none; else that CPU.
+  int timing_cpu = kTimingCpuAuto;
   double peak_bandwidth_gbs = 0;   // roofline floor; 0: from the device name, else 10000 GB/s
   std::string python;              // empty: $KERNELLLM_PYTHON, else python3 on PATH
   std::string package_dir;         // dir holding kernelllm/worker; empty: auto
@@ -103,6 +110,8 @@ struct TimingResult {
   std::vector<double> paired_ref_ms, paired_load_ms;
   std::string inputs;   // paired: "given" (the judge's input region), else why the candidate made them
   bool paused = false;  // paired: the candidate's process was stopped between its round trips
+  int cpu = -1;         // the CPU its round trips ran on, every side pinned (-1: not pinned)
+  std::string cpu_note; // why not pinned, when pinning was asked for and failed
 };
 // Per timed round trip, the reference's time over the candidate's (empty unless paired): the
 // speedup is their median, so that what slows the machine for a while slows both sides of a ratio.
