@@ -6,10 +6,12 @@
 # stays warm), then runs bench/device_phases.sh on each GPU at once:
 #   call1  GPU 0: the relu case group alone (~440 s); GPU 1: the other problems' groups
 #   call2  GPU 0: the KernelBench agreement run (~460 s); GPU 1: gpu_faults (~200 s), then timing repeats
-# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2 OUT_DIR
+#   call3  timing repeats on both GPUs (REPEAT_RUNS each, default 2): with call2's, runs from
+#          several processes, machines and GPUs for the same candidates
+# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3 OUT_DIR
 # Result: OUT_DIR/records-call1.tgz (or -call2), holding every phase's output directory and log.
 set -uo pipefail
-call=${1:?call1|call2}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
+call=${1:?call1|call2|call3}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
 export KERNELLLM_FROM_ARCHIVE=1
 export KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar)
 end=${RECORDS_END_S:-560}  # every phase ends by then (seconds from the start of this script)
@@ -39,6 +41,13 @@ case $call in
        bash bench/device_phases.sh "$out/w/g1/r" repeat > "$out/w/g1.log" 2>&1
      echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
     wait ;;
-  *) echo "unknown call $call (call1 call2)"; exit 2 ;;
+  call3)
+    l=$(left)
+    for g in 0 1; do
+      (CUDA_VISIBLE_DEVICES=$g REPEAT_RUNS=${REPEAT_RUNS:-2} REPEAT_PARALLEL=3 REPEAT_BUDGET_S=$((l - 130)) REPEAT_LIMIT_S=$l          bash bench/device_phases.sh "$out/w/g$g/r" repeat > "$out/w/g$g.log" 2>&1
+       echo "GPU $g done at $SECONDS s" >> "$out/w/steps.log") &
+    done
+    wait ;;
+  *) echo "unknown call $call (call1 call2 call3)"; exit 2 ;;
 esac
 cat "$out/w/steps.log"

@@ -13,7 +13,7 @@
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
 
-fs::path gpu_lock_file(std::string_view device_name) {
+std::string physical_gpu_id(std::string_view device_name) {
   if (!device_name.starts_with("cuda")) return {};
   std::string ordinal = "0";
   if (auto colon = device_name.find(':'); colon != std::string_view::npos) ordinal = std::string(device_name.substr(colon + 1));
@@ -28,6 +28,12 @@ fs::path gpu_lock_file(std::string_view device_name) {
     const long n = std::strtol(ordinal.c_str(), &end, 10);
     if (end && *end == '\0' && n >= 0 && static_cast<size_t>(n) < entries.size()) id = entries[static_cast<size_t>(n)];
   }
+  return id;
+}
+
+fs::path gpu_lock_file(std::string_view device_name) {
+  std::string id = physical_gpu_id(device_name);
+  if (id.empty()) return {};
   for (char& c : id) {
     if (c == '/' || c == '.') c = '_';
   }

@@ -19,8 +19,10 @@
 
 namespace kernelllm::harness {
 
-// /tmp/kernelllm-gpu-locks/<id>.lock where <id> is the physical GPU: cuda:N mapped through
-// CUDA_VISIBLE_DEVICES (its N-th entry) when that is set, else N. Empty for "cpu".
+// The physical GPU of "cuda:N": N mapped through CUDA_VISIBLE_DEVICES (its N-th entry: an index
+// or a UUID) when that is set, else N. Empty for "cpu".
+std::string physical_gpu_id(std::string_view device_name);
+// /tmp/kernelllm-gpu-locks/gpu-<id>.lock, <id> the physical GPU. Empty for "cpu".
 std::filesystem::path gpu_lock_file(std::string_view device_name);
 
 // The in-process part: a turnstile in front of a reader-writer lock.

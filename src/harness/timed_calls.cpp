@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "gpu_lock.h"
 #include "verifier.h"
 
 namespace kernelllm::harness {
@@ -95,7 +96,12 @@ int Verifier::timing_cpu(const DeviceState& dev) const {
   }
   const DeviceState& root = dev.root();
   if (!root.cuda()) return -1;
-  const size_t ordinal = root.name.rfind("cuda:", 0) == 0 ? std::strtoul(root.name.c_str() + 5, nullptr, 10) : root.index;
+  // The physical GPU (CUDA_VISIBLE_DEVICES mapped), so that processes shown different GPUs as
+  // cuda:0 pick different CPUs; a UUID picks by its hash.
+  const std::string id = physical_gpu_id(root.name);
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(id.c_str(), &end, 10);
+  const size_t ordinal = !id.empty() && end && *end == '\0' ? n : std::hash<std::string>{}(id);
   return allowed[allowed.size() - 1 - ordinal % allowed.size()];
 }
 

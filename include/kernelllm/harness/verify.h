@@ -72,8 +72,9 @@ struct VerifyOptions {
   double timing_budget_s = 5;
   // The CPU that runs a timed batch's round trips: the orchestrator's thread, the judge and the
   // candidate are all pinned to it (a process's launch overheads depend on the CPU it runs on).
-  // kTimingCpuAuto: on a GPU, one CPU per GPU (the last one this process may use for cuda:0, the
-  // one before for cuda:1, ...), none on the CPU; kTimingCpuOff: none; else that CPU.
+  // kTimingCpuAuto: on a GPU, one CPU per physical GPU (the last one this process may use for GPU
+  // 0, the one before for GPU 1, ...: CUDA_VISIBLE_DEVICES mapped), none on the CPU;
+  // kTimingCpuOff: none; else that CPU.
   int timing_cpu = kTimingCpuAuto;
   double peak_bandwidth_gbs = 0;   // roofline floor; 0: from the device name, else 10000 GB/s
   std::string python;              // empty: $KERNELLLM_PYTHON, else python3 on PATH
