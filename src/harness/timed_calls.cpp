@@ -110,7 +110,11 @@ std::vector<double> published_call_times(const std::vector<CallClock>& calls, do
   std::vector<double> out;
   double charged = 0;
   for (const CallClock& c : calls) {
-    double t = c.call_ms + c.check_ms - 2 * ping_ms + c.load_excess_ms;
+    // The check's own cost (the same values read and compared for the reference: its work depends
+    // on the profile's tolerances) is not the candidate's; only what its check took beyond the
+    // reference's of the same sets is: work the candidate finished after its reply.
+    const double check = c.check_baseline_ms >= 0 ? c.check_ms - c.check_baseline_ms : c.check_ms - ping_ms;
+    double t = c.call_ms - ping_ms + check + c.load_excess_ms;
     const double wait = c.next_flush_ms - flush_baseline_ms;
     // Only the part beyond the threshold: charging all of a wait just above it made an honest
     // round trip's time jump by the whole wait, a cliff that turned scheduling noise into spread.
@@ -392,6 +396,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       return std::nullopt;
     }
     double next_flush_ms = 0;
+    double ref_check_ms = cand ? -1.0 : chk.elapsed_ms;  // the reference's own batch: its check is not charged
     if (paired) {
       // The candidate stopped, the flush right after its round trip (its queued work shows here,
       // charged to it), then the reference's round trip on the same sets, clocked the same way.
@@ -401,8 +406,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
       Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);
       if (!rk.ok()) return judge_failed(rk, "check the reference's paired round trip");
+      ref_check_ms = rk.elapsed_ms;
       if (i >= warm) {
-        ref_calls.push_back(CallClock{rc.elapsed_ms, rk.elapsed_ms, 0, 0, per});
+        ref_calls.push_back(CallClock{rc.elapsed_ms, rk.elapsed_ms, 0, 0, per, rk.elapsed_ms});
         ref_loads.push_back(ref_load_ms);
       }
     }
@@ -425,7 +431,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       continue;
     }
     timed_ms += trip_ms;
-    calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, next_flush_ms, load_excess_ms, per});
+    calls.push_back(CallClock{c.elapsed_ms, chk.elapsed_ms, next_flush_ms, load_excess_ms, per, ref_check_ms});
     loads.push_back(load_ms);
     load_excess_ms = 0;
     // The worker's claim (a number where present: reply_shape_error), never used for a time; an

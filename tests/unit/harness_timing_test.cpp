@@ -77,6 +77,19 @@ TEST(TimingClock, PublishedTimesAreRoundTripsLessTwoPings) {
   EXPECT_NEAR(published_call_times({{0.30, 0.12, 0, 0.5}}, 0.10, 0.05, nullptr)[0], 0.72, 1e-12);
 }
 
+TEST(TimingClock, APairedRoundTripIsChargedOnlyItsCheckBeyondTheReferencesCheck) {
+  // The reference's check of the same sets took 0.50 ms (a strict profile's compare); the
+  // candidate's 0.53 ms: 0.03 ms of it is work the candidate left for after its reply.
+  // (0.30 - 0.10 ping) + (0.53 - 0.50) = 0.23 ms.
+  EXPECT_NEAR(published_call_times({{0.30, 0.53, 0, 0, 1, 0.50}}, 0.10, 0.05, nullptr)[0], 0.23, 1e-12);
+  // Whatever the check costs, the same call publishes the same time: the speedup does not depend
+  // on the profile's compare.
+  EXPECT_NEAR(published_call_times({{0.30, 0.12, 0, 0, 1, 0.12}}, 0.10, 0.05, nullptr)[0],
+              published_call_times({{0.30, 0.90, 0, 0, 1, 0.90}}, 0.10, 0.05, nullptr)[0], 1e-12);
+  // A check faster than the baseline (noise) counts as it is, so noise does not bias the time up.
+  EXPECT_NEAR(published_call_times({{0.30, 0.48, 0, 0, 1, 0.50}}, 0.10, 0.05, nullptr)[0], 0.18, 1e-12);
+}
+
 TEST(TimingClock, WorkLeftQueuedByAnEarlyReplyIsChargedToItsCall) {
   double excess = 0;
   // A reply sent before the GPU finished: the judge's next flush waited 2 ms beyond its baseline,

@@ -20,7 +20,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-7";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU
+inline constexpr std::string_view kVerifierVersion = "verify-7";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU, a candidate charged its check only beyond the reference's
 
 enum class Verdict {
   correct,
@@ -220,11 +220,15 @@ struct CallClock {
   double next_flush_ms = 0;  // round trip of the judge's L2 flush right after (0: none, on CPU)
   double load_excess_ms = 0; // input-set loads before it that took longer than the judge's (work done early)
   int calls = 1;             // timed calls in the round trip
+  // The part of check_ms not charged: the round trip of the judge's check of the same sets in the
+  // reference's region (a paired round trip; the reference's own: its check). Negative: none, the
+  // whole check is charged.
+  double check_baseline_ms = -1;
 };
-// Published per-call times, one per round trip: (call + check - 2 x ping + load excess, plus the
-// next flush's wait beyond `flush_baseline_ms` when it exceeds max(0.1 ms, half the baseline): work
-// a reply left queued on the GPU delays the judge's flush) / calls; the charged waits are added to
-// *excess_ms. Never below 1 ns.
+// Published per-call times, one per round trip: (call - ping + the check beyond its baseline (else
+// the check - ping) + load excess, plus the next flush's wait beyond `flush_baseline_ms` when it
+// exceeds max(0.1 ms, half the baseline): work a reply left queued on the GPU delays the judge's
+// flush) / calls; the charged waits are added to *excess_ms. Never below 1 ns.
 std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
                                          double* excess_ms);
 // Timed calls per round trip (docs/verification.md, Timing): up to kMaxCallsPerTrip on a GPU, as
