@@ -5,7 +5,8 @@
 # .kb .kb0 .whl. Each call builds the CLI once (bench/verify_device_run.sh, kept while the machine
 # stays warm), then runs bench/device_phases.sh on each GPU at once:
 #   call1  GPU 0: the relu case group alone (~440 s); GPU 1: the other problems' groups
-#   call2  GPU 0: the KernelBench agreement run (~460 s); GPU 1: gpu_faults (~200 s), then timing repeats
+#   call2  GPU 0: the KernelBench agreement run (~420 s); GPU 1: gpu_faults (198 s alone; over 215 s beside
+#          the agreement run at 7558fc8, so up to 295 s), then timing repeats
 #   call3  timing repeats on both GPUs (REPEAT_RUNS each, default 2): with call2's, runs from
 #          several processes, machines and GPUs for the same candidates
 # Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3 OUT_DIR
@@ -34,7 +35,7 @@ case $call in
     l=$(left)
     (CUDA_VISIBLE_DEVICES=0 KB=.kb0 AGREEMENT_EVAL=.kb AGREE_LIMIT_S=$l bash bench/device_phases.sh "$out/w/g0/r" agree \
       > "$out/w/g0.log" 2>&1; echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
-    (CUDA_VISIBLE_DEVICES=1 FAULTS_LIMIT_S=230 FAULTS_TIMEOUT_S=215 bash bench/device_phases.sh "$out/w/g1f/r" faults \
+    (CUDA_VISIBLE_DEVICES=1 FAULTS_LIMIT_S=310 FAULTS_TIMEOUT_S=295 bash bench/device_phases.sh "$out/w/g1f/r" faults \
       > "$out/w/g1f.log" 2>&1
      l=$(left)
      CUDA_VISIBLE_DEVICES=1 REPEAT_RUNS=${REPEAT_RUNS:-2} REPEAT_PARALLEL=3 REPEAT_BUDGET_S=$((l - 130)) REPEAT_LIMIT_S=$l \
