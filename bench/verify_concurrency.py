@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,11 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=max(8, 2 * (os.cpu_count() or 1)), help="the concurrent run's --jobs")
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args()
+    # Each call runs in its own temporary directory: a relative path to the CLI is made absolute.
+    cli = shutil.which(args.cli) if os.sep not in args.cli else str(Path(args.cli).resolve())
+    if not cli or not os.access(cli, os.X_OK):
+        raise SystemExit(f"{args.cli}: not an executable kernelllm CLI")
+    args.cli = cli
     names = [p.strip() for p in args.problems.split(",") if p.strip()]
     for p in names:
         if not (CASES / "problems" / f"{p}.py").is_file():

@@ -5,7 +5,8 @@
 # and tests/cases/kernelbench_agreement as one batch per problem and records per-phase times;
 # `agreement` compares with KernelBench's own eval (needs its sources in .kb/, carried);
 # `underload` verifies on a quiet GPU and beside outside load (bench/verify_under_load.py; KB=.kb0);
-# `coverage` verifies every KernelBench level 1-3 problem once (bench/kernelbench_coverage.py).
+# `coverage` verifies every KernelBench level 1-3 problem once (bench/kernelbench_coverage.py);
+# `concurrency` verifies labelled cases at --jobs 1 and at many jobs (bench/verify_concurrency.py).
 # Usage on the GPU machine, from the repo root: bash bench/verify_device_run.sh OUT_DIR MODE...
 # With KERNELLLM_FROM_ARCHIVE=1 it builds from .vdev/head.tar (git archive HEAD made before the
 # call) so that half-written files in the working tree cannot break the run; the tree unpacked in
@@ -125,6 +126,11 @@ for mode in "$@"; do
         $r/cheat_counter_decorative_kernel.py $r/cheat_timing_skip.py $r/cheat_precompute_future_inputs.py \
         $r/wrong_off_by_small.py :: tests/cases/problems/softmax_odd_width.py tests/cases/softmax_odd_width/*.py 2>&1 |
         tee "$out/repeat.log" | tail -20 ;;
+    concurrency)
+      # Does concurrency change a verdict (issue #43)? The labelled cases of CONC_PROBLEMS at
+      # --jobs 1 and at --jobs CONC_JOBS (default 32), one verify call per problem each.
+      python3 bench/verify_concurrency.py --cli "$cli" --device cuda:0 --problems "${CONC_PROBLEMS:-relu,softmax_odd_width,matmul}" \
+        --jobs "${CONC_JOBS:-32}" --out "$out/verify-concurrency-h100.json" 2>&1 | tee "$out/concurrency.log" | tail -8 ;;
     reftime)
       # relu under the kernelbench profile: the reference's median and calls per round trip beside
       # three candidates' (honest, honest on a transposed view, torch's relu behind a decoy kernel).
