@@ -622,19 +622,23 @@ std::string cpu_list(const std::vector<int>& cpus) {
 
 Status Process::pin_cpus(const std::vector<int>& cpus) {
   if (!running()) return error(ErrorCode::not_found, "pin: the process is gone");
-  std::vector<pid_t> procs = tree_members();
-  procs.insert(procs.begin(), pid_);
-  // Again until no thread is new: one started during the scan inherits a mask not yet set.
+  // Again until no thread is new, the tree listed anew each time: a thread or process started
+  // during a scan by one not yet pinned inherits the mask it had.
   std::vector<pid_t> done;
-  for (int round = 0; round < 10; ++round) {
-    size_t fresh = 0;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<pid_t> procs = tree_members();
+    procs.insert(procs.begin(), pid_);
+    size_t changed = 0;
     for (pid_t t : threads_of(procs)) {
       if (std::find(done.begin(), done.end(), t) != done.end()) continue;
       done.push_back(t);
-      ++fresh;
+      std::vector<int> now = allowed_cpus(t), want = cpus;
+      std::sort(want.begin(), want.end());
+      if (now.empty() || now == want) continue;  // exited, or born pinned (a child of a pinned thread)
+      ++changed;
       if (const int err = set_affinity_errno(t, cpus); err != 0 && err != ESRCH) return affinity_error(t, cpus, err);
     }
-    if (fresh == 0) return Status();
+    if (changed == 0) return Status();
   }
   return Status();
 }
