@@ -28,16 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "cases"))
 from case_header import parse_header  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from verify_throughput import problems as labelled_cases  # noqa: E402  (the same filter by device)
+
 CASES = ROOT / "tests" / "cases"
-
-
-def cases_of(problem: str, device: str) -> list[Path]:
-    out = []
-    for case in sorted((CASES / problem).glob("*.py")):
-        if parse_header(case).get("device", "any") == "cuda" and not device.startswith("cuda"):
-            continue
-        out.append(case)
-    return out
 
 
 def verify(cli: str, problem: str, cases: list[Path], device: str, jobs: int, out: Path, secret: str) -> dict:
@@ -74,11 +68,12 @@ def main() -> int:
         if not (CASES / "problems" / f"{p}.py").is_file():
             raise SystemExit(f"{p}: no such problem under {CASES / 'problems'}")
     secret = secrets.token_hex(8)
+    by_problem = {problem.stem: cases for problem, cases in labelled_cases(args.device).items()}
     rows, calls = [], []
     t_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kllm-concurrency-") as tmp:
         for p in names:
-            cases = cases_of(p, args.device)
+            cases = by_problem.get(p, [])
             got = {}
             for jobs in (1, args.jobs):
                 d = Path(tmp) / f"{p}-j{jobs}"

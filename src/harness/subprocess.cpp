@@ -620,23 +620,28 @@ std::string cpu_list(const std::vector<int>& cpus) {
   return out;
 }
 
+std::vector<pid_t> Process::leader_and_tree() const {
+  std::vector<pid_t> procs = tree_members();
+  procs.insert(procs.begin(), pid_);
+  return procs;
+}
+
 Status Process::pin_cpus(const std::vector<int>& cpus) {
   if (!running()) return error(ErrorCode::not_found, "pin: the process is gone");
+  std::vector<int> want = cpus;
+  std::sort(want.begin(), want.end());
   // Again until no thread is new, the tree listed anew each time: a thread or process started
   // during a scan by one not yet pinned inherits the mask it had.
   std::vector<pid_t> done;
   for (int round = 0; round < 20; ++round) {
-    std::vector<pid_t> procs = tree_members();
-    procs.insert(procs.begin(), pid_);
     size_t changed = 0;
-    for (pid_t t : threads_of(procs)) {
+    for (pid_t t : threads_of(leader_and_tree())) {
       if (std::find(done.begin(), done.end(), t) != done.end()) continue;
       done.push_back(t);
-      std::vector<int> now = allowed_cpus(t), want = cpus;
-      std::sort(want.begin(), want.end());
+      const std::vector<int> now = allowed_cpus(t);
       if (now.empty() || now == want) continue;  // exited, or born pinned (a child of a pinned thread)
       ++changed;
-      if (const int err = set_affinity_errno(t, cpus); err != 0 && err != ESRCH) return affinity_error(t, cpus, err);
+      if (const int err = set_affinity_errno(t, want); err != 0 && err != ESRCH) return affinity_error(t, want, err);
     }
     if (changed == 0) return Status();
   }
@@ -645,9 +650,7 @@ Status Process::pin_cpus(const std::vector<int>& cpus) {
 
 std::string Process::cpus_escape(const std::vector<int>& cpus) const {
   if (!running()) return "";
-  std::vector<pid_t> procs = tree_members();
-  procs.insert(procs.begin(), pid_);
-  for (pid_t t : threads_of(procs)) {
+  for (pid_t t : threads_of(leader_and_tree())) {
     const std::vector<int> got = allowed_cpus(t);
     if (got.empty()) continue;  // exited
     for (int c : got) {

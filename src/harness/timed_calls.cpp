@@ -54,19 +54,19 @@ struct PausedWhileIdle {
 // on: docs/verification.md, Timing). The judge and this thread get their CPUs back at the end; the
 // candidate's process is not used again after timing.
 struct PinnedToCpu {
-  std::vector<int> cpus;  // {the CPU}; empty: not pinned
-  std::string note;       // why not, when asked
+  int cpu = -1;      // -1: not pinned
+  std::string note;  // why not, when asked
   std::vector<int> thread_was, judge_was;
   Process* judge = nullptr;
 
-  PinnedToCpu(int cpu, Process* judge_proc, Process* cand_proc) {
-    if (cpu < 0) return;
-    const std::vector<int> one{cpu};
+  PinnedToCpu(int want, Process* judge_proc, Process* cand_proc) {
+    if (want < 0) return;
+    const std::vector<int> one{want};
     thread_was = allowed_cpus(0);
-    judge_was = judge_proc ? allowed_cpus(judge_proc->pid()) : std::vector<int>{};
     Status s = set_allowed_cpus(0, one);
     if (s.ok() && judge_proc) {
       judge = judge_proc;
+      judge_was = allowed_cpus(judge_proc->pid());
       s = judge_proc->pin_cpus(one);
     }
     if (s.ok() && cand_proc) s = cand_proc->pin_cpus(one);
@@ -75,7 +75,7 @@ struct PinnedToCpu {
       release();
       return;
     }
-    cpus = one;
+    cpu = want;
   }
   void release() {
     if (judge && !judge_was.empty()) (void)judge->pin_cpus(judge_was);
@@ -415,8 +415,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // Still on the CPU it was pinned to, every thread of it (a candidate that moved to a faster
     // core would time its launches there, the reference's on ours). Checked with the process
     // stopped, when paired; the sandbox's seccomp filter makes the move fail in the first place.
-    if (cand && !pin.cpus.empty()) {
-      if (const std::string moved = cand->proc.cpus_escape(pin.cpus); !moved.empty()) {
+    if (cand && pin.cpu >= 0) {
+      if (const std::string moved = cand->proc.cpus_escape({pin.cpu}); !moved.empty()) {
         r->verdict = Verdict::cheat;
         r->rule = "cpu_affinity_changed";
         r->message = fmt::format("in round trip {} of its timing the candidate left the CPU the timing is pinned to: {}",
@@ -476,7 +476,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.ping_ms = ping_ms;
   t.calls_per_trip = per;
   t.warmup_trips = warm;
-  t.cpu = pin.cpus.empty() ? -1 : pin.cpus.front();
+  t.cpu = pin.cpu;
   t.cpu_note = pin.note;
   t.load_ms = std::move(loads);
   if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;

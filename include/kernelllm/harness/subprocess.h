@@ -143,6 +143,7 @@ class Process {
   void drain(int timeout_ms);  // one poll round over stdout/stderr
   std::vector<pid_t> cgroup_members() const;  // every member of the cgroups (none without)
   std::vector<pid_t> tree_members() const;    // the cgroups' members, else the /proc descendants
+  std::vector<pid_t> leader_and_tree() const;  // the process itself first, then tree_members()
   std::vector<pid_t> paused_;               // what pause() stopped, for resume()
   bool try_reap();
 

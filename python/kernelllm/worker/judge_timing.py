@@ -231,7 +231,7 @@ class TimedCalls:
                     ok, detail = compare.values_pass(checker, at, self._fp_positions(i, flat.numel()))
                     if not ok:
                         return {"match": False, "slot": 0, "message": f"output {i}: {detail}"}
-                    sampled = self._fp_index_on(i, flat.numel(), flat.device) is not None
+                    sampled = self._fp_positions(i, flat.numel()) is not None
                     bad = self._norm_failing([checker], at.reshape(1, -1), sampled, i, 1)
                     if bad:
                         return bad
@@ -245,7 +245,7 @@ class TimedCalls:
                         _, detail = compare.values_pass(checkers[row], got[row], self._fp_positions(i, views[i].numel()))
                         return {"match": False, "slot": row,
                                 "message": f"call {row} of {len(trials)} in the round trip: output {i}: {detail}"}
-                    sampled = self._fp_index_on(i, views[i].numel(), got.device) is not None
+                    sampled = self._fp_positions(i, views[i].numel()) is not None
                     bad = self._norm_failing(checkers, got, sampled, i, len(trials))
                     if bad:
                         return bad
