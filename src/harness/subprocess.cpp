@@ -529,30 +529,6 @@ std::vector<pid_t> Process::tree_members() const {
   return cgroup_procs_files_.empty() ? list_descendants(pid_) : cgroup_members();
 }
 
-bool Process::pause() {
-  if (!running() || ::kill(pid_, SIGSTOP) != 0) return false;
-  ::kill(-pid_, SIGSTOP);
-  paused_.assign(1, pid_);
-  for (int round = 0; round < 10; ++round) {
-    size_t fresh = 0;
-    for (pid_t p : tree_members()) {
-      if (std::find(paused_.begin(), paused_.end(), p) != paused_.end()) continue;
-      ::kill(p, SIGSTOP);
-      paused_.push_back(p);
-      ++fresh;
-    }
-    if (fresh == 0) break;
-  }
-  return true;
-}
-
-void Process::resume() {
-  if (paused_.empty() || pid_ <= 0) return;
-  ::kill(-pid_, SIGCONT);
-  for (pid_t p : paused_) ::kill(p, SIGCONT);
-  paused_.clear();
-}
-
 namespace {
 
 // Every thread of `pids` (from /proc/<pid>/task).
@@ -572,6 +548,51 @@ std::vector<pid_t> threads_of(const std::vector<pid_t>& pids) {
 }
 
 }  // namespace
+
+bool Process::pause() {
+  if (!running() || ::kill(pid_, SIGSTOP) != 0) return false;
+  ::kill(-pid_, SIGSTOP);
+  paused_.assign(1, pid_);
+  for (int round = 0; round < 10; ++round) {
+    size_t fresh = 0;
+    for (pid_t p : tree_members()) {
+      if (std::find(paused_.begin(), paused_.end(), p) != paused_.end()) continue;
+      ::kill(p, SIGSTOP);
+      paused_.push_back(p);
+      ++fresh;
+    }
+    if (fresh == 0) break;
+  }
+  return true;
+}
+
+bool Process::wait_stopped(Deadline deadline) const {
+  for (;;) {
+    bool all = true;
+    for (pid_t t : threads_of(paused_)) {
+      auto stat = read_text_file(fmt::format("/proc/{}/task/{}/stat", t, t), 4096);
+      if (!stat.ok()) continue;  // gone
+      const size_t rp = stat->rfind(')');
+      const char state = rp != std::string::npos && stat->size() > rp + 2 ? (*stat)[rp + 2] : 'X';
+      if (state != 'T' && state != 't' && state != 'Z' && state != 'X') {
+        all = false;
+        break;
+      }
+    }
+    if (all) return true;
+    if (Clock::now() >= deadline) return false;
+    // Yield: a runnable thread on our CPU (timing pins both) takes its stop when it next runs.
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void Process::resume() {
+  if (paused_.empty() || pid_ <= 0) return;
+  ::kill(-pid_, SIGCONT);
+  for (pid_t p : paused_) ::kill(p, SIGCONT);
+  paused_.clear();
+}
+
 
 std::vector<int> allowed_cpus(pid_t tid) {
   cpu_set_t set;

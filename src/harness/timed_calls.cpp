@@ -38,14 +38,18 @@ constexpr int kPings = 7;
 struct PausedWhileIdle {
   Process* proc;
   bool held = false, ever = false;
-  void stop() {
+  // False when a thread of the candidate is still running at the deadline (stuck in a system
+  // call that SIGSTOP waits for): nothing of the judge's may run beside it on the timing CPU.
+  bool stop() {
     if (proc && !held) held = ever = proc->pause();
+    return !held || proc->wait_stopped(deadline_in(kStopWaitS));
   }
   void go() {
     if (proc && held) proc->resume();
     held = false;
   }
   ~PausedWhileIdle() { go(); }
+  static constexpr double kStopWaitS = 2;
 };
 
 // A batch's round trips on one CPU: this thread, the judge and the candidate are pinned to it,
@@ -268,7 +272,15 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // Between its own round trips a paired candidate's process is stopped: no thread of it can
   // work on inputs it was handed, or slow the reference's round trips down.
   PausedWhileIdle idle{paired ? &cand->proc : nullptr};
-  idle.stop();
+  // A candidate that does not stop: its threads would run beside the judge's round trips.
+  auto not_stopped = [&]() -> std::optional<TimingResult> {
+    r->verdict = Verdict::timeout;
+    r->message = fmt::format("a thread of the candidate's process was still running {:g} s after it was stopped between "
+                             "its timed round trips (SIGSTOP waits for a system call to end)",
+                             PausedWhileIdle::kStopWaitS);
+    return std::nullopt;
+  };
+  if (!idle.stop()) return not_stopped();
   // A timing set's seed reaches the worker right before its round trip, never earlier, so no
   // call's answer can be worked out ahead in bulk. A round trip's new sets are made in one
   // request, clocked against the judge's load of the same sets (the reference's batch, round trip
@@ -355,7 +367,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       if (!given) {
         idle.go();  // (a paired candidate that makes its own sets, clocked against the judge's load)
         Reply l = load(cand == nullptr, fresh, loaded, base, &load_excess_ms);
-        idle.stop();
+        if (!idle.stop()) return not_stopped();
         if (!l.ok()) return failed(l, "timing (loading input sets)");
         load_ms = l.elapsed_ms;
         if (!cand) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
@@ -400,7 +412,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     if (paired) {
       // The candidate stopped, the flush right after its round trip (its queued work shows here,
       // charged to it), then the reference's round trip on the same sets, clocked the same way.
-      idle.stop();
+      if (!idle.stop()) return not_stopped();
       next_flush_ms = flush();
       Reply rc = judge_call(dev, Json{{"op", "time_call"}, {"sets", ref_sets}}, timeout);
       if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
