@@ -237,7 +237,7 @@ TEST(Process, PauseStopsTheWholeTreeAndResumeContinuesIt) {
   std::vector<pid_t> tree = list_descendants(p->pid());
   ASSERT_GE(tree.size(), 3u);
   ASSERT_TRUE(p->pause());
-  // Every thread it stopped shows stopped ('T') soon after (timed_calls.cpp waits for that).
+  // No thread it stopped is still running soon after (timed_calls.cpp waits for that).
   EXPECT_TRUE(p->wait_stopped(deadline_in(5)));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const size_t before = size();

@@ -128,9 +128,9 @@ class Process {
   // queued before still runs. False when the process is gone or may not be signalled.
   bool pause();
   void resume();
-  // After pause(): true once every thread of what it stopped is stopped (or gone), false at the
-  // deadline. A SIGSTOP takes effect when a thread next returns to user space: one in a long
-  // system call (a large write, an unmap) runs on until that call ends.
+  // After pause(): true once no thread of what it stopped is running (state R in /proc), false at
+  // the deadline. A SIGSTOP takes effect when a thread next returns to user space: one in a long
+  // system call (a large write, an unmap) runs on until that call ends; one asleep uses no CPU.
   bool wait_stopped(Deadline deadline) const;
   // CPU affinity of every thread of the process and of its tree (cgroups' members, else /proc
   // descendants): pin_cpus sets it to `cpus`; cpus_escape names the first thread allowed to run
