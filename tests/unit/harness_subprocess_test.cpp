@@ -254,7 +254,10 @@ TEST(Process, PauseStopsTheWholeTreeAndResumeContinuesIt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       st = state_of(pid);
     }
-    EXPECT_TRUE(st == 'T' || st == '?') << "pid " << pid << " in state " << st;
+    // Still 'D' after that: a shell in vfork() waiting for a child that the pause stopped before
+    // its exec (seen in CI for seconds); it cannot run until the child does. The file's size
+    // above is what shows that nothing ran.
+    EXPECT_TRUE(st == 'T' || st == '?' || st == 'D') << "pid " << pid << " in state " << st;
     if (st == 'T') stopped.push_back(pid);
   }
   EXPECT_GE(stopped.size(), 2u);
