@@ -54,6 +54,7 @@ Json timing_json(const TimingResult& t) {
     j["paired_load_ms"] = t.paired_load_ms;
     j["inputs"] = t.inputs;
     j["paused_between_round_trips"] = t.paused;
+    j["flush_repeats"] = t.flush_repeats;
     j["speedup_median"] = s.median_ms;
     j["speedup_q1"] = s.q1_ms;
     j["speedup_q3"] = s.q3_ms;

@@ -558,6 +558,7 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     if (t.contains("paused_between_round_trips") && t["paused_between_round_trips"].is_boolean()) {
       tr.paused = t["paused_between_round_trips"].get<bool>();
     }
+    if (t.contains("flush_repeats") && t["flush_repeats"].is_number_integer()) tr.flush_repeats = t["flush_repeats"].get<int>();
     if (t.contains("cpu") && t["cpu"].is_number_integer()) tr.cpu = t["cpu"].get<int>();
     if (t.contains("cpu_note") && t["cpu_note"].is_string()) tr.cpu_note = t["cpu_note"].get<std::string>();
     r.timing = tr;

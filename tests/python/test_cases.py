@@ -249,6 +249,29 @@ def test_case_verdict(verify_problem, problem, case, head):
         assert rule == head["rule"], f"{problem}/{case.name}: expected rule {head['rule']}, got {rule}\n{detail}"
 
 
+UNDISTURBED_CASES = [(p, c, h) for p, c, h in ALL_CASES if h.get("paired_reference") == "undisturbed"]
+
+
+@needs_verify
+@pytest.mark.parametrize("problem,case,head", UNDISTURBED_CASES, ids=[f"{p}/{c.stem}" for p, c, _ in UNDISTURBED_CASES])
+def test_paired_reference_undisturbed(verify_problem, problem, case, head):
+    """A candidate that tries to slow the reference's round trips paired with its own (work left
+    queued past its reply) must not: the paired reference keeps the time it has alone (the
+    reference's own batch), within half again plus 5 us a call, and the candidate is slower."""
+    run = verify_problem(problem)
+    entry = run["entries"].get(case)
+    assert entry is not None, f"no result for {case}"
+    timing, ref = entry.get("timing") or {}, run["report"].get("reference_timing") or {}
+    if not timing.get("meaningful") or "paired_reference_median_ms" not in timing:
+        pytest.skip("no paired GPU timing in this run (CPU)")
+    alone, paired = ref["median_ms"], timing["paired_reference_median_ms"]
+    assert paired <= 1.5 * alone + 0.005, (
+        f"{problem}/{case.name}: the reference's paired round trips took {paired:.5f} ms a call against "
+        f"{alone:.5f} ms alone\n{json.dumps(timing)[:3000]}")
+    assert entry["speedup"] is not None and entry["speedup"] < 1, (
+        f"{problem}/{case.name}: the work it left queued was not charged (speedup {entry['speedup']})")
+
+
 MULTISHAPE_CASES = [(p, c, h) for p, c, h in ALL_CASES if "multishape" in h]
 
 

@@ -20,7 +20,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-7";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU, a candidate charged its check only beyond the reference's
+inline constexpr std::string_view kVerifierVersion = "verify-8";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU, a candidate charged its check only beyond the reference's; 8: GPU work a paired candidate left queued waited out before the reference's round trip
 
 enum class Verdict {
   correct,
@@ -111,6 +111,7 @@ struct TimingResult {
   std::vector<double> paired_ref_ms, paired_load_ms;
   std::string inputs;   // paired: "given" (the judge's input region), else why the candidate made them
   bool paused = false;  // paired: the candidate's process was stopped between its round trips
+  int flush_repeats = 0; // paired: flushes after the first that waited out GPU work a round trip left queued
   int cpu = -1;         // the CPU its round trips ran on, every side pinned (-1: not pinned)
   std::string cpu_note; // why not pinned, when pinning was asked for and failed
 };
