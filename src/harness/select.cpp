@@ -95,8 +95,23 @@ void Verifier::select() {
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;
+        // The other finalists stopped meanwhile (their whole process trees): none of them can
+        // slow this one down to be chosen over it, from a thread launching GPU work or spinning on
+        // its CPU. One still running after the wait is dropped.
+        for (size_t o = 0; o < alive.size(); ++o) {
+          if (o == k || !ok[o]) continue;
+          const bool held = workers[o]->proc.pause();
+          if (!held || !workers[o]->proc.wait_stopped(deadline_in(2))) {
+            ok[o] = false;
+            workers[o]->proc.kill_tree();
+            warn(fmt::format("re-timing: {} did not stop while another finalist was timed: dropped", candidate_paths_[alive[o]]));
+          }
+        }
         CandidateResult scratch;
         std::optional<TimingResult> t = timed_batch(*dev, workers[k].get(), per_round, false, &scratch);
+        for (size_t o = 0; o < alive.size(); ++o) {
+          if (o != k && ok[o]) workers[o]->proc.resume();
+        }
         if (!t) {
           ok[k] = false;
           workers[k]->proc.kill_tree();

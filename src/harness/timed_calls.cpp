@@ -337,25 +337,43 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     Reply f = judge_call(dev, Json{{"op", "l2_flush"}}, 60);
     return f.ok() ? f.elapsed_ms : 0;
   };
-  // After a paired candidate's round trip: the flush, then again until one comes in under the
-  // threshold that published_call_times charges beyond (or kSettleS pass). GPU work the candidate
-  // left queued past its reply (the judge's synchronize waits for the judge's own context only)
-  // delays a flush by at most about a time slice of the GPU's scheduler and would then share the
-  // GPU with the reference's round trip, slowing it; waited out here, and what each later flush
-  // took beyond the baseline is charged to the candidate's round trip too.
+  // The flush, then again until one comes in under the threshold that published_call_times
+  // charges beyond, or kSettleS pass; what each later flush took beyond the baseline is added to
+  // what it returns (the first flush's time). The judge's synchronize waits for the judge's own
+  // context only, and the GPU's scheduler gives another context's queued work a time slice at a
+  // time, so one flush waits for at most about a slice of it. After a paired candidate's round
+  // trip, the work it left queued past its reply would then run beside the reference's round trip
+  // and slow it (an H200: a 3.0x speedup published for a 0.45x candidate, docs/trust-boundary.md);
+  // waited out instead, and charged to the candidate. *clean: whether the last flush was under it.
   int flush_repeats = 0;
-  auto settle = [&]() -> double {
+  auto settle = [&](bool* clean_out) -> double {
     double charged = flush();
     const double base = dev.flush_baseline_ms;
-    if (base <= 0) return charged;
-    const double clean = base + std::max(0.1, 0.5 * base);
+    const double threshold = base + std::max(0.1, 0.5 * base);
     const auto until = Clock::now() + std::chrono::duration<double>(kSettleS);
-    for (double f = charged; f > clean && Clock::now() < until; ++flush_repeats) {
+    double f = charged;
+    while (base > 0 && f > threshold && Clock::now() < until) {
       f = flush();
       charged += std::max(0.0, f - base);
+      ++flush_repeats;
     }
+    if (clean_out) *clean_out = base <= 0 || f <= threshold;
     return charged;
   };
+  // Before a paired candidate's round trip (the candidate stopped, what it left queued before
+  // waited out): a GPU still busy is another process's work, waited out charged to no one. Busy
+  // through kSettleS, the GPU is not this batch's to time on.
+  auto gpu_busy = [&]() -> std::optional<TimingResult> {
+    r->verdict = Verdict::not_verified;
+    r->message = fmt::format("the GPU stayed busy with work the judge could not wait out for {:g} s while the candidate "
+                             "was stopped before a timed round trip (another process's, or what the candidate left "
+                             "queued past an earlier reply)", kSettleS);
+    return std::nullopt;
+  };
+  // A candidate's batch starts with the GPU idle of what an earlier batch or another candidate
+  // (one whose run replied before its work ended, now waiting for its own timing) left queued.
+  if (cand && cuda) (void)settle(nullptr);
+  flush_repeats = 0;
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;
@@ -407,7 +425,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       Reply g = judge_call(dev, Json{{"op", "time_give"}, {"sets", ref_sets}}, timeout);
       if (!g.ok()) return judge_failed(g, "hand the round trip's input sets over");
     }
-    const double flush_ms = flush();
+    bool idle_gpu = true;
+    const double flush_ms = paired ? settle(&idle_gpu) : flush();
+    if (!idle_gpu) return gpu_busy();
     if (!calls.empty() && !paired) calls.back().next_flush_ms = flush_ms;
     if (cuda) flushes.push_back(flush_ms);
     idle.go();
@@ -436,7 +456,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       // The candidate stopped, the flushes right after its round trip (its queued work shows and
       // is waited out here, charged to it), then the reference's round trip on the same sets, clocked the same way.
       if (!idle.stop()) return not_stopped();
-      next_flush_ms = settle();
+      next_flush_ms = settle(nullptr);
       Reply rc = judge_call(dev, Json{{"op", "time_call"}, {"sets", ref_sets}}, timeout);
       if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
       Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);

@@ -111,7 +111,7 @@ struct TimingResult {
   std::vector<double> paired_ref_ms, paired_load_ms;
   std::string inputs;   // paired: "given" (the judge's input region), else why the candidate made them
   bool paused = false;  // paired: the candidate's process was stopped between its round trips
-  int flush_repeats = 0; // paired: flushes after the first that waited out GPU work a round trip left queued
+  int flush_repeats = 0; // paired: flushes beyond one per wait for the GPU to go idle (before and after its round trips)
   int cpu = -1;         // the CPU its round trips ran on, every side pinned (-1: not pinned)
   std::string cpu_note; // why not pinned, when pinning was asked for and failed
 };
