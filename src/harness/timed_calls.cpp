@@ -362,12 +362,14 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   };
   // Before a paired candidate's round trip (the candidate stopped, what it left queued before
   // waited out): a GPU still busy is another process's work, waited out charged to no one. Busy
-  // through kSettleS, the GPU is not this batch's to time on.
+  // through kSettleS, the GPU is not this batch's to time on: no time is published (the verdict
+  // stays what the correctness trials gave), never one taken beside someone else's work.
   auto gpu_busy = [&]() -> std::optional<TimingResult> {
-    r->verdict = Verdict::not_verified;
-    r->message = fmt::format("the GPU stayed busy with work the judge could not wait out for {:g} s while the candidate "
-                             "was stopped before a timed round trip (another process's, or what the candidate left "
-                             "queued past an earlier reply)", kSettleS);
+    const std::string why = fmt::format("not timed: the GPU stayed busy for {:g} s with work the judge could not wait "
+                                        "out before a timed round trip, the candidate stopped (another process's, or "
+                                        "what the candidate left queued past an earlier reply)", kSettleS);
+    r->evidence["timing_not_taken"] = why;
+    r->message += (r->message.empty() ? "" : "; ") + why;
     return std::nullopt;
   };
   // A candidate's batch starts with the GPU idle of what an earlier batch or another candidate
