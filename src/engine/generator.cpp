@@ -68,13 +68,15 @@ struct SampleState {
   bool alive = true;
   StreamDecoder decoder;
   Completion out;
+  bool finished = false;  // its decoder's rest flushed and on_done called
 };
 
 }  // namespace
 
 Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& tokenizer,
                                          std::span<const int32_t> prompt_ids, const GenerateOptions& options,
-                                         const StreamCallback& on_text, GenerateStats* stats) {
+                                         const StreamCallback& on_text, GenerateStats* stats,
+                                         const SampleDoneCallback& on_done) {
   KLLM_RETURN_IF_ERROR(check_options(backend, prompt_ids, options));
   const int64_t max_pos = backend.config().max_position_embeddings;
   GenerateStats local_stats;
@@ -108,6 +110,17 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
 
   // drawn[d] is the next token of sample draws[d].index (the samples still running, in order).
   bool cancelled = false;
+  // A stopped sample: the decoder's held-back bytes streamed, then its completion handed over.
+  auto finish_sample = [&](size_t i) {
+    SampleState& s = samples[i];
+    std::string rest = s.decoder.finish();
+    if (!rest.empty()) {
+      s.out.text += rest;
+      if (on_text && !cancelled) cancelled = !on_text(static_cast<int32_t>(i), rest);
+    }
+    s.finished = true;
+    if (on_done && !cancelled) on_done(static_cast<int32_t>(i), s.out);
+  };
   const auto t_decode = Clock::now();
   for (uint64_t step = 0; !drawn.empty(); ++step) {
     std::vector<ForwardRequest> batch;
@@ -120,7 +133,10 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
       ++local_stats.generated_tokens;
       cancelled = cancelled || res.cancel;
       s.alive = res.alive;
-      if (!s.alive) continue;
+      if (!s.alive) {
+        if (!cancelled) finish_sample(i);
+        continue;
+      }
       next.push_back(RowDraw{static_cast<int64_t>(batch.size()), options.sampling, i, step + 1});
       batch.push_back(ForwardRequest{s.seq, {&s.out.tokens.back(), 1}, false});
     }
@@ -141,13 +157,8 @@ Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& toke
   std::vector<Completion> out;
   out.reserve(k);
   for (size_t i = 0; i < k; ++i) {
-    SampleState& s = samples[i];
-    std::string rest = s.decoder.finish();
-    if (!rest.empty()) {
-      s.out.text += rest;
-      if (on_text && !cancelled) cancelled = !on_text(static_cast<int32_t>(i), rest);
-    }
-    out.push_back(std::move(s.out));
+    if (!samples[i].finished) finish_sample(i);  // max_new_tokens 0, or cut short by a cancel
+    out.push_back(std::move(samples[i].out));
   }
   if (stats != nullptr) *stats = local_stats;
   return out;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kernelllm/harness/cache.h"
@@ -117,11 +119,22 @@ class Verifier {
   // In two steps (VerifySession): the set-up for `expected` candidates (judges, the problem, the
   // workers started ahead), then the candidates themselves (a new on_result when given).
   Status prepare(size_t expected);
+  // Or candidates as they come (optimize's samples while the engine still writes the others):
+  // open_feed starts the workers for up to `capacity` candidates (a new on_result when given);
+  // each add() is verified as soon as a worker is free; close_feed() says no more come and returns
+  // the report once every one added is verified. finish(candidates) is all three at once.
+  void open_feed(size_t capacity, std::function<void(size_t, const CandidateResult&)> on_result = {});
+  Status add(const std::string& candidate_path);
+  Result<VerifyReport> close_feed();
   Result<VerifyReport> finish(std::vector<std::string> candidates,
                               std::function<void(size_t, const CandidateResult&)> on_result = {});
 
  private:
   Result<VerifyReport> finish();
+  // The index of the next candidate for a worker thread once it has arrived; none once the feed
+  // is closed and every one is taken.
+  std::optional<size_t> take_candidate();
+  bool more_may_come();
   Status setup();
   Status setup_device(DeviceState& dev);
   void worker_thread(size_t thread);
@@ -201,7 +214,14 @@ class Verifier {
   uint64_t secret_seed_ = 0;  // sent to judges only
   std::vector<std::unique_ptr<DeviceState>> devices_;
   std::unique_ptr<ResultCache> cache_;
-  std::atomic<size_t> next_candidate_{0};
+  // The feed (open_feed): slots [0, arrived_) of candidate_paths_, sources_, source_errors_ and
+  // report_.candidates are filled (sized to the capacity up front, so a worker's reference to its
+  // slot stays valid while others arrive); next_candidate_ is the next slot a worker takes.
+  std::mutex feed_mu_;
+  std::condition_variable feed_cv_;
+  size_t next_candidate_ = 0, arrived_ = 0, capacity_ = 0;
+  bool closed_ = true;
+  std::vector<std::thread> threads_;
   std::atomic<uint64_t> worker_seq_{0};
   int jobs_ = 1;
   std::vector<std::unique_ptr<Worker>> prewarmed_;  // per worker thread, started during setup

@@ -74,6 +74,12 @@ void name_user_path(CandidateResult& r, const fs::path& work_dir) {
 }  // namespace
 
 Verifier::~Verifier() {
+  {
+    std::lock_guard lock(feed_mu_);  // a feed never closed (its session abandoned): no more come
+    closed_ = true;
+  }
+  feed_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
   devices_.clear();
   if (!run_dir_.empty()) {
     std::error_code ec;
@@ -393,8 +399,9 @@ void Verifier::worker_thread(size_t thread) {
   // The next worker is spawned while the current candidate runs and imports torch meanwhile.
   std::unique_ptr<Worker> next = thread < prewarmed_.size() ? std::move(prewarmed_[thread]) : nullptr;
   for (;;) {
-    size_t i = next_candidate_++;
-    if (i >= candidate_paths_.size()) break;
+    const std::optional<size_t> taken = take_candidate();
+    if (!taken) break;
+    const size_t i = *taken;
     CandidateResult& r = report_.candidates[i];
     r.path = candidate_paths_[i];
     if (opts_.cancel && opts_.cancel->load()) {
@@ -457,7 +464,7 @@ void Verifier::worker_thread(size_t thread) {
       notify(i, r);
       continue;
     }
-    if (next_candidate_.load() < candidate_paths_.size()) {
+    if (more_may_come()) {
       auto s = start_candidate_worker(*dev, thread);
       if (s.ok()) next = std::move(*s);
     }
@@ -587,20 +594,73 @@ Result<VerifyReport> Verifier::finish(std::vector<std::string> candidates,
 
 Result<VerifyReport> Verifier::finish() {
   if (candidate_paths_.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
+  const std::vector<std::string> all = std::move(candidate_paths_);
+  open_feed(all.size());
+  for (const std::string& c : all) KLLM_RETURN_IF_ERROR(add(c));
+  return close_feed();
+}
+
+void Verifier::open_feed(size_t capacity, std::function<void(size_t, const CandidateResult&)> on_result) {
+  if (on_result) opts_.on_result = std::move(on_result);
+  capacity_ = std::max<size_t>(1, capacity);
+  candidate_paths_.assign(capacity_, std::string());
+  sources_.assign(capacity_, std::string());
+  source_errors_.assign(capacity_, std::string());
+  report_.candidates.assign(capacity_, CandidateResult{});
+  next_candidate_ = arrived_ = 0;
+  closed_ = false;
   // Fewer candidates than the set-up expected: fewer threads (the spare workers started ahead
   // are stopped with the verifier). More: the threads take turns.
-  jobs_ = std::max(1, std::min(jobs_, static_cast<int>(candidate_paths_.size())));
+  jobs_ = std::max(1, std::min(jobs_, static_cast<int>(capacity_)));
   for (size_t t = static_cast<size_t>(jobs_); t < prewarmed_.size(); ++t) prewarmed_[t].reset();
-  for (const std::string& c : candidate_paths_) {
-    auto src = read_text_file(c, 16 << 20);
-    sources_.push_back(src.ok() ? std::move(*src) : std::string());
-    source_errors_.push_back(src.ok() ? std::string() : src.status().to_string());
+  log(fmt::format("{}; up to {} candidate(s), {} worker(s)", report_.sandbox, capacity_, jobs_));
+  for (int t = 0; t < jobs_; ++t) threads_.emplace_back([this, t] { worker_thread(static_cast<size_t>(t)); });
+}
+
+Status Verifier::add(const std::string& candidate_path) {
+  // Read before the slot is published: a worker takes the slot as soon as arrived_ counts it.
+  auto src = read_text_file(candidate_path, 16 << 20);
+  std::lock_guard lock(feed_mu_);
+  if (closed_) return error(ErrorCode::invalid_argument, "verify: a candidate added after the last one was announced");
+  if (arrived_ >= capacity_) {
+    return error(ErrorCode::invalid_argument,
+                 fmt::format("verify: expected at most {} candidates, found another ({})", capacity_, candidate_path));
   }
-  report_.candidates.resize(candidate_paths_.size());
-  log(fmt::format("{}; {} candidate(s), {} worker(s)", report_.sandbox, candidate_paths_.size(), jobs_));
-  std::vector<std::thread> threads;
-  for (int t = 0; t < jobs_; ++t) threads.emplace_back([this, t] { worker_thread(static_cast<size_t>(t)); });
-  for (std::thread& t : threads) t.join();
+  candidate_paths_[arrived_] = candidate_path;
+  sources_[arrived_] = src.ok() ? std::move(*src) : std::string();
+  source_errors_[arrived_] = src.ok() ? std::string() : src.status().to_string();
+  ++arrived_;
+  feed_cv_.notify_all();
+  return {};
+}
+
+std::optional<size_t> Verifier::take_candidate() {
+  std::unique_lock lock(feed_mu_);
+  const size_t i = next_candidate_++;
+  feed_cv_.wait(lock, [&] { return i < arrived_ || closed_; });
+  if (i < arrived_) return i;
+  return std::nullopt;
+}
+
+bool Verifier::more_may_come() {
+  std::lock_guard lock(feed_mu_);
+  return next_candidate_ < arrived_ || (!closed_ && next_candidate_ < capacity_);
+}
+
+Result<VerifyReport> Verifier::close_feed() {
+  {
+    std::lock_guard lock(feed_mu_);
+    closed_ = true;
+  }
+  feed_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  // Only the slots that were filled.
+  candidate_paths_.resize(arrived_);
+  sources_.resize(arrived_);
+  source_errors_.resize(arrived_);
+  report_.candidates.resize(arrived_);
+  if (arrived_ == 0) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
   run_multishape();
   for (auto& dev : devices_) {
     if (!dev->healthy && dev->name != "cpu") report_.warnings.push_back(fmt::format("device {} was taken out of use", dev->name));
@@ -628,14 +688,16 @@ Result<VerifyReport> Verifier::finish() {
   return std::move(report_);
 }
 
-// The session's own thread does the set-up, waits for the candidates, then verifies them: the
+// The session's own thread does the set-up, then verifies the candidates as they are added: the
 // workers die with the thread that started them (PR_SET_PDEATHSIG), so one thread outlives them all.
 struct VerifySession::State {
   std::mutex mu;
   std::condition_variable cv;
-  std::optional<std::vector<std::string>> candidates;
+  size_t expected = 0;
+  bool started = false, closed = false, abandoned = false;
+  size_t capacity = 0, added = 0;
+  std::vector<std::string> pending;  // added, not yet handed to the verifier
   std::function<void(size_t, const CandidateResult&)> on_result;
-  bool abandoned = false;
   std::optional<Result<VerifyReport>> report;
   double setup_ms = -1;
   // The verifier's cancel flag: set when the session is abandoned (so that a set-up under way
@@ -648,6 +710,7 @@ struct VerifySession::State {
 VerifySession::VerifySession(std::string problem_path, VerifyOptions options, size_t expected)
     : s_(std::make_unique<State>()) {
   State* st = s_.get();
+  st->expected = std::max<size_t>(1, expected);
   if (const std::atomic<bool>* user = options.cancel) {
     st->relay = std::thread([st, user] {
       while (!st->done.load()) {
@@ -657,20 +720,33 @@ VerifySession::VerifySession(std::string problem_path, VerifyOptions options, si
     });
   }
   options.cancel = &st->cancel;
-  st->runner = std::thread([st, problem = std::move(problem_path), options = std::move(options), expected]() mutable {
+  st->runner = std::thread([st, problem = std::move(problem_path), options = std::move(options)]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     const std::atomic<bool>* cancel = options.cancel;
     Verifier v(problem, {}, std::move(options));
-    Status ready = v.prepare(expected);
+    Status ready = v.prepare(st->expected);
     std::unique_lock lock(st->mu);
     st->setup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     st->cv.notify_all();
-    st->cv.wait(lock, [&] { return st->candidates.has_value() || st->abandoned; });
+    st->cv.wait(lock, [&] { return st->started || st->abandoned; });
     if (st->abandoned) return;  // v's destructor stops the judges and the workers started ahead
-    std::vector<std::string> paths = std::move(*st->candidates);
-    auto on_result = std::move(st->on_result);
+    if (ready.ok()) v.open_feed(st->capacity, std::move(st->on_result));
+    Status fed;
+    for (;;) {
+      st->cv.wait(lock, [&] { return !st->pending.empty() || st->closed || st->abandoned; });
+      if (st->abandoned) return;
+      std::vector<std::string> batch = std::move(st->pending);
+      st->pending.clear();
+      const bool last = st->closed;
+      lock.unlock();
+      for (const std::string& path : batch) {
+        if (ready.ok() && fed.ok()) fed = v.add(path);
+      }
+      lock.lock();
+      if (last && st->pending.empty()) break;
+    }
     lock.unlock();
-    Result<VerifyReport> rep = ready.ok() ? v.finish(std::move(paths), std::move(on_result)) : Result<VerifyReport>(ready);
+    Result<VerifyReport> rep = !ready.ok() ? Result<VerifyReport>(ready) : !fed.ok() ? Result<VerifyReport>(fed) : v.close_feed();
     if (rep.ok() && cancel && cancel->load()) rep = error(ErrorCode::resource_exhausted, "verification cancelled");
     lock.lock();
     st->report = std::move(rep);
@@ -682,7 +758,7 @@ VerifySession::~VerifySession() {
   {
     std::lock_guard lock(s_->mu);
     s_->abandoned = true;
-    if (!s_->candidates) s_->cancel.store(true);  // never given candidates: stop the set-up now
+    if (!s_->started) s_->cancel.store(true);  // never given candidates: stop the set-up now
   }
   s_->cv.notify_all();
   if (s_->runner.joinable()) s_->runner.join();
@@ -695,16 +771,52 @@ double VerifySession::setup_ms() const {
   return s_->setup_ms;
 }
 
-Result<VerifyReport> VerifySession::verify(const std::vector<std::string>& candidate_paths,
-                                           std::function<void(size_t, const CandidateResult&)> on_result) {
-  if (candidate_paths.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
-  std::unique_lock lock(s_->mu);
-  if (s_->candidates || s_->abandoned) return error(ErrorCode::invalid_argument, "verify: a session verifies one set of candidates");
-  s_->candidates = candidate_paths;
+Status VerifySession::start(std::function<void(size_t, const CandidateResult&)> on_result, size_t capacity) {
+  std::lock_guard lock(s_->mu);
+  if (s_->started || s_->abandoned) return error(ErrorCode::invalid_argument, "verify: a session verifies one set of candidates");
+  s_->started = true;
+  s_->capacity = std::max(capacity, s_->expected);
   s_->on_result = std::move(on_result);
+  s_->cv.notify_all();
+  return {};
+}
+
+Result<size_t> VerifySession::add(const std::string& candidate_path) {
+  std::lock_guard lock(s_->mu);
+  if (!s_->started || s_->closed) {
+    return error(ErrorCode::invalid_argument, "verify: candidates are added between start() and close()");
+  }
+  if (s_->added >= s_->capacity) {
+    return error(ErrorCode::invalid_argument,
+                 fmt::format("verify: the session expected at most {} candidates, found another ({})", s_->capacity,
+                             candidate_path));
+  }
+  s_->pending.push_back(candidate_path);
+  s_->cv.notify_all();
+  return s_->added++;
+}
+
+Result<VerifyReport> VerifySession::close() {
+  std::unique_lock lock(s_->mu);
+  if (!s_->started) return error(ErrorCode::invalid_argument, "verify: close() before start()");
+  if (s_->added == 0) {
+    // Nothing to verify: the set-up is not needed either.
+    s_->abandoned = true;
+    s_->cv.notify_all();
+    return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
+  }
+  s_->closed = true;
   s_->cv.notify_all();
   s_->cv.wait(lock, [&] { return s_->report.has_value(); });
   return std::move(*s_->report);
+}
+
+Result<VerifyReport> VerifySession::verify(const std::vector<std::string>& candidate_paths,
+                                           std::function<void(size_t, const CandidateResult&)> on_result) {
+  if (candidate_paths.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");
+  KLLM_RETURN_IF_ERROR(start(std::move(on_result), candidate_paths.size()));
+  for (const std::string& c : candidate_paths) KLLM_RETURN_IF_ERROR(add(c).status());
+  return close();
 }
 
 Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -354,6 +356,77 @@ TEST(VerifySession, VerifiesOnceWithTheVerdictsOfVerify) {
   }
   {
     harness::VerifySession unused(problem.string(), o, 2);  // never given candidates
+  }
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+  fs::remove_all(dir);
+}
+
+TEST(VerifySession, VerifiesEachCandidateAsItIsAdded) {
+  harness::VerifyOptions o;
+  o.use_cache = false;
+  o.multishape = false;
+  o.timing = false;
+  o.n_trials = 2;
+  const fs::path dir = fs::temp_directory_path() / ("kernelllm-feed-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path problem = dir / "problem.py", good = dir / "good.py", bad = dir / "bad.py";
+  { std::ofstream(problem) << kProblem; }
+  { std::ofstream(good) << kCorrect; }
+  { std::ofstream(bad) << kWrong; }
+  {
+    harness::VerifySession session(problem.string(), o, 3);
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::pair<size_t, Verdict>> announced;
+    ASSERT_TRUE(session.start([&](size_t i, const harness::CandidateResult& r) {
+      std::lock_guard lock(mu);
+      announced.emplace_back(i, r.verdict);
+      cv.notify_all();
+    }).ok());
+    auto first = session.add(bad.string());
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_EQ(*first, 0u);
+    {
+      // The first one's verdict comes while the second is not even written: verified as it came.
+      std::unique_lock lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(240), [&] { return !announced.empty(); }))
+          << "no verdict for the first candidate before the second was added";
+      EXPECT_EQ(announced.front(), (std::pair<size_t, Verdict>{0, Verdict::wrong_output}));
+    }
+    auto second = session.add(good.string());
+    ASSERT_TRUE(second.ok()) << second.status().to_string();
+    EXPECT_EQ(*second, 1u);
+    auto rep = session.close();
+    ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+    ASSERT_EQ(rep->candidates.size(), 2u);  // of the 3 expected
+    EXPECT_EQ(rep->candidates[0].verdict, Verdict::wrong_output);
+    EXPECT_EQ(rep->candidates[1].verdict, Verdict::correct);
+    ASSERT_TRUE(rep->selected.has_value());
+    EXPECT_EQ(*rep->selected, 1u);
+    EXPECT_EQ(announced.size(), 2u);
+    auto late = session.add(good.string());
+    ASSERT_FALSE(late.ok());
+    EXPECT_NE(late.status().message().find("between start() and close()"), std::string::npos) << late.status().message();
+  }
+  {
+    // Room for the expected count only: one more is a clear error, the others are still verified.
+    harness::VerifySession session(problem.string(), o, 1);
+    ASSERT_TRUE(session.start().ok());
+    ASSERT_TRUE(session.add(good.string()).ok());
+    auto extra = session.add(bad.string());
+    ASSERT_FALSE(extra.ok());
+    EXPECT_NE(extra.status().message().find("at most 1 candidates"), std::string::npos) << extra.status().message();
+    auto rep = session.close();
+    ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+    ASSERT_EQ(rep->candidates.size(), 1u);
+    EXPECT_EQ(rep->candidates[0].verdict, Verdict::correct);
+  }
+  {
+    harness::VerifySession session(problem.string(), o, 2);  // started, then nothing came
+    ASSERT_TRUE(session.start().ok());
+    auto rep = session.close();
+    ASSERT_FALSE(rep.ok());
+    EXPECT_NE(rep.status().message().find("at least one candidate"), std::string::npos) << rep.status().message();
   }
   EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
   fs::remove_all(dir);

@@ -46,8 +46,13 @@ struct GenerateStats {
 // Called with complete UTF-8 text as it is generated; return false to cancel everything.
 using StreamCallback = std::function<bool(int32_t sample_index, std::string_view text)>;
 
+// Called once for each sample as soon as it stops (a stop id or max_new_tokens) with its whole
+// completion, while the others may still decode; not for samples a cancel cut short.
+using SampleDoneCallback = std::function<void(int32_t sample_index, const Completion& completion)>;
+
 Result<std::vector<Completion>> generate(Backend& backend, const Tokenizer& tokenizer,
                                          std::span<const int32_t> prompt_ids, const GenerateOptions& options,
-                                         const StreamCallback& on_text = {}, GenerateStats* stats = nullptr);
+                                         const StreamCallback& on_text = {}, GenerateStats* stats = nullptr,
+                                         const SampleDoneCallback& on_done = {});
 
 }  // namespace kernelllm

@@ -186,8 +186,8 @@ Result<VerifyReport> verify(const std::string& problem_path, const std::vector<s
 // verify() whose set-up starts before its candidates exist: on a thread of the session's own, the
 // judges load the problem and candidate workers start (torch imported) while the caller does
 // other work, e.g. the engine generating those candidates (pipeline/optimize.cpp). `expected`
-// candidates size the workers started ahead. verify() is called once (a new `on_result` replaces
-// the options' when given); the destructor stops whatever still runs. Verdicts are verify()'s.
+// candidates size the workers started ahead. verify() (or start/add/close) is called once (a new
+// `on_result` replaces the options' when given); the destructor stops whatever still runs.
 class VerifySession {
  public:
   VerifySession(std::string problem_path, VerifyOptions options, size_t expected);
@@ -196,6 +196,13 @@ class VerifySession {
   VerifySession& operator=(const VerifySession&) = delete;
   Result<VerifyReport> verify(const std::vector<std::string>& candidate_paths,
                               std::function<void(size_t, const struct CandidateResult&)> on_result = {});
+  // Or candidates as they come (verify() is these three): start() with room for at least
+  // `capacity` (and `expected`); add() hands one over, verified as soon as a worker is free, and
+  // returns its index (on_result's and the report's); close() says no more come and waits for the
+  // report. One set of candidates per session.
+  Status start(std::function<void(size_t, const struct CandidateResult&)> on_result = {}, size_t capacity = 0);
+  Result<size_t> add(const std::string& candidate_path);
+  Result<VerifyReport> close();
   // How long the set-up took (ms), once it is done; else -1.
   double setup_ms() const;
 
