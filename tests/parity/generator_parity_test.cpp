@@ -125,6 +125,44 @@ TEST_F(GeneratorParity, StreamedTextEqualsDecodedTokensPerSample) {
   }
 }
 
+TEST_F(GeneratorParity, EachSampleIsHandedOverWhenItStops) {
+  // A stop id that sample 0 draws at its third step (the draws depend on seed, sample and step
+  // only): it stops there while a longer sample decodes on.
+  const auto free_run = run(model_.prompts[1], sampled(3, 20, 5));
+  ASSERT_EQ(free_run.size(), 3u);
+  GenerateOptions o = sampled(3, 20, 5);
+  o.stop_ids = {free_run[0].tokens[2]};
+  int pieces = 0;
+  std::map<int32_t, int> pieces_when_done;
+  std::map<int32_t, Completion> handed;
+  auto out = generate(
+      *backend_, *tokenizer_, model_.prompts[1], o,
+      [&](int32_t, std::string_view) {
+        ++pieces;
+        return true;
+      },
+      nullptr,
+      [&](int32_t i, const Completion& c) {
+        EXPECT_EQ(handed.count(i), 0u) << "sample " << i << " handed over twice";
+        handed[i] = c;
+        pieces_when_done[i] = pieces;
+      });
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(handed.size(), 3u);
+  size_t longest = 0;
+  for (int32_t i = 0; i < 3; ++i) {
+    const Completion& c = (*out)[static_cast<size_t>(i)];
+    EXPECT_EQ(handed[i].tokens, c.tokens) << "sample " << i;
+    EXPECT_EQ(handed[i].text, c.text) << "sample " << i;
+    EXPECT_EQ(handed[i].finish, c.finish) << "sample " << i;
+    longest = std::max(longest, c.tokens.size());
+  }
+  EXPECT_LE((*out)[0].tokens.size(), 3u);
+  EXPECT_EQ((*out)[0].finish, FinishReason::stop);
+  ASSERT_GT(longest, (*out)[0].tokens.size() + 1) << "every sample stopped with sample 0";
+  EXPECT_LT(pieces_when_done[0], pieces) << "sample 0 was handed over only after the others finished";
+}
+
 TEST_F(GeneratorParity, CallbackReturningFalseCancels) {
   int calls = 0;
   const auto out = run(model_.prompts[1], sampled(2, 50, 9), [&](int32_t, std::string_view) { return ++calls < 3; });
