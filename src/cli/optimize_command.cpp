@@ -22,6 +22,7 @@
 #include "cli/endpoint_args.h"
 #include "cli/hub.h"
 #include "cli/table.h"
+#include "kernelllm/base/device.h"
 #include "kernelllm/base/file.h"
 #include "kernelllm/base/run_facts.h"
 #include "kernelllm/engine/model.h"
@@ -59,6 +60,7 @@ struct OptimizeArgs {
   int jobs = 0;
   bool no_sandbox = false;
   bool no_cache = false;
+  bool verify_after_generation = false;
   std::string cache_file;
   int threads = 0;
   double gpu_memory_fraction = 0.0;
@@ -178,6 +180,7 @@ Json options_json(const OptimizeArgs& a, const OptimizeOptions& o, const std::st
               {"gpu_memory_fraction", gpu_memory_fraction},
               {"verify_devices", o.verify.devices},
               {"profile", o.verify.profile},
+              {"verify_while_generating", o.verify_while_generating},
               {"sandbox", o.verify.sandbox},
               {"k", o.k},
               {"rounds", o.rounds},
@@ -235,6 +238,8 @@ int run_optimize(const OptimizeArgs& a) {
   o.verify.jobs = a.jobs;
   o.verify.sandbox = !a.no_sandbox;
   o.verify.use_cache = !a.no_cache;
+  o.verify_while_generating = !a.verify_after_generation;
+  if (auto d = parse_device(gen_device, "--device"); d.ok() && d->cuda) o.generation_gpu = "cuda:" + std::to_string(d->index_or_0());
   o.verify.cache_path = a.cache_file;
   if (a.verbose) o.verify.log = [](const std::string& line) { std::fprintf(stderr, "verify: %s\n", line.c_str()); };
 
@@ -363,6 +368,9 @@ void add_optimize_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--jobs,-j", args->jobs, "Parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-sandbox", args->no_sandbox, "Run candidates unconfined (debugging only; prints a warning)");
   cmd->add_flag("--no-cache", args->no_cache, "Neither read nor write the verifier's result cache");
+  cmd->add_flag("--verify-after-generation", args->verify_after_generation,
+                "Verify once every sample is written (default: each as soon as the model has written it, while it "
+                "writes the others; candidates are timed once it is done)");
   cmd->add_option("--cache", args->cache_file, "Verifier result cache file (default ~/.cache/kernelllm/verify.sqlite)");
   cmd->add_option("--threads", args->threads, "CPU engine threads; 0 uses all cores")->check(CLI::NonNegativeNumber);
   add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);

@@ -8,7 +8,10 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <vector>
+
+#include "kernelllm/harness/verify.h"
 
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
@@ -92,5 +95,19 @@ GpuGuard::~GpuGuard() {
   if (mode_ == Mode::shared) mu_.rw.unlock_shared();
   else mu_.rw.unlock();
 }
+
+struct GpuShare::Held {
+  GpuMutex mu;  // its own: what other processes and verifiers see is the flock
+  std::optional<GpuGuard> guard;
+};
+
+GpuShare::GpuShare(const std::string& device) {
+  const fs::path file = gpu_lock_file(device);
+  if (file.empty()) return;
+  held_ = std::make_unique<Held>();
+  held_->guard.emplace(held_->mu, file, GpuGuard::Mode::shared);
+}
+
+GpuShare::~GpuShare() = default;
 
 }  // namespace kernelllm::harness

@@ -758,7 +758,9 @@ VerifySession::~VerifySession() {
   {
     std::lock_guard lock(s_->mu);
     s_->abandoned = true;
-    if (!s_->started) s_->cancel.store(true);  // never given candidates: stop the set-up now
+    // Never closed (no candidates, or generation failed midway): the set-up or the verifications
+    // under way stop at their next wait, their verdicts unused.
+    if (!s_->report) s_->cancel.store(true);
   }
   s_->cv.notify_all();
   if (s_->runner.joinable()) s_->runner.join();

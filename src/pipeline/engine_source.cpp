@@ -24,6 +24,12 @@ class EngineSource final : public CompletionSource {
   Result<std::vector<std::string>> complete(const std::string& prompt, int n, int max_new_tokens,
                                             const SamplingParams& sampling, const StreamCallback& on_text,
                                             GenerateStats* stats) override {
+    return complete_each(prompt, n, max_new_tokens, sampling, on_text, {}, stats);
+  }
+
+  Result<std::vector<std::string>> complete_each(const std::string& prompt, int n, int max_new_tokens,
+                                                 const SamplingParams& sampling, const StreamCallback& on_text,
+                                                 const CompletionDone& on_done, GenerateStats* stats) override {
     if (n < 1) return error(ErrorCode::invalid_argument, "expected at least 1 sample, found " + std::to_string(n));
     // BOS added by the tokenizer's post-processor, as HF's encode() and `kernelllm generate` do.
     KLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->encode(prompt, /*add_special_tokens=*/true));
@@ -33,7 +39,10 @@ class EngineSource final : public CompletionSource {
     options.sampling = sampling;
     options.stop_ids = stop_ids_;
     options.skip_special_tokens = true;
-    KLLM_ASSIGN_OR_RETURN(std::vector<Completion> completions, generate(*backend_, *tokenizer_, ids, options, on_text, stats));
+    SampleDoneCallback done;
+    if (on_done) done = [&](int32_t i, const Completion& c) { on_done(i, c.text); };
+    KLLM_ASSIGN_OR_RETURN(std::vector<Completion> completions,
+                          generate(*backend_, *tokenizer_, ids, options, on_text, stats, done));
     std::vector<std::string> texts;
     texts.reserve(completions.size());
     for (Completion& c : completions) texts.push_back(std::move(c.text));
@@ -60,6 +69,11 @@ class OwnedEngineSource final : public CompletionSource {
                                             const SamplingParams& sampling, const StreamCallback& on_text,
                                             GenerateStats* stats) override {
     return source_->complete(prompt, n, max_new_tokens, sampling, on_text, stats);
+  }
+  Result<std::vector<std::string>> complete_each(const std::string& prompt, int n, int max_new_tokens,
+                                                 const SamplingParams& sampling, const StreamCallback& on_text,
+                                                 const CompletionDone& on_done, GenerateStats* stats) override {
+    return source_->complete_each(prompt, n, max_new_tokens, sampling, on_text, on_done, stats);
   }
   std::string describe() const override { return source_->describe(); }
 

@@ -1,6 +1,6 @@
-// The optimize loop (see optimize.h): prompt → k samples in one generate call → extracted
-// candidates on disk → one verify() call per round (parallel workers, selection on) → the
-// selected candidate; with rounds > 1, each failing candidate is sent back once per round with
+// The optimize loop (see optimize.h): prompt → k samples in one generate call → each extracted
+// candidate on disk and handed to the round's verifier as soon as the engine has written it
+// (parallel workers, selection on) → the selected candidate; with rounds > 1, each failing candidate is sent back once per round with
 // its verdict until something is correct.
 #include "kernelllm/pipeline/optimize.h"
 
@@ -134,13 +134,31 @@ struct Request {
   uint64_t seed = 0;
 };
 
-// Generates every request of a round and writes each completion and its extracted module.
-Result<std::vector<OptimizeCandidate>> generate_round(int round, const std::vector<Request>& requests,
-                                                      CompletionSource& source, const OptimizeOptions& o,
-                                                      const OptimizeProgress& progress, OptimizeResult& result) {
+// A sample's completion, extracted and written to the round's directory.
+Result<OptimizeCandidate> write_candidate(int round, int sample, std::string completion, const fs::path& dir) {
+  OptimizeCandidate c;
+  c.round = round;
+  c.sample = sample;
+  c.completion = std::move(completion);
+  ExtractedCode code = extract_model_new(c.completion);
+  c.code = std::move(code.code);
+  c.extraction = std::move(code.how);
+  c.defines_model_new = code.defines_model_new;
+  c.file = fs::absolute(dir / fmt::format("sample{}.py", c.sample));
+  c.completion_file = fs::absolute(dir / fmt::format("sample{}.completion.txt", c.sample));
+  KLLM_RETURN_IF_ERROR(write_file(c.completion_file, c.completion));
+  KLLM_RETURN_IF_ERROR(write_file(c.file, c.code));
+  return c;
+}
+
+// Generates every request of a round, writes each completion and its extracted module, and hands
+// each candidate to `ready` as soon as its completion is whole: the engine's while it still
+// writes the others, other sources' once they return.
+Status generate_round(int round, const std::vector<Request>& requests, CompletionSource& source, const OptimizeOptions& o,
+                      const OptimizeProgress& progress, OptimizeResult& result,
+                      const std::function<Status(OptimizeCandidate)>& ready) {
   const fs::path dir = o.work_dir / fmt::format("round{}", round);
   KLLM_RETURN_IF_ERROR(make_dir(dir));
-  std::vector<OptimizeCandidate> out;
   GenerationMeter meter(round, progress);
   GenerateStats round_stats;
   const auto t0 = Clock::now();
@@ -151,77 +169,89 @@ Result<std::vector<OptimizeCandidate>> generate_round(int round, const std::vect
     SamplingParams sampling = o.sampling;
     sampling.seed = req.seed;
     GenerateStats stats;
-    auto texts = source.complete(req.prompt, static_cast<int>(req.samples.size()), o.max_new_tokens, sampling,
-                                 meter.callback(), &stats);
+    std::vector<bool> handed(req.samples.size(), false);
+    Status failed;  // the first candidate that could not be written or handed over
+    auto take = [&](int i, const std::string& text) {
+      if (!failed.ok() || i < 0 || static_cast<size_t>(i) >= handed.size() || handed[static_cast<size_t>(i)]) return;
+      handed[static_cast<size_t>(i)] = true;
+      auto c = write_candidate(round, req.samples[static_cast<size_t>(i)], text, dir);
+      failed = c.ok() ? ready(std::move(*c)) : c.status();
+    };
+    auto texts = source.complete_each(req.prompt, static_cast<int>(req.samples.size()), o.max_new_tokens, sampling,
+                                      meter.callback(), take, &stats);
     if (!texts.ok()) return texts.status().with_context(fmt::format("round {}: generating with {}", round, source.describe()));
     if (texts->size() != req.samples.size()) {
       return error(ErrorCode::internal, fmt::format("round {}: expected {} completions from {}, found {}", round,
                                                     req.samples.size(), source.describe(), texts->size()));
     }
+    for (size_t i = 0; i < texts->size(); ++i) take(static_cast<int>(i), (*texts)[i]);  // any not handed over yet
+    KLLM_RETURN_IF_ERROR(failed);
     add_stats(round_stats, stats);
-    for (size_t i = 0; i < texts->size(); ++i) {
-      OptimizeCandidate c;
-      c.round = round;
-      c.sample = req.samples[i];
-      c.completion = std::move((*texts)[i]);
-      ExtractedCode code = extract_model_new(c.completion);
-      c.code = std::move(code.code);
-      c.extraction = std::move(code.how);
-      c.defines_model_new = code.defines_model_new;
-      c.file = fs::absolute(dir / fmt::format("sample{}.py", c.sample));
-      c.completion_file = fs::absolute(dir / fmt::format("sample{}.completion.txt", c.sample));
-      KLLM_RETURN_IF_ERROR(write_file(c.completion_file, c.completion));
-      KLLM_RETURN_IF_ERROR(write_file(c.file, c.code));
-      out.push_back(std::move(c));
-    }
   }
   result.generate_ms += ms_since(t0);
   add_stats(result.generation, round_stats);
   meter.finish(round_stats);
-  return out;
+  return {};
 }
 
-// Verifies a round's candidates in one call; fills their results and the report-level fields.
-Result<std::optional<size_t>> verify_round(int round, std::vector<OptimizeCandidate>& cands, harness::VerifySession& session,
-                                           const OptimizeOptions& o, const OptimizeProgress& progress, OptimizeResult& result) {
-  std::vector<std::string> paths;
-  for (const OptimizeCandidate& c : cands) paths.push_back(c.file.string());
+// A round's candidates in the order they reach the verifier (when streamed, the order the engine
+// finished them), in slots sized up front: the verifier's on_result reads a slot while later
+// ones are still being written.
+struct RoundCandidates {
+  std::vector<OptimizeCandidate> slots;
+  size_t n = 0;
+};
 
-  std::mutex mu;  // on_result calls are serialized by the verifier; the lock documents the sharing
-  int verified = 0;
-  std::optional<double> best_speedup;
-  bool any_correct = false;
-  for (const OptimizeCandidate& c : result.candidates) {
-    if (c.result.verdict == harness::Verdict::correct) any_correct = true;
-  }
-  const bool with_round = o.rounds > 1;
-  auto user_on_result = o.verify.on_result;
-  auto on_result = [&](size_t index, const harness::CandidateResult& r) {
-    if (user_on_result) user_on_result(index, r);
-    if (!progress || index >= cands.size()) return;
-    std::lock_guard lock(mu);
-    ++verified;
-    OptimizeCandidate shown = cands[index];
-    shown.result = r;
-    if (r.verdict == harness::Verdict::correct) {
-      any_correct = true;
-      if (r.speedup > 0) best_speedup = std::max(best_speedup.value_or(0.0), r.speedup);
+// The verifier's per-candidate results as progress events (candidate_verified).
+class RoundProgress {
+ public:
+  RoundProgress(int round, const RoundCandidates& cands, const OptimizeOptions& o, const OptimizeProgress& progress,
+                const OptimizeResult& result)
+      : round_(round), cands_(cands), o_(o), progress_(progress) {
+    for (const OptimizeCandidate& c : result.candidates) {
+      if (c.result.verdict == harness::Verdict::correct) any_correct_ = true;
     }
-    OptimizeEvent e;
-    e.kind = OptimizeEventKind::candidate_verified;
-    e.round = round;
-    e.verified = verified;
-    e.total = static_cast<int>(cands.size());
-    e.line = pipeline::verdict_line(shown, with_round);
-    e.best_speedup = best_speedup;
-    e.any_correct = any_correct;
-    progress(e);
-  };
+  }
 
-  const auto t0 = Clock::now();
-  auto report = session.verify(paths, on_result);
-  result.verify_ms += ms_since(t0);
-  result.verify_setup_ms += std::max(0.0, session.setup_ms());
+  std::function<void(size_t, const harness::CandidateResult&)> on_result() {
+    return [this](size_t index, const harness::CandidateResult& r) {
+      if (o_.verify.on_result) o_.verify.on_result(index, r);
+      if (!progress_ || index >= cands_.slots.size()) return;
+      std::lock_guard lock(mu_);
+      ++verified_;
+      OptimizeCandidate shown = cands_.slots[index];
+      shown.result = r;
+      if (r.verdict == harness::Verdict::correct) {
+        any_correct_ = true;
+        if (r.speedup > 0) best_speedup_ = std::max(best_speedup_.value_or(0.0), r.speedup);
+      }
+      OptimizeEvent e;
+      e.kind = OptimizeEventKind::candidate_verified;
+      e.round = round_;
+      e.verified = verified_;
+      e.total = static_cast<int>(cands_.slots.size());
+      e.line = pipeline::verdict_line(shown, o_.rounds > 1);
+      e.best_speedup = best_speedup_;
+      e.any_correct = any_correct_;
+      progress_(e);
+    };
+  }
+
+ private:
+  int round_;
+  const RoundCandidates& cands_;
+  const OptimizeOptions& o_;
+  const OptimizeProgress& progress_;
+  std::mutex mu_;  // on_result calls are serialized by the verifier; the lock documents the sharing
+  int verified_ = 0;
+  std::optional<double> best_speedup_;
+  bool any_correct_ = false;
+};
+
+// The round's report (verify() of the candidates, or close() of a session they were streamed
+// into) onto the candidates and the report-level fields; the selected candidate.
+Result<std::optional<size_t>> take_report(int round, Result<harness::VerifyReport> report, std::vector<OptimizeCandidate>& cands,
+                                          const OptimizeOptions& o, const OptimizeProgress& progress, OptimizeResult& result) {
   if (!report.ok()) {
     return report.status().with_context(fmt::format("round {}: verifying {} candidates (files kept in {})", round,
                                                     cands.size(), o.work_dir.string()));
@@ -284,32 +314,85 @@ Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& 
   requests[0].seed = o.sampling.seed;
   for (int i = 0; i < o.k; ++i) requests[0].samples.push_back(i);
 
+  // The engine's events (generating) and the verifier's (candidate_verified) come from different
+  // threads while a round's samples are verified as they are written: one at a time to the caller.
+  std::mutex progress_mu;
+  OptimizeProgress serial;
+  if (progress) {
+    serial = [&](const OptimizeEvent& e) {
+      std::lock_guard lock(progress_mu);
+      progress(e);
+    };
+  }
   for (int round = 1; round <= o.rounds && !requests.empty(); ++round) {
     result.rounds_run = round;
     // The verifier gets ready (judges, the problem, workers) while the round's candidates are
-    // generated; if generation fails, the session's destructor stops it.
+    // generated, and verifies each as soon as it is written (verify_while_generating); if
+    // generation fails, the session's destructor stops it.
     size_t expected = 0;
     for (const Request& r : requests) expected += r.samples.size();
     harness::VerifyOptions vo = o.verify;
     vo.select = true;
     harness::VerifySession session(result.problem_file.string(), vo, expected);
+    RoundCandidates handed{std::vector<OptimizeCandidate>(expected), 0};
+    RoundProgress round_progress(round, handed, o, serial, result);
+    const bool stream = o.verify_while_generating;
+    if (stream) KLLM_RETURN_IF_ERROR(session.start(round_progress.on_result(), expected));
+    std::optional<Clock::time_point> first_handed;
+    auto ready = [&](OptimizeCandidate c) -> Status {
+      if (handed.n >= handed.slots.size()) {
+        return error(ErrorCode::internal, fmt::format("round {}: more candidates than the {} asked for", round, expected));
+      }
+      handed.slots[handed.n] = std::move(c);
+      if (stream) {
+        if (!first_handed) first_handed = Clock::now();
+        KLLM_ASSIGN_OR_RETURN(size_t index, session.add(handed.slots[handed.n].file.string()));
+        if (index != handed.n) return error(ErrorCode::internal, "round candidates out of order with the verifier's");
+      }
+      ++handed.n;
+      return {};
+    };
     const double generated_before = result.generate_ms;
-    KLLM_ASSIGN_OR_RETURN(std::vector<OptimizeCandidate> cands, generate_round(round, requests, source, o, progress, result));
+    {
+      // While the engine writes on a GPU the verifier times on, it holds that GPU as correctness
+      // runs do: no candidate is timed beside it (timing waits until it is done).
+      std::optional<harness::GpuShare> engine_gpu;
+      if (stream && !o.generation_gpu.empty()) engine_gpu.emplace(o.generation_gpu);
+      KLLM_RETURN_IF_ERROR(generate_round(round, requests, source, o, serial, result, ready));
+    }
     const double generation_ms = result.generate_ms - generated_before;
-    KLLM_ASSIGN_OR_RETURN(std::optional<size_t> selected, verify_round(round, cands, session, o, progress, result));
+    // From the first candidate handed over to the end of generation: verification beside the engine.
+    if (first_handed) result.verify_while_generating_ms += ms_since(*first_handed);
+    const auto t_verify = first_handed.value_or(Clock::now());
+    Result<harness::VerifyReport> report = error(ErrorCode::internal, "not verified");
+    if (stream) {
+      report = session.close();
+    } else {
+      std::vector<std::string> paths;
+      for (size_t i = 0; i < handed.n; ++i) paths.push_back(handed.slots[i].file.string());
+      report = session.verify(paths, round_progress.on_result());
+    }
+    result.verify_ms += ms_since(t_verify);
+    result.verify_setup_ms += std::max(0.0, session.setup_ms());
     result.verify_setup_overlap_ms += std::min(std::max(0.0, session.setup_ms()), generation_ms);
+    std::vector<OptimizeCandidate> cands(std::make_move_iterator(handed.slots.begin()),
+                                         std::make_move_iterator(handed.slots.begin() + static_cast<std::ptrdiff_t>(handed.n)));
+    KLLM_ASSIGN_OR_RETURN(std::optional<size_t> selected, take_report(round, std::move(report), cands, o, serial, result));
+    // The round's candidates in sample order in the result, as they were generated.
+    std::vector<size_t> order(cands.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cands[a].sample < cands[b].sample; });
     const size_t offset = result.candidates.size();
     requests.clear();
-    for (OptimizeCandidate& c : cands) {
+    for (size_t pos = 0; pos < order.size(); ++pos) {
+      OptimizeCandidate& c = cands[order[pos]];
       if (!selected && round < o.rounds) {
         requests.push_back(Request{pipeline::refinement_prompt(prompt, c), {c.sample}, refinement_seed(o.sampling.seed, round + 1, c.sample)});
       }
+      if (selected && order[pos] == *selected) result.best = offset + pos;
       result.candidates.push_back(std::move(c));
     }
-    if (selected) {
-      result.best = offset + *selected;
-      break;
-    }
+    if (selected) break;
   }
   if (!result.best) {
     for (const OptimizeCandidate& c : result.candidates) result.failure_reasons.push_back(pipeline::failure_reason(c, o.rounds > 1));
@@ -346,6 +429,7 @@ Json OptimizeResult::to_json() const {
       {"verify_ms", verify_ms},
       {"verify_setup_ms", verify_setup_ms},
       {"verify_setup_overlap_ms", verify_setup_overlap_ms},
+      {"verify_while_generating_ms", verify_while_generating_ms},
       {"tokens", generation.generated_tokens},
       {"tokens_per_s", generate_ms > 0 ? tokens * 1000.0 / generate_ms : 0.0},
       {"generation",

@@ -220,6 +220,12 @@ class StreamingSource final : public CompletionSource {
   Result<std::vector<std::string>> complete(const std::string& prompt, int n, int max_new_tokens,
                                             const SamplingParams& sampling, const StreamCallback& on_text,
                                             GenerateStats* stats) override {
+    return complete_each(prompt, n, max_new_tokens, sampling, on_text, {}, stats);
+  }
+
+  Result<std::vector<std::string>> complete_each(const std::string& prompt, int n, int max_new_tokens,
+                                                 const SamplingParams& sampling, const StreamCallback& on_text,
+                                                 const CompletionDone& on_done, GenerateStats* stats) override {
     out_ << fmt::format("--- generating {} sample{} (temperature {:g}, seed {}); sample 0 as it is written:\n", n,
                         n == 1 ? "" : "s", sampling.temperature, sampling.seed);
     out_.flush();
@@ -238,7 +244,7 @@ class StreamingSource final : public CompletionSource {
     };
     GenerateStats local;
     auto start = std::chrono::steady_clock::now();
-    auto result = inner_.complete(prompt, n, max_new_tokens, sampling, stream, &local);
+    auto result = inner_.complete_each(prompt, n, max_new_tokens, sampling, stream, on_done, &local);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!ends_with_newline) out_ << '\n';
     if (stats != nullptr) {
@@ -481,6 +487,9 @@ class Repl {
     o.prompt_template = tmpl;
     o.work_dir = work_dir;
     o.verify = options_.verify;
+    // Sample 0 is printed as it is written: verdict lines of samples verified meanwhile would cut
+    // into it, so the REPL verifies once every sample is written.
+    o.verify_while_generating = false;
     // Ctrl+C stops verification too: its workers give up at their next wait.
     if (options_.handle_sigint) o.verify.cancel = &g_sigint;
     bool announced = false;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -299,6 +300,77 @@ TEST_F(OptimizeTest, TheVerifierGetsReadyWhileTheCandidatesAreGenerated) {
   EXPECT_EQ(j["verify_setup_ms"].get<double>(), r->verify_setup_ms);
   EXPECT_EQ(j["verify_setup_overlap_ms"].get<double>(), r->verify_setup_overlap_ms);
   EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+}
+
+// Streams its completions as the engine does: sample 2 first, then waits (up to `wait_s`) for a
+// verdict before handing over samples 0 and 1; a verifier that works while the samples are
+// written gives one in time.
+class HandsOverOneByOne final : public CompletionSource {
+ public:
+  HandsOverOneByOne(std::vector<std::string> texts, const std::atomic<int>& verdicts, double wait_s)
+      : texts_(std::move(texts)), verdicts_(verdicts), wait_s_(wait_s) {}
+  Result<std::vector<std::string>> complete(const std::string& prompt, int n, int max_new_tokens, const SamplingParams& s,
+                                            const StreamCallback& on_text, GenerateStats* stats) override {
+    return complete_each(prompt, n, max_new_tokens, s, on_text, {}, stats);
+  }
+  Result<std::vector<std::string>> complete_each(const std::string&, int n, int, const SamplingParams&, const StreamCallback&,
+                                                 const CompletionDone& on_done, GenerateStats*) override {
+    if (n != 3 || texts_.size() != 3) return error(ErrorCode::invalid_argument, "HandsOverOneByOne: 3 samples");
+    if (on_done) on_done(2, texts_[2]);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s_);
+    while (verdicts_.load() == 0 && std::chrono::steady_clock::now() < until) ::usleep(20000);
+    verdict_while_writing = verdicts_.load() > 0;
+    if (on_done) {
+      on_done(0, texts_[0]);
+      on_done(1, texts_[1]);
+    }
+    return texts_;
+  }
+  std::string describe() const override { return "one by one"; }
+  bool verdict_while_writing = false;
+
+ private:
+  std::vector<std::string> texts_;
+  const std::atomic<int>& verdicts_;
+  double wait_s_;
+};
+
+TEST_F(OptimizeTest, EachSampleIsVerifiedWhileTheOthersAreWritten) {
+  std::atomic<int> verdicts{0};
+  options.verify.on_result = [&](size_t, const harness::CandidateResult&) { ++verdicts; };
+  HandsOverOneByOne source({fenced_with_prose(kWrong), fenced_with_prose(kCorrect), kNotPython}, verdicts, 120);
+  std::vector<OptimizeEvent> events;
+  auto r = optimize(kProblem, source, options, [&](const OptimizeEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(source.verdict_while_writing) << "no verdict came while samples were still being written";
+  EXPECT_GT(r->verify_while_generating_ms, 0);
+  EXPECT_EQ(r->to_json()["verify_while_generating_ms"].get<double>(), r->verify_while_generating_ms);
+  // The result lists them in sample order, whatever order they were written and verified in.
+  ASSERT_EQ(r->candidates.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r->candidates[static_cast<size_t>(i)].sample, i);
+  EXPECT_EQ(r->candidates[0].result.verdict, Verdict::wrong_output) << r->candidates[0].result.message;
+  EXPECT_EQ(r->candidates[1].result.verdict, Verdict::correct) << r->candidates[1].result.message;
+  EXPECT_NE(r->candidates[2].result.verdict, Verdict::correct);
+  ASSERT_TRUE(r->best.has_value());
+  EXPECT_EQ(*r->best, 1u);
+  EXPECT_EQ(r->candidates[*r->best].file.filename(), "sample1.py");
+  const auto verified = std::count_if(events.begin(), events.end(),
+                                      [](const OptimizeEvent& e) { return e.kind == OptimizeEventKind::candidate_verified; });
+  EXPECT_EQ(verified, 3);
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+}
+
+TEST_F(OptimizeTest, VerifyAfterGenerationWaitsForEverySample) {
+  std::atomic<int> verdicts{0};
+  options.verify.on_result = [&](size_t, const harness::CandidateResult&) { ++verdicts; };
+  options.verify_while_generating = false;
+  HandsOverOneByOne source({fenced_with_prose(kWrong), fenced_with_prose(kCorrect), kNotPython}, verdicts, 3);
+  auto r = optimize(kProblem, source, options);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(source.verdict_while_writing);
+  EXPECT_EQ(r->verify_while_generating_ms, 0);
+  ASSERT_TRUE(r->best.has_value());
+  EXPECT_EQ(*r->best, 1u);
 }
 
 TEST_F(OptimizeTest, AFailedGenerationStopsTheVerifierItStarted) {

@@ -67,6 +67,9 @@ def test_report_has_phases_options_and_the_run_environment(nonsense_run):
     opts = report["options"]
     assert (opts["k"], opts["seed"], opts["max_new_tokens"], opts["rounds"]) == (2, 5, 24, 1)
     assert opts["verify_devices"] == ["cpu"]
+    # Each sample handed to the verifier as soon as the engine stops it (here both at the last step).
+    assert opts["verify_while_generating"] is True
+    assert report["verify_while_generating_ms"] >= 0
     work = d / "work"
     assert Path(report["problem_file"]) == work.resolve() / "problem.py"
     assert (work / "problem.py").read_text() == PROBLEM.read_text()

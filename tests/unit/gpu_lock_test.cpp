@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "harness/gpu_lock.h"
+#include "kernelllm/harness/verify.h"
 
 namespace kernelllm::harness {
 namespace {
@@ -28,6 +29,25 @@ TEST(GpuLock, FileNamesFollowThePhysicalDevice) {
   EXPECT_EQ(gpu_lock_file("cuda:0").filename(), "gpu-3.lock");
   ::setenv("CUDA_VISIBLE_DEVICES", "GPU-8a1b/x", 1);
   EXPECT_EQ(gpu_lock_file("cuda:0").filename(), "gpu-GPU-8a1b_x.lock");
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+TEST(GpuLock, AGpuShareHoldsTimingOffUntilItIsGone) {
+  // A GPU of its own name, so that no verifier on this machine shares its lock file.
+  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-share-test-" + std::to_string(::getpid())).c_str(), 1);
+  { GpuShare on_cpu("cpu"); }  // nothing to hold
+  auto share = std::make_unique<GpuShare>("cuda:0");
+  GpuMutex mu;  // a verifier's own, as timing takes it
+  std::atomic<bool> timed{false};
+  std::thread timing([&] {
+    GpuGuard g(mu, gpu_lock_file("cuda:0"), GpuGuard::Mode::exclusive);
+    timed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(timed.load()) << "timing took the GPU while the engine held it";
+  share.reset();
+  timing.join();
+  EXPECT_TRUE(timed.load());
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 

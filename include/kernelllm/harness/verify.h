@@ -211,6 +211,22 @@ class VerifySession {
   std::unique_ptr<State> s_;
 };
 
+// Holds GPU `device` ("cuda:N") the way a verifier's correctness run does (shared, across the
+// kernelllm processes of the host) for as long as it lives: timing on that GPU waits until it is
+// gone. For work beside the verifier that timing must not overlap (the engine writing samples
+// while earlier ones are verified). Nothing for "cpu".
+class GpuShare {
+ public:
+  explicit GpuShare(const std::string& device);
+  ~GpuShare();
+  GpuShare(const GpuShare&) = delete;
+  GpuShare& operator=(const GpuShare&) = delete;
+
+ private:
+  struct Held;
+  std::unique_ptr<Held> held_;
+};
+
 // "cuda" → every visible GPU (asks the Python probe), "cuda:0,cuda:1", "cpu".
 Result<std::vector<std::string>> parse_devices(std::string_view spec);
 

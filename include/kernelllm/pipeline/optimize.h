@@ -32,6 +32,19 @@ class CompletionSource {
                                                     GenerateStats* stats) = 0;
   // For reports: "cpu:/path/model", "cuda:random llama-3.1-8b", "fixed".
   virtual std::string describe() const = 0;
+  // As complete(), and on_done(i, text) once for each completion as soon as it is whole: the
+  // engine's while the others still decode (so that it can be verified meanwhile); by default
+  // each after complete() returns. Not for completions a cancel cut short.
+  using CompletionDone = std::function<void(int sample, const std::string& text)>;
+  virtual Result<std::vector<std::string>> complete_each(const std::string& prompt, int n, int max_new_tokens,
+                                                         const SamplingParams& sampling, const StreamCallback& on_text,
+                                                         const CompletionDone& on_done, GenerateStats* stats) {
+    auto texts = complete(prompt, n, max_new_tokens, sampling, on_text, stats);
+    if (texts.ok() && on_done) {
+      for (size_t i = 0; i < texts->size(); ++i) on_done(static_cast<int>(i), (*texts)[i]);
+    }
+    return texts;
+  }
 };
 
 // An opened model ready to generate: the model directory's weights and tokenizer on "cpu" or
@@ -83,6 +96,13 @@ struct OptimizeOptions {
   std::string prompt_template;    // template text with one "{}" (load_prompt_template)
   std::filesystem::path work_dir;  // problem copy, completions, candidates, report (created)
   harness::VerifyOptions verify;
+  // Each sample verified as soon as the engine has written it, while it writes the others (a
+  // source that returns all at once hands them over then). Off: every sample is written first.
+  bool verify_while_generating = true;
+  // The GPU the engine writes on ("cuda:N"; empty: none, or another machine): held as the
+  // verifier's correctness runs hold it while the engine writes (harness::GpuShare), so that no
+  // candidate is timed beside the engine.
+  std::string generation_gpu;
 };
 
 enum class OptimizeEventKind { generating, generated, candidate_verified, round_done };
@@ -130,6 +150,9 @@ struct OptimizeResult {
   // during generation, summed over rounds.
   double verify_setup_ms = 0;
   double verify_setup_overlap_ms = 0;
+  // Verification beside generation: from the first candidate handed over to the end of its
+  // round's generation, summed over rounds (0 when nothing was handed over early).
+  double verify_while_generating_ms = 0;
   std::string sandbox;
   Json environment;
   std::optional<harness::TimingResult> reference_timing;
