@@ -82,12 +82,24 @@ class ProgressPrinter {
 
   void operator()(const OptimizeEvent& e) {
     const std::string round = with_round_ ? fmt::format("round {}: ", e.round) : "";
+    if (e.round != round_) {
+      round_ = e.round;
+      round_start_s_ = seconds();
+      verify_start_s_ = -1;
+    }
+    // A "generating" line rewritten in place: "generated" takes its place, any other line (a
+    // verdict while the engine still writes) goes below it.
+    if (line_open_ && e.kind != OptimizeEventKind::generating) {
+      std::fprintf(stderr, e.kind == OptimizeEventKind::generated ? "\r" : "\n");
+      line_open_ = false;
+    }
     switch (e.kind) {
       case OptimizeEventKind::generating: {
         const std::string line = fmt::format("{}generating: {} tokens, {:.1f} tok/s, elapsed {}", round, e.tokens,
                                              e.tokens_per_s, duration_text(seconds()));
         if (tty_) {
           std::fprintf(stderr, "\r%s   ", line.c_str());
+          line_open_ = true;
         } else if (seconds() - last_line_s_ >= 5) {
           last_line_s_ = seconds();
           std::fprintf(stderr, "%s\n", line.c_str());
@@ -95,15 +107,18 @@ class ProgressPrinter {
         break;
       }
       case OptimizeEventKind::generated:
-        verify_start_s_ = seconds();
-        std::fprintf(stderr, "%s%sgenerated %lld tokens (%.1f tok/s)\n", tty_ ? "\r" : "", round.c_str(),
+        if (verify_start_s_ < 0) verify_start_s_ = seconds();  // else verification began during generation
+        std::fprintf(stderr, "%sgenerated %lld tokens (%.1f tok/s)\n", round.c_str(),
                      static_cast<long long>(e.tokens), e.tokens_per_s);
         break;
       case OptimizeEventKind::candidate_verified: {
         const std::string best = e.best_speedup ? fmt::format("best so far {:.2f}x", *e.best_speedup)
                                  : e.any_correct ? "correct found (timing not meaningful)"
                                                  : "none correct yet";
-        // e.line names the round itself when there are several.
+        // e.line names the round itself when there are several. A verdict before the round's
+        // generation ended: verification began while the samples were written (the round's start
+        // bounds when).
+        if (verify_start_s_ < 0) verify_start_s_ = round_start_s_;
         const double verifying_s = seconds() - verify_start_s_;
         const std::string eta = e.verified >= e.total ? "" : fmt::format(", ETA {}", duration_text(verifying_s / e.verified * (e.total - e.verified)));
         std::fprintf(stderr, "verified %d/%d  %s  [%s; elapsed %s%s]\n", e.verified, e.total, e.line.c_str(), best.c_str(),
@@ -124,7 +139,10 @@ class ProgressPrinter {
   bool with_round_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double last_line_s_ = -1e9;
-  double verify_start_s_ = 0;  // when the round's generation ended
+  int round_ = 0;
+  double round_start_s_ = 0;   // the round's first event
+  double verify_start_s_ = -1; // when the round's verification began (the end of generation, or earlier)
+  bool line_open_ = false;     // a "generating" line without its newline yet
 };
 
 void print_table(const OptimizeResult& r, bool with_round, const std::string& written_to, std::FILE* out) {

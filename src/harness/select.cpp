@@ -4,6 +4,7 @@
 // shortest correct source is chosen.
 #include <algorithm>
 #include <fstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -36,9 +37,13 @@ void Verifier::select() {
     brittle.note = fmt::format("; {} correct candidate(s) failing the multi-shape check left out", correct.size() - generic.size());
     correct = generic;
   }
-  auto shortest = [&](const std::vector<size_t>& idx) {
-    return *std::min_element(idx.begin(), idx.end(), [&](size_t a, size_t b) { return sources_[a].size() < sources_[b].size(); });
+  // Shorter source first; equal ones by text, then path: the same choice whatever order the
+  // candidates came in (optimize hands them over as the engine finishes them).
+  auto simpler = [&](size_t a, size_t b) {
+    return std::forward_as_tuple(sources_[a].size(), sources_[a], candidate_paths_[a]) <
+           std::forward_as_tuple(sources_[b].size(), sources_[b], candidate_paths_[b]);
   };
+  auto shortest = [&](const std::vector<size_t>& idx) { return *std::min_element(idx.begin(), idx.end(), simpler); };
   if (correct.size() == 1) {
     report_.selected = correct.front();
     report_.selection_reason = "the only correct candidate";
@@ -55,7 +60,8 @@ void Verifier::select() {
     return;
   }
   std::sort(timed.begin(), timed.end(), [&](size_t a, size_t b) {
-    return report_.candidates[a].timing->stats.median_ms < report_.candidates[b].timing->stats.median_ms;
+    const double ma = report_.candidates[a].timing->stats.median_ms, mb = report_.candidates[b].timing->stats.median_ms;
+    return ma != mb ? ma < mb : simpler(a, b);
   });
   if (timed.size() > static_cast<size_t>(std::max(2, opts_.finalists))) timed.resize(static_cast<size_t>(std::max(2, opts_.finalists)));
   DeviceState* dev = pick_device(0);

@@ -221,6 +221,7 @@ class Verifier {
   std::condition_variable feed_cv_;
   size_t next_candidate_ = 0, arrived_ = 0, capacity_ = 0;
   bool closed_ = true;
+  bool abandoned_ = false;  // destroyed without close_feed(): candidates not yet taken are not verified
   std::vector<std::thread> threads_;
   std::atomic<uint64_t> worker_seq_{0};
   int jobs_ = 1;

@@ -76,6 +76,7 @@ void name_user_path(CandidateResult& r, const fs::path& work_dir) {
 Verifier::~Verifier() {
   {
     std::lock_guard lock(feed_mu_);  // a feed never closed (its session abandoned): no more come
+    if (!closed_) abandoned_ = true;  // and those not yet taken are not verified
     closed_ = true;
   }
   feed_cv_.notify_all();
@@ -638,7 +639,7 @@ std::optional<size_t> Verifier::take_candidate() {
   std::unique_lock lock(feed_mu_);
   const size_t i = next_candidate_++;
   feed_cv_.wait(lock, [&] { return i < arrived_ || closed_; });
-  if (i < arrived_) return i;
+  if (i < arrived_ && !abandoned_) return i;
   return std::nullopt;
 }
 
@@ -746,6 +747,9 @@ VerifySession::VerifySession(std::string problem_path, VerifyOptions options, si
       if (last && st->pending.empty()) break;
     }
     lock.unlock();
+    // A refused add (none expected: the session and the verifier have the same capacity) ends the
+    // feed as abandoned: ~Verifier verifies none of the others.
+    if (!fed.ok()) st->cancel.store(true);  // and the ones under way stop at their next wait
     Result<VerifyReport> rep = !ready.ok() ? Result<VerifyReport>(ready) : !fed.ok() ? Result<VerifyReport>(fed) : v.close_feed();
     if (rep.ok() && cancel && cancel->load()) rep = error(ErrorCode::resource_exhausted, "verification cancelled");
     lock.lock();
@@ -785,7 +789,7 @@ Status VerifySession::start(std::function<void(size_t, const CandidateResult&)> 
 
 Result<size_t> VerifySession::add(const std::string& candidate_path) {
   std::lock_guard lock(s_->mu);
-  if (!s_->started || s_->closed) {
+  if (!s_->started || s_->closed || s_->abandoned) {
     return error(ErrorCode::invalid_argument, "verify: candidates are added between start() and close()");
   }
   if (s_->added >= s_->capacity) {

@@ -265,10 +265,9 @@ Result<std::optional<size_t>> take_report(int round, Result<harness::VerifyRepor
   std::optional<size_t> selected = report->selected;
   if (!selected) {
     for (size_t i = 0; i < cands.size(); ++i) {
-      if (cands[i].result.verdict == harness::Verdict::correct) {
+      if (cands[i].result.verdict == harness::Verdict::correct && (!selected || cands[i].sample < cands[*selected].sample)) {
         selected = i;
         result.selection_reason = "the first correct candidate (the verifier selected none)";
-        break;
       }
     }
   }
@@ -333,9 +332,11 @@ Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& 
     for (const Request& r : requests) expected += r.samples.size();
     harness::VerifyOptions vo = o.verify;
     vo.select = true;
-    harness::VerifySession session(result.problem_file.string(), vo, expected);
+    // Declared before the session: its workers call round_progress (which reads `handed`) until
+    // the session is gone, also when generation fails midway.
     RoundCandidates handed{std::vector<OptimizeCandidate>(expected), 0};
     RoundProgress round_progress(round, handed, o, serial, result);
+    harness::VerifySession session(result.problem_file.string(), vo, expected);
     const bool stream = o.verify_while_generating;
     if (stream) KLLM_RETURN_IF_ERROR(session.start(round_progress.on_result(), expected));
     std::optional<Clock::time_point> first_handed;

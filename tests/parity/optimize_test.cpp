@@ -373,6 +373,43 @@ TEST_F(OptimizeTest, VerifyAfterGenerationWaitsForEverySample) {
   EXPECT_EQ(*r->best, 1u);
 }
 
+// Hands over two samples, waits for a verdict (the verifier's workers are running), then fails.
+class FailsMidway final : public CompletionSource {
+ public:
+  FailsMidway(std::vector<std::string> texts, const std::atomic<int>& verdicts) : texts_(std::move(texts)), verdicts_(verdicts) {}
+  Result<std::vector<std::string>> complete(const std::string& prompt, int n, int max_new_tokens, const SamplingParams& s,
+                                            const StreamCallback& on_text, GenerateStats* stats) override {
+    return complete_each(prompt, n, max_new_tokens, s, on_text, {}, stats);
+  }
+  Result<std::vector<std::string>> complete_each(const std::string&, int, int, const SamplingParams&, const StreamCallback&,
+                                                 const CompletionDone& on_done, GenerateStats*) override {
+    if (on_done) {
+      on_done(0, texts_[0]);
+      on_done(1, texts_[1]);
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (verdicts_.load() == 0 && std::chrono::steady_clock::now() < until) ::usleep(20000);
+    return error(ErrorCode::io_error, "the engine failed on sample 2");
+  }
+  std::string describe() const override { return "fails midway"; }
+
+ private:
+  std::vector<std::string> texts_;
+  const std::atomic<int>& verdicts_;
+};
+
+TEST_F(OptimizeTest, GenerationFailingWhileSamplesAreVerifiedStopsCleanly) {
+  std::atomic<int> verdicts{0};
+  options.verify.on_result = [&](size_t, const harness::CandidateResult&) { ++verdicts; };
+  FailsMidway source({kNotPython, fenced_with_prose(kCorrect)}, verdicts);
+  std::vector<OptimizeEvent> events;
+  auto r = optimize(kProblem, source, options, [&](const OptimizeEvent& e) { events.push_back(e); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("the engine failed on sample 2"), std::string::npos) << r.status().to_string();
+  EXPECT_GT(verdicts.load(), 0);
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+}
+
 TEST_F(OptimizeTest, AFailedGenerationStopsTheVerifierItStarted) {
   FixedSource source({{"only one"}});  // asks for 3: an error after the session started
   const auto t0 = std::chrono::steady_clock::now();
