@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <optional>
 #include <vector>
 
 #include "kernelllm/harness/verify.h"
@@ -64,7 +63,22 @@ int flock_retrying(int fd, int op) {
 
 }  // namespace
 
+fs::path engine_lock_file(const fs::path& file) {
+  fs::path engine = file;
+  engine += ".engine";
+  return engine;
+}
+
 GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode) : mu_(mu), mode_(mode) {
+  if (mode_ == Mode::exclusive && !file.empty()) {
+    // First: no engine writing on this GPU (GpuShare). Waited for before the turnstile, so that
+    // correctness runs go on meanwhile; held to the end, so that none starts beside the timing.
+    engine_fd_ = open_lock_file(engine_lock_file(file));
+    if (engine_fd_ >= 0 && flock_retrying(engine_fd_, LOCK_EX) != 0) {
+      ::close(engine_fd_);
+      engine_fd_ = -1;
+    }
+  }
   // Through the turnstile: a shared taker passes (it waits while an exclusive taker is in it), an
   // exclusive taker stays in it until it holds the lock.
   if (mode_ == Mode::shared) {
@@ -94,18 +108,25 @@ GpuGuard::~GpuGuard() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
   if (mode_ == Mode::shared) mu_.rw.unlock_shared();
   else mu_.rw.unlock();
+  if (engine_fd_ >= 0) ::close(engine_fd_);
 }
 
 struct GpuShare::Held {
-  GpuMutex mu;  // its own: what other processes and verifiers see is the flock
-  std::optional<GpuGuard> guard;
+  int fd = -1;
+  ~Held() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 GpuShare::GpuShare(const std::string& device) {
   const fs::path file = gpu_lock_file(device);
   if (file.empty()) return;
   held_ = std::make_unique<Held>();
-  held_->guard.emplace(held_->mu, file, GpuGuard::Mode::shared);
+  held_->fd = open_lock_file(engine_lock_file(file));
+  if (held_->fd >= 0 && flock_retrying(held_->fd, LOCK_SH) != 0) {
+    ::close(held_->fd);
+    held_->fd = -1;
+  }
 }
 
 GpuShare::~GpuShare() = default;

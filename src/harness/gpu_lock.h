@@ -9,6 +9,9 @@
 // Without it timing waited for a moment when no correctness work held the lock: in the labelled
 // suite's relu call (81 candidates, 32 workers, H200) a candidate's timing phase took a median of
 // 291 s, of which its timed calls took ~1 s. So a thread never takes a GpuGuard while it holds one.
+// An engine writing on the GPU beside the verifier (GpuShare, verify.h) holds "<file>.engine"
+// shared; an exclusive taker takes that file first, before the turnstile, so that timing waits
+// for the engine while correctness runs go on.
 #pragma once
 
 #include <filesystem>
@@ -46,6 +49,7 @@ class GpuGuard {
   GpuMutex& mu_;
   Mode mode_;
   int fd_ = -1;
+  int engine_fd_ = -1;  // exclusive: "<file>.engine", which an engine writing on the GPU holds shared
 };
 
 }  // namespace kernelllm::harness

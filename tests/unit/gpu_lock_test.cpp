@@ -45,7 +45,16 @@ TEST(GpuLock, AGpuShareHoldsTimingOffUntilItIsGone) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(timed.load()) << "timing took the GPU while the engine held it";
+  // Correctness runs go on while timing waits for the engine (it is not in the turnstile yet).
+  std::atomic<bool> checked{false};
+  std::thread correctness([&] {
+    GpuGuard g(mu, gpu_lock_file("cuda:0"), GpuGuard::Mode::shared);
+    checked = true;
+  });
+  for (int i = 0; i < 100 && !checked.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(checked.load()) << "a correctness run waited for the engine behind the waiting timing";
   share.reset();
+  correctness.join();
   timing.join();
   EXPECT_TRUE(timed.load());
   ::unsetenv("CUDA_VISIBLE_DEVICES");
