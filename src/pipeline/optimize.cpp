@@ -355,8 +355,8 @@ Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& 
     };
     const double generated_before = result.generate_ms;
     {
-      // While the engine writes on a GPU the verifier times on, it holds that GPU as correctness
-      // runs do: no candidate is timed beside it (timing waits until it is done).
+      // While the engine writes on a GPU it holds that GPU's engine lock shared (harness::GpuShare):
+      // no candidate is timed beside it (timing waits until it is done); correctness runs go on.
       std::optional<harness::GpuShare> engine_gpu;
       if (stream && !o.generation_gpu.empty()) engine_gpu.emplace(o.generation_gpu);
       KLLM_RETURN_IF_ERROR(generate_round(round, requests, source, o, serial, result, ready));

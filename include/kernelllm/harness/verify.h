@@ -211,10 +211,10 @@ class VerifySession {
   std::unique_ptr<State> s_;
 };
 
-// Holds GPU `device` ("cuda:N") the way a verifier's correctness run does (shared, across the
-// kernelllm processes of the host) for as long as it lives: timing on that GPU waits until it is
-// gone. For work beside the verifier that timing must not overlap (the engine writing samples
-// while earlier ones are verified). Nothing for "cpu".
+// Holds GPU `device` ("cuda:N") for an engine (its engine lock shared, across the kernelllm
+// processes of the host) for as long as it lives: timing on that GPU waits until it is gone,
+// correctness runs do not. For work beside the verifier that timing must not overlap (the engine
+// writing samples while earlier ones are verified). Nothing for "cpu".
 class GpuShare {
  public:
   explicit GpuShare(const std::string& device);

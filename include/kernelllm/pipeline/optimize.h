@@ -99,9 +99,9 @@ struct OptimizeOptions {
   // Each sample verified as soon as the engine has written it, while it writes the others (a
   // source that returns all at once hands them over then). Off: every sample is written first.
   bool verify_while_generating = true;
-  // The GPU the engine writes on ("cuda:N"; empty: none, or another machine): held as the
-  // verifier's correctness runs hold it while the engine writes (harness::GpuShare), so that no
-  // candidate is timed beside the engine.
+  // The GPU the engine writes on ("cuda:N"; empty: none, or another machine): its engine lock is
+  // held while the engine writes (harness::GpuShare), so that no candidate is timed beside the
+  // engine while correctness runs go on.
   std::string generation_gpu;
 };
 
