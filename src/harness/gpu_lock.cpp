@@ -53,6 +53,13 @@ int open_lock_file(const fs::path& file) {
   return fd;
 }
 
+// An engine writing on the GPU (GpuShare) holds this one shared; timing takes it exclusively.
+fs::path engine_lock_file(const fs::path& file) {
+  fs::path engine = file;
+  engine += ".engine";
+  return engine;
+}
+
 int flock_retrying(int fd, int op) {
   int rc;
   do {
@@ -62,12 +69,6 @@ int flock_retrying(int fd, int op) {
 }
 
 }  // namespace
-
-fs::path engine_lock_file(const fs::path& file) {
-  fs::path engine = file;
-  engine += ".engine";
-  return engine;
-}
 
 GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode) : mu_(mu), mode_(mode) {
   if (mode_ == Mode::exclusive && !file.empty()) {
@@ -111,24 +112,18 @@ GpuGuard::~GpuGuard() {
   if (engine_fd_ >= 0) ::close(engine_fd_);
 }
 
-struct GpuShare::Held {
-  int fd = -1;
-  ~Held() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 GpuShare::GpuShare(const std::string& device) {
   const fs::path file = gpu_lock_file(device);
   if (file.empty()) return;
-  held_ = std::make_unique<Held>();
-  held_->fd = open_lock_file(engine_lock_file(file));
-  if (held_->fd >= 0 && flock_retrying(held_->fd, LOCK_SH) != 0) {
-    ::close(held_->fd);
-    held_->fd = -1;
+  fd_ = open_lock_file(engine_lock_file(file));
+  if (fd_ >= 0 && flock_retrying(fd_, LOCK_SH) != 0) {
+    ::close(fd_);
+    fd_ = -1;
   }
 }
 
-GpuShare::~GpuShare() = default;
+GpuShare::~GpuShare() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
 
 }  // namespace kernelllm::harness

@@ -52,9 +52,14 @@ struct PausedWhileIdle {
   static constexpr double kStopWaitS = 2;
 };
 
-// How long the flushes after a paired candidate's round trip may wait for the GPU work it left
-// queued; past it the reference's round trip runs anyway (the wait is charged to the candidate).
+// How long the flushes around a paired candidate's round trip may wait for an idle GPU: after it,
+// the reference's round trip then runs anyway (the wait charged to the candidate); before it, the
+// candidate goes untimed.
 constexpr double kSettleS = 2;
+
+// A flush's wait beyond its idle baseline that is noise, not queued work: never charged, and a
+// flush under baseline + this finds the GPU idle.
+double flush_margin_ms(double baseline_ms) { return std::max(0.1, 0.5 * baseline_ms); }
 
 // A batch's round trips on one CPU: this thread, the judge and the candidate are pinned to it,
 // so that the candidate's and the reference's launch overheads are paid on the same core (on a
@@ -126,7 +131,7 @@ std::vector<double> published_call_times(const std::vector<CallClock>& calls, do
     const double wait = c.next_flush_ms - flush_baseline_ms;
     // Only the part beyond the threshold: charging all of a wait just above it made an honest
     // round trip's time jump by the whole wait, a cliff that turned scheduling noise into spread.
-    if (const double over = wait - std::max(0.1, 0.5 * flush_baseline_ms); c.next_flush_ms > 0 && over > 0) {
+    if (const double over = wait - flush_margin_ms(flush_baseline_ms); c.next_flush_ms > 0 && over > 0) {
       t += over;
       charged += over;
     }
@@ -349,7 +354,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   auto settle = [&](bool* clean_out) -> double {
     double charged = flush();
     const double base = dev.flush_baseline_ms;
-    const double threshold = base + std::max(0.1, 0.5 * base);
+    const double threshold = base + flush_margin_ms(base);
     const auto until = Clock::now() + std::chrono::duration<double>(kSettleS);
     double f = charged;
     while (base > 0 && f > threshold && Clock::now() < until) {
@@ -372,10 +377,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     r->message += (r->message.empty() ? "" : "; ") + why;
     return std::nullopt;
   };
-  // A candidate's batch starts with the GPU idle of what an earlier batch or another candidate
-  // (one whose run replied before its work ended, now waiting for its own timing) left queued.
-  if (cand && cuda) (void)settle(nullptr);
-  flush_repeats = 0;
+  // An unpaired candidate batch (finalists re-timed) starts with the GPU idle of what the finalist
+  // before it left queued, charged to no one; a paired one waits before each of its round trips.
+  if (cand && cuda && !paired) (void)settle(nullptr);
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;

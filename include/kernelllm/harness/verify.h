@@ -223,8 +223,7 @@ class GpuShare {
   GpuShare& operator=(const GpuShare&) = delete;
 
  private:
-  struct Held;
-  std::unique_ptr<Held> held_;
+  int fd_ = -1;  // the GPU's engine lock file, flocked shared (-1: nothing held)
 };
 
 // "cuda" → every visible GPU (asks the Python probe), "cuda:0,cuda:1", "cpu".
