@@ -225,7 +225,8 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   return true;
 }
 
-void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r) {
+void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r,
+                        const std::function<void()>& before_timing) {
   auto ms_since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
@@ -264,6 +265,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     check_kernel_profile(dev, r, profiled);
     phases["kernel_profile_ms"] = ms_since(t0);
   }
+  if (r.verdict == Verdict::correct && before_timing) before_timing();
   if (r.verdict == Verdict::correct && opts_.timing) {
     t0 = Clock::now();
     time_candidate(w, dev, r);

@@ -1,6 +1,8 @@
 // The multi-shape check: after a candidate's `correct` verdict, its correctness is re-run on
 // problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), one judge per variant and
-// a fresh candidate process per variant; the merged result is reported beside the verdict.
+// a fresh candidate process per variant; the merged result is reported beside the verdict. A
+// candidate's check runs on its worker thread right after its own verdict (its variant processes
+// started before it is timed), beside the other candidates' main phases.
 #include <thread>
 
 #include <fmt/format.h>
@@ -66,13 +68,17 @@ void Verifier::spawn_variant_judges(DeviceState& dev) {
     v->hardware = dev.hardware;
     v->parent = &dev;
     v->variant = spec;
+    // Named now: candidate processes for the variant may start (binding it) while its judge loads.
+    v->shared_dir = run_dir_ / fmt::format("shared-{}", v->tag());
+    std::error_code ec;
+    fs::create_directories(v->shared_dir, ec);
     if (Status s = spawn_judge(*v); !s.ok()) v->unusable = s.to_string();
     dev.variants.push_back(std::move(v));
   }
 }
 
-// Loads the problem in every variant judge, all variants at once. Runs on the main thread (the
-// variant judges must outlive every worker thread that uses them).
+// Loads the problem in every variant judge, all variants at once. Runs on variants_thread_ (or
+// the main thread once that is joined); the variant judges outlive every thread that uses them.
 void Verifier::setup_variants(DeviceState& dev) {
   spawn_variant_judges(dev);
   if (dev.variants_ready) return;
@@ -95,19 +101,43 @@ void Verifier::setup_variants(DeviceState& dev) {
   for (std::thread& t : threads) t.join();
 }
 
-void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r) {
+void Verifier::start_variants() {
+  std::call_once(variants_once_, [this] {
+    variants_thread_ = std::thread([this] {
+      for (auto& dev : devices_) {
+        if (dev->healthy) setup_variants(*dev);
+      }
+      std::lock_guard lock(variants_mu_);
+      variants_loaded_ = true;
+      variants_cv_.notify_all();
+    });
+  });
+}
+
+void Verifier::wait_variants() {
+  start_variants();
+  std::unique_lock lock(variants_mu_);
+  variants_cv_.wait(lock, [this] { return variants_loaded_; });
+}
+
+Verifier::VariantWorkers Verifier::start_variant_workers(DeviceState& dev, size_t thread) {
+  // Every variant's candidate process is started at once, so that their start-up overlaps (a
+  // variant found unusable meanwhile gets its process stopped unused).
+  VariantWorkers workers;
+  for (auto& v : dev.variants) workers.push_back(start_candidate_worker(*v, thread));
+  return workers;
+}
+
+void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers) {
   std::vector<ShapeVariantResult> results;
   std::vector<std::string> unusable;
-  // Every variant's candidate process is started first, so that their start-up overlaps.
-  std::vector<Result<std::unique_ptr<Worker>>> workers;
-  for (auto& v : dev.variants) {
-    if (v->unusable.empty()) workers.push_back(start_candidate_worker(*v, thread));
-    else workers.push_back(error(ErrorCode::unsupported, v->unusable));
-  }
+  if (workers.size() != dev.variants.size()) workers = start_variant_workers(dev, thread);
+  wait_variants();  // their judges have loaded the problem (or are unusable)
   for (size_t k = 0; k < dev.variants.size(); ++k) {
     auto& v = dev.variants[k];
     if (!v->unusable.empty()) {
       unusable.push_back(fmt::format("{}: {}", v->variant.name, v->unusable));
+      if (workers[k].ok()) (*workers[k])->proc.kill_tree();
       continue;
     }
     ShapeVariantResult out;
@@ -139,45 +169,29 @@ void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, Candidate
   r.multishape_note = "not run: " + (why.empty() ? std::string("no size variant") : why);
 }
 
+// Each correct candidate was checked on its worker thread (run_candidate_shapes); what is left
+// are the notes of those that were not.
 void Verifier::run_multishape() {
-  std::vector<size_t> todo;
-  for (size_t i = 0; i < report_.candidates.size(); ++i) {
-    CandidateResult& r = report_.candidates[i];
-    if (r.cached && (r.multishape || !r.multishape_note.empty())) continue;
+  if (variants_thread_.joinable()) variants_thread_.join();
+  for (CandidateResult& r : report_.candidates) {
+    if (r.multishape || !r.multishape_note.empty()) continue;
     if (!opts_.multishape) r.multishape_note = "disabled (--no-multishape)";
     else if (r.verdict != Verdict::correct) r.multishape_note = "not run: the main verdict is not correct";
-    else todo.push_back(i);
   }
-  if (todo.empty()) return;
-  for (auto& dev : devices_) {
-    if (dev->healthy) setup_variants(*dev);
-  }
-  std::atomic<size_t> next{0};
-  auto work = [&](size_t thread) {
-    for (size_t k = next++; k < todo.size(); k = next++) {
-      size_t i = todo[k];
-      CandidateResult& r = report_.candidates[i];
-      DeviceState* dev = nullptr;
-      for (auto& d : devices_) {
-        if (d->name == r.device) dev = d.get();
-      }
-      if (!dev || !dev->healthy) {
-        r.multishape_note = "not run: device " + r.device + " was taken out of use";
-      } else {
-        check_shapes(i, thread, *dev, r);
-        log(fmt::format("[{}] {}: multishape {}", i, r.path,
-                        r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
-      }
-      if (cache_ && !r.cached && dev && dev->healthy) {
-        Status s = cache_->put(cache_key_for(i, *dev), r.to_json());
-        if (!s.ok()) warn("cache write: " + s.to_string());
-      }
+}
+
+// The multi-shape check of candidate i, just found correct on `dev`, on its worker thread.
+void Verifier::run_candidate_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers) {
+  if (!dev.healthy) {
+    for (auto& w : workers) {
+      if (w.ok()) (*w)->proc.kill_tree();
     }
-  };
-  size_t n = std::max<size_t>(1, std::min(todo.size(), static_cast<size_t>(jobs_)));
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < n; ++t) threads.emplace_back(work, t);
-  for (std::thread& t : threads) t.join();
+    r.multishape_note = "not run: device " + r.device + " was taken out of use";
+    return;
+  }
+  check_shapes(i, thread, dev, r, std::move(workers));
+  log(fmt::format("[{}] {}: multishape {}", i, r.path,
+                  r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
 }
 
 }  // namespace kernelllm::harness

@@ -103,6 +103,7 @@ Json VerifyReport::to_json() const {
   j["compile_timing"] = compile_timing ? timing_json(*compile_timing) : Json(nullptr);
   j["selected"] = selected ? Json(*selected) : Json(nullptr);
   j["selected_path"] = selected ? Json(candidates[*selected].path) : Json(nullptr);
+  j["timeline_ms"] = timeline_ms;
   return j;
 }
 

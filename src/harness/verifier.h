@@ -4,8 +4,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -150,7 +152,9 @@ class Verifier {
   void warn(const std::string& line);
 
   // evaluate.cpp
-  void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  // `before_timing` runs once the candidate is known correct, before it is timed (the worker
+  // thread starts its multi-shape workers there, so they import torch while it is timed).
+  void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r, const std::function<void()>& before_timing = {});
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   // `profiled` (a GPU's main trials): the last trial's run is profiled and its facts kept there.
   void run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled = nullptr);
@@ -191,11 +195,20 @@ class Verifier {
   double run_timeout_s(const DeviceState& dev) const;
 
   // multishape.cpp
-  void run_multishape();
+  void run_multishape();  // after the worker threads: notes of the candidates not checked
   void spawn_variant_judges(DeviceState& dev);
   Status spawn_judge(DeviceState& dev);  // starts dev's judge process unless it has one; does not wait
   void setup_variants(DeviceState& dev);
-  void check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r);
+  // The variant judges load the problem on a thread of their own, started by the first candidate
+  // found correct (nothing is spent on variants when none is); wait_variants waits for it.
+  void start_variants();
+  void wait_variants();
+  using VariantWorkers = std::vector<Result<std::unique_ptr<Worker>>>;
+  // One fresh candidate process per size variant of `dev`, started without waiting for them.
+  VariantWorkers start_variant_workers(DeviceState& dev, size_t thread);
+  // `workers`: those start_variant_workers started for this candidate (else started here).
+  void check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers = {});
+  void run_candidate_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers);
 
   // select.cpp
   void select();
@@ -228,6 +241,13 @@ class Verifier {
   std::vector<std::unique_ptr<Worker>> prewarmed_;  // per worker thread, started during setup
   std::mutex warn_mu_;
   std::mutex notify_mutex_;
+  std::once_flag variants_once_;
+  std::thread variants_thread_;
+  std::mutex variants_mu_;
+  std::condition_variable variants_cv_;
+  bool variants_loaded_ = false;
+  std::chrono::steady_clock::time_point t_start_ = std::chrono::steady_clock::now();
+  double ms_from_start() const;
 };
 
 }  // namespace kernelllm::harness

@@ -81,6 +81,7 @@ Verifier::~Verifier() {
   }
   feed_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
+  if (variants_thread_.joinable()) variants_thread_.join();
   devices_.clear();
   if (!run_dir_.empty()) {
     std::error_code ec;
@@ -140,8 +141,13 @@ Status Verifier::spawn_judge(DeviceState& dev) {
   return {};
 }
 
+double Verifier::ms_from_start() const {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start_).count();
+}
+
 Status Verifier::setup_device(DeviceState& dev) {
-  dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
+  // Named before (a pre-warmed worker or a variant's may bind it already).
+  if (dev.shared_dir.empty()) dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
   fs::create_directories(dev.shared_dir);
   KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
   if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) return hello.with_context("judge on " + dev.name);
@@ -343,6 +349,7 @@ Status Verifier::setup() {
     const auto busy = shared_gpu_use(*dev);
     KLLM_RETURN_IF_ERROR(setup_device(*dev));
   }
+  report_.timeline_ms["setup"] = ms_from_start();
   return {};
 }
 
@@ -472,17 +479,31 @@ void Verifier::worker_thread(size_t thread) {
     const double start_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
     size_memory_limit(*w, *dev);
-    evaluate(i, *w, *dev, r);
+    // A correct candidate's multi-shape processes start before it is timed (torch imported
+    // meanwhile); the variant judges load the problem from the first such candidate on.
+    VariantWorkers variant_workers;
+    evaluate(i, *w, *dev, r, [&] {
+      if (!opts_.multishape) return;
+      start_variants();
+      variant_workers = start_variant_workers(*dev, thread);
+    });
     name_user_path(r, w->work_dir);
     r.evidence["phases"]["start_ms"] = start_ms;
     w->proc.kill_tree();
     (void)judge_call(*dev, Json{{"op", "forget"}, {"candidate", w->id()}}, opts_.load_timeout_s);
     log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
+    if (opts_.multishape && r.verdict == Verdict::correct) {
+      const auto t_shapes = std::chrono::steady_clock::now();
+      run_candidate_shapes(i, thread, *dev, r, std::exchange(variant_workers, {}));
+      r.evidence["phases"]["multishape_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_shapes).count();
+    }
+    for (auto& vw : variant_workers) {  // started, but the candidate was not correct after all
+      if (vw.ok()) (*vw)->proc.kill_tree();
+    }
     notify(i, r);
-    // A correct candidate is cached after its multi-shape check (run_multishape).
-    bool pending = opts_.multishape && r.verdict == Verdict::correct;
-    if (cache_ && r.verdict != Verdict::not_verified && !pending) {
+    if (cache_ && r.verdict != Verdict::not_verified) {
       Status s = cache_->put(key, r.to_json());
       if (!s.ok()) warn("cache write: " + s.to_string());
     }
@@ -580,6 +601,7 @@ Result<VerifyReport> Verifier::run() {
 }
 
 Status Verifier::prepare(size_t expected) {
+  t_start_ = std::chrono::steady_clock::now();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int n = static_cast<int>(std::max<size_t>(1, expected));
   jobs_ = std::max(1, std::min(opts_.jobs > 0 ? opts_.jobs : hw, n));
@@ -656,6 +678,7 @@ Result<VerifyReport> Verifier::close_feed() {
   feed_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  report_.timeline_ms["candidates"] = ms_from_start();
   // Only the slots that were filled.
   candidate_paths_.resize(arrived_);
   sources_.resize(arrived_);
@@ -670,7 +693,10 @@ Result<VerifyReport> Verifier::close_feed() {
       report_.compile_timing = dev->compile_timing;
     }
   }
-  if (opts_.select) select();
+  if (opts_.select) {
+    select();
+    report_.timeline_ms["selection"] = ms_from_start();
+  }
   for (auto& dev : devices_) {
     for (auto& v : dev->variants) {
       // A variant judge that was never used may still be importing torch: no exit request.
@@ -686,6 +712,7 @@ Result<VerifyReport> Verifier::close_feed() {
   devices_.clear();
   int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
+  report_.timeline_ms["total"] = ms_from_start();
   return std::move(report_);
 }
 

@@ -541,6 +541,58 @@ TEST(VerifySession, VerifiesEachCandidateAsItIsAdded) {
   fs::remove_all(dir);
 }
 
+TEST(VerifySession, ACorrectCandidateIsCheckedOnOtherSizesBeforeTheNextArrives) {
+  // The multi-shape check runs on the candidate's worker thread right after its own verdict: the
+  // result announced for it carries the check, while the session still waits for more.
+  harness::VerifyOptions o;
+  o.use_cache = false;
+  o.timing = false;
+  o.n_trials = 2;
+  const fs::path dir = fs::temp_directory_path() / ("kernelllm-feed-shapes-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path problem = dir / "problem.py", good = dir / "good.py", bad = dir / "bad.py";
+  { std::ofstream(problem) << kProblem; }
+  { std::ofstream(good) << kCorrect; }
+  { std::ofstream(bad) << kWrong; }
+  {
+    harness::VerifySession session(problem.string(), o, 2);
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<harness::CandidateResult> announced;
+    ASSERT_TRUE(session.start([&](size_t, const harness::CandidateResult& r) {
+      std::lock_guard lock(mu);
+      announced.push_back(r);
+      cv.notify_all();
+    }).ok());
+    ASSERT_TRUE(session.add(good.string()).ok());
+    {
+      std::unique_lock lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(240), [&] { return !announced.empty(); }))
+          << "no verdict for the first candidate before the second was added";
+      const harness::CandidateResult& r = announced.front();
+      EXPECT_EQ(r.verdict, Verdict::correct) << r.message;
+      ASSERT_TRUE(r.multishape.has_value()) << "announced without its multi-shape check: " << r.multishape_note;
+      EXPECT_EQ(r.multishape->verdict, harness::ShapeVerdict::pass);
+      EXPECT_EQ(r.multishape->variants.size(), harness::default_shape_variants().size());
+      EXPECT_TRUE(r.evidence["phases"].contains("multishape_ms"));
+    }
+    ASSERT_TRUE(session.add(bad.string()).ok());
+    auto rep = session.close();
+    ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+    ASSERT_EQ(rep->candidates.size(), 2u);
+    EXPECT_TRUE(rep->candidates[0].multishape.has_value());
+    EXPECT_EQ(rep->candidates[1].verdict, Verdict::wrong_output);
+    EXPECT_FALSE(rep->candidates[1].multishape.has_value());
+    EXPECT_EQ(rep->candidates[1].multishape_note, "not run: the main verdict is not correct");
+    // The call's timeline: set-up, then every candidate, then the end.
+    for (const char* k : {"setup", "candidates", "total"}) ASSERT_TRUE(rep->timeline_ms.contains(k)) << k;
+    EXPECT_LE(rep->timeline_ms["setup"].get<double>(), rep->timeline_ms["candidates"].get<double>());
+    EXPECT_LE(rep->timeline_ms["candidates"].get<double>(), rep->timeline_ms["total"].get<double>());
+  }
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+  fs::remove_all(dir);
+}
+
 fs::path testdata() {
   const char* env = std::getenv("KERNELLLM_TESTDATA");
   if (env == nullptr) ADD_FAILURE() << "KERNELLLM_TESTDATA is not set (run tools/make_test_data.py --out DIR)";

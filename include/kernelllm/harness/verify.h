@@ -177,6 +177,10 @@ struct VerifyReport {
   std::vector<CandidateResult> candidates;
   std::optional<size_t> selected;
   std::string selection_reason;
+  // Where the call's wall time went, in ms from the start of its set-up: "setup" (the judge has
+  // loaded the problem), "candidates" (every candidate verified, multi-shape checks included),
+  // "selection" (finalists re-timed, when there were any), "total".
+  Json timeline_ms = Json::object();
   Json to_json() const;
 };
 
