@@ -9,10 +9,14 @@
 #          the agreement run at 7558fc8, so up to 295 s), then timing repeats
 #   call3  timing repeats on both GPUs (REPEAT_RUNS each, default 2): with call2's, runs from
 #          several processes, machines and GPUs for the same candidates
-# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3 OUT_DIR
+#   throughput  GPU 0 alone, the host otherwise idle: verify throughput over KernelBench level 1
+#          (.kb0) and KernelBench's eval on the same candidates (issue #43)
+#   tbase  the same throughput run (ours only) with the CLI of an earlier commit: .vdev/base.tar
+#          (`git archive --format=tar BASE > .vdev/base.tar`), built in /tmp/kllm-base
+# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|tbase OUT_DIR
 # Result: OUT_DIR/records-call1.tgz (or -call2), holding every phase's output directory and log.
 set -uo pipefail
-call=${1:?call1|call2|call3}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
+call=${1:?call1|call2|call3|throughput|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
 export KERNELLLM_FROM_ARCHIVE=1
 export KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar)
 end=${RECORDS_END_S:-560}  # every phase ends by then (seconds from the start of this script)
@@ -49,6 +53,19 @@ case $call in
        echo "GPU $g done at $SECONDS s" >> "$out/w/steps.log") &
     done
     wait ;;
-  *) echo "unknown call $call (call1 call2 call3)"; exit 2 ;;
+  throughput)
+    CUDA_VISIBLE_DEVICES=0 THROUGHPUT_LIMIT_S=$(left) bash bench/device_phases.sh "$out/w/g0/r" throughput \
+      > "$out/w/g0.log" 2>&1 ;;
+  tbase)
+    base=/tmp/kllm-base
+    if [[ ! -x $base/build/vdev/kernelllm ]]; then
+      rm -rf $base && mkdir -p $base && tar -xf .vdev/base.tar -C $base &&
+        (source tools/device_env.sh && cd $base && cmake -S . -B build/vdev -G Ninja -DKERNELLLM_CUDA=OFF \
+          -DKERNELLLM_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release && ninja -C build/vdev kernelllm) > "$out/w/base-build.log" 2>&1
+    fi
+    echo "base $(git get-tar-commit-id < .vdev/base.tar) built at $SECONDS s" | tee -a "$out/w/steps.log"
+    CUDA_VISIBLE_DEVICES=0 THROUGHPUT_LIMIT_S=$(left) THROUGHPUT_KB= THROUGHPUT_CLI=$base/build/vdev/kernelllm \
+      bash bench/device_phases.sh "$out/w/g0b/r" throughput > "$out/w/g0b.log" 2>&1 ;;
+  *) echo "unknown call $call (call1 call2 call3 throughput tbase)"; exit 2 ;;
 esac
 cat "$out/w/steps.log"

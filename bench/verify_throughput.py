@@ -5,7 +5,9 @@ timing stays exclusive per GPU through the verifier's lock). Problems: the label
 e.g. .kb/KernelBench/level1 with bench/eval_candidates/level1). Records candidates per minute, the
 wall time of each call, and per-phase times summed over candidates (start: waiting for a
 pre-warmed worker; compile: import + construction + first launch; correctness: the trials;
-timing: the timed loops), as the verifier reports them in each candidate's evidence.phases.
+timing: the timed loops; multishape: the check on other sizes), as the verifier reports them in
+each candidate's evidence.phases, and each call's timeline (the report's timeline_ms: set-up done,
+every candidate done, finalists re-timed, end).
 
   python3 bench/verify_throughput.py --cli build/kernelllm --device cuda:0 --out bench/results/verify-throughput-h100.json
   python3 bench/verify_throughput.py --cli build/kernelllm --problems-dir .kb/KernelBench/level1 \
@@ -38,7 +40,7 @@ from case_header import parse_header as header  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 import kernelbench_agreement  # noqa: E402
 CASES = ROOT / "tests" / "cases"
-PHASES = ("start_ms", "compile_ms", "correctness_ms", "timing_ms")
+PHASES = ("start_ms", "compile_ms", "correctness_ms", "timing_ms", "multishape_ms")
 
 
 def problems_from_dirs(problem_dir: Path, candidate_dir: Path) -> dict[Path, list[Path]]:
@@ -70,12 +72,26 @@ def write_partial(out: Path, calls: list, n_candidates: int, wall_s: float) -> N
                                "wall_s": round(wall_s, 2), "calls": calls}, indent=1))
 
 
-def kernelbench_pass(args, work: dict[Path, list[Path]]) -> dict:
-    """KernelBench's eval on the same (problem, candidate) pairs, timed as a whole."""
+def kernelbench_pass(args, work: dict[Path, list[Path]], ours: dict) -> dict:
+    """KernelBench's eval on the same (problem, candidate) pairs, timed as a whole. Each row as it
+    comes is written beside our record (`ours`, already complete), so a cut-off run keeps them."""
     pairs = [(problem, c) for problem, cases in work.items() for c in cases]
     t0 = time.perf_counter()
+    done: list = []
+    lock = threading.Lock()
+
+    def one(pc):
+        r = kernelbench_agreement.run_kernelbench(args, *pc)
+        with lock:
+            done.append({"problem": pc[0].stem, "candidate": str(pc[1]), "verdict": r["verdict"],
+                         "wall_s": r.get("wall_s")})
+            partial = dict(ours, kernelbench={"complete": False, "candidates": len(pairs),
+                                              "wall_s": round(time.perf_counter() - t0, 2), "rows": done})
+            args.out.write_text(json.dumps(partial, indent=1))
+        return pc, r
+
     with ThreadPoolExecutor(max_workers=max(1, args.kb_jobs)) as pool:
-        rows = list(pool.map(lambda pc: (pc, kernelbench_agreement.run_kernelbench(args, *pc)), pairs))
+        rows = list(pool.map(one, pairs))
     wall_s = time.perf_counter() - t0
     verdicts: dict[str, int] = {}
     per = []
@@ -140,7 +156,8 @@ def main() -> int:
             n_candidates += len(entries)
             calls.append({"problem": problem.stem, "candidates": len(entries), "wall_s": round(wall_s, 3),
                           "started_s": round(t0 - t_all, 3), "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
-                          "verdicts": [e["verdict"] for e in entries], "sandbox": report.get("sandbox")})
+                          "verdicts": [e["verdict"] for e in entries], "sandbox": report.get("sandbox"),
+                          "timeline_ms": {k: round(v, 1) for k, v in (report.get("timeline_ms") or {}).items()}})
             write_partial(args.out, calls, n_candidates, time.perf_counter() - t_all)
             print(f"{problem.stem:<22} {len(entries):>3} candidates  {wall_s:7.1f} s  "
                   + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
@@ -155,7 +172,6 @@ def main() -> int:
         print("\n".join(failures), file=sys.stderr)
         return 1
     total_s = time.perf_counter() - t_all
-    kb = kernelbench_pass(args, work) if args.kernelbench else None
     result = {
         "complete": True,
         "what": f"kernelllm verify throughput (one verify call per problem, {args.concurrency} at a time): "
@@ -172,11 +188,6 @@ def main() -> int:
         "verdicts": verdicts,
         "calls": calls,
     }
-    if kb is not None:
-        result["kernelbench"] = kb
-        result["kernelbench_candidates_per_min"] = kb["candidates_per_min"]
-        result["ratio_to_kernelbench"] = (round(result["candidates_per_min"] / kb["candidates_per_min"], 2)
-                                          if kb["candidates_per_min"] else None)
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
@@ -186,7 +197,15 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"{n_candidates} candidates over {len(calls)} problems in {total_s:.1f} s: "
-          f"{result['candidates_per_min']} candidates/min")
+          f"{result['candidates_per_min']} candidates/min", flush=True)
+    kb = kernelbench_pass(args, work, result) if args.kernelbench else None
+    if kb is not None:
+        result["kernelbench"] = kb
+        result["kernelbench_candidates_per_min"] = kb["candidates_per_min"]
+        result["ratio_to_kernelbench"] = (round(result["candidates_per_min"] / kb["candidates_per_min"], 2)
+                                          if kb["candidates_per_min"] else None)
+        args.out.write_text(json.dumps(result, indent=1))
+        print(f"KernelBench's eval: {kb['candidates_per_min']} candidates/min; ratio {result['ratio_to_kernelbench']}")
     return 0
 
 

@@ -48,3 +48,8 @@ def test_the_same_candidates_go_through_kernelbenchs_eval_and_both_rates_are_rec
     assert {row["runtime_ms"] for row in theirs["rows"] if row["verdict"] == "correct"} == {0.25}
     assert rec["kernelbench_candidates_per_min"] == theirs["candidates_per_min"] > 0
     assert rec["ratio_to_kernelbench"] == round(rec["candidates_per_min"] / theirs["candidates_per_min"], 2)
+    # Where each call's wall time went, and the correct candidate's check on other sizes.
+    (call,) = rec["calls"]
+    assert set(call["timeline_ms"]) >= {"setup", "candidates", "total"}, call
+    assert call["timeline_ms"]["setup"] <= call["timeline_ms"]["candidates"] <= call["timeline_ms"]["total"], call
+    assert call["phases_ms"]["multishape_ms"] > 0, call
