@@ -40,7 +40,7 @@ from case_header import parse_header as header  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 import kernelbench_agreement  # noqa: E402
 CASES = ROOT / "tests" / "cases"
-PHASES = ("start_ms", "compile_ms", "correctness_ms", "timing_ms", "multishape_ms")
+PHASES = ("start_ms", "compile_ms", "correctness_ms", "kernel_profile_ms", "timing_ms", "timing_wait_ms", "multishape_ms")
 
 
 def problems_from_dirs(problem_dir: Path, candidate_dir: Path) -> dict[Path, list[Path]]:
@@ -123,6 +123,7 @@ def main() -> int:
     ap.add_argument("--kb-perf-trials", type=int, default=100, help="KernelBench's timed calls per candidate (its default)")
     ap.add_argument("--trials", type=int, default=5, help="KernelBench's correctness trials (ours: 5)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per KernelBench eval")
+    ap.add_argument("--reports-dir", type=Path, help="keep each verify call's JSON report here (<problem stem>.json)")
     args = ap.parse_args()
     if (args.problems_dir is None) != (args.candidates_dir is None):
         ap.error("--problems-dir and --candidates-dir go together")
@@ -146,6 +147,9 @@ def main() -> int:
         if not out.is_file():
             return f"{problem.stem}: no report (exit {r.returncode})\n{r.stderr[-2000:]}"
         report = json.loads(out.read_text())
+        if args.reports_dir:
+            args.reports_dir.mkdir(parents=True, exist_ok=True)
+            (args.reports_dir / out.name).write_text(out.read_text())
         entries = report["candidates"]
         phase_sums = {p: sum(((e.get("evidence") or {}).get("phases") or {}).get(p, 0.0) for e in entries) for p in PHASES}
         with lock:

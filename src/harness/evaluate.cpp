@@ -283,6 +283,8 @@ Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, 
   if (!dev.cuda()) return w.request(req, timeout_s);
   // The profiled run has the GPU to itself: its kernel times are compared with the reference's.
   GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, profile_kernels ? GpuGuard::Mode::exclusive : GpuGuard::Mode::shared);
+  std::optional<HoldTimer> held;
+  if (profile_kernels) held.emplace(exclusive_us_);
   return w.request(req, timeout_s);
 }
 

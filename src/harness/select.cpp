@@ -4,6 +4,7 @@
 // shortest correct source is chosen.
 #include <algorithm>
 #include <fstream>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -70,26 +71,41 @@ void Verifier::select() {
     report_.selection_reason = "no healthy GPU for re-timing: the best first-pass median";
     return;
   }
-  // Fresh workers for the finalists, loaded once, then interleaved rounds of short timings.
+  // Fresh workers for the finalists, all started and loaded at once, then interleaved rounds of
+  // short timings.
+  std::vector<Result<std::unique_ptr<Worker>>> started;
+  for (size_t i : timed) started.push_back(start_candidate_worker(*dev, 1000 + i));
+  std::vector<std::string> failed(timed.size());
+  {
+    std::vector<std::thread> loaders;
+    for (size_t k = 0; k < timed.size(); ++k) {
+      loaders.emplace_back([&, k] {
+        auto& w = started[k];
+        if (w.ok()) {
+          if (Status hello = await_hello(**w, opts_.start_timeout_s); !hello.ok()) w = hello;
+        }
+        if (!w.ok()) {
+          failed[k] = fmt::format("re-timing: cannot start a worker for {}: {}", candidate_paths_[timed[k]], w.status().message());
+          return;
+        }
+        CandidateResult scratch;
+        if (!load_candidate(timed[k], **w, *dev, scratch)) {
+          failed[k] = fmt::format("re-timing: {} failed to load again: {}", candidate_paths_[timed[k]], scratch.message);
+        }
+      });
+    }
+    for (std::thread& t : loaders) t.join();
+  }
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<size_t> alive;
-  for (size_t i : timed) {
-    auto w = start_candidate_worker(*dev, 1000 + i);
-    if (w.ok()) {
-      Status hello = await_hello(**w, opts_.start_timeout_s);
-      if (!hello.ok()) w = hello;
-    }
-    if (!w.ok()) {
-      warn(fmt::format("re-timing: cannot start a worker for {}: {}", candidate_paths_[i], w.status().message()));
+  for (size_t k = 0; k < timed.size(); ++k) {
+    if (!failed[k].empty()) {
+      warn(failed[k]);
+      if (started[k].ok()) (*started[k])->proc.kill_tree();
       continue;
     }
-    CandidateResult scratch;
-    if (!load_candidate(i, **w, *dev, scratch)) {
-      warn(fmt::format("re-timing: {} failed to load again: {}", candidate_paths_[i], scratch.message));
-      continue;
-    }
-    workers.push_back(std::move(*w));
-    alive.push_back(i);
+    workers.push_back(std::move(*started[k]));
+    alive.push_back(timed[k]);
   }
   constexpr int kRounds = 5;
   int per_round = std::max(3, opts_.iters / kRounds);
@@ -97,6 +113,7 @@ void Verifier::select() {
   std::vector<bool> ok(alive.size(), true);
   {
     GpuGuard lock(dev->gpu_mu, dev->gpu_lock, GpuGuard::Mode::exclusive);
+    const HoldTimer exclusive(exclusive_us_);
     ensure_reference_timing(*dev);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {

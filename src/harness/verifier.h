@@ -100,6 +100,22 @@ inline std::optional<GpuGuard> shared_gpu_use(DeviceState& dev) {
   return std::optional<GpuGuard>(std::in_place, dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
 }
 
+// Adds the time from its construction to its destruction to `total_us` (declared after a GpuGuard
+// it times: the call's time holding the GPU exclusively, timeline_ms "gpu_exclusive").
+class HoldTimer {
+ public:
+  explicit HoldTimer(std::atomic<int64_t>& total_us) : total_us_(total_us), t0_(std::chrono::steady_clock::now()) {}
+  ~HoldTimer() {
+    total_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  HoldTimer(const HoldTimer&) = delete;
+  HoldTimer& operator=(const HoldTimer&) = delete;
+
+ private:
+  std::atomic<int64_t>& total_us_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // A cached result's "multishape" object back (nullopt when null or malformed).
 std::optional<MultishapeResult> multishape_from_json(const Json& j);
 
@@ -247,6 +263,7 @@ class Verifier {
   std::condition_variable variants_cv_;
   bool variants_loaded_ = false;
   std::chrono::steady_clock::time_point t_start_ = std::chrono::steady_clock::now();
+  std::atomic<int64_t> exclusive_us_{0};  // time this call held a GPU exclusively (HoldTimer)
   double ms_from_start() const;
 };
 

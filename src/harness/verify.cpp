@@ -713,6 +713,7 @@ Result<VerifyReport> Verifier::close_feed() {
   int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
   report_.timeline_ms["total"] = ms_from_start();
+  report_.timeline_ms["gpu_exclusive"] = static_cast<double>(exclusive_us_.load()) / 1000.0;
   return std::move(report_);
 }
 

@@ -179,7 +179,8 @@ struct VerifyReport {
   std::string selection_reason;
   // Where the call's wall time went, in ms from the start of its set-up: "setup" (the judge has
   // loaded the problem), "candidates" (every candidate verified, multi-shape checks included),
-  // "selection" (finalists re-timed, when there were any), "total".
+  // "selection" (finalists re-timed, when there were any), "total"; and "gpu_exclusive", how long
+  // the call held a GPU to itself (timing, profiled runs, re-timing), summed over its GPUs.
   Json timeline_ms = Json::object();
   Json to_json() const;
 };
