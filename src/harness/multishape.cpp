@@ -88,10 +88,7 @@ void Verifier::setup_variants(DeviceState& dev) {
     if (!v->unusable.empty()) continue;
     threads.emplace_back([this, vs = v.get()] {
       log(fmt::format("judge: loading the problem's '{}' size variant on {}", vs->variant.name, vs->name));
-      const Status s = [&] {
-        const auto busy = shared_gpu_use(*vs);  // the parent's lock (vs->root())
-        return setup_device(*vs);
-      }();
+      const Status s = setup_device(*vs);  // the GPU's lock held for its GPU work (the parent's)
       if (!s.ok()) {
         vs->unusable = s.message();
         if (vs->judge) vs->judge->proc.kill_tree();

@@ -151,6 +151,13 @@ Status Verifier::setup_device(DeviceState& dev) {
   fs::create_directories(dev.shared_dir);
   KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
   if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) return hello.with_context("judge on " + dev.name);
+  if (!dev.parent) report_.timeline_ms["judge_started"] = ms_from_start();
+  // The judge's GPU work (the problem's model, references, inputs) waits while another verify call
+  // on this GPU times something, as correctness runs do; its start above (torch imported) did not:
+  // a wait for a process to start under the lock held every timing of the GPU's other calls back
+  // (and, behind their waiting timings, every correctness run: 5-27 s waits on an H200 with four
+  // calls at once).
+  const auto busy = shared_gpu_use(dev);
   int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
   Json req{{"op", "load_problem"},  {"problem_path", fs::absolute(problem_path_).string()},
            {"device", dev.name},    {"profile", opts_.profile},
@@ -344,9 +351,6 @@ Status Verifier::setup() {
   }
   for (auto& dev : devices_) {
     log(fmt::format("judge: loading the problem on {}", dev->name));
-    // The judge's GPU work (references, inputs) waits while another verify call on this GPU
-    // times something, as correctness runs do (the multi-shape variants' set-up too).
-    const auto busy = shared_gpu_use(*dev);
     KLLM_RETURN_IF_ERROR(setup_device(*dev));
   }
   report_.timeline_ms["setup"] = ms_from_start();

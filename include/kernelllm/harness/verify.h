@@ -180,7 +180,7 @@ struct VerifyReport {
   // Where the call's wall time went, in ms from the start of its set-up: "setup" (the judge has
   // loaded the problem), "candidates" (every candidate verified, multi-shape checks included),
   // "selection" (finalists re-timed, when there were any), "total"; and "gpu_exclusive", how long
-  // the call held a GPU to itself (timing, profiled runs, re-timing), summed over its GPUs.
+  // the call held its devices to itself (timing, profiled runs, re-timing), summed over them.
   Json timeline_ms = Json::object();
   Json to_json() const;
 };
