@@ -11,12 +11,13 @@
 #          several processes, machines and GPUs for the same candidates
 #   throughput  GPU 0 alone, the host otherwise idle: verify throughput over KernelBench level 1
 #          (.kb0) and KernelBench's eval on the same candidates (issue #43)
+#   throughput_relu  the throughput run on GPU 0 and the relu case group on GPU 1 at once
 #   tbase  the same throughput run (ours only) with the CLI of an earlier commit: .vdev/base.tar
 #          (`git archive --format=tar BASE > .vdev/base.tar`), built in /tmp/kllm-base
-# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|tbase OUT_DIR
+# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|throughput_relu|tbase OUT_DIR
 # Result: OUT_DIR/records-call1.tgz (or -call2), holding every phase's output directory and log.
 set -uo pipefail
-call=${1:?call1|call2|call3|throughput|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
+call=${1:?call1|call2|call3|throughput|throughput_relu|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
 export KERNELLLM_FROM_ARCHIVE=1
 export KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar)
 end=${RECORDS_END_S:-560}  # every phase ends by then (seconds from the start of this script)
@@ -56,6 +57,16 @@ case $call in
   throughput)
     CUDA_VISIBLE_DEVICES=0 THROUGHPUT_LIMIT_S=$(left) bash bench/device_phases.sh "$out/w/g0/r" throughput \
       > "$out/w/g0.log" 2>&1 ;;
+  throughput_relu)
+    # The throughput run on GPU 0 and, at the same time, the relu case group on GPU 1 (one call
+    # where two would not fit the session's device time: the host's CPUs are then shared).
+    l=$(left)
+    (CUDA_VISIBLE_DEVICES=0 THROUGHPUT_LIMIT_S=$l bash bench/device_phases.sh "$out/w/g0/r" throughput > "$out/w/g0.log" 2>&1
+     echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
+    (CUDA_VISIBLE_DEVICES=1 CASES_GROUPS=relu CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) \
+      bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
+     echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
+    wait ;;
   tbase)
     base=/tmp/kllm-base
     if [[ ! -x $base/build/vdev/kernelllm ]]; then
@@ -66,6 +77,6 @@ case $call in
     echo "base $(git get-tar-commit-id < .vdev/base.tar) built at $SECONDS s" | tee -a "$out/w/steps.log"
     CUDA_VISIBLE_DEVICES=0 THROUGHPUT_LIMIT_S=$(left) THROUGHPUT_KB= THROUGHPUT_CLI=$base/build/vdev/kernelllm \
       bash bench/device_phases.sh "$out/w/g0b/r" throughput > "$out/w/g0b.log" 2>&1 ;;
-  *) echo "unknown call $call (call1 call2 call3 throughput tbase)"; exit 2 ;;
+  *) echo "unknown call $call (call1 call2 call3 throughput throughput_relu tbase)"; exit 2 ;;
 esac
 cat "$out/w/steps.log"
