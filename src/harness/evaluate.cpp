@@ -241,11 +241,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   if (!loaded) return;
   t0 = Clock::now();
   Json profiled;  // on a GPU: the facts of the profiled run (the last trial's)
-  // The GPU taken for the profiled run stays held through the candidate's timing: one exclusive
-  // taking instead of two (each waits for every shared holder of the GPU to finish, and every later
-  // shared taker waits behind it: a few seconds of the GPU idle each time, with four calls at once).
-  std::optional<ExclusiveGpu> hold;
-  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr, opts_.timing ? &hold : nullptr);
+  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr);
   phases["correctness_ms"] = ms_since(t0);
   if ((r.verdict == Verdict::correct || r.verdict == Verdict::cheat) && r.evidence.contains("source_audit")) {
     // What the judge's audit found that only matters for a passing candidate: no @triton.jit kernel
@@ -269,30 +265,26 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     check_kernel_profile(dev, r, profiled);
     phases["kernel_profile_ms"] = ms_since(t0);
   }
-  if (r.verdict != Verdict::correct) hold.reset();
   if (r.verdict == Verdict::correct && before_timing) before_timing();
   if (r.verdict == Verdict::correct && opts_.timing) {
     t0 = Clock::now();
     time_candidate(w, dev, r);
-    hold.reset();
     phases["timing_ms"] = ms_since(t0);
     if (r.verdict == Verdict::correct && flood_from_cgroup(w, opts_.max_tasks, r)) r.evidence["phase"] = "timing";
   }
 }
 
 Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const fs::path& out, double timeout_s,
-                             bool profile_kernels, std::optional<ExclusiveGpu>* hold) {
+                             bool profile_kernels) {
   // The candidate learns this trial's seed with this request (docs/trust-boundary.md, Inputs).
   Json req{{"op", "run"},       {"inputs", in.spec()},    {"outputs_file", out.string()},
            {"poison", true},    {"require_triton", true}, {"poison_sizes", in.output_sizes}};
   if (profile_kernels) req["profile_kernels"] = true;
   if (!dev.cuda()) return w.request(req, timeout_s);
   // The profiled run has the GPU to itself: its kernel times are compared with the reference's.
-  // With `hold`, the hold outlives the run (the caller's to release).
-  std::optional<ExclusiveGpu> own;
-  std::optional<ExclusiveGpu>& exclusive = hold ? *hold : own;
-  const auto busy = profile_kernels ? std::nullopt : shared_gpu_use(dev);
-  if (profile_kernels && !exclusive) exclusive.emplace(dev, exclusive_us_);
+  GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, profile_kernels ? GpuGuard::Mode::exclusive : GpuGuard::Mode::shared);
+  std::optional<HoldTimer> held;
+  if (profile_kernels) held.emplace(exclusive_us_);
   return w.request(req, timeout_s);
 }
 
@@ -332,8 +324,7 @@ void Verifier::check_kernel_profile(DeviceState& dev, CandidateResult& r, const 
   }
 }
 
-void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled,
-                          std::optional<ExclusiveGpu>* hold) {
+void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled) {
   bool undiscriminating = false;
   Json trials = Json::array();
   for (size_t t = 0; t < dev.trials.size(); ++t) {
@@ -343,7 +334,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
     const bool profile = profiled != nullptr && t + 1 == dev.trials.size();
     if (profile) timeout += opts_.load_timeout_s;  // CUPTI's start-up
-    const Reply run = run_on_trial(w, dev, in, out, timeout, profile, profile ? hold : nullptr);
+    const Reply run = run_on_trial(w, dev, in, out, timeout, profile);
     if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
       r.evidence["trial"] = t;
       return;

@@ -112,7 +112,8 @@ void Verifier::select() {
   std::vector<Finalist> finalists(alive.size());
   std::vector<bool> ok(alive.size(), true);
   {
-    const ExclusiveGpu lock(*dev, exclusive_us_);
+    GpuGuard lock(dev->gpu_mu, dev->gpu_lock, GpuGuard::Mode::exclusive);
+    const HoldTimer exclusive(exclusive_us_);
     ensure_reference_timing(*dev);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {

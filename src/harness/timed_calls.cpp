@@ -648,12 +648,12 @@ void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& 
 void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   std::optional<TimingResult> t;
   {
-    // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared). Held
-    // already when evaluate() kept the profiled run's hold (the wait was then that run's).
+    // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
     const auto t_wait = std::chrono::steady_clock::now();
-    const ExclusiveGpu lock(dev, exclusive_us_);
+    GpuGuard lock(dev.gpu_mu, dev.gpu_lock, GpuGuard::Mode::exclusive);
     r.evidence["phases"]["timing_wait_ms"] =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
+    const HoldTimer held(exclusive_us_);
     ensure_reference_timing(dev);
     t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
   }

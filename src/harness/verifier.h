@@ -93,14 +93,10 @@ struct DeviceState {
   std::string tag() const { return parent ? std::to_string(index) + "-" + variant.name : std::to_string(index); }
 };
 
-// The device lock this thread holds exclusively through an ExclusiveGpu, if any.
-inline thread_local const GpuMutex* t_exclusive_gpu = nullptr;
-
 // The GPU's lock held shared while `dev`'s work runs there (nothing on the CPU): correctness
-// runs, candidate loads, the judge's set-up and comparisons wait while something is timed. Nothing
-// is taken by a thread that holds the GPU exclusively already (it would wait for itself).
+// runs, candidate loads, the judge's set-up and comparisons wait while something is timed.
 inline std::optional<GpuGuard> shared_gpu_use(DeviceState& dev) {
-  if (!dev.cuda() || t_exclusive_gpu == &dev.root().gpu_mu) return std::nullopt;
+  if (!dev.cuda()) return std::nullopt;
   return std::optional<GpuGuard>(std::in_place, dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
 }
 
@@ -118,31 +114,6 @@ class HoldTimer {
  private:
   std::atomic<int64_t>& total_us_;
   std::chrono::steady_clock::time_point t0_;
-};
-
-// `dev`'s device held exclusively by this thread (timing, a profiled run), its time added to
-// `total_us`. Several steps may run under one hold: a candidate's profiled run, the judge's
-// comparison of it and its timing take the GPU once, not twice (each exclusive taking waits for
-// every shared holder to finish, and every later shared taker waits behind it). Within the hold,
-// a nested ExclusiveGpu or shared_gpu_use on the same thread and device takes nothing.
-class ExclusiveGpu {
- public:
-  ExclusiveGpu(DeviceState& dev, std::atomic<int64_t>& total_us) {
-    GpuMutex& mu = dev.root().gpu_mu;
-    if (t_exclusive_gpu == &mu) return;
-    guard_.emplace(mu, dev.root().gpu_lock, GpuGuard::Mode::exclusive);
-    held_.emplace(total_us);
-    t_exclusive_gpu = &mu;
-  }
-  ~ExclusiveGpu() {
-    if (guard_) t_exclusive_gpu = nullptr;
-  }
-  ExclusiveGpu(const ExclusiveGpu&) = delete;
-  ExclusiveGpu& operator=(const ExclusiveGpu&) = delete;
-
- private:
-  std::optional<GpuGuard> guard_;   // destroyed last: the lock is released after the timer stops
-  std::optional<HoldTimer> held_;
 };
 
 // A cached result's "multishape" object back (nullopt when null or malformed).
@@ -202,13 +173,11 @@ class Verifier {
   void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r, const std::function<void()>& before_timing = {});
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   // `profiled` (a GPU's main trials): the last trial's run is profiled and its facts kept there.
-  // `hold`: taken for the profiled run and left held (evaluate keeps it through the timing).
-  void run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled = nullptr,
-                  std::optional<ExclusiveGpu>* hold = nullptr);
+  void run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled = nullptr);
   // One `run` of the candidate on trial `in` (its process makes the inputs from the trial's seed;
   // the GPU's lock held shared), outputs to `out`.
   Reply run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const std::filesystem::path& out, double timeout_s,
-                     bool profile_kernels, std::optional<ExclusiveGpu>* hold = nullptr);
+                     bool profile_kernels);
   // The judge's static audit of the source (compile_error before any candidate code runs;
   // r.evidence["source_audit"] keeps its kernel names and after-correctness finding), then load.
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);

@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "harness/gpu_lock.h"
-#include "harness/verifier.h"
 #include "kernelllm/harness/verify.h"
 
 namespace kernelllm::harness {
@@ -132,42 +131,6 @@ TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
   b.join();
   EXPECT_EQ(max_inside.load(), 1);
   std::filesystem::remove(file);
-}
-
-TEST(GpuLock, AKeptExclusiveHoldLetsItsOwnThreadThroughAndHoldsOthersOff) {
-  // A candidate's profiled run, the judge's comparison and its timing under one hold: the same
-  // thread's nested takers pass (they would otherwise wait for themselves), another thread's
-  // shared taker waits until the outer hold ends, and the hold's time is counted once.
-  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-hold-test-" + std::to_string(::getpid())).c_str(), 1);
-  DeviceState dev;
-  dev.name = "cuda:0";
-  dev.gpu_lock = gpu_lock_file("cuda:0");
-  std::atomic<int64_t> total_us{0};
-  std::atomic<bool> other_in{false};
-  std::thread other;
-  {
-    std::optional<ExclusiveGpu> hold;
-    hold.emplace(dev, total_us);
-    other = std::thread([&] {
-      const auto busy = shared_gpu_use(dev);
-      ASSERT_TRUE(busy.has_value());
-      other_in = true;
-    });
-    {
-      const auto nested_shared = shared_gpu_use(dev);  // passes at once: nothing taken
-      EXPECT_FALSE(nested_shared.has_value());
-      const ExclusiveGpu nested(dev, total_us);  // as time_candidate's inside the kept hold
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    EXPECT_FALSE(other_in.load()) << "another thread got the GPU while it was held";
-    EXPECT_EQ(t_exclusive_gpu, &dev.gpu_mu);
-  }
-  other.join();
-  EXPECT_TRUE(other_in.load());
-  EXPECT_EQ(t_exclusive_gpu, nullptr);
-  EXPECT_GE(total_us.load(), 200000);
-  EXPECT_LT(total_us.load(), 10000000);
-  ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST(GpuLock, AWaitingExclusiveThreadGoesBeforeSharedThreadsThatComeLater) {
