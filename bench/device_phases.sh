@@ -16,6 +16,7 @@
 #   throughput  bench/verify_throughput.py over .kb0 level 1 and bench/eval_candidates/level1, then
 #           KernelBench's eval on the same candidates (THROUGHPUT_CONCURRENCY, default 6), 540;
 #           with THROUGHPUT_CLI, that CLI instead and ours only (THROUGHPUT_KB empty)
+#   scaling the same eval on SCALING_SETS (default cuda:0, then cuda:0,cuda:1: bench/eval_scaling.py), 540
 # Every phase tars what OUT_DIR holds so far into OUT_DIR/../all.tgz (a call cut off keeps it).
 # A device call returns at most 8 files: two of these side by side (one per GPU) lost a record
 # that way; bench/device_records.sh runs them and packs everything into one archive.
@@ -48,10 +49,11 @@ for phase in "$@"; do
       KB=${KB:-.kb0} REPEAT_RUNS=${REPEAT_RUNS:-5} REPEAT_PARALLEL=${REPEAT_PARALLEL:-1} REPEAT_BUDGET_S=${REPEAT_BUDGET_S:-420} \
         run "${REPEAT_LIMIT_S:-560}" repeat repeat ;;
     reftime) run "${REFTIME_LIMIT_S:-200}" reftime reftime ;;
+    scaling) KB=${KB:-.kb0} run "${SCALING_LIMIT_S:-540}" scaling scaling ;;
     throughput)
       KB=${KB:-.kb0} THROUGHPUT_KB=${THROUGHPUT_KB-1} THROUGHPUT_CONCURRENCY=${THROUGHPUT_CONCURRENCY:-6} \
         KERNELLLM_CLI=${THROUGHPUT_CLI:-} run "${THROUGHPUT_LIMIT_S:-540}" throughput throughput ;;
-    *) echo "unknown phase $phase (cases faults agree repeat reftime throughput)"; exit 2 ;;
+    *) echo "unknown phase $phase (cases faults agree repeat reftime throughput scaling)"; exit 2 ;;
   esac
   echo "phase $phase: $(( $(date +%s) - t0 )) s"
   (cd "$out" && tar -czf "$out/../all.tgz" . 2>/dev/null) || true

@@ -12,12 +12,13 @@
 #   throughput  GPU 0 alone, the host otherwise idle: verify throughput over KernelBench level 1
 #          (.kb0) and KernelBench's eval on the same candidates (issue #43)
 #   throughput_relu  the throughput run on GPU 0 and the relu case group on GPU 1 at once
+#   scaling  the same eval on one GPU, then on two (bench/eval_scaling.py; SCALING_SETS)
 #   tbase  the same throughput run (ours only) with the CLI of an earlier commit: .vdev/base.tar
 #          (`git archive --format=tar BASE > .vdev/base.tar`), built in /tmp/kllm-base
-# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|throughput_relu|tbase OUT_DIR
+# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|throughput_relu|scaling|tbase OUT_DIR
 # Result: OUT_DIR/records-call1.tgz (or -call2), holding every phase's output directory and log.
 set -uo pipefail
-call=${1:?call1|call2|call3|throughput|throughput_relu|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
+call=${1:?call1|call2|call3|throughput|throughput_relu|scaling|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
 export KERNELLLM_FROM_ARCHIVE=1
 export KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar)
 end=${RECORDS_END_S:-560}  # every phase ends by then (seconds from the start of this script)
@@ -67,6 +68,9 @@ case $call in
       bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
      echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
     wait ;;
+  scaling)
+    # The same eval on GPU 0, then on GPUs 0 and 1 (on nvidia-h200-x4, SCALING_SETS adds the four).
+    SCALING_LIMIT_S=$(left) bash bench/device_phases.sh "$out/w/g01/r" scaling > "$out/w/g01.log" 2>&1 ;;
   tbase)
     base=/tmp/kllm-base
     if [[ ! -x $base/build/vdev/kernelllm ]]; then
@@ -77,6 +81,6 @@ case $call in
     echo "base $(git get-tar-commit-id < .vdev/base.tar) built at $SECONDS s" | tee -a "$out/w/steps.log"
     CUDA_VISIBLE_DEVICES=0 THROUGHPUT_LIMIT_S=$(left) THROUGHPUT_KB= THROUGHPUT_CLI=$base/build/vdev/kernelllm \
       bash bench/device_phases.sh "$out/w/g0b/r" throughput > "$out/w/g0b.log" 2>&1 ;;
-  *) echo "unknown call $call (call1 call2 call3 throughput throughput_relu tbase)"; exit 2 ;;
+  *) echo "unknown call $call (call1 call2 call3 throughput throughput_relu scaling tbase)"; exit 2 ;;
 esac
 cat "$out/w/steps.log"

@@ -6,7 +6,8 @@
 # `agreement` compares with KernelBench's own eval (needs its sources in .kb/, carried);
 # `underload` verifies on a quiet GPU and beside outside load (bench/verify_under_load.py; KB=.kb0);
 # `coverage` verifies every KernelBench level 1-3 problem once (bench/kernelbench_coverage.py);
-# `concurrency` verifies labelled cases at --jobs 1 and at many jobs (bench/verify_concurrency.py).
+# `concurrency` verifies labelled cases at --jobs 1 and at many jobs (bench/verify_concurrency.py);
+# `scaling` runs the same eval on one and on several GPUs (bench/eval_scaling.py).
 # Usage on the GPU machine, from the repo root: bash bench/verify_device_run.sh OUT_DIR MODE...
 # With KERNELLLM_FROM_ARCHIVE=1 it builds from .vdev/head.tar (git archive HEAD made before the
 # call) so that half-written files in the working tree cannot break the run; the tree unpacked in
@@ -133,6 +134,16 @@ for mode in "$@"; do
       # --jobs 1 and at --jobs CONC_JOBS (default 32), one verify call per problem each.
       python3 bench/verify_concurrency.py --cli "$cli" --device cuda:0 --problems "${CONC_PROBLEMS:-relu,softmax_odd_width,matmul}" \
         --jobs "${CONC_JOBS:-32}" --out "$out/verify-concurrency-h100.json" 2>&1 | tee "$out/concurrency.log" | tail -8 ;;
+    scaling)
+      # The same eval on SCALING_SETS (space-separated device sets, default "cuda:0 cuda:0,cuda:1"): the
+      # KernelBench level-1 problems that bench/eval_candidates/level1 has candidates for, strict
+      # profile (bench/eval_scaling.py; issue #43's eval-scaling record).
+      sp=/tmp/kb-scaling && rm -rf $sp && mkdir -p $sp/level1
+      for d in bench/eval_candidates/level1/*/; do cp "$kb/KernelBench/level1/$(basename "$d").py" $sp/level1/; done
+      python3 bench/eval_scaling.py --cli "$cli" --problems $sp --levels 1 --candidates bench/eval_candidates/level1 \
+        --sets ${SCALING_SETS:-cuda:0 cuda:0,cuda:1} --profiles "${SCALING_PROFILES:-strict}" \
+        --problem-jobs-per-device "${SCALING_JOBS_PER_DEVICE:-4}" --work /tmp/scaling-runs \
+        --out "$out/eval-scaling-h100.json" 2>&1 | tee "$out/scaling.log" | tail -8 ;;
     reftime)
       # relu under the kernelbench profile: the reference's median and calls per round trip beside
       # three candidates' (honest, honest on a transposed view, torch's relu behind a decoy kernel).

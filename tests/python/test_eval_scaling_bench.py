@@ -1,0 +1,57 @@
+"""bench/eval_scaling.py: the same eval over pre-generated candidates on two device sets, one
+fresh run each, verdicts compared and rates recorded (issue #43's eval-scaling record). On this
+machine the sets are the CPU once and twice (two judges); on a GPU host, cuda:0 then cuda:0,cuda:1."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_two_device_sets_give_the_same_verdicts_and_both_rates(kernelllm_script, tmp_path):
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(ROOT / "tests" / "cases" / "problems" / "add.py", problems / "add.py")
+    cands = tmp_path / "candidates" / "add"
+    cands.mkdir(parents=True)
+    for i, name in enumerate(("correct_basic.py", "wrong_first_input_twice.py")):
+        shutil.copy(ROOT / "tests" / "cases" / "add" / name, cands / f"{i}.py")  # eval's sample files: <n>.py
+    out = tmp_path / "scaling.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_scaling.py"), "--cli", kernelllm_script,
+                        "--problems", str(problems), "--candidates", str(tmp_path / "candidates"), "--sets", "cpu", "cpu,cpu",
+                        "--problem-jobs-per-device", "1", "--work", str(tmp_path / "runs"), "--out", str(out),
+                        "--eval-args", "--no-timing"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rec = json.loads(out.read_text())
+    assert rec["complete"] and rec["verdicts_identical"], rec
+    one, two = rec["sets"]
+    assert (one["devices"], two["devices"]) == ("cpu", "cpu,cpu")
+    assert (one["problem_jobs"], two["problem_jobs"]) == (1, 2)
+    assert one["verifications"] == two["verifications"] == 2, rec
+    assert one["speedup"] == 1.0 and two["speedup"] > 0 and two["differing"] == []
+    assert one["per_min"] > 0 and one["projected_level1_k20_hours"] > 0
+    # Each run is kept with its report: the verdicts the record compared.
+    report = json.loads((tmp_path / "runs" / "run-1" / "report.json").read_text())
+    verdicts = sorted(s["verdict"] for p in report["problems"] for s in p["samples"]["strict"])
+    assert verdicts == ["correct", "wrong_output"]
+
+
+def test_a_set_whose_eval_fails_is_recorded_and_the_run_says_so(kernelllm_script, tmp_path):
+    # No candidates directory for the problem: eval refuses before anything runs.
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(ROOT / "tests" / "cases" / "problems" / "add.py", problems / "add.py")
+    (tmp_path / "candidates").mkdir()
+    out = tmp_path / "scaling.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_scaling.py"), "--cli", kernelllm_script,
+                        "--problems", str(problems), "--candidates", str(tmp_path / "candidates"), "--sets", "cpu",
+                        "--work", str(tmp_path / "runs"), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    rec = json.loads(out.read_text())
+    (only,) = rec["sets"]
+    assert only["exit"] != 0 and "add" in only["error"], only
+    assert not rec["verdicts_identical"]
