@@ -7,7 +7,8 @@ wall time of each call, and per-phase times summed over candidates (start: waiti
 pre-warmed worker; compile: import + construction + first launch; correctness: the trials;
 timing: the timed loops; multishape: the check on other sizes), as the verifier reports them in
 each candidate's evidence.phases, and each call's timeline (the report's timeline_ms: set-up done,
-every candidate done, finalists re-timed, end).
+every candidate done, finalists re-timed, end) and its use of the GPU's lock by purpose (gpu_use:
+takings, waits and holds, summed over calls as gpu_use_summed).
 
   python3 bench/verify_throughput.py --cli build/kernelllm --device cuda:0 --out bench/results/verify-throughput-h100.json
   python3 bench/verify_throughput.py --cli build/kernelllm --problems-dir .kb/KernelBench/level1 \
@@ -133,6 +134,7 @@ def main() -> int:
     if args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     calls, totals, n_candidates, verdicts = [], {p: 0.0 for p in PHASES}, 0, {}
+    gpu_use: dict[str, dict] = {}
     lock = threading.Lock()
     t_all = time.perf_counter()
 
@@ -157,11 +159,18 @@ def main() -> int:
                 totals[p] += phase_sums[p]
             for e in entries:
                 verdicts[e["verdict"]] = verdicts.get(e["verdict"], 0) + 1
+            for what, u in (report.get("gpu_use") or {}).items():
+                acc = gpu_use.setdefault(what, {"mode": u.get("mode"), "n": 0, "wait_ms": 0.0, "hold_ms": 0.0, "max_hold_ms": 0.0})
+                acc["n"] += u.get("n", 0)
+                acc["wait_ms"] += u.get("wait_ms", 0.0)
+                acc["hold_ms"] += u.get("hold_ms", 0.0)
+                acc["max_hold_ms"] = max(acc["max_hold_ms"], u.get("max_hold_ms", 0.0))
             n_candidates += len(entries)
             calls.append({"problem": problem.stem, "candidates": len(entries), "wall_s": round(wall_s, 3),
                           "started_s": round(t0 - t_all, 3), "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
                           "verdicts": [e["verdict"] for e in entries], "sandbox": report.get("sandbox"),
-                          "timeline_ms": {k: round(v, 1) for k, v in (report.get("timeline_ms") or {}).items()}})
+                          "timeline_ms": {k: round(v, 1) for k, v in (report.get("timeline_ms") or {}).items()},
+                          "gpu_use": report.get("gpu_use") or {}})
             write_partial(args.out, calls, n_candidates, time.perf_counter() - t_all)
             print(f"{problem.stem:<22} {len(entries):>3} candidates  {wall_s:7.1f} s  "
                   + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
@@ -189,6 +198,7 @@ def main() -> int:
         "total_wall_s": round(total_s, 2),
         "candidates_per_min": round(60.0 * n_candidates / total_s, 2),
         "phases_ms_summed": {p: round(v, 1) for p, v in totals.items()},
+        "gpu_use_summed": {w: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()} for w, u in gpu_use.items()},
         "verdicts": verdicts,
         "calls": calls,
     }

@@ -213,7 +213,7 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   Reply reply;
   {
     // Construction and the first compiles run on the GPU: not while something is timed there.
-    const auto busy = shared_gpu_use(dev);
+    const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "load");
     reply = w.request(req, opts_.load_timeout_s);
   }
   r.evidence["load_ms"] = reply.elapsed_ms;
@@ -282,9 +282,8 @@ Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, 
   if (profile_kernels) req["profile_kernels"] = true;
   if (!dev.cuda()) return w.request(req, timeout_s);
   // The profiled run has the GPU to itself: its kernel times are compared with the reference's.
-  GpuGuard gpu(dev.root().gpu_mu, dev.root().gpu_lock, profile_kernels ? GpuGuard::Mode::exclusive : GpuGuard::Mode::shared);
-  std::optional<HoldTimer> held;
-  if (profile_kernels) held.emplace(exclusive_us_);
+  const auto busy = profile_kernels ? use_gpu(dev, GpuGuard::Mode::exclusive, "profiled run")
+                                    : use_gpu(dev, GpuGuard::Mode::shared, "run");
   return w.request(req, timeout_s);
 }
 
@@ -351,7 +350,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     Reply cmp;
     {
       // The judge's comparison (and its references, made when first needed) runs on the GPU.
-      const auto busy = shared_gpu_use(dev);
+      const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "compare");
       cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"candidate", w.id()},
                                  {"run_report", facts}, {"require_triton", true}},
                        opts_.load_timeout_s);

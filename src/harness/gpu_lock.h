@@ -44,6 +44,7 @@ class GpuGuard {
   GpuGuard(const GpuGuard&) = delete;
   GpuGuard& operator=(const GpuGuard&) = delete;
   bool cross_process() const { return fd_ >= 0; }
+  Mode mode() const { return mode_; }
 
  private:
   GpuMutex& mu_;

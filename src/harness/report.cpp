@@ -104,6 +104,7 @@ Json VerifyReport::to_json() const {
   j["selected"] = selected ? Json(*selected) : Json(nullptr);
   j["selected_path"] = selected ? Json(candidates[*selected].path) : Json(nullptr);
   j["timeline_ms"] = timeline_ms;
+  j["gpu_use"] = gpu_use;
   return j;
 }
 

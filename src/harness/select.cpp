@@ -112,8 +112,7 @@ void Verifier::select() {
   std::vector<Finalist> finalists(alive.size());
   std::vector<bool> ok(alive.size(), true);
   {
-    GpuGuard lock(dev->gpu_mu, dev->gpu_lock, GpuGuard::Mode::exclusive);
-    const HoldTimer exclusive(exclusive_us_);
+    const auto lock = use_gpu(*dev, GpuGuard::Mode::exclusive, "re-timing");
     ensure_reference_timing(*dev);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -93,27 +94,43 @@ struct DeviceState {
   std::string tag() const { return parent ? std::to_string(index) + "-" + variant.name : std::to_string(index); }
 };
 
-// The GPU's lock held shared while `dev`'s work runs there (nothing on the CPU): correctness
-// runs, candidate loads, the judge's set-up and comparisons wait while something is timed.
-inline std::optional<GpuGuard> shared_gpu_use(DeviceState& dev) {
-  if (!dev.cuda()) return std::nullopt;
-  return std::optional<GpuGuard>(std::in_place, dev.root().gpu_mu, dev.root().gpu_lock, GpuGuard::Mode::shared);
-}
-
-// Adds the time from its construction to its destruction to `total_us` (declared after a GpuGuard
-// it times: the call's time holding the GPU exclusively, timeline_ms "gpu_exclusive").
-class HoldTimer {
+// How one verify call used its devices' locks, by purpose ("setup", "load", "run", "compare",
+// "profiled run", "timing", "re-timing"): takings, time waiting for the lock and holding it, the
+// longest hold (the report's "gpu_use"). The hand-overs between shared and exclusive holders are
+// what limits throughput on a GPU (bench/results/verify-throughput-h100.json).
+class GpuUseStats {
  public:
-  explicit HoldTimer(std::atomic<int64_t>& total_us) : total_us_(total_us), t0_(std::chrono::steady_clock::now()) {}
-  ~HoldTimer() {
-    total_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0_).count();
-  }
-  HoldTimer(const HoldTimer&) = delete;
-  HoldTimer& operator=(const HoldTimer&) = delete;
+  void add(const std::string& what, bool exclusive, double wait_ms, double hold_ms);
+  Json to_json() const;
+  double exclusive_hold_ms() const;
 
  private:
-  std::atomic<int64_t>& total_us_;
-  std::chrono::steady_clock::time_point t0_;
+  struct Entry {
+    bool exclusive = false;
+    int64_t n = 0;
+    double wait_ms = 0, hold_ms = 0, max_hold_ms = 0;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> by_what_;
+};
+
+// `dev`'s lock taken for `what` until destroyed: shared while work of ours runs on the GPU
+// (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
+// timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
+// hold are added to `stats`.
+class GpuUse {
+ public:
+  GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats);
+  ~GpuUse();
+  GpuUse(const GpuUse&) = delete;
+  GpuUse& operator=(const GpuUse&) = delete;
+
+ private:
+  std::optional<GpuGuard> guard_;
+  GpuUseStats& stats_;
+  std::string what_;
+  double wait_ms_ = 0;
+  std::chrono::steady_clock::time_point held_since_;
 };
 
 // A cached result's "multishape" object back (nullopt when null or malformed).
@@ -263,7 +280,10 @@ class Verifier {
   std::condition_variable variants_cv_;
   bool variants_loaded_ = false;
   std::chrono::steady_clock::time_point t_start_ = std::chrono::steady_clock::now();
-  std::atomic<int64_t> exclusive_us_{0};  // time this call held a GPU exclusively (HoldTimer)
+  GpuUseStats gpu_use_;  // the report's gpu_use
+  GpuUse use_gpu(DeviceState& dev, GpuGuard::Mode mode, std::string what) {
+    return GpuUse(dev, mode, std::move(what), gpu_use_);
+  }
   double ms_from_start() const;
 };
 

@@ -141,6 +141,50 @@ Status Verifier::spawn_judge(DeviceState& dev) {
   return {};
 }
 
+void GpuUseStats::add(const std::string& what, bool exclusive, double wait_ms, double hold_ms) {
+  std::lock_guard lock(mu_);
+  Entry& e = by_what_[what];
+  e.exclusive = exclusive;
+  ++e.n;
+  e.wait_ms += wait_ms;
+  e.hold_ms += hold_ms;
+  e.max_hold_ms = std::max(e.max_hold_ms, hold_ms);
+}
+
+Json GpuUseStats::to_json() const {
+  std::lock_guard lock(mu_);
+  Json j = Json::object();
+  for (const auto& [what, e] : by_what_) {
+    j[what] = Json{{"mode", e.exclusive ? "exclusive" : "shared"}, {"n", e.n}, {"wait_ms", e.wait_ms}, {"hold_ms", e.hold_ms},
+                   {"max_hold_ms", e.max_hold_ms}};
+  }
+  return j;
+}
+
+double GpuUseStats::exclusive_hold_ms() const {
+  std::lock_guard lock(mu_);
+  double ms = 0;
+  for (const auto& [what, e] : by_what_) {
+    if (e.exclusive) ms += e.hold_ms;
+  }
+  return ms;
+}
+
+GpuUse::GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats)
+    : stats_(stats), what_(std::move(what)) {
+  if (mode == GpuGuard::Mode::shared && !dev.cuda()) return;  // correctness work on the CPU takes nothing
+  const auto t0 = std::chrono::steady_clock::now();
+  guard_.emplace(dev.root().gpu_mu, dev.root().gpu_lock, mode);
+  held_since_ = std::chrono::steady_clock::now();
+  wait_ms_ = std::chrono::duration<double, std::milli>(held_since_ - t0).count();
+}
+
+GpuUse::~GpuUse() {
+  if (!guard_) return;
+  const double hold_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - held_since_).count();
+  stats_.add(what_, guard_->mode() == GpuGuard::Mode::exclusive, wait_ms_, hold_ms);
+}
+
 double Verifier::ms_from_start() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start_).count();
 }
@@ -157,7 +201,7 @@ Status Verifier::setup_device(DeviceState& dev) {
   // a wait for a process to start under the lock held every timing of the GPU's other calls back
   // (and, behind their waiting timings, every correctness run: 5-27 s waits on an H200 with four
   // calls at once).
-  const auto busy = shared_gpu_use(dev);
+  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "setup");
   int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
   Json req{{"op", "load_problem"},  {"problem_path", fs::absolute(problem_path_).string()},
            {"device", dev.name},    {"profile", opts_.profile},
@@ -717,7 +761,8 @@ Result<VerifyReport> Verifier::close_feed() {
   int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
   report_.timeline_ms["total"] = ms_from_start();
-  report_.timeline_ms["gpu_exclusive"] = static_cast<double>(exclusive_us_.load()) / 1000.0;
+  report_.timeline_ms["gpu_exclusive"] = gpu_use_.exclusive_hold_ms();
+  report_.gpu_use = gpu_use_.to_json();
   return std::move(report_);
 }
 

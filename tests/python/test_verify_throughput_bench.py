@@ -53,3 +53,6 @@ def test_the_same_candidates_go_through_kernelbenchs_eval_and_both_rates_are_rec
     assert set(call["timeline_ms"]) >= {"setup", "candidates", "total"}, call
     assert call["timeline_ms"]["setup"] <= call["timeline_ms"]["candidates"] <= call["timeline_ms"]["total"], call
     assert call["phases_ms"]["multishape_ms"] > 0, call
+    # Its use of the device's lock: on the CPU only timing takes it (exclusive).
+    assert call["gpu_use"]["timing"]["mode"] == "exclusive" and call["gpu_use"]["timing"]["n"] == 1, call
+    assert rec["gpu_use_summed"]["timing"]["n"] == 1, rec["gpu_use_summed"]

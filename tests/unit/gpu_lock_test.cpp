@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "harness/gpu_lock.h"
+#include "harness/verifier.h"
 #include "kernelllm/harness/verify.h"
 
 namespace kernelllm::harness {
@@ -131,6 +132,36 @@ TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
   b.join();
   EXPECT_EQ(max_inside.load(), 1);
   std::filesystem::remove(file);
+}
+
+TEST(GpuLock, AVerifyCallCountsItsTakingsByPurpose) {
+  // The report's gpu_use: takings, waits and holds by purpose; correctness work on the CPU takes
+  // nothing, timing there still takes the device's own lock.
+  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-use-test-" + std::to_string(::getpid())).c_str(), 1);
+  DeviceState gpu, cpu;
+  gpu.name = "cuda:0";
+  gpu.gpu_lock = gpu_lock_file("cuda:0");
+  cpu.name = "cpu";
+  GpuUseStats stats;
+  { GpuUse on_cpu(cpu, GpuGuard::Mode::shared, "run", stats); }
+  { GpuUse timing_on_cpu(cpu, GpuGuard::Mode::exclusive, "cpu timing", stats); }
+  std::thread waiter;
+  {
+    GpuUse run(gpu, GpuGuard::Mode::shared, "run", stats);
+    waiter = std::thread([&] { GpuUse timing(gpu, GpuGuard::Mode::exclusive, "timing", stats); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the timing waits for this run
+  }
+  waiter.join();
+  { GpuUse run(gpu, GpuGuard::Mode::shared, "run", stats); }
+  const Json j = stats.to_json();
+  ASSERT_TRUE(j.contains("run") && j.contains("timing") && j.contains("cpu timing")) << j.dump();
+  EXPECT_EQ(j["run"]["n"], 2) << j.dump();  // the CPU's run took nothing
+  EXPECT_EQ(j["run"]["mode"], "shared");
+  EXPECT_GE(j["run"]["max_hold_ms"].get<double>(), 140.0);
+  EXPECT_EQ(j["timing"]["mode"], "exclusive");
+  EXPECT_GE(j["timing"]["wait_ms"].get<double>(), 100.0) << j.dump();
+  EXPECT_NEAR(stats.exclusive_hold_ms(), j["timing"]["hold_ms"].get<double>() + j["cpu timing"]["hold_ms"].get<double>(), 1e-9);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST(GpuLock, AWaitingExclusiveThreadGoesBeforeSharedThreadsThatComeLater) {

@@ -182,6 +182,9 @@ struct VerifyReport {
   // "selection" (finalists re-timed, when there were any), "total"; and "gpu_exclusive", how long
   // the call held its devices to itself (timing, profiled runs, re-timing), summed over them.
   Json timeline_ms = Json::object();
+  // How the call used its devices' locks, by purpose: {"<what>": {"mode", "n", "wait_ms",
+  // "hold_ms", "max_hold_ms"}} (shared: ours running on the GPU; exclusive: timing, profiling).
+  Json gpu_use = Json::object();
   Json to_json() const;
 };
 
