@@ -22,6 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_facts import gpu_line  # noqa: E402
+
 LEVEL1_PROBLEMS = 100  # KernelBench level 1
 
 
@@ -112,12 +115,7 @@ def write(args, rows: list) -> None:
         "verdicts_identical": all(s.get("same_verdicts_as_first") for s in sets) if base else False,
         "sets": sets,
     }
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        record["gpu"] = smi.stdout.strip() or None
-    except OSError:
-        record["gpu"] = None
+    record["gpu"] = gpu_line()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1))
 

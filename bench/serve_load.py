@@ -30,6 +30,8 @@ from pathlib import Path
 import openai
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from gpu_facts import gpu_line  # noqa: E402
 PROMPT = "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
 
 
@@ -133,12 +135,7 @@ def machine(cli: str | None) -> dict:
             pass
     if cli:
         info["kernelllm"] = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        info["gpu"] = smi.stdout.strip() or None
-    except OSError:
-        info["gpu"] = None
+    info["gpu"] = gpu_line()
     return info
 
 

@@ -40,6 +40,7 @@ from case_header import parse_header as header  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 import kernelbench_agreement  # noqa: E402
+from gpu_facts import gpu_line  # noqa: E402
 CASES = ROOT / "tests" / "cases"
 PHASES = ("start_ms", "compile_ms", "correctness_ms", "kernel_profile_ms", "timing_ms", "timing_wait_ms", "multishape_ms")
 
@@ -202,12 +203,7 @@ def main() -> int:
         "verdicts": verdicts,
         "calls": calls,
     }
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        result["gpu"] = smi.stdout.strip()
-    except OSError:
-        result["gpu"] = None
+    result["gpu"] = gpu_line()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"{n_candidates} candidates over {len(calls)} problems in {total_s:.1f} s: "

@@ -125,10 +125,16 @@ Verifier::VariantWorkers Verifier::start_variant_workers(DeviceState& dev, size_
   return workers;
 }
 
-void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers) {
+void Verifier::check_shapes(size_t i, DeviceState& dev, CandidateResult& r, VariantWorkers workers) {
+  if (!dev.healthy) {
+    for (auto& w : workers) {
+      if (w.ok()) (*w)->proc.kill_tree();
+    }
+    r.multishape_note = "not run: device " + r.device + " was taken out of use";
+    return;
+  }
   std::vector<ShapeVariantResult> results;
   std::vector<std::string> unusable;
-  if (workers.size() != dev.variants.size()) workers = start_variant_workers(dev, thread);
   wait_variants();  // their judges have loaded the problem (or are unusable)
   for (size_t k = 0; k < dev.variants.size(); ++k) {
     auto& v = dev.variants[k];
@@ -166,7 +172,7 @@ void Verifier::check_shapes(size_t i, size_t thread, DeviceState& dev, Candidate
   r.multishape_note = "not run: " + (why.empty() ? std::string("no size variant") : why);
 }
 
-// Each correct candidate was checked on its worker thread (run_candidate_shapes); what is left
+// Each correct candidate was checked on its worker thread (check_shapes); what is left
 // are the notes of those that were not.
 void Verifier::run_multishape() {
   if (variants_thread_.joinable()) variants_thread_.join();
@@ -175,20 +181,6 @@ void Verifier::run_multishape() {
     if (!opts_.multishape) r.multishape_note = "disabled (--no-multishape)";
     else if (r.verdict != Verdict::correct) r.multishape_note = "not run: the main verdict is not correct";
   }
-}
-
-// The multi-shape check of candidate i, just found correct on `dev`, on its worker thread.
-void Verifier::run_candidate_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers) {
-  if (!dev.healthy) {
-    for (auto& w : workers) {
-      if (w.ok()) (*w)->proc.kill_tree();
-    }
-    r.multishape_note = "not run: device " + r.device + " was taken out of use";
-    return;
-  }
-  check_shapes(i, thread, dev, r, std::move(workers));
-  log(fmt::format("[{}] {}: multishape {}", i, r.path,
-                  r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
 }
 
 }  // namespace kernelllm::harness

@@ -124,6 +124,7 @@ class GpuUse {
   ~GpuUse();
   GpuUse(const GpuUse&) = delete;
   GpuUse& operator=(const GpuUse&) = delete;
+  double wait_ms() const { return wait_ms_; }  // how long taking the lock took (0: nothing taken)
 
  private:
   std::optional<GpuGuard> guard_;
@@ -239,9 +240,9 @@ class Verifier {
   using VariantWorkers = std::vector<Result<std::unique_ptr<Worker>>>;
   // One fresh candidate process per size variant of `dev`, started without waiting for them.
   VariantWorkers start_variant_workers(DeviceState& dev, size_t thread);
-  // `workers`: those start_variant_workers started for this candidate (else started here).
-  void check_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers = {});
-  void run_candidate_shapes(size_t i, size_t thread, DeviceState& dev, CandidateResult& r, VariantWorkers workers);
+  // The check of candidate i, just found correct on `dev`, on its worker thread, with the processes
+  // start_variant_workers started for it before it was timed.
+  void check_shapes(size_t i, DeviceState& dev, CandidateResult& r, VariantWorkers workers);
 
   // select.cpp
   void select();

@@ -543,7 +543,9 @@ void Verifier::worker_thread(size_t thread) {
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
     if (opts_.multishape && r.verdict == Verdict::correct) {
       const auto t_shapes = std::chrono::steady_clock::now();
-      run_candidate_shapes(i, thread, *dev, r, std::exchange(variant_workers, {}));
+      check_shapes(i, *dev, r, std::exchange(variant_workers, {}));
+      log(fmt::format("[{}] {}: multishape {}", i, r.path,
+                      r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
       r.evidence["phases"]["multishape_ms"] =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_shapes).count();
     }
