@@ -102,7 +102,15 @@ void Verifier::start_variants() {
   std::call_once(variants_once_, [this] {
     variants_thread_ = std::thread([this] {
       for (auto& dev : devices_) {
-        if (dev->healthy) setup_variants(*dev);
+        if (dev->healthy) {
+          setup_variants(*dev);
+          continue;
+        }
+        // Never loaded: a candidate checked on this device (found correct before it failed)
+        // gets a note, not a judge without a problem.
+        for (auto& v : dev->variants) {
+          if (v->unusable.empty()) v->unusable = "device " + dev->name + " was taken out of use";
+        }
       }
       std::lock_guard lock(variants_mu_);
       variants_loaded_ = true;

@@ -541,7 +541,8 @@ void Verifier::worker_thread(size_t thread) {
     (void)judge_call(*dev, Json{{"op", "forget"}, {"candidate", w->id()}}, opts_.load_timeout_s);
     log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
-    if (opts_.multishape && r.verdict == Verdict::correct) {
+    const bool check_shapes_now = opts_.multishape && r.verdict == Verdict::correct;
+    if (check_shapes_now) {
       const auto t_shapes = std::chrono::steady_clock::now();
       check_shapes(i, *dev, r, std::exchange(variant_workers, {}));
       log(fmt::format("[{}] {}: multishape {}", i, r.path,
@@ -553,7 +554,8 @@ void Verifier::worker_thread(size_t thread) {
       if (vw.ok()) (*vw)->proc.kill_tree();
     }
     notify(i, r);
-    if (cache_ && r.verdict != Verdict::not_verified) {
+    // A multi-shape check cut short by the device failing is not kept: a later run checks again.
+    if (cache_ && r.verdict != Verdict::not_verified && !(check_shapes_now && !dev->healthy)) {
       Status s = cache_->put(key, r.to_json());
       if (!s.ok()) warn("cache write: " + s.to_string());
     }
