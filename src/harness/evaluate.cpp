@@ -213,8 +213,8 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   Reply reply;
   {
     // Construction and the first compiles run on the GPU: not while something is timed there.
-    const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "load");
-    reply = w.request(req, opts_.load_timeout_s);
+    auto busy = use_gpu(dev, GpuGuard::Mode::shared, "load");
+    reply = w.request(req, opts_.load_timeout_s, yield_hook(busy, w, dev));
   }
   r.evidence["load_ms"] = reply.elapsed_ms;
   if (fail_from_reply(reply, "load", opts_.load_timeout_s, w, dev, r)) return false;
@@ -282,9 +282,9 @@ Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, 
   if (profile_kernels) req["profile_kernels"] = true;
   if (!dev.cuda()) return w.request(req, timeout_s);
   // The profiled run has the GPU to itself: its kernel times are compared with the reference's.
-  const auto busy = profile_kernels ? use_gpu(dev, GpuGuard::Mode::exclusive, "profiled run")
-                                    : use_gpu(dev, GpuGuard::Mode::shared, "run");
-  return w.request(req, timeout_s);
+  auto busy = profile_kernels ? use_gpu(dev, GpuGuard::Mode::exclusive, "profiled run")
+                              : use_gpu(dev, GpuGuard::Mode::shared, "run");
+  return w.request(req, timeout_s, yield_hook(busy, w, dev));
 }
 
 void Verifier::check_kernel_profile(DeviceState& dev, CandidateResult& r, const Json& facts) {

@@ -60,6 +60,25 @@ fs::path engine_lock_file(const fs::path& file) {
   return engine;
 }
 
+fs::path yield_lock_file(const fs::path& file) {
+  fs::path y = file;
+  y += ".yield";
+  return y;
+}
+
+// An OFD lock (fcntl F_OFD_*) on the whole file: `type` F_RDLCK to take one (waiting), F_UNLCK to
+// drop it. Unlike flock, a lock that would conflict can be looked at without taking it (F_OFD_GETLK).
+bool ofd_lock(int fd, short type) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  int rc;
+  do {
+    rc = ::fcntl(fd, F_OFD_SETLKW, &fl);
+  } while (rc != 0 && errno == EINTR);
+  return rc == 0;
+}
+
 int flock_retrying(int fd, int op) {
   int rc;
   do {
@@ -70,7 +89,18 @@ int flock_retrying(int fd, int op) {
 
 }  // namespace
 
-GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode) : mu_(mu), mode_(mode) {
+int GpuGuard::open_yield_file(const fs::path& file) { return file.empty() ? -1 : open_lock_file(yield_lock_file(file)); }
+
+bool GpuGuard::yield_wanted(const GpuMutex& mu, int yield_fd) {
+  if (mu.yield_asked.load() > 0) return true;
+  if (yield_fd < 0) return false;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;  // would a write lock conflict, i.e. does anyone hold a read lock?
+  fl.l_whence = SEEK_SET;
+  return ::fcntl(yield_fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode, bool ask_yield) : mu_(mu), mode_(mode) {
   if (mode_ == Mode::exclusive && !file.empty()) {
     // First: no engine writing on this GPU (GpuShare). Waited for before the turnstile, so that
     // correctness runs go on meanwhile; held to the end, so that none starts beside the timing.
@@ -78,6 +108,24 @@ GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode) : mu_(mu), mod
     if (engine_fd_ >= 0 && flock_retrying(engine_fd_, LOCK_EX) != 0) {
       ::close(engine_fd_);
       engine_fd_ = -1;
+    }
+  }
+  // Asking holders to yield from here until the lock is held (the ask ends with this scope).
+  struct Ask {
+    GpuMutex* mu = nullptr;
+    int fd = -1;
+    ~Ask() {
+      if (fd >= 0) ::close(fd);  // drops the OFD lock
+      if (mu) --mu->yield_asked;
+    }
+  } ask;
+  if (mode_ == Mode::exclusive && ask_yield) {
+    ask.mu = &mu_;
+    ++mu_.yield_asked;
+    ask.fd = open_yield_file(file);
+    if (ask.fd >= 0 && !ofd_lock(ask.fd, F_RDLCK)) {
+      ::close(ask.fd);
+      ask.fd = -1;
     }
   }
   // Through the turnstile: a shared taker passes (it waits while an exclusive taker is in it), an

@@ -12,8 +12,16 @@
 // An engine writing on the GPU beside the verifier (GpuShare, verify.h) holds "<file>.engine"
 // shared; an exclusive taker takes that file first, before the turnstile, so that timing waits
 // for the engine while correctness runs go on.
+// The turnstile alone made a convoy: a timer waited for every shared holder to finish (a
+// candidate's load or first run compiles for seconds) while every later shared taker waited
+// behind it, and the GPU idled (bench/results/verify-throughput-h100.json). So an exclusive taker
+// may ask holders to yield while it waits (`ask_yield`: in the process a counter, across processes
+// an OFD read lock on "<file>.yield"); a holder whose candidate's request overruns stops that
+// candidate's processes, lets the lock go once the GPU is idle, and takes it back after the timer
+// (GpuUse::yield_for_timer, verifier.h).
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <shared_mutex>
@@ -32,6 +40,7 @@ std::filesystem::path gpu_lock_file(std::string_view device_name);
 struct GpuMutex {
   std::mutex turnstile;
   std::shared_mutex rw;
+  std::atomic<int> yield_asked{0};  // exclusive takers of this process waiting with ask_yield
 };
 
 class GpuGuard {
@@ -39,12 +48,19 @@ class GpuGuard {
   enum class Mode { shared, exclusive };
   // Blocks until both locks are held. An flock that cannot be taken (unwritable lock dir)
   // leaves the in-process lock alone in force; `cross_process()` says which.
-  GpuGuard(GpuMutex& mu, const std::filesystem::path& file, Mode mode);
+  // `ask_yield` (exclusive only): shared holders are asked to yield while this one waits
+  // (yield_wanted), from after the engine's lock until the lock is held.
+  GpuGuard(GpuMutex& mu, const std::filesystem::path& file, Mode mode, bool ask_yield = false);
   ~GpuGuard();
   GpuGuard(const GpuGuard&) = delete;
   GpuGuard& operator=(const GpuGuard&) = delete;
   bool cross_process() const { return fd_ >= 0; }
   Mode mode() const { return mode_; }
+  // Whether an exclusive taker waits and asks holders to yield: one of this process (`mu`), or of
+  // any process through `yield_fd` (open_yield_file; -1: this process only).
+  static bool yield_wanted(const GpuMutex& mu, int yield_fd);
+  // A descriptor of "<file>.yield" for yield_wanted (close-on-exec; -1 when it cannot be opened).
+  static int open_yield_file(const std::filesystem::path& file);
 
  private:
   GpuMutex& mu_;

@@ -112,8 +112,8 @@ void Verifier::select() {
   std::vector<Finalist> finalists(alive.size());
   std::vector<bool> ok(alive.size(), true);
   {
+    ensure_reference_timing(*dev);  // (its own takings of the GPU; nothing once it is done)
     const auto lock = use_gpu(*dev, GpuGuard::Mode::exclusive, "re-timing");
-    ensure_reference_timing(*dev);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;

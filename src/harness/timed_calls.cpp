@@ -160,6 +160,21 @@ bool timing_unstable(const TimingResult& t) {
   return s.n >= 4 && s.iqr_ms() > 0.5 * s.median_ms;
 }
 
+static Json reference_prepare_request(const std::vector<TrialInput>& sets, int trips, int per, bool compile) {
+  Json trials = Json::array(), groups = Json::array();
+  for (size_t k = 0; k < std::min(sets.size(), static_cast<size_t>(trips) * static_cast<size_t>(per)); ++k) {
+    trials.push_back(sets[k].trial);
+  }
+  // Call j of round trip i runs on set (i * per + j) mod the sets (timed_batch).
+  for (int i = 0; i < trips && per > 1; ++i) {
+    Json g = Json::array();
+    for (int j = 0; j < per; ++j) g.push_back(sets[static_cast<size_t>(i * per + j) % sets.size()].trial);
+    groups.push_back(std::move(g));
+  }
+  return Json{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial},
+              {"slots", per},         {"trials", std::move(trials)}, {"trips", std::move(groups)}};
+}
+
 std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
                                                   int per_trip, bool paired) {
   const bool cuda = dev.cuda();
@@ -191,20 +206,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   Json prepare{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial}, {"slots", per}};
   // The judge makes the references and checkers of every set the batch uses, and the tolerances
   // of each round trip's calls, before the clock starts (else the reference's clocked checks
-  // would build them and the candidates' would find them made).
-  auto reference_prepare = [&]() {
-    Json p = prepare;
-    Json trials = Json::array(), groups = Json::array();
-    for (size_t k = 0; k < std::min(sets.size(), static_cast<size_t>(trips) * per); ++k) trials.push_back(sets[k].trial);
-    for (int i = 0; i < trips && per > 1; ++i) {
-      Json g = Json::array();
-      for (int j = 0; j < per; ++j) g.push_back(sets[set_of(i, j)].trial);
-      groups.push_back(std::move(g));
-    }
-    p["trials"] = std::move(trials);
-    p["trips"] = std::move(groups);
-    return p;
-  };
+  // would build them and the candidates' would find them made). The reference's batches find
+  // them made already (prepare_reference_sets, outside the exclusive hold).
+  auto reference_prepare = [&]() { return reference_prepare_request(sets, trips, per, compile); };
   // The reference's prepare makes every set's references: the deadline of one check per set.
   const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
   // A paired batch's judge-side failure: not the candidate's doing.
@@ -573,7 +577,37 @@ int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_byte
   return std::clamp(std::min(want, fit), 1, kMaxCallsPerTrip);
 }
 
+void Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per) {
+  // Making a set's references (inputs, fp32 and fp64 forwards, fingerprints, accounting baseline)
+  // costs milliseconds a set, and a batch of a fast reference uses hundreds of sets: ~3 s a problem
+  // on an H200, which the exclusive hold used to pay while every other process of ours on the GPU
+  // waited. Done here under the shared hold; the batch's own prepare then finds them made.
+  const std::vector<TrialInput>& sets = timing_sets(dev);
+  if (sets.empty()) return;
+  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
+  const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(sets.size()));
+  Reply p = judge_call(dev, reference_prepare_request(sets, warmup_calls(dev) + iters, per, false), timeout);
+  if (!p.ok()) warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
+}
+
+GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev) {
+  DeviceState& root = dev.root();
+  std::lock_guard lock(root.judge_mu);  // (a candidate stopped meanwhile: the wait is its)
+  if (!root.judge || !root.judge->proc.running() || !root.healthy) return GpuIdle::unknown;
+  const double base = root.flush_baseline_ms;
+  const double threshold = base > 0 ? base + flush_margin_ms(base) : 1.0;
+  const Deadline until = deadline_in(1);
+  for (;;) {
+    Reply f = judge_call_locked(root, Json{{"op", "l2_flush"}}, 10);
+    if (!f.ok()) return GpuIdle::unknown;
+    if (f.elapsed_ms <= threshold) return GpuIdle::idle;
+    if (Clock::now() >= until) return GpuIdle::busy;
+  }
+}
+
 void Verifier::ensure_reference_timing(DeviceState& dev) {
+  // Once per device, by whichever thread times first; the others wait here, holding no lock.
+  std::lock_guard once(dev.ref_timing_mu);
   if (dev.ref_timing_tried) return;
   dev.ref_timing_tried = true;
   const int iters = timed_calls(dev);
@@ -583,7 +617,11 @@ void Verifier::ensure_reference_timing(DeviceState& dev) {
   // A reference slow enough for one call per round trip is then timed with all of them.
   constexpr int kProbeTrips = 5;
   dev.calls_per_trip = 1;
-  dev.ref_timing = timed_batch(dev, nullptr, std::min(iters, kProbeTrips), false, nullptr, 1);
+  prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1);
+  {
+    const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
+    dev.ref_timing = timed_batch(dev, nullptr, std::min(iters, kProbeTrips), false, nullptr, 1);
+  }
   if (dev.ref_timing) {
     // The reference's own CUDA-event time per call, measured in the trusted judge.
     const TimingResult& probe = *dev.ref_timing;
@@ -592,6 +630,8 @@ void Verifier::ensure_reference_timing(DeviceState& dev) {
     if (const int per = calls_per_trip_for(dev.cuda(), sets.size(), iters + warmup_calls(dev), sets.front().output_bytes,
                                            ref_call_ms);
         per > 1 || iters > kProbeTrips) {
+      prepare_reference_sets(dev, iters, per);
+      const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
       std::optional<TimingResult> t = timed_batch(dev, nullptr, iters, false, nullptr, per);
       if (t) {
         dev.ref_timing = t;
@@ -599,7 +639,10 @@ void Verifier::ensure_reference_timing(DeviceState& dev) {
       }
     }
   }
-  if (opts_.time_compile) dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
+  if (opts_.time_compile) {
+    const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
+    dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
+  }
 }
 
 void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& r) {
@@ -649,9 +692,10 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
   std::optional<TimingResult> t;
   {
     // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
+    // The reference first (its own takings of the GPU; nothing once it is done).
+    ensure_reference_timing(dev);
     const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "timing");
     r.evidence["phases"]["timing_wait_ms"] = lock.wait_ms();
-    ensure_reference_timing(dev);
     t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
   }
   if (!t) {  // r holds the verdict

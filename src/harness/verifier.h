@@ -78,6 +78,7 @@ struct DeviceState {
   std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
+  std::mutex ref_timing_mu;  // ensure_reference_timing: once, by the first thread to time
   int calls_per_trip = 1;  // timed calls per round trip, chosen with the reference's timing
   std::atomic<bool> healthy{true};
   // Multi-shape check: a variant is a DeviceState of its own (judge, inputs, shared dir) on the
@@ -101,6 +102,9 @@ struct DeviceState {
 class GpuUseStats {
  public:
   void add(const std::string& what, bool exclusive, double wait_ms, double hold_ms);
+  // A shared hold for `what` that let the lock go while a timer went first (GpuUse::yield_for_timer):
+  // its candidate stopped for `stopped_ms`, of which `wait_ms` waiting to take the lock back.
+  void add_yield(const std::string& what, double stopped_ms, double wait_ms);
   Json to_json() const;
   double exclusive_hold_ms() const;
 
@@ -109,6 +113,8 @@ class GpuUseStats {
     bool exclusive = false;
     int64_t n = 0;
     double wait_ms = 0, hold_ms = 0, max_hold_ms = 0;
+    int64_t yields = 0;
+    double yield_ms = 0;
   };
   mutable std::mutex mu_;
   std::map<std::string, Entry> by_what_;
@@ -118,6 +124,8 @@ class GpuUseStats {
 // (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
 // timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
 // hold are added to `stats`.
+// An exclusive taking asks shared holders to yield while it waits (gpu_lock.h).
+enum class GpuIdle { idle, busy, unknown };
 class GpuUse {
  public:
   GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats);
@@ -126,11 +134,27 @@ class GpuUse {
   GpuUse& operator=(const GpuUse&) = delete;
   double wait_ms() const { return wait_ms_; }  // how long taking the lock took (0: nothing taken)
 
+  // For a shared hold around a request to a candidate's process `proc`, called while its reply is
+  // awaited: when a timer waits for the GPU (GpuGuard::yield_wanted) and the hold has lasted
+  // kYieldAfterMs, stops the candidate's processes; once they are stopped and `idle()` says the
+  // GPU has nothing of theirs (or anyone's) left running, lets the lock go, takes it back shared
+  // (after the timer) and continues them. Returns the seconds they were stopped, to be added to
+  // the request's deadline (0: nothing yielded). A GPU still busy (a kernel that does not end)
+  // keeps the lock as before; after kMaxBusy such looks this hold yields no more.
+  double yield_for_timer(Process& proc, const std::function<GpuIdle()>& idle);
+  static constexpr double kYieldAfterMs = 50;
+  static constexpr int kMaxBusy = 3;
+
  private:
   std::optional<GpuGuard> guard_;
+  GpuMutex* mu_ = nullptr;
+  std::filesystem::path file_;
+  int yield_fd_ = -2;  // -2: not opened yet
+  bool no_more_yields_ = false;
+  int busy_seen_ = 0;
   GpuUseStats& stats_;
   std::string what_;
-  double wait_ms_ = 0;
+  double wait_ms_ = 0, hold_ms_ = 0;
   std::chrono::steady_clock::time_point held_since_;
 };
 
@@ -181,6 +205,15 @@ class Verifier {
   std::string cache_key_for(size_t i, const DeviceState& dev) const;
   // One judge request; with fd_out, also the descriptor the judge sends with its reply (fd 5).
   Reply judge_call(DeviceState& dev, const Json& request, double timeout_s, int* fd_out = nullptr);
+  Reply judge_call_locked(DeviceState& dev, const Json& request, double timeout_s, int* fd_out = nullptr);  // judge_mu held
+  // Whether `dev`'s GPU has nothing left running (GpuUse::yield_for_timer): the judge's L2 flush
+  // comes back within its idle baseline and margin (1 ms before the reference is timed) within 1 s.
+  GpuIdle gpu_idle_for_yield(DeviceState& dev);
+  // The hook that lets a shared hold around a request to `w` yield to a waiting timer.
+  std::function<double()> yield_hook(GpuUse& use, Worker& w, DeviceState& dev) {
+    if (!dev.cuda()) return {};
+    return [this, &use, &w, &dev]() { return use.yield_for_timer(w.proc, [this, &dev]() { return gpu_idle_for_yield(dev); }); };
+  }
   void log(const std::string& line) const;
   void notify(size_t index, const CandidateResult& r);
   void warn(const std::string& line);
@@ -222,7 +255,12 @@ class Verifier {
   // Times a correct candidate under the GPU's exclusive lock; sets r.timing and r.speedup, or
   // the verdict of what went wrong.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
+  // Times the reference once per device (a probe of a few round trips, then the batch that fixes
+  // the calls per round trip); takes the GPU itself, so the caller holds none of it.
   void ensure_reference_timing(DeviceState& dev);
+  // The sets a reference batch of `iters` timed round trips of `per` calls uses, made by the judge
+  // (references, fingerprints, tolerances) under the shared hold, before the exclusive one.
+  void prepare_reference_sets(DeviceState& dev, int iters, int per);
   // Round trips of a timed batch: the options' on a GPU; on CPU (times not meaningful) 3 and 1 warmup.
   int timed_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.iters : 3; }
   int warmup_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.warmup : 1; }

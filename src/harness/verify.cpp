@@ -106,6 +106,10 @@ void Verifier::warn(const std::string& line) {
 
 Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout_s, int* fd_out) {
   std::lock_guard<std::mutex> lock(dev.judge_mu);
+  return judge_call_locked(dev, request, timeout_s, fd_out);
+}
+
+Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double timeout_s, int* fd_out) {
   if (!dev.judge || !dev.judge->proc.running()) {
     Reply r;
     r.error = "the judge process is gone";
@@ -151,12 +155,24 @@ void GpuUseStats::add(const std::string& what, bool exclusive, double wait_ms, d
   e.max_hold_ms = std::max(e.max_hold_ms, hold_ms);
 }
 
+void GpuUseStats::add_yield(const std::string& what, double stopped_ms, double wait_ms) {
+  std::lock_guard lock(mu_);
+  Entry& e = by_what_[what];
+  ++e.yields;
+  e.yield_ms += stopped_ms;
+  e.wait_ms += wait_ms;
+}
+
 Json GpuUseStats::to_json() const {
   std::lock_guard lock(mu_);
   Json j = Json::object();
   for (const auto& [what, e] : by_what_) {
     j[what] = Json{{"mode", e.exclusive ? "exclusive" : "shared"}, {"n", e.n}, {"wait_ms", e.wait_ms}, {"hold_ms", e.hold_ms},
                    {"max_hold_ms", e.max_hold_ms}};
+    if (e.yields > 0) {
+      j[what]["yields"] = e.yields;
+      j[what]["yield_ms"] = e.yield_ms;
+    }
   }
   return j;
 }
@@ -171,18 +187,49 @@ double GpuUseStats::exclusive_hold_ms() const {
 }
 
 GpuUse::GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats)
-    : stats_(stats), what_(std::move(what)) {
+    : mu_(&dev.root().gpu_mu), file_(dev.root().gpu_lock), stats_(stats), what_(std::move(what)) {
   if (mode == GpuGuard::Mode::shared && !dev.cuda()) return;  // correctness work on the CPU takes nothing
   const auto t0 = std::chrono::steady_clock::now();
-  guard_.emplace(dev.root().gpu_mu, dev.root().gpu_lock, mode);
+  // Every exclusive taking (timing, profiling) asks the holders to yield while it waits.
+  guard_.emplace(*mu_, file_, mode, /*ask_yield=*/mode == GpuGuard::Mode::exclusive);
   held_since_ = std::chrono::steady_clock::now();
   wait_ms_ = std::chrono::duration<double, std::milli>(held_since_ - t0).count();
 }
 
 GpuUse::~GpuUse() {
+  if (yield_fd_ >= 0) ::close(yield_fd_);
   if (!guard_) return;
-  const double hold_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - held_since_).count();
-  stats_.add(what_, guard_->mode() == GpuGuard::Mode::exclusive, wait_ms_, hold_ms);
+  hold_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - held_since_).count();
+  stats_.add(what_, guard_->mode() == GpuGuard::Mode::exclusive, wait_ms_, hold_ms_);
+}
+
+double GpuUse::yield_for_timer(Process& proc, const std::function<GpuIdle()>& idle) {
+  if (!guard_ || guard_->mode() != GpuGuard::Mode::shared || no_more_yields_) return 0;
+  if (std::chrono::duration<double, std::milli>(Clock::now() - held_since_).count() < kYieldAfterMs) return 0;
+  if (yield_fd_ == -2) yield_fd_ = GpuGuard::open_yield_file(file_);
+  if (!GpuGuard::yield_wanted(*mu_, yield_fd_)) return 0;
+  const auto t0 = Clock::now();
+  // Stopped first: nothing of the candidate's may start on the GPU once the timer holds it.
+  if (!proc.pause()) return 0;
+  GpuIdle state = proc.wait_stopped(deadline_in(1)) ? idle() : GpuIdle::busy;
+  if (state != GpuIdle::idle) {
+    proc.resume();
+    // Busy: others' work not yet stopped, or this candidate's kernel that does not end; after
+    // kMaxBusy such looks the hold keeps the lock to its end, as without yielding.
+    if (state == GpuIdle::busy && ++busy_seen_ >= kMaxBusy) no_more_yields_ = true;
+    return 0;
+  }
+  const GpuGuard::Mode mode = guard_->mode();
+  hold_ms_ += std::chrono::duration<double, std::milli>(t0 - held_since_).count();
+  guard_.reset();
+  const auto t_wait = Clock::now();
+  guard_.emplace(*mu_, file_, mode);  // after the timer (and any other that went first)
+  held_since_ = Clock::now();
+  proc.resume();
+  const double wait_ms = std::chrono::duration<double, std::milli>(held_since_ - t_wait).count();
+  const double stopped_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.add_yield(what_, stopped_s * 1e3, wait_ms);
+  return stopped_s;
 }
 
 double Verifier::ms_from_start() const {

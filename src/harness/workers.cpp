@@ -351,7 +351,7 @@ std::string Reply::error_message() const {
   return e.value("message", "");
 }
 
-Reply Worker::request(const Json& message, double timeout_s) {
+Reply Worker::request(const Json& message, double timeout_s, const std::function<double()>& between) {
   Reply r;
   auto t0 = Clock::now();
   Deadline d = deadline_in(timeout_s);
@@ -369,7 +369,19 @@ Reply Worker::request(const Json& message, double timeout_s) {
     r.status = Clock::now() >= d ? ReceiveStatus::timeout : ReceiveStatus::closed;
     r.error = s.message();
   } else {
-    Received got = proc.receive(d);
+    Received got;
+    for (;;) {
+      if (!between) {
+        got = proc.receive(d);
+        break;
+      }
+      const Deadline slice = std::min(d, deadline_in(kSliceMs / 1e3));
+      got = proc.receive(slice);
+      if (got.status != ReceiveStatus::timeout || got.error == "cancelled" || Clock::now() >= d) break;
+      if (const double extra_s = between(); extra_s > 0) {
+        d += std::chrono::duration_cast<Deadline::duration>(std::chrono::duration<double>(extra_s));
+      }
+    }
     r.status = got.status;
     r.message = std::move(got.message);
     r.error = std::move(got.error);

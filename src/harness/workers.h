@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,7 +62,10 @@ class Worker {
   std::string device;
   std::string kind;  // "judge" or "candidate"
 
-  Reply request(const Json& message, double timeout_s);
+  // `between`, when given, is called every kSliceMs while the reply is awaited; the seconds it
+  // returns are added to the deadline (the time the process was stopped: GpuUse::yield_for_timer).
+  Reply request(const Json& message, double timeout_s, const std::function<double()>& between = {});
+  static constexpr int kSliceMs = 50;
   // Names this worker's candidate to the judge (its history is kept per candidate).
   std::string id() const { return work_dir.filename().string(); }
   // Exit status or "still running" for evidence, after a kill.

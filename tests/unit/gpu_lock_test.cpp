@@ -9,6 +9,8 @@
 #include <memory>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "harness/gpu_lock.h"
@@ -162,6 +164,163 @@ TEST(GpuLock, AVerifyCallCountsItsTakingsByPurpose) {
   EXPECT_GE(j["timing"]["wait_ms"].get<double>(), 100.0) << j.dump();
   EXPECT_NEAR(stats.exclusive_hold_ms(), j["timing"]["hold_ms"].get<double>() + j["cpu timing"]["hold_ms"].get<double>(), 1e-9);
   ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+// The state letter of a process in /proc ('T': stopped), '?' when it is gone.
+char proc_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return '?';
+  const size_t close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
+
+TEST(GpuLock, AnOverrunningHoldYieldsToAWaitingTimerWhenTheGpuIsIdle) {
+  // A candidate's request holds the GPU shared for seconds (a first compile); a timer asks for it.
+  // The hold stops the candidate, lets the lock go, takes it back after the timer and continues
+  // the candidate, which lost nothing but the time it was stopped. Without yielding the timer
+  // waited the whole request, and every later shared taker behind it (the convoy).
+  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-yield-test-" + std::to_string(::getpid())).c_str(), 1);
+  DeviceState gpu;
+  gpu.name = "cuda:0";
+  gpu.gpu_lock = gpu_lock_file("cuda:0");
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "sleep 100"};
+  o.env = {"PATH=/usr/bin:/bin", "KERNELLLM_WORKER=1"};
+  o.protocol_fds = false;
+  auto cand = Process::spawn(o);
+  ASSERT_TRUE(cand.ok());
+  GpuUseStats stats;
+  std::atomic<bool> timer_holds{false}, done{false};
+  std::atomic<char> state_while_timed{'?'};
+  std::atomic<int> idle_looks{0};
+  double stopped_s = 0;
+  std::thread holder([&] {
+    GpuUse run(gpu, GpuGuard::Mode::shared, "load", stats);
+    const auto until = Clock::now() + std::chrono::seconds(3);  // the request's 3 s
+    while (Clock::now() < until && !done.load()) {
+      stopped_s += run.yield_for_timer(*cand, [&] {
+        ++idle_looks;
+        return GpuIdle::idle;
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Another process's view of the ask: its own mutex, the same lock file.
+  GpuMutex other_process;
+  const int yield_fd = GpuGuard::open_yield_file(gpu.gpu_lock);
+  ASSERT_GE(yield_fd, 0);
+  EXPECT_FALSE(GpuGuard::yield_wanted(other_process, yield_fd)) << "asked with no timer waiting";
+  std::atomic<bool> seen_asked{false};
+  std::thread watcher([&] {
+    for (int i = 0; i < 200 && !timer_holds.load(); ++i) {
+      if (GpuGuard::yield_wanted(other_process, yield_fd)) seen_asked = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  double timer_wait_ms = 0;
+  {
+    GpuUse timing(gpu, GpuGuard::Mode::exclusive, "timing", stats);
+    timer_holds = true;
+    timer_wait_ms = timing.wait_ms();
+    state_while_timed = proc_state(cand->pid());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(proc_state(cand->pid()), 'T') << "the candidate ran while the timer held the GPU";
+  }
+  watcher.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_NE(proc_state(cand->pid()), 'T') << "the candidate was not continued after the timer";
+  EXPECT_FALSE(GpuGuard::yield_wanted(other_process, yield_fd)) << "still asked after the timer took the lock";
+  done = true;
+  holder.join();
+  ::close(yield_fd);
+  EXPECT_LT(timer_wait_ms, 1000) << "the timer waited for the whole request";
+  EXPECT_EQ(state_while_timed.load(), 'T');
+  EXPECT_TRUE(seen_asked.load()) << "another process could not see the timer asking";
+  EXPECT_GE(idle_looks.load(), 1);
+  EXPECT_GE(stopped_s, 0.25) << "the time stopped is what extends the request's deadline";
+  const Json j = stats.to_json();
+  EXPECT_EQ(j["load"]["yields"], 1) << j.dump();
+  EXPECT_GE(j["load"]["yield_ms"].get<double>(), 250.0) << j.dump();
+  cand->kill_tree();
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
+  // A candidate whose kernel does not end keeps the GPU busy after it is stopped: timing beside it
+  // would be timing beside someone else's work. The hold keeps the lock then (the timer waits to
+  // its end, as without yielding), looks kMaxBusy times at most, and the candidate runs meanwhile.
+  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-busy-test-" + std::to_string(::getpid())).c_str(), 1);
+  DeviceState gpu;
+  gpu.name = "cuda:0";
+  gpu.gpu_lock = gpu_lock_file("cuda:0");
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "sleep 100"};
+  o.env = {"PATH=/usr/bin:/bin", "KERNELLLM_WORKER=1"};
+  o.protocol_fds = false;
+  auto cand = Process::spawn(o);
+  ASSERT_TRUE(cand.ok());
+  GpuUseStats stats;
+  std::atomic<int> looks{0};
+  std::atomic<bool> released{false};
+  std::thread holder([&] {
+    GpuUse run(gpu, GpuGuard::Mode::shared, "run", stats);
+    const auto until = Clock::now() + std::chrono::milliseconds(1200);
+    while (Clock::now() < until) {
+      EXPECT_EQ(run.yield_for_timer(*cand, [&] {
+        ++looks;
+        return GpuIdle::busy;
+      }), 0.0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_NE(proc_state(cand->pid()), 'T') << "left stopped after a busy look";
+    released = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  {
+    GpuUse timing(gpu, GpuGuard::Mode::exclusive, "timing", stats);
+    EXPECT_TRUE(released.load()) << "the timer went in while the GPU was busy";
+  }
+  holder.join();
+  EXPECT_EQ(looks.load(), GpuUse::kMaxBusy);
+  EXPECT_FALSE(stats.to_json()["run"].contains("yields"));
+  cand->kill_tree();
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+TEST(GpuLock, ARequestWaitsLongerByTheTimeItsProcessWasStopped) {
+  // Worker::request's `between` hook (GpuUse::yield_for_timer) is called while the reply is
+  // awaited; what it returns extends the deadline, so a candidate stopped for a timer is not
+  // charged the time as a timeout. A worker that answers after 0.6 s, a 0.3 s deadline.
+  const char* reply_late =
+      "import json, os, time\n"
+      "n = int.from_bytes(os.read(3, 4), 'little')\n"
+      "m = json.loads(os.read(3, n))\n"
+      "time.sleep(0.6)\n"
+      "b = json.dumps({'ok': True, 'id': m['id'], 'op': m['op']}).encode()\n"
+      "os.write(4, len(b).to_bytes(4, 'little') + b)\n";
+  auto worker = [&] {
+    Worker w;
+    SpawnOptions o;
+    o.argv = {"python3", "-c", reply_late};
+    o.env = {"PATH=/usr/bin:/bin:/usr/local/bin", "KERNELLLM_WORKER=1"};
+    auto p = Process::spawn(o);
+    EXPECT_TRUE(p.ok());
+    if (p.ok()) w.proc = std::move(*p);
+    return w;
+  };
+  Worker plain = worker();
+  EXPECT_EQ(plain.request(Json{{"op", "run"}}, 0.3).status, ReceiveStatus::timeout);
+  Worker stopped = worker();
+  int calls = 0;
+  const Reply r = stopped.request(Json{{"op", "run"}}, 0.3, [&] {
+    ++calls;
+    return 0.1;  // as if stopped for 0.1 s since the last call
+  });
+  EXPECT_TRUE(r.ok()) << r.error << stopped.proc.stderr_tail();
+  EXPECT_GE(calls, 4);
+  EXPECT_GE(r.elapsed_ms, 550);
 }
 
 TEST(GpuLock, AWaitingExclusiveThreadGoesBeforeSharedThreadsThatComeLater) {
