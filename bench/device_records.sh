@@ -12,13 +12,15 @@
 #   throughput  GPU 0 alone, the host otherwise idle: verify throughput over KernelBench level 1
 #          (.kb0) and KernelBench's eval on the same candidates (issue #43)
 #   throughput_relu  the throughput run on GPU 0 and the relu case group on GPU 1 at once
+#   throughput_conc  the throughput run on GPU 0 (with KernelBench's eval) and, at once, on GPU 1 at
+#          another concurrency (THROUGHPUT_CONCURRENCY_2, default 8; ours only)
 #   scaling  the same eval on one GPU, then on two (bench/eval_scaling.py; SCALING_SETS)
 #   tbase  the same throughput run (ours only) with the CLI of an earlier commit: .vdev/base.tar
 #          (`git archive --format=tar BASE > .vdev/base.tar`), built in /tmp/kllm-base
-# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|throughput_relu|scaling|tbase OUT_DIR
+# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|throughput_relu|throughput_conc|scaling|tbase OUT_DIR
 # Result: OUT_DIR/records-call1.tgz (or -call2), holding every phase's output directory and log.
 set -uo pipefail
-call=${1:?call1|call2|call3|throughput|throughput_relu|scaling|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
+call=${1:?call1|call2|call3|throughput|throughput_relu|throughput_conc|scaling|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
 export KERNELLLM_FROM_ARCHIVE=1
 export KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar)
 end=${RECORDS_END_S:-560}  # every phase ends by then (seconds from the start of this script)
@@ -66,6 +68,16 @@ case $call in
      echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
     (CUDA_VISIBLE_DEVICES=1 CASES_GROUPS=relu CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) \
       bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
+     echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
+    wait ;;
+  throughput_conc)
+    # Two concurrencies at once, one per GPU (the host's CPUs shared): GPU 0 at
+    # THROUGHPUT_CONCURRENCY with KernelBench's eval after it, GPU 1 at THROUGHPUT_CONCURRENCY_2, ours only.
+    l=$(left)
+    (CUDA_VISIBLE_DEVICES=0 THROUGHPUT_LIMIT_S=$l bash bench/device_phases.sh "$out/w/g0/r" throughput > "$out/w/g0.log" 2>&1
+     echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
+    (CUDA_VISIBLE_DEVICES=1 THROUGHPUT_LIMIT_S=$l THROUGHPUT_KB= THROUGHPUT_CONCURRENCY=${THROUGHPUT_CONCURRENCY_2:-8} \
+      bash bench/device_phases.sh "$out/w/g1/r" throughput > "$out/w/g1.log" 2>&1
      echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
     wait ;;
   scaling)

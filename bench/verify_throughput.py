@@ -7,8 +7,9 @@ wall time of each call, and per-phase times summed over candidates (start: waiti
 pre-warmed worker; compile: import + construction + first launch; correctness: the trials;
 timing: the timed loops; multishape: the check on other sizes), as the verifier reports them in
 each candidate's evidence.phases, and each call's timeline (the report's timeline_ms: set-up done,
-every candidate done, finalists re-timed, end) and its use of the GPU's lock by purpose (gpu_use:
-takings, waits and holds, summed over calls as gpu_use_summed).
+every candidate done, finalists re-timed, end), its use of the GPU's lock by purpose (gpu_use:
+takings, waits and holds, yields to timers, summed over calls as gpu_use_summed) and its judges'
+requests by op (judge_ms, summed as judge_ms_summed).
 
   python3 bench/verify_throughput.py --cli build/kernelllm --device cuda:0 --out bench/results/verify-throughput-h100.json
   python3 bench/verify_throughput.py --cli build/kernelllm --problems-dir .kb/KernelBench/level1 \
@@ -136,6 +137,7 @@ def main() -> int:
         env["TRITON_INTERPRET"] = "1"
     calls, totals, n_candidates, verdicts = [], {p: 0.0 for p in PHASES}, 0, {}
     gpu_use: dict[str, dict] = {}
+    judge_ms: dict[str, dict] = {}
     lock = threading.Lock()
     t_all = time.perf_counter()
 
@@ -166,12 +168,20 @@ def main() -> int:
                 acc["wait_ms"] += u.get("wait_ms", 0.0)
                 acc["hold_ms"] += u.get("hold_ms", 0.0)
                 acc["max_hold_ms"] = max(acc["max_hold_ms"], u.get("max_hold_ms", 0.0))
+                if u.get("yields"):
+                    acc["yields"] = acc.get("yields", 0) + u["yields"]
+                    acc["yield_ms"] = acc.get("yield_ms", 0.0) + u.get("yield_ms", 0.0)
+            for op, u in (report.get("judge_ms") or {}).items():
+                acc = judge_ms.setdefault(op, {"n": 0, "ms": 0.0, "max_ms": 0.0})
+                acc["n"] += u.get("n", 0)
+                acc["ms"] += u.get("ms", 0.0)
+                acc["max_ms"] = max(acc["max_ms"], u.get("max_ms", 0.0))
             n_candidates += len(entries)
             calls.append({"problem": problem.stem, "candidates": len(entries), "wall_s": round(wall_s, 3),
                           "started_s": round(t0 - t_all, 3), "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
                           "verdicts": [e["verdict"] for e in entries], "sandbox": report.get("sandbox"),
                           "timeline_ms": {k: round(v, 1) for k, v in (report.get("timeline_ms") or {}).items()},
-                          "gpu_use": report.get("gpu_use") or {}})
+                          "gpu_use": report.get("gpu_use") or {}, "judge_ms": report.get("judge_ms") or {}})
             write_partial(args.out, calls, n_candidates, time.perf_counter() - t_all)
             print(f"{problem.stem:<22} {len(entries):>3} candidates  {wall_s:7.1f} s  "
                   + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
@@ -200,6 +210,7 @@ def main() -> int:
         "candidates_per_min": round(60.0 * n_candidates / total_s, 2),
         "phases_ms_summed": {p: round(v, 1) for p, v in totals.items()},
         "gpu_use_summed": {w: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()} for w, u in gpu_use.items()},
+        "judge_ms_summed": {op: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()} for op, u in judge_ms.items()},
         "verdicts": verdicts,
         "calls": calls,
     }

@@ -105,6 +105,7 @@ Json VerifyReport::to_json() const {
   j["selected_path"] = selected ? Json(candidates[*selected].path) : Json(nullptr);
   j["timeline_ms"] = timeline_ms;
   j["gpu_use"] = gpu_use;
+  j["judge_ms"] = judge_ms;
   return j;
 }
 

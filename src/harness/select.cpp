@@ -113,10 +113,13 @@ void Verifier::select() {
   std::vector<bool> ok(alive.size(), true);
   {
     ensure_reference_timing(*dev);  // (its own takings of the GPU; nothing once it is done)
-    const auto lock = use_gpu(*dev, GpuGuard::Mode::exclusive, "re-timing");
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;
+        // The GPU taken for one finalist's batch at a time: a whole selection held it for up to
+        // 15 s on an H200 while every other call on the GPU waited (the finalists between their
+        // batches run nothing, and the rounds alternate them).
+        const auto lock = use_gpu(*dev, GpuGuard::Mode::exclusive, "re-timing");
         // The other finalists stopped meanwhile (their whole process trees): none of them can
         // slow this one down to be chosen over it, from a thread launching GPU work or spinning on
         // its CPU. One still running after the wait is dropped.

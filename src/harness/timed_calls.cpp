@@ -33,6 +33,9 @@ const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
 
 constexpr int kPings = 7;
 
+// The timing sets the judge makes in one request, under one shared hold (prepare_reference_sets).
+constexpr int kPrepareChunkSets = 64;
+
 // A candidate's process stopped between its timed round trips, continued for each (and at the
 // end, whatever path leaves the batch).
 struct PausedWhileIdle {
@@ -160,16 +163,21 @@ bool timing_unstable(const TimingResult& t) {
   return s.n >= 4 && s.iqr_ms() > 0.5 * s.median_ms;
 }
 
-static Json reference_prepare_request(const std::vector<TrialInput>& sets, int trips, int per, bool compile) {
+// The judge's time_prepare for round trips [first, last) of a reference batch of `per` calls
+// per round trip: the sets they use (call j of round trip i on set (i * per + j) mod the sets, as
+// in timed_batch) and, with several calls per round trip, each round trip's sets together.
+static Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile) {
   Json trials = Json::array(), groups = Json::array();
-  for (size_t k = 0; k < std::min(sets.size(), static_cast<size_t>(trips) * static_cast<size_t>(per)); ++k) {
-    trials.push_back(sets[k].trial);
-  }
-  // Call j of round trip i runs on set (i * per + j) mod the sets (timed_batch).
-  for (int i = 0; i < trips && per > 1; ++i) {
+  std::vector<bool> seen(sets.size(), false);
+  for (int i = first; i < last; ++i) {
     Json g = Json::array();
-    for (int j = 0; j < per; ++j) g.push_back(sets[static_cast<size_t>(i * per + j) % sets.size()].trial);
-    groups.push_back(std::move(g));
+    for (int j = 0; j < per; ++j) {
+      const size_t k = static_cast<size_t>(i * per + j) % sets.size();
+      if (!seen[k]) trials.push_back(sets[k].trial);
+      seen[k] = true;
+      g.push_back(sets[k].trial);
+    }
+    if (per > 1) groups.push_back(std::move(g));
   }
   return Json{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial},
               {"slots", per},         {"trials", std::move(trials)}, {"trips", std::move(groups)}};
@@ -208,7 +216,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // of each round trip's calls, before the clock starts (else the reference's clocked checks
   // would build them and the candidates' would find them made). The reference's batches find
   // them made already (prepare_reference_sets, outside the exclusive hold).
-  auto reference_prepare = [&]() { return reference_prepare_request(sets, trips, per, compile); };
+  auto reference_prepare = [&]() { return reference_prepare_request(sets, 0, trips, per, compile); };
   // The reference's prepare makes every set's references: the deadline of one check per set.
   const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
   // A paired batch's judge-side failure: not the candidate's doing.
@@ -581,13 +589,22 @@ void Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per) {
   // Making a set's references (inputs, fp32 and fp64 forwards, fingerprints, accounting baseline)
   // costs milliseconds a set, and a batch of a fast reference uses hundreds of sets: ~3 s a problem
   // on an H200, which the exclusive hold used to pay while every other process of ours on the GPU
-  // waited. Done here under the shared hold; the batch's own prepare then finds them made.
+  // waited. Made here under shared holds of a few round trips' sets each, so that a timer waits for
+  // one of them at most; the batch's own prepare then finds them made.
   const std::vector<TrialInput>& sets = timing_sets(dev);
   if (sets.empty()) return;
-  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
-  const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(sets.size()));
-  Reply p = judge_call(dev, reference_prepare_request(sets, warmup_calls(dev) + iters, per, false), timeout);
-  if (!p.ok()) warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
+  const int trips = warmup_calls(dev) + iters;
+  const int chunk = std::max(1, kPrepareChunkSets / std::max(1, per));
+  for (int first = 0; first < trips; first += chunk) {
+    const int last = std::min(trips, first + chunk);
+    const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
+    const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
+    Reply p = judge_call(dev, reference_prepare_request(sets, first, last, per, false), timeout);
+    if (!p.ok()) {
+      warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
+      return;
+    }
+  }
 }
 
 GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev) {

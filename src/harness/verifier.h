@@ -124,6 +124,22 @@ class GpuUseStats {
 // (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
 // timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
 // hold are added to `stats`.
+// The judge's requests of one verify call by op: count, summed and longest round trip (the
+// report's "judge_ms"), to show which of the judge's work a call's time goes to.
+class OpStats {
+ public:
+  void add(const std::string& op, double ms);
+  Json to_json() const;
+
+ private:
+  struct Entry {
+    int64_t n = 0;
+    double ms = 0, max_ms = 0;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> by_op_;
+};
+
 // An exclusive taking asks shared holders to yield while it waits (gpu_lock.h).
 enum class GpuIdle { idle, busy, unknown };
 class GpuUse {
@@ -320,6 +336,7 @@ class Verifier {
   bool variants_loaded_ = false;
   std::chrono::steady_clock::time_point t_start_ = std::chrono::steady_clock::now();
   GpuUseStats gpu_use_;  // the report's gpu_use
+  OpStats judge_ops_;    // the report's judge_ms
   GpuUse use_gpu(DeviceState& dev, GpuGuard::Mode mode, std::string what) {
     return GpuUse(dev, mode, std::move(what), gpu_use_);
   }

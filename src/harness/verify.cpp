@@ -116,6 +116,7 @@ Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double 
     return r;
   }
   Reply r = dev.judge->request(request, timeout_s);
+  judge_ops_.add(request.value("op", std::string("?")), r.elapsed_ms);
   if (r.ok() && fd_out) {
     // The descriptor the judge sent over fd 5 before its reply (under the same lock, so no
     // other request's descriptor can come between).
@@ -153,6 +154,21 @@ void GpuUseStats::add(const std::string& what, bool exclusive, double wait_ms, d
   e.wait_ms += wait_ms;
   e.hold_ms += hold_ms;
   e.max_hold_ms = std::max(e.max_hold_ms, hold_ms);
+}
+
+void OpStats::add(const std::string& op, double ms) {
+  std::lock_guard lock(mu_);
+  Entry& e = by_op_[op];
+  ++e.n;
+  e.ms += ms;
+  e.max_ms = std::max(e.max_ms, ms);
+}
+
+Json OpStats::to_json() const {
+  std::lock_guard lock(mu_);
+  Json j = Json::object();
+  for (const auto& [op, e] : by_op_) j[op] = Json{{"n", e.n}, {"ms", e.ms}, {"max_ms", e.max_ms}};
+  return j;
 }
 
 void GpuUseStats::add_yield(const std::string& what, double stopped_ms, double wait_ms) {
@@ -248,7 +264,9 @@ Status Verifier::setup_device(DeviceState& dev) {
   // a wait for a process to start under the lock held every timing of the GPU's other calls back
   // (and, behind their waiting timings, every correctness run: 5-27 s waits on an H200 with four
   // calls at once).
-  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "setup");
+  // Held for the problem's load, and again for trial 0 (the other trials are declared without it).
+  std::optional<GpuUse> busy;
+  busy.emplace(dev, GpuGuard::Mode::shared, "setup", gpu_use_);
   int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
   Json req{{"op", "load_problem"},  {"problem_path", fs::absolute(problem_path_).string()},
            {"device", dev.name},    {"profile", opts_.profile},
@@ -264,6 +282,7 @@ Status Verifier::setup_device(DeviceState& dev) {
                                                           r.error_message()));
   }
   dev.problem = r.message;
+  busy.reset();  // (a timer that waits goes before trial 0)
   if (dev.parent) {
     // A judge that ignores size_scale would re-check the same sizes: only its own report counts.
     if (!dev.problem.contains("size_globals") || !dev.problem["size_globals"].is_object()) {
@@ -294,40 +313,63 @@ Status Verifier::setup_device(DeviceState& dev) {
     fs::permissions(init, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
                     fs::perm_options::replace, ec);
   }
-  for (int t = 0; t < n + n_timing; ++t) {
-    // Every set of a problem has trial 0's shapes (get_inputs under another seed): its sizes
-    // and reference time are copied; only trial 0's inputs and references are made now.
-    TrialInput in = t == 0 ? TrialInput{} : dev.trials.front();
-    bool timing = t >= n;
-    in.trial = t;
-    in.distribution = !timing && t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>() : "normal";
-    Reply m = judge_call(dev, Json{{"op", "make_inputs"}, {"trial", t}, {"distribution", in.distribution}, {"lazy", t > 0}},
-                         opts_.load_timeout_s);
+  // Trial 0: inputs and references made now (its sizes size everything else).
+  {
+    busy.emplace(dev, GpuGuard::Mode::shared, "setup", gpu_use_);
+    TrialInput in;
+    in.trial = 0;
+    in.distribution = n > 0 && !dists.empty() ? dists[0].get<std::string>() : "normal";
+    Reply m = judge_call(dev, Json{{"op", "make_inputs"}, {"trial", 0}, {"distribution", in.distribution}}, opts_.load_timeout_s);
     if (!m.ok() || !m.message.contains("seed")) {
-      return error(ErrorCode::invalid_argument, fmt::format("problem {}: make_inputs({}) on {}: {}: {}", problem_path_, t, dev.name,
+      return error(ErrorCode::invalid_argument, fmt::format("problem {}: make_inputs(0) on {}: {}: {}", problem_path_, dev.name,
                                                             m.error_kind(), m.error_message()));
     }
+    busy.reset();
     in.seed = m.message["seed"].get<int64_t>();
     in.probe = m.message.value("probe", false);
-    if (t == 0) {
-      in.input_bytes = m.message.value("input_bytes", uint64_t{0});
-      in.output_bytes = m.message.value("output_bytes", uint64_t{0});
-      in.output_sizes = m.message.value("output_sizes", Json::array());
-      // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
-      in.reference_ms = m.elapsed_ms;
-    }
+    in.input_bytes = m.message.value("input_bytes", uint64_t{0});
+    in.output_bytes = m.message.value("output_bytes", uint64_t{0});
+    in.output_sizes = m.message.value("output_sizes", Json::array());
+    // make_inputs runs the reference forward (and the fp64 one): an upper bound on its time.
+    in.reference_ms = m.elapsed_ms;
     // Each timing set costs its inputs (held on the candidate's and the judge's device while
     // timed) and its outputs.
-    if (const uint64_t set_bytes = in.input_bytes + 3 * in.output_bytes; t == 0 && n_timing > 2 && set_bytes > 0) {
+    if (const uint64_t set_bytes = in.input_bytes + 3 * in.output_bytes; n_timing > 2 && set_bytes > 0) {
       n_timing = static_cast<int>(std::clamp<uint64_t>(kTimingSetBytes / set_bytes, 2, static_cast<uint64_t>(n_timing)));
     }
-    if (t == 0) {
-      KLLM_RETURN_IF_ERROR(check_problem_memory(MemoryNeed{dev.shared_dir, in.input_bytes, in.output_bytes,
-                                                           static_cast<uint64_t>(std::max(1, jobs_)), !dev.cuda(),
-                                                           static_cast<uint64_t>(n_timing)})
-                               .with_context(fmt::format("problem {} on {}", problem_path_, dev.name)));
-    }
-    (timing ? dev.timing_inputs : dev.trials).push_back(std::move(in));
+    KLLM_RETURN_IF_ERROR(check_problem_memory(MemoryNeed{dev.shared_dir, in.input_bytes, in.output_bytes,
+                                                         static_cast<uint64_t>(std::max(1, jobs_)), !dev.cuda(),
+                                                         static_cast<uint64_t>(n_timing)})
+                             .with_context(fmt::format("problem {} on {}", problem_path_, dev.name)));
+    (n > 0 ? dev.trials : dev.timing_inputs).push_back(std::move(in));
+  }
+  // The others declared at once (their seeds; nothing made, so no GPU): every set of a problem has
+  // trial 0's shapes (get_inputs under another seed), so its sizes and reference time are copied.
+  Json declare = Json::array();
+  for (int t = 1; t < n + n_timing; ++t) {
+    const bool timing = t >= n;
+    declare.push_back(Json{{"trial", t},
+                           {"distribution", !timing && t < static_cast<int>(dists.size()) ? dists[static_cast<size_t>(t)].get<std::string>()
+                                                                                            : "normal"}});
+  }
+  if (declare.empty()) return {};
+  const size_t n_declared = declare.size();
+  Reply d = judge_call(dev, Json{{"op", "declare_trials"}, {"trials", declare}}, opts_.load_timeout_s);
+  const Json seeds = d.ok() ? d.message.value("seeds", Json(nullptr)) : Json(nullptr);
+  if (!seeds.is_array() || seeds.size() != n_declared ||
+      !std::all_of(seeds.begin(), seeds.end(), [](const Json& x) { return x.is_number_integer(); })) {
+    return error(ErrorCode::invalid_argument, fmt::format("problem {}: declare_trials on {}: {}", problem_path_, dev.name,
+                                                          d.ok() ? fmt::format("no list of {} integer seeds", n_declared)
+                                                                 : d.error_kind() + ": " + d.error_message()));
+  }
+  const TrialInput first = dev.trials.empty() ? dev.timing_inputs.front() : dev.trials.front();
+  for (size_t k = 0; k < n_declared; ++k) {
+    TrialInput in = first;
+    in.trial = declare[k]["trial"].get<int>();
+    in.distribution = declare[k]["distribution"].get<std::string>();
+    in.seed = seeds[k].get<int64_t>();
+    in.probe = false;  // (only trial 0 carries the probe)
+    (in.trial >= n ? dev.timing_inputs : dev.trials).push_back(std::move(in));
   }
   return {};
 }
@@ -814,6 +856,7 @@ Result<VerifyReport> Verifier::close_feed() {
   report_.timeline_ms["total"] = ms_from_start();
   report_.timeline_ms["gpu_exclusive"] = gpu_use_.exclusive_hold_ms();
   report_.gpu_use = gpu_use_.to_json();
+  report_.judge_ms = judge_ops_.to_json();
   return std::move(report_);
 }
 

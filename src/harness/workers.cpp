@@ -421,6 +421,10 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
   fs::create_directories(work_dir, ec);
   std::vector<std::string> argv = {py.executable, "-I", "-B", (package_dir / "kernelllm" / "worker" / "launch.py").string(), kind};
   std::vector<std::string> env = worker_env(work_dir, device, threads);
+  // The judge makes its CUDA context before its greeting, which is awaited without holding the
+  // GPU (a context takes ~0.5 s, longer with a dozen processes making theirs at once); a
+  // candidate's process makes its own when its code loads.
+  if (kind == "judge" && device.starts_with("cuda")) env.push_back("KERNELLLM_JUDGE_DEVICE=" + device);
   SpawnOptions opts;
   if (sandbox) {
     std::vector<fs::path> readable = readable_dirs;

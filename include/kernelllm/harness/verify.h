@@ -185,6 +185,8 @@ struct VerifyReport {
   // How the call used its devices' locks, by purpose: {"<what>": {"mode", "n", "wait_ms",
   // "hold_ms", "max_hold_ms"}} (shared: ours running on the GPU; exclusive: timing, profiling).
   Json gpu_use = Json::object();
+  // The judges' requests by op: {"<op>": {"n", "ms", "max_ms"}} (round trips, summed over devices).
+  Json judge_ms = Json::object();
   Json to_json() const;
 };
 

@@ -264,6 +264,18 @@ class Judge(TimedCalls):
             reply.update(self._full(trial)["meta"])
         return reply
 
+    def declare_trials(self, msg: dict) -> dict:
+        """Declares many trials at once, lazily (make_inputs with `lazy` for each of `trials`, a
+        list of {trial, distribution}): their seeds, in order. Nothing is made, so the orchestrator
+        asks without holding the GPU."""
+        self._need_problem()
+        trials = msg.get("trials")
+        if not isinstance(trials, list) or not all(isinstance(t, dict) and type(t.get("trial")) is int for t in trials):
+            raise WorkerError("protocol", "declare_trials: 'trials' must be a list of {trial, distribution}")
+        seeds = [self.make_inputs({"trial": t["trial"], "distribution": t.get("distribution", "normal"), "lazy": True})["seed"]
+                 for t in trials]
+        return {"seeds": seeds}
+
     def _make(self, trial: int) -> List[Any]:
         """A declared trial's inputs, made from its seed."""
         if trial not in self.trials:
@@ -765,11 +777,20 @@ def _rewritten_outputs(bound: Any, outs: List[torch.Tensor]) -> Optional[str]:
 
 def main() -> int:
     import numpy
+    device = os.environ.get("KERNELLLM_JUDGE_DEVICE", "")
+    if device.startswith("cuda"):
+        # The CUDA context now, before the greeting: the orchestrator waits for that without
+        # holding the GPU, and for load_problem with it held. A failure shows again there.
+        try:
+            torch.cuda.set_device(device)
+            torch.empty(1, device=device)
+        except Exception as e:
+            protocol.stderr_note(f"CUDA context on {device} not made before the greeting: {type(e).__name__}: {e}")
     judge = Judge()
     hello = {"pid": os.getpid(), "python": sys.version.split()[0], "torch": torch.__version__,
              "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
              "started": time.time()}
-    handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs,
+    handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs, "declare_trials": judge.declare_trials,
                 "compare": judge.compare, "time_prepare": judge.time_prepare, "time_load": judge.time_load, "time_call": judge.time_call,
                 "time_region": judge.time_region, "time_inputs_region": judge.time_inputs_region,
                 "time_give": judge.time_give, "check_timed": judge.check_timed, "l2_flush": judge.l2_flush,
