@@ -613,7 +613,7 @@ GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev) {
   if (!root.judge || !root.judge->proc.running() || !root.healthy) return GpuIdle::unknown;
   const double base = root.flush_baseline_ms;
   const double threshold = base > 0 ? base + flush_margin_ms(base) : 1.0;
-  const Deadline until = deadline_in(1);
+  const Deadline until = deadline_in(GpuUse::kIdleLookS);
   for (;;) {
     Reply f = judge_call_locked(root, Json{{"op", "l2_flush"}}, 10);
     if (!f.ok()) return GpuIdle::unknown;

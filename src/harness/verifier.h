@@ -159,7 +159,11 @@ class GpuUse {
   // keeps the lock as before; after kMaxBusy such looks this hold yields no more.
   double yield_for_timer(Process& proc, const std::function<GpuIdle()>& idle);
   static constexpr double kYieldAfterMs = 50;
-  static constexpr int kMaxBusy = 3;
+  // How long one look waits for the GPU to go idle (the judge's flushes; other holders stop within
+  // a slice of the ask), how long after a busy look the next one waits, and how many busy looks
+  // end the yielding of a hold.
+  static constexpr double kIdleLookS = 0.25, kBusyBackoffS = 0.25;
+  static constexpr int kMaxBusy = 5;
 
  private:
   std::optional<GpuGuard> guard_;
@@ -168,6 +172,7 @@ class GpuUse {
   int yield_fd_ = -2;  // -2: not opened yet
   bool no_more_yields_ = false;
   int busy_seen_ = 0;
+  std::chrono::steady_clock::time_point next_look_{};
   GpuUseStats& stats_;
   std::string what_;
   double wait_ms_ = 0, hold_ms_ = 0;
@@ -223,7 +228,8 @@ class Verifier {
   Reply judge_call(DeviceState& dev, const Json& request, double timeout_s, int* fd_out = nullptr);
   Reply judge_call_locked(DeviceState& dev, const Json& request, double timeout_s, int* fd_out = nullptr);  // judge_mu held
   // Whether `dev`'s GPU has nothing left running (GpuUse::yield_for_timer): the judge's L2 flush
-  // comes back within its idle baseline and margin (1 ms before the reference is timed) within 1 s.
+  // comes back within its idle baseline and margin (1 ms before the reference is timed) within
+  // GpuUse::kIdleLookS.
   GpuIdle gpu_idle_for_yield(DeviceState& dev);
   // The hook that lets a shared hold around a request to `w` yield to a waiting timer.
   std::function<double()> yield_hook(GpuUse& use, Worker& w, DeviceState& dev) {

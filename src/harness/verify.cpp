@@ -223,7 +223,7 @@ double GpuUse::yield_for_timer(Process& proc, const std::function<GpuIdle()>& id
   if (!guard_ || guard_->mode() != GpuGuard::Mode::shared || no_more_yields_) return 0;
   if (std::chrono::duration<double, std::milli>(Clock::now() - held_since_).count() < kYieldAfterMs) return 0;
   if (yield_fd_ == -2) yield_fd_ = GpuGuard::open_yield_file(file_);
-  if (!GpuGuard::yield_wanted(*mu_, yield_fd_)) return 0;
+  if (Clock::now() < next_look_ || !GpuGuard::yield_wanted(*mu_, yield_fd_)) return 0;
   const auto t0 = Clock::now();
   // Stopped first: nothing of the candidate's may start on the GPU once the timer holds it.
   if (!proc.pause()) return 0;
@@ -233,6 +233,7 @@ double GpuUse::yield_for_timer(Process& proc, const std::function<GpuIdle()>& id
     // Busy: others' work not yet stopped, or this candidate's kernel that does not end; after
     // kMaxBusy such looks the hold keeps the lock to its end, as without yielding.
     if (state == GpuIdle::busy && ++busy_seen_ >= kMaxBusy) no_more_yields_ = true;
+    if (state == GpuIdle::busy) next_look_ = Clock::now() + std::chrono::milliseconds(static_cast<int>(kBusyBackoffS * 1e3));
     return 0;
   }
   const GpuGuard::Mode mode = guard_->mode();

@@ -250,7 +250,8 @@ TEST(GpuLock, AnOverrunningHoldYieldsToAWaitingTimerWhenTheGpuIsIdle) {
 TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
   // A candidate whose kernel does not end keeps the GPU busy after it is stopped: timing beside it
   // would be timing beside someone else's work. The hold keeps the lock then (the timer waits to
-  // its end, as without yielding), looks kMaxBusy times at most, and the candidate runs meanwhile.
+  // its end, as without yielding), looks kMaxBusy times at most (kBusyBackoffS apart), and the
+  // candidate runs meanwhile.
   ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-busy-test-" + std::to_string(::getpid())).c_str(), 1);
   DeviceState gpu;
   gpu.name = "cuda:0";
@@ -266,7 +267,8 @@ TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
   std::atomic<bool> released{false};
   std::thread holder([&] {
     GpuUse run(gpu, GpuGuard::Mode::shared, "run", stats);
-    const auto until = Clock::now() + std::chrono::milliseconds(1200);
+    // Long enough for kMaxBusy looks kBusyBackoffS apart, and then some.
+    const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int>((GpuUse::kMaxBusy + 2) * GpuUse::kBusyBackoffS * 1e3));
     while (Clock::now() < until) {
       EXPECT_EQ(run.yield_for_timer(*cand, [&] {
         ++looks;
