@@ -217,6 +217,13 @@ def import_worker(name: str):
     src = str(ROOT / "python" / "kernelllm")
     pkg = sys.modules.get("kernelllm")
     if pkg is None:
+        # The installed package when there is one: a stand-in left in sys.modules at collection
+        # would hide the real one from every later test of the session (kernelllm.verify missing).
+        try:
+            pkg = importlib.import_module("kernelllm")
+        except ImportError:
+            pkg = None
+    if pkg is None:
         pkg = types.ModuleType("kernelllm")
         pkg.__path__ = [src]
         sys.modules["kernelllm"] = pkg
