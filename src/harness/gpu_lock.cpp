@@ -66,17 +66,14 @@ fs::path yield_lock_file(const fs::path& file) {
   return y;
 }
 
-// An OFD lock (fcntl F_OFD_*) on the whole file: `type` F_RDLCK to take one (waiting), F_UNLCK to
-// drop it. Unlike flock, a lock that would conflict can be looked at without taking it (F_OFD_GETLK).
-bool ofd_lock(int fd, short type) {
+// An OFD read lock (fcntl F_OFD_*) on the whole file, without waiting: false when someone holds a
+// write lock on it (no kernelllm process takes one). Unlike flock, a lock that would conflict can
+// be looked at without taking it (F_OFD_GETLK, yield_wanted).
+bool ofd_read_lock(int fd) {
   struct flock fl {};
-  fl.l_type = type;
+  fl.l_type = F_RDLCK;
   fl.l_whence = SEEK_SET;
-  int rc;
-  do {
-    rc = ::fcntl(fd, F_OFD_SETLKW, &fl);
-  } while (rc != 0 && errno == EINTR);
-  return rc == 0;
+  return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
 }
 
 int flock_retrying(int fd, int op) {
@@ -123,7 +120,7 @@ GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode, bool ask_yield
     ask.mu = &mu_;
     ++mu_.yield_asked;
     ask.fd = open_yield_file(file);
-    if (ask.fd >= 0 && !ofd_lock(ask.fd, F_RDLCK)) {
+    if (ask.fd >= 0 && !ofd_read_lock(ask.fd)) {  // (then asked in this process only)
       ::close(ask.fd);
       ask.fd = -1;
     }

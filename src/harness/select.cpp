@@ -137,6 +137,13 @@ void Verifier::select() {
         for (size_t o = 0; o < alive.size(); ++o) {
           if (o != k && ok[o]) workers[o]->proc.resume();
         }
+        if (!t && scratch.evidence.contains("timing_not_taken")) {
+          // The GPU stayed busy before this batch (work someone left queued): this round is
+          // not taken, the finalist stays (dropping it would let that work choose the winner).
+          warn(fmt::format("re-timing {}: a batch not taken: {}", candidate_paths_[alive[k]],
+                           scratch.evidence["timing_not_taken"].get<std::string>()));
+          continue;
+        }
         if (!t) {
           ok[k] = false;
           workers[k]->proc.kill_tree();

@@ -59,6 +59,8 @@ struct PausedWhileIdle {
 // the reference's round trip then runs anyway (the wait charged to the candidate); before it, the
 // candidate goes untimed.
 constexpr double kSettleS = 2;
+// How long a finalist's re-timing batch waits for the GPU to go idle before it starts.
+constexpr double kRetimeSettleS = 30;
 
 // A flush's wait beyond its idle baseline that is noise, not queued work: never charged, and a
 // flush under baseline + this finds the GPU idle.
@@ -363,11 +365,11 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // and slow it (an H200: a 3.0x speedup published for a 0.45x candidate, docs/trust-boundary.md);
   // waited out instead, and charged to the candidate. *clean: whether the last flush was under it.
   int flush_repeats = 0;
-  auto settle = [&](bool* clean_out) -> double {
+  auto settle = [&](bool* clean_out, double within_s = kSettleS) -> double {
     double charged = flush();
     const double base = dev.flush_baseline_ms;
     const double threshold = base + flush_margin_ms(base);
-    const auto until = Clock::now() + std::chrono::duration<double>(kSettleS);
+    const auto until = Clock::now() + std::chrono::duration<double>(within_s);
     double f = charged;
     while (base > 0 && f > threshold && Clock::now() < until) {
       f = flush();
@@ -381,17 +383,24 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // waited out): a GPU still busy is another process's work, waited out charged to no one. Busy
   // through kSettleS, the GPU is not this batch's to time on: no time is published (the verdict
   // stays what the correctness trials gave), never one taken beside someone else's work.
-  auto gpu_busy = [&]() -> std::optional<TimingResult> {
+  auto gpu_busy = [&](double waited_s = kSettleS) -> std::optional<TimingResult> {
     const std::string why = fmt::format("not timed: the GPU stayed busy for {:g} s with work the judge could not wait "
                                         "out before a timed round trip, the candidate stopped (another process's, or "
-                                        "what the candidate left queued past an earlier reply)", kSettleS);
+                                        "what the candidate left queued past an earlier reply)", waited_s);
     r->evidence["timing_not_taken"] = why;
     r->message += (r->message.empty() ? "" : "; ") + why;
     return std::nullopt;
   };
   // An unpaired candidate batch (finalists re-timed) starts with the GPU idle of what the finalist
   // before it left queued, charged to no one; a paired one waits before each of its round trips.
-  if (cand && cuda && !paired) (void)settle(nullptr);
+  // A finalist stopped with seconds of GPU work queued would otherwise run it beside a rival's
+  // round trips and be chosen over it (red team): waited out for up to kRetimeSettleS, else this
+  // batch is not taken (the finalist keeps its other rounds; select.cpp).
+  if (cand && cuda && !paired) {
+    bool idle_gpu = true;
+    (void)settle(&idle_gpu, kRetimeSettleS);
+    if (!idle_gpu) return gpu_busy(kRetimeSettleS);
+  }
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;
@@ -552,7 +561,14 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.cpu = pin.cpu;
   t.cpu_note = pin.note;
   t.load_ms = std::move(loads);
-  if (!cand && cuda && !flushes.empty()) dev.flush_baseline_ms = timing_stats(flushes).median_ms;
+  if (!cand && cuda && !flushes.empty()) {
+    // The reference's flushes, but never far above the quickest the judge saw at set-up, before any
+    // candidate of the call had loaded: GPU work a candidate keeps queued while the reference is
+    // timed would raise the baseline to a time slice and let its own leftover work go uncharged
+    // (red team).
+    const double median = timing_stats(flushes).median_ms;
+    dev.flush_baseline_ms = dev.flush_floor_ms > 0 ? std::min(median, 2 * dev.flush_floor_ms + 0.1) : median;
+  }
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
   if (paired) {
@@ -607,15 +623,20 @@ void Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per) {
   }
 }
 
-GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev) {
+GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev, const std::function<bool()>& stop) {
   DeviceState& root = dev.root();
-  std::lock_guard lock(root.judge_mu);  // (a candidate stopped meanwhile: the wait is its)
+  // The judge first, without waiting for it (a comparison or a chunk of timing sets may hold it for
+  // seconds, and the candidate would wait stopped, uncounted).
+  std::unique_lock lock(root.judge_mu, std::try_to_lock);
+  if (!lock) return GpuIdle::not_now;
   if (!root.judge || !root.judge->proc.running() || !root.healthy) return GpuIdle::unknown;
+  if (!stop()) return GpuIdle::busy;  // a thread of the candidate still running
   const double base = root.flush_baseline_ms;
   const double threshold = base > 0 ? base + flush_margin_ms(base) : 1.0;
   const Deadline until = deadline_in(GpuUse::kIdleLookS);
   for (;;) {
-    Reply f = judge_call_locked(root, Json{{"op", "l2_flush"}}, 10);
+    // (The timed batch's own flush deadline: a failed request costs the judge, and the device.)
+    Reply f = judge_call_locked(root, Json{{"op", "l2_flush"}}, 60);
     if (!f.ok()) return GpuIdle::unknown;
     if (f.elapsed_ms <= threshold) return GpuIdle::idle;
     if (Clock::now() >= until) return GpuIdle::busy;

@@ -75,6 +75,7 @@ struct DeviceState {
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
   std::filesystem::path shared_dir;  // init tensors, bound read-only into candidates
   double flush_baseline_ms = 0;      // median round trip of the judge's L2 flush with the GPU idle
+  double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none): caps the baseline
   std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
@@ -141,7 +142,11 @@ class OpStats {
 };
 
 // An exclusive taking asks shared holders to yield while it waits (gpu_lock.h).
-enum class GpuIdle { idle, busy, unknown };
+// A look at whether the GPU is idle (Verifier::gpu_idle_for_yield): it calls `stop` (which stops
+// the candidate and says whether every thread of it stopped) only once it can look; not_now when
+// it cannot look yet (the judge is busy), nothing stopped.
+enum class GpuIdle { idle, busy, unknown, not_now };
+using IdleLook = std::function<GpuIdle(const std::function<bool()>& stop)>;
 class GpuUse {
  public:
   GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats);
@@ -152,12 +157,12 @@ class GpuUse {
 
   // For a shared hold around a request to a candidate's process `proc`, called while its reply is
   // awaited: when a timer waits for the GPU (GpuGuard::yield_wanted) and the hold has lasted
-  // kYieldAfterMs, stops the candidate's processes; once they are stopped and `idle()` says the
-  // GPU has nothing of theirs (or anyone's) left running, lets the lock go, takes it back shared
-  // (after the timer) and continues them. Returns the seconds they were stopped, to be added to
-  // the request's deadline (0: nothing yielded). A GPU still busy (a kernel that does not end)
-  // keeps the lock as before; after kMaxBusy such looks this hold yields no more.
-  double yield_for_timer(Process& proc, const std::function<GpuIdle()>& idle);
+  // kYieldAfterMs, `look` stops the candidate's processes and looks at the GPU; found idle, the
+  // hold lets the lock go, takes it back shared (after the timer) and continues them. Returns the
+  // seconds they were stopped, to be added to the request's deadline (0: not stopped). A GPU still
+  // busy (a kernel that does not end) keeps the lock as before; after kMaxBusy such looks this
+  // hold yields no more.
+  double yield_for_timer(Process& proc, const IdleLook& look);
   static constexpr double kYieldAfterMs = 50;
   // How long one look waits for the GPU to go idle (the judge's flushes; other holders stop within
   // a slice of the ask), how long after a busy look the next one waits, and how many busy looks
@@ -230,11 +235,13 @@ class Verifier {
   // Whether `dev`'s GPU has nothing left running (GpuUse::yield_for_timer): the judge's L2 flush
   // comes back within its idle baseline and margin (1 ms before the reference is timed) within
   // GpuUse::kIdleLookS.
-  GpuIdle gpu_idle_for_yield(DeviceState& dev);
+  GpuIdle gpu_idle_for_yield(DeviceState& dev, const std::function<bool()>& stop);
   // The hook that lets a shared hold around a request to `w` yield to a waiting timer.
   std::function<double()> yield_hook(GpuUse& use, Worker& w, DeviceState& dev) {
     if (!dev.cuda()) return {};
-    return [this, &use, &w, &dev]() { return use.yield_for_timer(w.proc, [this, &dev]() { return gpu_idle_for_yield(dev); }); };
+    return [this, &use, &w, &dev]() {
+      return use.yield_for_timer(w.proc, [this, &dev](const std::function<bool()>& stop) { return gpu_idle_for_yield(dev, stop); });
+    };
   }
   void log(const std::string& line) const;
   void notify(size_t index, const CandidateResult& r);

@@ -199,9 +199,9 @@ TEST(GpuLock, AnOverrunningHoldYieldsToAWaitingTimerWhenTheGpuIsIdle) {
     GpuUse run(gpu, GpuGuard::Mode::shared, "load", stats);
     const auto until = Clock::now() + std::chrono::seconds(3);  // the request's 3 s
     while (Clock::now() < until && !done.load()) {
-      stopped_s += run.yield_for_timer(*cand, [&] {
+      stopped_s += run.yield_for_timer(*cand, [&](const std::function<bool()>& stop) {
         ++idle_looks;
-        return GpuIdle::idle;
+        return stop() ? GpuIdle::idle : GpuIdle::busy;
       });
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -265,15 +265,22 @@ TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
   GpuUseStats stats;
   std::atomic<int> looks{0};
   std::atomic<bool> released{false};
+  double stopped_total = 0;
   std::thread holder([&] {
     GpuUse run(gpu, GpuGuard::Mode::shared, "run", stats);
     // Long enough for kMaxBusy looks kBusyBackoffS apart, and then some.
     const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int>((GpuUse::kMaxBusy + 2) * GpuUse::kBusyBackoffS * 1e3));
     while (Clock::now() < until) {
-      EXPECT_EQ(run.yield_for_timer(*cand, [&] {
+      // Each look stops the candidate first; the time stopped is the request's (credited).
+      const double stopped = run.yield_for_timer(*cand, [&](const std::function<bool()>& stop) {
         ++looks;
+        EXPECT_TRUE(stop());
         return GpuIdle::busy;
-      }), 0.0);
+      });
+      EXPECT_GE(stopped, 0.0);
+      stopped_total += stopped;
+      // A judge busy with something else: nothing stopped, not counted, looked at again.
+      EXPECT_EQ(run.yield_for_timer(*cand, [&](const std::function<bool()>&) { return GpuIdle::not_now; }), 0.0);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     EXPECT_NE(proc_state(cand->pid()), 'T') << "left stopped after a busy look";
@@ -286,6 +293,7 @@ TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
   }
   holder.join();
   EXPECT_EQ(looks.load(), GpuUse::kMaxBusy);
+  EXPECT_GT(stopped_total, 0.0) << "a busy look's stop was not credited to the request";
   EXPECT_FALSE(stats.to_json()["run"].contains("yields"));
   cand->kill_tree();
   ::unsetenv("CUDA_VISIBLE_DEVICES");
