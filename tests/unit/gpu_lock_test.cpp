@@ -175,20 +175,26 @@ char proc_state(pid_t pid) {
   return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
 }
 
-TEST(GpuLock, AnOverrunningHoldYieldsToAWaitingTimerWhenTheGpuIsIdle) {
-  // A candidate's request holds the GPU shared for seconds (a first compile); a timer asks for it.
-  // The hold stops the candidate, lets the lock go, takes it back after the timer and continues
-  // the candidate, which lost nothing but the time it was stopped. Without yielding the timer
-  // waited the whole request, and every later shared taker behind it (the convoy).
-  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-yield-test-" + std::to_string(::getpid())).c_str(), 1);
-  DeviceState gpu;
+// A GPU of its own name (no verifier on this machine shares its lock file) and a stand-in
+// candidate process that sleeps.
+Result<Process> yield_test_setup(const std::string& gpu_name, DeviceState& gpu) {
+  ::setenv("CUDA_VISIBLE_DEVICES", (gpu_name + std::to_string(::getpid())).c_str(), 1);
   gpu.name = "cuda:0";
   gpu.gpu_lock = gpu_lock_file("cuda:0");
   SpawnOptions o;
   o.argv = {"/bin/sh", "-c", "sleep 100"};
   o.env = {"PATH=/usr/bin:/bin", "KERNELLLM_WORKER=1"};
   o.protocol_fds = false;
-  auto cand = Process::spawn(o);
+  return Process::spawn(o);
+}
+
+TEST(GpuLock, AnOverrunningHoldYieldsToAWaitingTimerWhenTheGpuIsIdle) {
+  // A candidate's request holds the GPU shared for seconds (a first compile); a timer asks for it.
+  // The hold stops the candidate, lets the lock go, takes it back after the timer and continues
+  // the candidate, which lost nothing but the time it was stopped. Without yielding the timer
+  // waited the whole request, and every later shared taker behind it (the convoy).
+  DeviceState gpu;
+  auto cand = yield_test_setup("GPU-yield-test-", gpu);
   ASSERT_TRUE(cand.ok());
   GpuUseStats stats;
   std::atomic<bool> timer_holds{false}, done{false};
@@ -252,15 +258,8 @@ TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
   // would be timing beside someone else's work. The hold keeps the lock then (the timer waits to
   // its end, as without yielding), looks kMaxBusy times at most (kBusyBackoffS apart), and the
   // candidate runs meanwhile.
-  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-busy-test-" + std::to_string(::getpid())).c_str(), 1);
   DeviceState gpu;
-  gpu.name = "cuda:0";
-  gpu.gpu_lock = gpu_lock_file("cuda:0");
-  SpawnOptions o;
-  o.argv = {"/bin/sh", "-c", "sleep 100"};
-  o.env = {"PATH=/usr/bin:/bin", "KERNELLLM_WORKER=1"};
-  o.protocol_fds = false;
-  auto cand = Process::spawn(o);
+  auto cand = yield_test_setup("GPU-busy-test-", gpu);
   ASSERT_TRUE(cand.ok());
   GpuUseStats stats;
   std::atomic<int> looks{0};
