@@ -46,6 +46,11 @@ Json timing_json(const TimingResult& t) {
               {"cpu", t.cpu >= 0 ? Json(t.cpu) : Json(nullptr)},
               {"clock", "orchestrator"}};
   if (!t.cpu_note.empty()) j["cpu_note"] = t.cpu_note;
+  if (t.flush_median_ms > 0) {
+    j["flush_median_ms"] = t.flush_median_ms;
+    j["flush_floor_ms"] = t.flush_floor_ms;
+    j["flush_baseline_ms"] = t.flush_baseline_ms;
+  }
   if (!t.paired_ref_ms.empty()) {
     // The reference's round trips beside this batch's, and the speedup's spread over them.
     const TimingStats s = timing_stats(paired_speedups(t));

@@ -111,6 +111,11 @@ void Verifier::select() {
   int per_round = std::max(3, opts_.iters / kRounds);
   std::vector<Finalist> finalists(alive.size());
   std::vector<bool> ok(alive.size(), true);
+  // Each finalist's times per round; only rounds that timed every finalist still in count, so a
+  // finalist whose batches could not be taken is compared on the same rounds as the others, never
+  // left out (red team: GPU work one finalist keeps queued would otherwise remove its rivals).
+  std::vector<std::vector<std::optional<std::vector<double>>>> round_times(kRounds,
+                                                                           std::vector<std::optional<std::vector<double>>>(alive.size()));
   {
     ensure_reference_timing(*dev);  // (its own takings of the GPU; nothing once it is done)
     for (int round = 0; round < kRounds; ++round) {
@@ -138,9 +143,9 @@ void Verifier::select() {
           if (o != k && ok[o]) workers[o]->proc.resume();
         }
         if (!t && scratch.evidence.contains("timing_not_taken")) {
-          // The GPU stayed busy before this batch (work someone left queued): this round is
-          // not taken, the finalist stays (dropping it would let that work choose the winner).
-          warn(fmt::format("re-timing {}: a batch not taken: {}", candidate_paths_[alive[k]],
+          // The GPU stayed busy before this batch (work someone left queued): this round counts
+          // for no finalist; the finalist stays (dropping it would let that work choose the winner).
+          warn(fmt::format("re-timing {}: round {} not taken: {}", candidate_paths_[alive[k]], round + 1,
                            scratch.evidence["timing_not_taken"].get<std::string>()));
           continue;
         }
@@ -151,8 +156,18 @@ void Verifier::select() {
                            scratch.message));
           continue;
         }
-        finalists[k].times_ms.insert(finalists[k].times_ms.end(), t->times_ms.begin(), t->times_ms.end());
+        round_times[static_cast<size_t>(round)][k] = t->times_ms;
       }
+    }
+  }
+  int complete_rounds = 0;
+  for (const auto& times : round_times) {
+    bool complete = true;
+    for (size_t k = 0; k < alive.size(); ++k) complete = complete && (!ok[k] || times[k].has_value());
+    if (!complete) continue;
+    ++complete_rounds;
+    for (size_t k = 0; k < alive.size(); ++k) {
+      if (ok[k]) finalists[k].times_ms.insert(finalists[k].times_ms.end(), times[k]->begin(), times[k]->end());
     }
   }
   std::vector<Finalist> usable;
@@ -167,7 +182,9 @@ void Verifier::select() {
   for (auto& w : workers) w->proc.kill_tree();
   if (usable.empty()) {
     report_.selected = timed.front();
-    report_.selection_reason = "re-timing failed for every finalist: the best first-pass median";
+    report_.selection_reason = complete_rounds == 0 && std::count(ok.begin(), ok.end(), true) > 0
+                                   ? "no round re-timed every finalist (the GPU stayed busy before a batch): the best first-pass median"
+                                   : "re-timing failed for every finalist: the best first-pass median";
     return;
   }
   Selection s = select_finalist(usable);

@@ -59,8 +59,11 @@ struct PausedWhileIdle {
 // the reference's round trip then runs anyway (the wait charged to the candidate); before it, the
 // candidate goes untimed.
 constexpr double kSettleS = 2;
-// How long a finalist's re-timing batch waits for the GPU to go idle before it starts.
-constexpr double kRetimeSettleS = 30;
+
+// The idle flush baseline a reference batch measures is capped at this multiple of the quickest
+// flush at set-up plus this much (flush_floor_ms): lenient for the judge pinned to a shared timing
+// CPU, well under the time slice (a few ms) that GPU work kept queued would raise it to.
+constexpr double kFloorCapFactor = 3, kFloorCapMs = 0.5;
 
 // A flush's wait beyond its idle baseline that is noise, not queued work: never charged, and a
 // flush under baseline + this finds the GPU idle.
@@ -365,11 +368,11 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // and slow it (an H200: a 3.0x speedup published for a 0.45x candidate, docs/trust-boundary.md);
   // waited out instead, and charged to the candidate. *clean: whether the last flush was under it.
   int flush_repeats = 0;
-  auto settle = [&](bool* clean_out, double within_s = kSettleS) -> double {
+  auto settle = [&](bool* clean_out) -> double {
     double charged = flush();
     const double base = dev.flush_baseline_ms;
     const double threshold = base + flush_margin_ms(base);
-    const auto until = Clock::now() + std::chrono::duration<double>(within_s);
+    const auto until = Clock::now() + std::chrono::duration<double>(kSettleS);
     double f = charged;
     while (base > 0 && f > threshold && Clock::now() < until) {
       f = flush();
@@ -383,10 +386,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // waited out): a GPU still busy is another process's work, waited out charged to no one. Busy
   // through kSettleS, the GPU is not this batch's to time on: no time is published (the verdict
   // stays what the correctness trials gave), never one taken beside someone else's work.
-  auto gpu_busy = [&](double waited_s = kSettleS) -> std::optional<TimingResult> {
+  auto gpu_busy = [&]() -> std::optional<TimingResult> {
     const std::string why = fmt::format("not timed: the GPU stayed busy for {:g} s with work the judge could not wait "
                                         "out before a timed round trip, the candidate stopped (another process's, or "
-                                        "what the candidate left queued past an earlier reply)", waited_s);
+                                        "what the candidate left queued past an earlier reply)", kSettleS);
     r->evidence["timing_not_taken"] = why;
     r->message += (r->message.empty() ? "" : "; ") + why;
     return std::nullopt;
@@ -394,12 +397,12 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // An unpaired candidate batch (finalists re-timed) starts with the GPU idle of what the finalist
   // before it left queued, charged to no one; a paired one waits before each of its round trips.
   // A finalist stopped with seconds of GPU work queued would otherwise run it beside a rival's
-  // round trips and be chosen over it (red team): waited out for up to kRetimeSettleS, else this
-  // batch is not taken (the finalist keeps its other rounds; select.cpp).
+  // round trips and be chosen over it (red team): busy for kSettleS, this batch is not taken and
+  // its round counts for no finalist (select.cpp).
   if (cand && cuda && !paired) {
     bool idle_gpu = true;
-    (void)settle(&idle_gpu, kRetimeSettleS);
-    if (!idle_gpu) return gpu_busy(kRetimeSettleS);
+    (void)settle(&idle_gpu);
+    if (!idle_gpu) return gpu_busy();
   }
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
@@ -565,9 +568,12 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // The reference's flushes, but never far above the quickest the judge saw at set-up, before any
     // candidate of the call had loaded: GPU work a candidate keeps queued while the reference is
     // timed would raise the baseline to a time slice and let its own leftover work go uncharged
-    // (red team).
+    // (red team). All three in the reference's timing JSON.
     const double median = timing_stats(flushes).median_ms;
-    dev.flush_baseline_ms = dev.flush_floor_ms > 0 ? std::min(median, 2 * dev.flush_floor_ms + 0.1) : median;
+    dev.flush_baseline_ms = dev.flush_floor_ms > 0 ? std::min(median, kFloorCapFactor * dev.flush_floor_ms + kFloorCapMs) : median;
+    t.flush_median_ms = median;
+    t.flush_floor_ms = dev.flush_floor_ms;
+    t.flush_baseline_ms = dev.flush_baseline_ms;
   }
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;

@@ -74,8 +74,9 @@ struct DeviceState {
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
   std::filesystem::path shared_dir;  // init tensors, bound read-only into candidates
-  double flush_baseline_ms = 0;      // median round trip of the judge's L2 flush with the GPU idle
-  double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none): caps the baseline
+  double flush_baseline_ms = 0;      // the judge's L2 flush round trip with the GPU idle: the reference
+                                     // batches' median, capped by the floor (timed_calls.cpp)
+  double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none)
   std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;

@@ -333,7 +333,7 @@ Status Verifier::setup_device(DeviceState& dev) {
     }
     if (dev.cuda() && !dev.parent && opts_.timing) {
       // The L2 flush's round trip before any candidate of this call has loaded: its quickest caps
-      // the idle baseline the reference's batches measure (timed_calls.cpp).
+      // the idle baseline the reference's batches measure (timed_calls.cpp, kFloorCapFactor).
       double floor_ms = 0;
       for (int k = 0; k < 5; ++k) {
         Reply f = judge_call(dev, Json{{"op", "l2_flush"}}, 60);

@@ -265,8 +265,20 @@ TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
   std::atomic<int> looks{0};
   std::atomic<bool> released{false};
   double stopped_total = 0;
+  std::atomic<int> not_now{0};
   std::thread holder([&] {
     GpuUse run(gpu, GpuGuard::Mode::shared, "run", stats);
+    while (!GpuGuard::yield_wanted(gpu.gpu_mu, -1)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // (held kYieldAfterMs by now)
+    // A judge busy with something else: nothing stopped, not counted toward the cap, no back-off:
+    // looked at again at the next poll, however many times.
+    for (int i = 0; i < 2 * GpuUse::kMaxBusy; ++i) {
+      EXPECT_EQ(run.yield_for_timer(*cand, [&](const std::function<bool()>&) {
+        ++not_now;
+        return GpuIdle::not_now;
+      }), 0.0);
+      EXPECT_NE(proc_state(cand->pid()), 'T');
+    }
     // Long enough for kMaxBusy looks kBusyBackoffS apart, and then some.
     const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int>((GpuUse::kMaxBusy + 2) * GpuUse::kBusyBackoffS * 1e3));
     while (Clock::now() < until) {
@@ -278,8 +290,7 @@ TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
       });
       EXPECT_GE(stopped, 0.0);
       stopped_total += stopped;
-      // A judge busy with something else: nothing stopped, not counted, looked at again.
-      EXPECT_EQ(run.yield_for_timer(*cand, [&](const std::function<bool()>&) { return GpuIdle::not_now; }), 0.0);
+
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     EXPECT_NE(proc_state(cand->pid()), 'T') << "left stopped after a busy look";
@@ -291,6 +302,7 @@ TEST(GpuLock, AHoldKeepsTheGpuWhileItStaysBusy) {
     EXPECT_TRUE(released.load()) << "the timer went in while the GPU was busy";
   }
   holder.join();
+  EXPECT_EQ(not_now.load(), 2 * GpuUse::kMaxBusy) << "a look that could not be made was skipped or backed off";
   EXPECT_EQ(looks.load(), GpuUse::kMaxBusy);
   EXPECT_GT(stopped_total, 0.0) << "a busy look's stop was not credited to the request";
   EXPECT_FALSE(stats.to_json()["run"].contains("yields"));

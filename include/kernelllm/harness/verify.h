@@ -101,6 +101,9 @@ struct TimingResult {
   double orchestrator_wall_ms = 0; // our clock around the whole batch, value checks included
   double ping_ms = 0;              // median no-op round trip to the judge, subtracted twice per call
   double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
+  // The reference's batches: the median of their flushes, the quickest flush at set-up, and the
+  // idle baseline used (the median, capped by the floor); 0 elsewhere.
+  double flush_median_ms = 0, flush_floor_ms = 0, flush_baseline_ms = 0;
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
   int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
   int warmup_trips = 0;            // untimed round trips first (fewer than asked after a slow one)
