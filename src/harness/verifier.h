@@ -122,10 +122,6 @@ class GpuUseStats {
   std::map<std::string, Entry> by_what_;
 };
 
-// `dev`'s lock taken for `what` until destroyed: shared while work of ours runs on the GPU
-// (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
-// timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
-// hold are added to `stats`.
 // The judge's requests of one verify call by op: count, summed and longest round trip (the
 // report's "judge_ms"), to show which of the judge's work a call's time goes to.
 class OpStats {
@@ -142,12 +138,16 @@ class OpStats {
   std::map<std::string, Entry> by_op_;
 };
 
-// An exclusive taking asks shared holders to yield while it waits (gpu_lock.h).
-// A look at whether the GPU is idle (Verifier::gpu_idle_for_yield): it calls `stop` (which stops
+// An exclusive taking asks shared holders to yield while it waits (gpu_lock.h). A look at whether the GPU is idle (Verifier::gpu_idle_for_yield): it calls `stop` (which stops
 // the candidate and says whether every thread of it stopped) only once it can look; not_now when
 // it cannot look yet (the judge is busy), nothing stopped.
 enum class GpuIdle { idle, busy, unknown, not_now };
 using IdleLook = std::function<GpuIdle(const std::function<bool()>& stop)>;
+
+// `dev`'s lock taken for `what` until destroyed: shared while work of ours runs on the GPU
+// (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
+// timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
+// hold are added to `stats`.
 class GpuUse {
  public:
   GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats);
