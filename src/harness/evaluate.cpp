@@ -48,7 +48,7 @@ bool cgroup_saw_oom(const Worker& w) {
 bool flood_from_cgroup(const Worker& w, int max_tasks, CandidateResult& r) {
   PidsFacts f = read_pids(w);
   r.evidence["processes"] = f.to_json();
-  std::string why = process_flood_evidence(f, max_tasks);
+  std::string why = process_flood_evidence(f, max_tasks, w.base_processes);
   if (why.empty()) return false;
   r.verdict = Verdict::sandbox_violation;
   r.rule = "process_flood";
@@ -232,6 +232,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   };
   r.evidence = Json::object();
   r.evidence["worker_pid"] = w.hello.value("pid", 0);
+  r.evidence["worker_start"] = w.started_by;
   // Wall time per phase as the orchestrator saw it (waits for the GPU lock included), for
   // throughput accounting; start_ms (waiting for a pre-warmed worker) is added by the caller.
   Json& phases = r.evidence["phases"] = Json::object();

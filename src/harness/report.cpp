@@ -102,7 +102,8 @@ Json VerifyReport::to_json() const {
   Json cands = Json::array();
   for (const CandidateResult& c : candidates) cands.push_back(c.to_json());
   Json j{{"verifier", kVerifierVersion}, {"problem", problem},         {"profile", profile},
-         {"sandbox", sandbox},           {"warnings", warnings},       {"environment", environment},
+         {"sandbox", sandbox},           {"worker_start", worker_start}, {"warnings", warnings},
+         {"environment", environment},
          {"candidates", cands},          {"selection_reason", selection_reason}};
   j["reference_timing"] = reference_timing ? timing_json(*reference_timing) : Json(nullptr);
   j["compile_timing"] = compile_timing ? timing_json(*compile_timing) : Json(nullptr);

@@ -102,26 +102,42 @@ int ms_until(Deadline d) {
 
 // sched_setaffinity fails with EPERM; so does every system call of another ABI (a 32-bit entry,
 // x32 numbers), so no other door to it stays open. Everything else is allowed.
-void install_affinity_lock() {
 #if defined(__x86_64__) || defined(__aarch64__)
 #if defined(__x86_64__)
-  constexpr uint32_t arch = AUDIT_ARCH_X86_64;
-  constexpr uint32_t foreign_nr = 0x40000000u;  // __X32_SYSCALL_BIT: numbers at or above it
+constexpr uint32_t kFilterArch = AUDIT_ARCH_X86_64;
+constexpr uint32_t kForeignNr = 0x40000000u;  // __X32_SYSCALL_BIT: numbers at or above it
 #else
-  constexpr uint32_t arch = AUDIT_ARCH_AARCH64;
-  constexpr uint32_t foreign_nr = 0xffffffffu;  // (no second ABI on this arch's numbers)
+constexpr uint32_t kFilterArch = AUDIT_ARCH_AARCH64;
+constexpr uint32_t kForeignNr = 0xffffffffu;  // (no second ABI on this arch's numbers)
 #endif
-  static const sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, foreign_nr, 1, 0),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sched_setaffinity, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), const_cast<sock_filter*>(filter)};
+const sock_filter kAffinityFilter[] = {
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kFilterArch, 1, 0),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+    BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, kForeignNr, 1, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sched_setaffinity, 0, 1),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+};
+#endif
+
+}  // namespace
+
+std::string affinity_lock_filter() {
+#if defined(__x86_64__) || defined(__aarch64__)
+  return std::string(reinterpret_cast<const char*>(kAffinityFilter), sizeof kAffinityFilter);
+#else
+  return "";
+#endif
+}
+
+namespace {
+
+void install_affinity_lock() {
+#if defined(__x86_64__) || defined(__aarch64__)
+  sock_fprog prog{static_cast<unsigned short>(sizeof kAffinityFilter / sizeof kAffinityFilter[0]),
+                  const_cast<sock_filter*>(kAffinityFilter)};
   ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
 #endif
@@ -206,19 +222,56 @@ void forget_pid(pid_t pid) {
 
 }  // namespace
 
+namespace {
+std::optional<pid_t> parent_pid_of(pid_t pid);
+}  // namespace
+
+// The pipes of a child: [0] our end / [1] the child's for each stream (for the request pipe the
+// child reads [0] and we write [1]). Closed on destruction unless taken.
+struct ChildPipes {
+  int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, sock[2] = {-1, -1};
+  ~ChildPipes() {
+    for (int* p : {req, rep, out, err, sock}) {
+      close_fd(p[0]);
+      close_fd(p[1]);
+    }
+  }
+  Status make(const SpawnOptions& o) {
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+        (o.protocol_fds && (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0)) ||
+        (o.protocol_fds && o.fd_channel && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sock) != 0)) {
+      return error(ErrorCode::io_error, fmt::format("spawn {}: pipe: {}", o.argv.empty() ? "" : o.argv[0], std::strerror(errno)));
+    }
+    return {};
+  }
+  void close_child_ends() {
+    close_fd(req[0]);
+    close_fd(rep[1]);
+    close_fd(out[1]);
+    close_fd(err[1]);
+    close_fd(sock[1]);
+  }
+};
+
+void Process::take_pipes(ChildPipes& pipes, const SpawnOptions& o) {
+  out_ = RingBuffer(o.tail_bytes);
+  err_ = RingBuffer(o.tail_bytes);
+  cgroup_procs_files_ = o.cgroup_procs_files;
+  pipes.close_child_ends();
+  fd_sock_ = std::exchange(pipes.sock[0], -1);
+  to_child_ = std::exchange(pipes.req[1], -1);
+  from_child_ = std::exchange(pipes.rep[0], -1);
+  out_fd_ = std::exchange(pipes.out[0], -1);
+  err_fd_ = std::exchange(pipes.err[0], -1);
+  for (int fd : {to_child_, from_child_, out_fd_, err_fd_}) {
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+}
+
 Result<Process> Process::spawn(const SpawnOptions& o) {
   if (o.argv.empty()) return error(ErrorCode::invalid_argument, "spawn: expected a non-empty argv");
-  int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, sock[2] = {-1, -1};
-  auto close_all = [&] {
-    for (int* p : {req, rep, out, err, sock}) { close_fd(p[0]); close_fd(p[1]); }
-  };
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-      (o.protocol_fds && (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0)) ||
-      (o.protocol_fds && o.fd_channel && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sock) != 0)) {
-    Status s = error(ErrorCode::io_error, fmt::format("spawn {}: pipe: {}", o.argv[0], std::strerror(errno)));
-    close_all();
-    return s;
-  }
+  ChildPipes pipes;
+  KLLM_RETURN_IF_ERROR(pipes.make(o));
   std::vector<char*> argv, envp;
   for (const std::string& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -231,31 +284,36 @@ Result<Process> Process::spawn(const SpawnOptions& o) {
     pid = ::fork();  // the child only execs (exec_child): it never touches the lock
     if (pid > 0) live_pids().insert(pid);
   }
-  if (pid < 0) {
-    Status s = error(ErrorCode::resource_exhausted, fmt::format("spawn {}: fork: {}", o.argv[0], std::strerror(errno)));
-    close_all();
-    return s;
-  }
-  if (pid == 0) exec_child(o, argv.data(), envp.data(), req[0], rep[1], out[1], err[1], sock[1]);
+  if (pid < 0) return error(ErrorCode::resource_exhausted, fmt::format("spawn {}: fork: {}", o.argv[0], std::strerror(errno)));
+  if (pid == 0) exec_child(o, argv.data(), envp.data(), pipes.req[0], pipes.rep[1], pipes.out[1], pipes.err[1], pipes.sock[1]);
 
   Process p;
   p.pid_ = pid;
-  p.out_ = RingBuffer(o.tail_bytes);
-  p.err_ = RingBuffer(o.tail_bytes);
-  p.cgroup_procs_files_ = o.cgroup_procs_files;
-  close_fd(req[0]);
-  close_fd(rep[1]);
-  close_fd(out[1]);
-  close_fd(err[1]);
-  close_fd(sock[1]);
-  p.fd_sock_ = sock[0];
-  p.to_child_ = req[1];
-  p.from_child_ = rep[0];
-  p.out_fd_ = out[0];
-  p.err_fd_ = err[0];
-  for (int fd : {p.to_child_, p.from_child_, p.out_fd_, p.err_fd_}) {
-    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  p.take_pipes(pipes, o);
+  return p;
+}
+
+Result<Process> Process::adopt(const SpawnOptions& o, const std::function<Result<pid_t>(const ChildEnds&)>& start) {
+  ChildPipes pipes;
+  KLLM_RETURN_IF_ERROR(pipes.make(o));
+  const ChildEnds ends{pipes.req[0], pipes.rep[1], pipes.sock[1], pipes.out[1], pipes.err[1]};
+  pid_t pid = -1;
+  {
+    // Held from the request to the registration: the worker is our child (adopted) before `start`
+    // returns, and reap_orphans must not take it for an orphan meanwhile.
+    std::lock_guard<std::mutex> lock(live_mu());
+    Result<pid_t> got = start(ends);
+    if (!got.ok()) return got.status();
+    pid = *got;
+    if (pid <= 0 || parent_pid_of(pid) != ::getpid()) {
+      if (pid > 0) ::kill(pid, SIGKILL);
+      return error(ErrorCode::internal, fmt::format("adopt: process {} is not a child of this process (is it a subreaper?)", pid));
+    }
+    live_pids().insert(pid);
   }
+  Process p;
+  p.pid_ = pid;
+  p.take_pipes(pipes, o);
   return p;
 }
 
@@ -459,6 +517,17 @@ Received Process::receive(Deadline deadline) {
       out.error = "no reply before the deadline";
       return out;
     }
+  }
+}
+
+bool Process::await_stdout(std::string_view marker, Deadline deadline) {
+  for (;;) {
+    if (out_.str().find(marker) != std::string::npos) return true;
+    if (Clock::now() >= deadline || (out_fd_ < 0 && err_fd_ < 0) || try_reap()) {
+      drain(0);
+      return out_.str().find(marker) != std::string::npos;
+    }
+    drain(std::min(ms_until(deadline), 50));
   }
 }
 
@@ -689,6 +758,7 @@ void Process::kill_tree() {
   if (pid_ <= 0) return;
   // Repeat: a process may fork between the scan and the kill. The leader stays a zombie (not
   // reaped) until the end, so its pid and process group cannot be reused meanwhile.
+  std::set<pid_t> killed;
   for (int round = 0; round < 20; ++round) {
     // After the leader was reaped its pid may be reused: then only the group and cgroups count.
     std::vector<pid_t> victims = exit_ ? std::vector<pid_t>{} : list_descendants(pid_);
@@ -696,6 +766,7 @@ void Process::kill_tree() {
     ::kill(-pid_, SIGKILL);
     if (!exit_) ::kill(pid_, SIGKILL);
     for (pid_t v : victims) ::kill(v, SIGKILL);
+    killed.insert(victims.begin(), victims.end());
     if (victims.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -708,6 +779,26 @@ void Process::kill_tree() {
       else if (WIFSIGNALED(st)) { e.signal = WTERMSIG(st); }
       exit_ = e;
     }
+  }
+  // What of the tree became our child when its parent died (we are the subreaper): a worker the
+  // zygote forked once its leader is gone, a sandbox's init once bwrap is. Reaped here, within
+  // ~2 s: a zombie keeps its pid, and a pid namespace's init waits in its exit for every member.
+  // Never a pid another Process owns now (a reused pid: live_pids, under its lock).
+  for (int i = 0; i < 200 && !killed.empty(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(live_mu());
+      for (auto it = killed.begin(); it != killed.end();) {
+        // Gone, or someone else's to reap (a Process of its own): done. Another's child: it may
+        // become ours when that parent (killed too) exits.
+        const std::optional<pid_t> parent = parent_pid_of(*it);
+        if (!parent || live_pids().count(*it) || (*parent == ::getpid() && ::waitpid(*it, nullptr, WNOHANG) == *it)) {
+          it = killed.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (!killed.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   drain(0);
   close_fds();

@@ -23,6 +23,7 @@
 #include "kernelllm/harness/verify.h"
 #include "gpu_lock.h"
 #include "workers.h"
+#include "zygote.h"
 
 namespace kernelllm::harness {
 
@@ -299,7 +300,9 @@ class Verifier {
   // multishape.cpp
   void run_multishape();  // after the worker threads: notes of the candidates not checked
   void spawn_variant_judges(DeviceState& dev);
-  Status spawn_judge(DeviceState& dev);  // starts dev's judge process unless it has one; does not wait
+  Status spawn_judge(DeviceState& dev);
+  void note_exec_start(const std::string& why);  // keeps the first reason a worker started by exec
+  static constexpr double kZygoteStartS = 180;   // its imports, on a loaded host  // starts dev's judge process unless it has one; does not wait
   void setup_variants(DeviceState& dev);
   // The variant judges load the problem on a thread of their own, started by the first candidate
   // found correct (nothing is spent on variants when none is); wait_variants waits for it.
@@ -325,6 +328,9 @@ class Verifier {
   PythonEnv py_;
   std::filesystem::path package_dir_;
   Sandbox sandbox_;
+  std::shared_ptr<Zygote> zygote_;  // forks the workers (nullptr: each starts by exec)
+  std::string exec_note_;           // why a worker last started by exec instead (guarded by exec_note_mu_)
+  std::mutex exec_note_mu_;
   std::filesystem::path run_dir_;
   uint64_t secret_seed_ = 0;  // sent to judges only
   std::vector<std::unique_ptr<DeviceState>> devices_;

@@ -136,10 +136,18 @@ Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double 
   return r;
 }
 
+void Verifier::note_exec_start(const std::string& why) {
+  if (why.empty()) return;
+  std::lock_guard lock(exec_note_mu_);
+  if (exec_note_.empty()) exec_note_ = why;
+}
+
 Status Verifier::spawn_judge(DeviceState& dev) {
   if (dev.judge) return {};
+  std::string note;
   auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.tag()), {}, dev.name, nullptr,
-                            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2));
+                            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2), zygote_.get(), &note);
+  note_exec_start(note);
   if (!judge.ok()) return judge.status();
   dev.judge = std::move(*judge);
   dev.judge->proc.set_cancel(opts_.cancel);
@@ -481,7 +489,17 @@ Status Verifier::setup() {
       report_.warnings.push_back("result cache disabled: " + c.status().to_string());
     }
   }
-  become_subreaper();
+  // Workers are forked by the zygote, which must make them our children: we are their subreaper.
+  if (!become_subreaper()) {
+    note_exec_start("this process may not be its workers' subreaper (PR_SET_CHILD_SUBREAPER refused)");
+  } else if (zygote_ = Zygote::shared(py_, package_dir_, !cuda); !zygote_) {
+    note_exec_start("KERNELLLM_ZYGOTE=0");
+  } else {
+    if (Status s = zygote_->ready(kZygoteStartS); !s.ok()) {
+      note_exec_start(s.message());
+      zygote_.reset();
+    }
+  }
   // Every judge process is started before any is waited for: their start-up overlaps.
   for (auto& dev : devices_) {
     (void)spawn_judge(*dev);  // a failure is reported by setup_device, which tries again
@@ -551,8 +569,10 @@ Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& de
   uint64_t seq = worker_seq_++;
   fs::path dir = run_dir_ / fmt::format("cand-{}-{}", thread, seq);
   int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, jobs_));
+  std::string note;
   auto w = spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir}, dev.name,
-                        sandbox_.active() ? &sandbox_ : nullptr, threads);
+                        sandbox_.active() ? &sandbox_ : nullptr, threads, zygote_.get(), &note);
+  note_exec_start(note);
   if (w.ok()) (*w)->proc.set_cancel(opts_.cancel);
   return w;
 }
@@ -870,6 +890,12 @@ Result<VerifyReport> Verifier::close_feed() {
   devices_.clear();
   int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
+  {
+    std::lock_guard lock(exec_note_mu_);
+    report_.worker_start = zygote_ && exec_note_.empty() ? "zygote"
+                           : zygote_                    ? "zygote, some by exec: " + exec_note_
+                                                        : "exec: " + exec_note_;
+  }
   report_.timeline_ms["total"] = ms_from_start();
   report_.timeline_ms["gpu_exclusive"] = gpu_use_.exclusive_hold_ms();
   report_.gpu_use = gpu_use_.to_json();

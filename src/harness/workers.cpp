@@ -19,6 +19,7 @@
 
 #include "kernelllm/base/file.h"
 #include "kernelllm/harness/cache.h"
+#include "zygote.h"
 
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
@@ -412,7 +413,13 @@ std::string Worker::describe_exit() const {
 
 Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const PythonEnv& py, const fs::path& package_dir,
                                              const fs::path& work_dir, const std::vector<fs::path>& readable_dirs,
-                                             const std::string& device, const Sandbox* sandbox, int threads) {
+                                             const std::string& device, const Sandbox* sandbox, int threads, Zygote* zygote,
+                                             std::string* exec_note) {
+  if (zygote) {
+    auto forked = fork_worker(*zygote, kind, package_dir, work_dir, readable_dirs, device, sandbox, threads);
+    if (forked.ok()) return forked;
+    if (exec_note) *exec_note = forked.status().message();
+  }
   auto w = std::make_unique<Worker>();
   w->work_dir = work_dir;
   w->device = device;
@@ -469,15 +476,15 @@ Json PidsFacts::to_json() const {
   return j;
 }
 
-std::string process_flood_evidence(const PidsFacts& f, int max_tasks) {
+std::string process_flood_evidence(const PidsFacts& f, int max_tasks, long base_processes) {
   if (!f.available) return "";
   if (f.limit_hits > 0) {
     return fmt::format("the candidate's cgroup refused {} fork/clone(s) at its limit of {} tasks (pids.events max)", f.limit_hits,
                        max_tasks);
   }
-  if (f.processes > kWorkerBaseProcesses + kMaxSpawns) {
+  if (f.processes > base_processes + kMaxSpawns) {
     return fmt::format("{} processes alive in the candidate's cgroup after the run (more than {} spawned)",
-                       f.processes - kWorkerBaseProcesses, kMaxSpawns);
+                       f.processes - base_processes, kMaxSpawns);
   }
   return "";
 }

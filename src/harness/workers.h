@@ -52,15 +52,20 @@ struct Reply {
   std::string error_message() const;
 };
 
+class Zygote;  // zygote.h
+
 class Worker {
  public:
   std::unique_ptr<CgroupLease> cgroup;  // destroyed after `proc` (declared first)
+  Process holder;  // a candidate forked by the zygote: the sandbox whose namespaces it joined
   Process proc;
   Json hello;
   std::filesystem::path work_dir;
   uint64_t memory_limit_bytes = 0;  // of its cgroup, when sized (Verifier::size_memory_limit)
   std::string device;
   std::string kind;  // "judge" or "candidate"
+  std::string started_by = "exec";  // or "zygote"
+  long base_processes = 3;  // the worker's own processes in its cgroup: never counted as spawns
 
   // `between`, when given, is called every kSliceMs while the reply is awaited; the seconds it
   // returns are added to the deadline (the time the process was stopped: GpuUse::yield_for_timer).
@@ -83,20 +88,23 @@ struct PidsFacts {
   Json to_json() const;
 };
 PidsFacts read_pids(const Worker& w);
-// Processes of the worker's own (bwrap, its pid-1, the interpreter) that never count as spawns.
-inline constexpr long kWorkerBaseProcesses = 3;
+// Worker::base_processes: bwrap, its pid-1 and the interpreter when started by exec; the leader
+// and the interpreter when forked by the zygote.
 // More spawned processes than this is a flood (rules.MAX_SPAWNS in the worker says the same).
 inline constexpr long kMaxSpawns = 16;
 // Non-empty when the cgroup's counters show a process flood: the evidence, in words.
-std::string process_flood_evidence(const PidsFacts& f, int max_tasks);
+std::string process_flood_evidence(const PidsFacts& f, int max_tasks, long base_processes);
 
-// Starts a worker ("judge" or "candidate") without waiting: it imports torch on its own while
-// we do other work (pre-warming). The child dies with the *thread* that forks it
-// (PR_SET_PDEATHSIG), so spawn only from threads that outlive the worker.
+// Starts a worker ("judge" or "candidate") without waiting for its greeting: forked by `zygote`
+// when one is given and can (zygote.h), else by exec, importing torch on its own while we do other
+// work (pre-warming); `exec_note` (optional) then says why not the zygote. The child (a sandboxed
+// candidate's holder) dies with the *thread* that forks it (PR_SET_PDEATHSIG), so spawn only from
+// threads that outlive the worker.
 Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const PythonEnv& py,
                                              const std::filesystem::path& package_dir, const std::filesystem::path& work_dir,
                                              const std::vector<std::filesystem::path>& readable_dirs, const std::string& device,
-                                             const Sandbox* sandbox, int threads);
+                                             const Sandbox* sandbox, int threads, Zygote* zygote = nullptr,
+                                             std::string* exec_note = nullptr);
 // Waits for the worker's hello; kills it on failure.
 Status await_hello(Worker& w, double start_timeout_s);
 // spawn_worker + await_hello.

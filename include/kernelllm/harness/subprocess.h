@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,6 +85,19 @@ struct SpawnOptions {
   bool lock_cpu_affinity = false;
 };
 
+// The child's ends of a worker's pipes, for a worker that another process starts for us
+// (Process::adopt): fd 3 (requests, read), fd 4 (replies, write), fd 5 (-1 without fd_channel),
+// stdout and stderr.
+struct ChildEnds {
+  int request_read = -1, reply_write = -1, channel = -1, out_write = -1, err_write = -1;
+};
+struct ChildPipes;  // subprocess.cpp
+
+// The seccomp program of SpawnOptions::lock_cpu_affinity as raw `struct sock_filter` entries
+// (8 bytes each), for a process that installs it itself (the zygote's candidates); empty where
+// no filter is built.
+std::string affinity_lock_filter();
+
 enum class ReceiveStatus { ok, timeout, closed, protocol_error };
 struct Received {
   ReceiveStatus status = ReceiveStatus::closed;
@@ -101,6 +115,11 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   static Result<Process> spawn(const SpawnOptions& options);
+  // A worker another process forks for us (the zygote, harness/zygote.h): makes the pipes
+  // `options` asks for (argv, env, cwd, limits and filters are the starter's business) and calls
+  // `start` with the child's ends while no orphan can be reaped; `start` passes them on and returns
+  // the worker's pid, which must by then be a child of this process (adopted, as subreaper).
+  static Result<Process> adopt(const SpawnOptions& options, const std::function<Result<pid_t>(const ChildEnds&)>& start);
 
   pid_t pid() const { return pid_; }
   // Once *flag is true, send() and receive() give up at their next poll (within 200 ms) as if
@@ -118,6 +137,9 @@ class Process {
   // descriptor.
   Status send_fd(int fd, Deadline deadline);
   Result<int> receive_fd(Deadline deadline);
+  // Drains stdout/stderr until stdout holds `marker`; false when the child exited or the deadline
+  // passed first.
+  bool await_stdout(std::string_view marker, Deadline deadline);
   // Drains stdout/stderr until the child exits or the deadline passes; returns the exit if seen.
   std::optional<ExitInfo> wait(Deadline deadline);
   // SIGKILLs the process group, every /proc descendant and every member of the cgroups, then reaps.
@@ -144,6 +166,7 @@ class Process {
 
  private:
   void close_fds();
+  void take_pipes(ChildPipes& pipes, const SpawnOptions& o);
   void drain(int timeout_ms);  // one poll round over stdout/stderr
   std::vector<pid_t> cgroup_members() const;  // every member of the cgroups (none without)
   std::vector<pid_t> tree_members() const;    // the cgroups' members, else the /proc descendants

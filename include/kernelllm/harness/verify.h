@@ -173,6 +173,9 @@ struct VerifyReport {
   std::string problem;
   std::string profile;
   std::string sandbox;  // the one-line summary of active protections
+  // How workers started: "zygote" (forked from one pre-imported process) or "exec", with why
+  // the zygote was not used where it was not (for some or all of them).
+  std::string worker_start;
   std::vector<std::string> warnings;
   Json environment;     // python, torch, triton, devices
   std::optional<TimingResult> reference_timing;

@@ -1,17 +1,17 @@
 """Starts a worker from a source tree or an installed package without running
 kernelllm/__init__.py (which loads the compiled extension a worker never needs):
-`python3 .../kernelllm/worker/launch.py judge|candidate`."""
+`python3 .../kernelllm/worker/launch.py judge|candidate|zygote`."""
 import os
 import runpy
 import sys
 import types
 
-_WORKERS = {"judge", "candidate"}
+_WORKERS = {"judge", "candidate", "zygote"}
 
 
 def main() -> None:
     if len(sys.argv) != 2 or sys.argv[1] not in _WORKERS:
-        sys.stderr.write(f"usage: launch.py judge|candidate (found {sys.argv[1:]})\n")
+        sys.stderr.write(f"usage: launch.py judge|candidate|zygote (found {sys.argv[1:]})\n")
         sys.exit(2)
     worker_dir = os.path.dirname(os.path.abspath(__file__))
     # The script's own dir would shadow stdlib-like names; the package is reached by path.

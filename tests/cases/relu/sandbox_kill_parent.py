@@ -1,6 +1,6 @@
 # expect: sandbox_violation
 # rule: kill_parent
-# why: sends SIGKILL to its parent process (the verifier, or the sandbox's init) in forward, then answers correctly if still alive.
+# why: sends SIGKILL to its parent process (the verifier, or the sandbox's init; pid 1 when the parent lies outside its pid namespace, as a worker forked by the zygote sees it) in forward, then answers correctly if still alive.
 import os
 import signal
 import torch
@@ -28,7 +28,7 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x):
-        parent = os.getppid()
+        parent = os.getppid() or 1
         if parent > 0:
             try:
                 os.kill(parent, signal.SIGKILL)
