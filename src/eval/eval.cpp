@@ -325,8 +325,36 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   std::atomic<int> not_verified{0};
   std::atomic<size_t> finished{0};
   Json environment = nullptr;  // the verifier's, for this invocation's line in invocations.jsonl
+  // Several problems at once on several GPUs named one by one: each problem verifies on the GPU
+  // with the fewest problems under way, its judge on the GPU that times its candidates, instead of
+  // every problem making judges and reference timings on every GPU (measured on two H200s at
+  // 85f5e96: 16 problems at once spread over both GPUs took 120.7 s where 8 on one took 104.4 s).
+  const std::vector<std::string> all_devices = opts.verify.devices;
+  bool spread = problem_jobs > 1 && all_devices.size() > 1;
+  for (const std::string& d : all_devices) spread = spread && d != "cuda" && d != "cpu";
+  std::mutex device_mu;
+  std::vector<int> in_flight(all_devices.size(), 0);
   auto one_problem = [&](size_t i) -> Status {
     const Problem& p = problems[i];
+    EvalOptions mine;
+    size_t device = 0;
+    if (spread) {
+      std::lock_guard<std::mutex> lock(device_mu);
+      device = static_cast<size_t>(std::min_element(in_flight.begin(), in_flight.end()) - in_flight.begin());
+      ++in_flight[device];
+      mine = opts;
+      mine.verify.devices = {all_devices[device]};
+    }
+    struct Release {
+      std::mutex& mu;
+      int* count;
+      ~Release() {
+        if (!count) return;
+        std::lock_guard<std::mutex> lock(mu);
+        --*count;
+      }
+    } release{device_mu, spread ? &in_flight[device] : nullptr};
+    const EvalOptions& po = spread ? mine : opts;
     progress(fmt::format("[{}/{}] {}", i + 1, problems.size(), p.id));
     // `problem`: problems finished before this event (this one's index when run one at a time).
     EvalTick tick{finished.load(), problems.size(), p.id, "generating", 0, 0, 0};
@@ -341,8 +369,8 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
         KLLM_ASSIGN_OR_RETURN(samples, copied_samples(options, p));
       } else {
         std::lock_guard<std::mutex> gen(gen_mu);
-        if (opts.on_tick) opts.on_tick(tick);
-        ready = std::make_unique<harness::VerifySession>(p.file.string(), group_options(opts, store, options.profiles.front(), false),
+        if (po.on_tick) po.on_tick(tick);
+        ready = std::make_unique<harness::VerifySession>(p.file.string(), group_options(po, store, options.profiles.front(), false),
                                                          static_cast<size_t>(std::max(1, options.k)));
         KLLM_ASSIGN_OR_RETURN(samples, generator.samples_for(p, progress, tick));
       }
@@ -353,11 +381,11 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     }
     for (const std::string& profile : options.profiles) {
       harness::VerifySession* session = profile == options.profiles.front() ? ready.get() : nullptr;
-      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, store_mu, opts, p, profile, progress, tick, &environment, session));
+      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, store_mu, po, p, profile, progress, tick, &environment, session));
       not_verified += missed;
     }
     const size_t done = ++finished;
-    if (opts.on_tick) opts.on_tick(EvalTick{done, problems.size(), p.id, "done", 0, 0, 0});
+    if (po.on_tick) po.on_tick(EvalTick{done, problems.size(), p.id, "done", 0, 0, 0});
     return {};
   };
   if (problem_jobs == 1) {
