@@ -88,8 +88,8 @@ struct PidsFacts {
   Json to_json() const;
 };
 PidsFacts read_pids(const Worker& w);
-// Worker::base_processes: bwrap, its pid-1 and the interpreter when started by exec; the leader
-// and the interpreter when forked by the zygote.
+// Worker::base_processes: bwrap, its pid-1 and the interpreter when started by exec; the holder's
+// three (bwrap, its pid-1, sleep), the leader and the interpreter when forked by the zygote.
 // More spawned processes than this is a flood (rules.MAX_SPAWNS in the worker says the same).
 inline constexpr long kMaxSpawns = 16;
 // Non-empty when the cgroup's counters show a process flood: the evidence, in words.

@@ -136,7 +136,9 @@ Result<Process> Zygote::fork(const ZygoteFork& f) {
 Result<Holder> start_holder(const Sandbox& sandbox, const PreparedSpawn& prepared) {
   (void)sandbox;
   SpawnOptions o = prepared.options;
-  o.cgroup_procs_files.clear();  // the worker's processes join its cgroup; the holder only sleeps
+  // In the worker's cgroup, as bwrap and its init are for a worker started by exec: the holder's
+  // sleep runs as the sandbox's uid in the candidate's pid namespace, so the candidate could
+  // ptrace it; what it made that process do is counted, limited and killed with the candidate.
   o.protocol_fds = false;
   o.fd_channel = false;
   Holder h;
@@ -274,7 +276,7 @@ Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& k
     f.rlimit_nproc = prep.options.rlimit_nproc;
     w->cgroup = std::move(prep.cgroup);
     w->holder = std::move(h.proc);
-    w->base_processes = 2;  // the leader outside and the interpreter inside
+    w->base_processes = 5;  // the holder's bwrap, its init and sleep; the leader; the interpreter
   }
   KLLM_ASSIGN_OR_RETURN(w->proc, zygote.fork(f));
   w->started_by = "zygote";

@@ -61,8 +61,8 @@ class Zygote {
   std::map<std::string, std::string> sandbox_checks_;
 };
 
-// A bubblewrap sandbox for one candidate that runs nothing but `sleep`: its namespaces are what
-// the candidate's forked process joins. Kept by the Worker, killed with it.
+// A bubblewrap sandbox for one candidate that runs nothing but `sleep`, in the candidate's cgroup:
+// its namespaces are what the candidate's forked process joins. Kept by the Worker, killed with it.
 struct Holder {
   Process proc;
   pid_t inside = -1;  // a process in all of its namespaces

@@ -156,6 +156,10 @@ TEST(Zygote, ForkedCandidateIsConfinedAsAnExecdOne) {
     for (long p; procs >> p;) members.push_back(static_cast<pid_t>(p));
     EXPECT_NE(std::find(members.begin(), members.end(), inner), members.end()) << "the interpreter is in its cgroup";
     EXPECT_NE(std::find(members.begin(), members.end(), worker.proc.pid()), members.end()) << "so is its leader";
+    for (pid_t h : list_descendants(worker.holder.pid())) {
+      EXPECT_NE(std::find(members.begin(), members.end(), h), members.end()) << "and the holder's process " << h;
+    }
+    EXPECT_EQ(static_cast<long>(members.size()), worker.base_processes);
   }
   // A crash inside shows outside as the same signal.
   ::kill(inner, SIGSEGV);
