@@ -386,7 +386,7 @@ Status Verifier::setup() {
   } else if (zygote_ = Zygote::shared(py_, package_dir_, !cuda); !zygote_) {
     note_exec_start("KERNELLLM_ZYGOTE=0");
   } else {
-    if (Status s = zygote_->ready(kZygoteStartS); !s.ok()) {
+    if (Status s = zygote_->ready(kZygoteStartS, opts_.cancel); !s.ok()) {
       note_exec_start(s.message());
       zygote_.reset();
     }

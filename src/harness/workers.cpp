@@ -489,9 +489,9 @@ std::string process_flood_evidence(const PidsFacts& f, int max_tasks, long base_
   return "";
 }
 
-Status await_hello(Worker& w, double start_timeout_s) {
-  if (!w.hello.is_null()) return {};
-  Received hello = w.proc.receive(deadline_in(start_timeout_s));
+namespace {
+
+Status take_hello(Worker& w, Received hello) {
   std::string bad = hello.status == ReceiveStatus::ok ? reply_shape_error(hello.message) : hello.error;
   if (bad.empty() && !hello.message["ok"].get<bool>()) bad = hello.message.dump();
   if (!bad.empty()) {
@@ -501,6 +501,20 @@ Status await_hello(Worker& w, double start_timeout_s) {
   }
   w.hello = std::move(hello.message);
   return {};
+}
+
+}  // namespace
+
+Status await_hello(Worker& w, double start_timeout_s) {
+  if (!w.hello.is_null()) return {};
+  return take_hello(w, w.proc.receive(deadline_in(start_timeout_s)));
+}
+
+Status await_hello_slice(Worker& w, double slice_s) {
+  if (!w.hello.is_null()) return {};
+  Received got = w.proc.receive(deadline_in(slice_s));
+  if (got.status == ReceiveStatus::timeout && w.proc.running()) return {};
+  return take_hello(w, std::move(got));
 }
 
 Result<std::unique_ptr<Worker>> start_worker(const std::string& kind, const PythonEnv& py, const fs::path& package_dir,

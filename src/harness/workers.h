@@ -107,6 +107,8 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
                                              std::string* exec_note = nullptr);
 // Waits for the worker's hello; kills it on failure.
 Status await_hello(Worker& w, double start_timeout_s);
+// One wait of at most `slice_s` for it: ok with w.hello still null when none came yet.
+Status await_hello_slice(Worker& w, double slice_s);
 // spawn_worker + await_hello.
 Result<std::unique_ptr<Worker>> start_worker(const std::string& kind, const PythonEnv& py,
                                              const std::filesystem::path& package_dir, const std::filesystem::path& work_dir,

@@ -47,12 +47,38 @@ Result<fs::path> zygote_dir() {
 
 }  // namespace
 
+namespace {
+
+// Every zygote of this process, by interpreter, package and mode; never destroyed: a zygote lives as
+// long as the process (it dies with its keeper thread).
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::pair<int, std::shared_ptr<Zygote>>> zygotes;  // starts so far, the current one
+};
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+}  // namespace
+
+std::vector<pid_t> Zygote::pids() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<pid_t> out;
+  for (const auto& [key, entry] : r.zygotes) {
+    if (!entry.second) continue;
+    std::lock_guard z(entry.second->mu_);
+    if (entry.second->worker_ && entry.second->worker_->proc.running()) out.push_back(entry.second->worker_->proc.pid());
+  }
+  return out;
+}
+
 std::shared_ptr<Zygote> Zygote::shared(const PythonEnv& py, const fs::path& package_dir, bool interpret) {
   if (const char* z = std::getenv("KERNELLLM_ZYGOTE"); z && std::string(z) == "0") return nullptr;
-  static std::mutex mu;
-  // Never destroyed: a zygote lives as long as the process (it dies with its keeper thread).
-  static auto* zygotes = new std::map<std::string, std::pair<int, std::shared_ptr<Zygote>>>();
-  std::lock_guard lock(mu);
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  auto* zygotes = &r.zygotes;
   auto& [starts, current] = (*zygotes)[fmt::format("{}\n{}\n{}", py.executable, package_dir.string(), interpret)];
   if (current && current->failure().empty()) return current;
   if (starts >= kMaxStarts) return current;
@@ -93,10 +119,19 @@ std::string Zygote::failure() const {
   return failed_;
 }
 
-Status Zygote::ready(double timeout_s) {
+Status Zygote::ready(double timeout_s, const std::atomic<bool>* cancel) {
   std::lock_guard lock(mu_);
   if (!failed_.empty()) return error(ErrorCode::io_error, "zygote: " + failed_);
-  if (Status s = await_hello(*worker_, timeout_s); !s.ok()) {
+  // In slices, looking at `cancel` between them; the last slice is await_hello's own.
+  const Deadline end = deadline_in(timeout_s);
+  while (worker_->hello.is_null() && Clock::now() + std::chrono::milliseconds(250) < end) {
+    if (cancel && cancel->load()) return error(ErrorCode::io_error, "zygote: cancelled while it was starting");
+    if (Status s = await_hello_slice(*worker_, 0.2); !s.ok()) {
+      failed_ = s.message();
+      return s;
+    }
+  }
+  if (Status s = await_hello(*worker_, std::chrono::duration<double>(end - Clock::now()).count()); !s.ok()) {
     failed_ = s.message();
     return s;
   }

@@ -7,6 +7,7 @@
 // (docs/trust-boundary.md, "Warm workers"). Where anything fails, workers start as before (exec).
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -40,8 +41,11 @@ class Zygote {
   static std::shared_ptr<Zygote> shared(const PythonEnv& py, const std::filesystem::path& package_dir, bool interpret);
   static constexpr int kMaxStarts = 3;
 
-  // Waits for the greeting (the zygote imports meanwhile); ok when it can fork.
-  Status ready(double timeout_s);
+  // Waits for the greeting (the zygote imports meanwhile); ok when it can fork. Gives up, leaving
+  // the zygote to go on starting for later callers, once *cancel is true.
+  Status ready(double timeout_s, const std::atomic<bool>* cancel = nullptr);
+  // The zygotes of this process that are running: children that outlive every verifier.
+  static std::vector<pid_t> pids();
   // One fork; the worker's leader is this process's child when it returns.
   Result<Process> fork(const ZygoteFork& request);
   // Empty when candidates may be forked into sandboxes of `sandbox`'s kind: a probe forked into a

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/model.h"
+#include "harness/zygote.h"
 
 namespace kernelllm {
 namespace {
@@ -241,9 +243,12 @@ TEST_F(OptimizeTest, SourceErrorsComeBackWithTheRound) {
   EXPECT_TRUE(fs::exists(work / "problem.py"));
 }
 
-// The live direct children of this process (every thread's), from /proc.
+// The live direct children of this process (every thread's), from /proc, but its zygotes: they
+// outlive every verifier by design (harness/zygote.h).
 std::vector<std::string> live_children() {
   std::vector<std::string> out;
+  std::set<std::string> zygotes;
+  for (pid_t z : harness::Zygote::pids()) zygotes.insert(std::to_string(z));
   std::error_code ec;
   for (const auto& task : fs::directory_iterator("/proc/self/task", ec)) {
     std::ifstream f(task.path() / "children");
@@ -253,7 +258,9 @@ std::vector<std::string> live_children() {
       std::string line;
       std::getline(stat, line);
       const size_t close = line.rfind(')');
-      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z') out.push_back(pid);
+      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && !zygotes.count(pid)) {
+        out.push_back(pid);
+      }
     }
   }
   return out;
