@@ -65,10 +65,12 @@ int remove_run_dirs() {
   std::error_code ec;
   for (const fs::path& base : {fs::path("/dev/shm"), fs::temp_directory_path(ec)}) {
     for (const fs::directory_entry& e : fs::directory_iterator(base, ec)) {
-      if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
       std::error_code rm;
       fs::remove_all(e.path(), rm);
-      if (!rm) ++removed;
+      // The zygote's own directory (kernelllm-verify-PID-zygote-*) goes too, but is no run's.
+      if (!rm && name.compare(prefix.size(), 7, "zygote-") != 0) ++removed;
     }
   }
   return removed;
