@@ -1,7 +1,6 @@
 // The zygote: one per interpreter and package per process, forking every worker (zygote.h).
 #include "zygote.h"
 
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -44,10 +43,6 @@ Result<fs::path> zygote_dir() {
   if (::mkdtemp(tmpl.data()) == nullptr) return error(ErrorCode::io_error, "cannot create the zygote's directory under " + base);
   return fs::path(tmpl);
 }
-
-}  // namespace
-
-namespace {
 
 // Every zygote of this process, by interpreter, package and mode; never destroyed: a zygote lives as
 // long as the process (it dies with its keeper thread).
@@ -168,8 +163,7 @@ Result<Process> Zygote::fork(const ZygoteFork& f) {
   });
 }
 
-Result<Holder> start_holder(const Sandbox& sandbox, const PreparedSpawn& prepared) {
-  (void)sandbox;
+Result<Holder> start_holder(const PreparedSpawn& prepared) {
   SpawnOptions o = prepared.options;
   // In the worker's cgroup, as bwrap and its init are for a worker started by exec: the holder's
   // sleep runs as the sandbox's uid in the candidate's pid namespace, so the candidate could
@@ -189,8 +183,6 @@ Result<Holder> start_holder(const Sandbox& sandbox, const PreparedSpawn& prepare
 }
 
 namespace {
-
-std::vector<std::string> holder_argv(const std::vector<std::string>& tail = kHolderCommand) { return tail; }
 
 bool all_equal(const Json& values, const std::string& want) {
   if (!values.is_array() || values.empty()) return false;
@@ -213,9 +205,9 @@ std::string Zygote::check_sandbox(const Sandbox& sandbox, const fs::path& packag
       fs::remove_all(d, ec);
     }
   } cleanup{dir};
-  auto prep = sandbox.prepare(dir, {package_dir}, holder_argv(), kHolderEnv);
+  auto prep = sandbox.prepare(dir, {package_dir}, kHolderCommand, kHolderEnv);
   if (!prep.ok()) return prep.status().message();
-  auto holder = start_holder(sandbox, *prep);
+  auto holder = start_holder(*prep);
   if (!holder.ok()) return holder.status().message();
   ZygoteFork f;
   f.kind = "sandbox_probe";
@@ -302,8 +294,8 @@ Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& k
     }
     std::vector<fs::path> readable = readable_dirs;
     readable.push_back(package_dir);
-    KLLM_ASSIGN_OR_RETURN(PreparedSpawn prep, sandbox->prepare(work_dir, readable, holder_argv(), kHolderEnv));
-    KLLM_ASSIGN_OR_RETURN(Holder h, start_holder(*sandbox, prep));
+    KLLM_ASSIGN_OR_RETURN(PreparedSpawn prep, sandbox->prepare(work_dir, readable, kHolderCommand, kHolderEnv));
+    KLLM_ASSIGN_OR_RETURN(Holder h, start_holder(prep));
     f.holder = h.inside;
     f.cgroup_procs = prep.options.cgroup_procs_files;
     f.seccomp = prep.options.lock_cpu_affinity ? affinity_lock_filter() : "";

@@ -71,7 +71,7 @@ struct Holder {
   Process proc;
   pid_t inside = -1;  // a process in all of its namespaces
 };
-Result<Holder> start_holder(const Sandbox& sandbox, const PreparedSpawn& prepared);
+Result<Holder> start_holder(const PreparedSpawn& prepared);
 
 // spawn_worker through the zygote; an error when it cannot (the caller then starts one by exec).
 Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& kind, const std::filesystem::path& package_dir,
