@@ -108,6 +108,18 @@ std::vector<std::string> worker_env(const fs::path& work_dir, const std::string&
   return env;
 }
 
+std::vector<std::string> worker_launch_env(const std::string& kind, const fs::path& work_dir, const std::string& device,
+                                           int threads) {
+  std::error_code ec;
+  fs::create_directories(work_dir, ec);
+  std::vector<std::string> env = worker_env(work_dir, device, threads);
+  // The judge makes its CUDA context before its greeting, which is awaited without holding the
+  // GPU (a context takes ~0.5 s, longer with a dozen processes making theirs at once); a
+  // candidate's process makes its own when its code loads.
+  if (kind == "judge" && device.starts_with("cuda")) env.push_back("KERNELLLM_JUDGE_DEVICE=" + device);
+  return env;
+}
+
 namespace {
 
 // The probe's answer (its JSON, or the probe cache's copy of it). Throws Json::exception on a
@@ -424,14 +436,8 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
   w->work_dir = work_dir;
   w->device = device;
   w->kind = kind;
-  std::error_code ec;
-  fs::create_directories(work_dir, ec);
   std::vector<std::string> argv = {py.executable, "-I", "-B", (package_dir / "kernelllm" / "worker" / "launch.py").string(), kind};
-  std::vector<std::string> env = worker_env(work_dir, device, threads);
-  // The judge makes its CUDA context before its greeting, which is awaited without holding the
-  // GPU (a context takes ~0.5 s, longer with a dozen processes making theirs at once); a
-  // candidate's process makes its own when its code loads.
-  if (kind == "judge" && device.starts_with("cuda")) env.push_back("KERNELLLM_JUDGE_DEVICE=" + device);
+  std::vector<std::string> env = worker_launch_env(kind, work_dir, device, threads);
   SpawnOptions opts;
   if (sandbox) {
     std::vector<fs::path> readable = readable_dirs;

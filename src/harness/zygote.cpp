@@ -22,16 +22,21 @@ const std::vector<std::string> kHolderCommand = {"/bin/sh", "-c", "echo ready; e
 const std::vector<std::string> kHolderEnv = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8"};
 constexpr double kForkTimeoutS = 10;
 
-std::string ns_id(pid_t pid, const char* name) {
+// "mnt:[4026531841]" for `who` = a pid or "self"; "" when it cannot be read.
+std::string ns_id(const std::string& who, const char* name) {
   std::error_code ec;
-  fs::path p = fs::read_symlink(fmt::format("/proc/{}/ns/{}", pid, name), ec);
+  fs::path p = fs::read_symlink(fmt::format("/proc/{}/ns/{}", who, name), ec);
   return ec ? std::string() : p.string();
 }
 
-std::string self_ns_id(const char* name) {
-  std::error_code ec;
-  fs::path p = fs::read_symlink(fmt::format("/proc/self/ns/{}", name), ec);
-  return ec ? std::string() : p.string();
+// The request part every sandboxed fork shares: the holder, the cgroups, filter and limits of
+// the spawn the sandbox prepared.
+void add_sandbox(ZygoteFork& f, const PreparedSpawn& prepared, const Holder& holder) {
+  f.holder = holder.inside;
+  f.cgroup_procs = prepared.options.cgroup_procs_files;
+  f.seccomp = prepared.options.lock_cpu_affinity ? affinity_lock_filter() : "";
+  f.rlimit_as = prepared.options.rlimit_as_bytes;
+  f.rlimit_nproc = prepared.options.rlimit_nproc;
 }
 
 // A directory of its own for the zygote (HOME, TMPDIR and caches it never writes), named like a
@@ -213,11 +218,7 @@ std::string Zygote::check_sandbox(const Sandbox& sandbox, const fs::path& packag
   f.kind = "sandbox_probe";
   f.env = kHolderEnv;
   f.cwd = dir.string();
-  f.holder = holder->inside;
-  f.cgroup_procs = prep->options.cgroup_procs_files;
-  f.seccomp = prep->options.lock_cpu_affinity ? affinity_lock_filter() : "";
-  f.rlimit_as = prep->options.rlimit_as_bytes;
-  f.rlimit_nproc = prep->options.rlimit_nproc;
+  add_sandbox(f, *prep, *holder);
   // fork() takes mu_ itself: the caller (candidate_refusal) does not hold it here.
   auto p = fork(f);
   if (!p.ok()) return p.status().message();
@@ -247,12 +248,12 @@ std::string Zygote::check_sandbox(const Sandbox& sandbox, const fs::path& packag
   if (!j.value("ro", false)) wrong.push_back("the file system is writable");
   if (j.value("cwd", "") != dir.string()) wrong.push_back("cwd " + j.value("cwd", std::string("?")));
   for (const char* n : {"ipc", "uts", "net", "pid", "mnt", "user"}) {
-    const std::string want = ns_id(holder->inside, n);
-    if (std::string(n) == "user" && want == self_ns_id("user")) continue;  // no user namespace (root, setpriv)
+    const std::string want = ns_id(std::to_string(holder->inside), n);
+    if (std::string(n) == "user" && want == ns_id("self", "user")) continue;  // no user namespace (root, setpriv)
     if (want.empty() || !ns.contains(n) || ns[n] != want) {
       wrong.push_back(fmt::format("{} namespace {} is not the holder's {}", n, ns.value(n, Json()).dump(), want));
     }
-    if (std::string(n) != "user" && want == self_ns_id(n)) wrong.push_back(fmt::format("the holder shares our {} namespace", n));
+    if (std::string(n) != "user" && want == ns_id("self", n)) wrong.push_back(fmt::format("the holder shares our {} namespace", n));
   }
   if (wrong.empty()) return "";
   std::string s = "a candidate forked by the zygote would not be confined as one started by exec: ";
@@ -281,12 +282,9 @@ Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& k
   w->work_dir = work_dir;
   w->device = device;
   w->kind = kind;
-  std::error_code ec;
-  fs::create_directories(work_dir, ec);
   ZygoteFork f;
   f.kind = kind;
-  f.env = worker_env(work_dir, device, threads);
-  if (kind == "judge" && device.starts_with("cuda")) f.env.push_back("KERNELLLM_JUDGE_DEVICE=" + device);
+  f.env = worker_launch_env(kind, work_dir, device, threads);
   f.cwd = work_dir.string();
   if (kind == "candidate" && sandbox) {
     if (std::string why = zygote.candidate_refusal(*sandbox, package_dir); !why.empty()) {
@@ -296,11 +294,7 @@ Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& k
     readable.push_back(package_dir);
     KLLM_ASSIGN_OR_RETURN(PreparedSpawn prep, sandbox->prepare(work_dir, readable, kHolderCommand, kHolderEnv));
     KLLM_ASSIGN_OR_RETURN(Holder h, start_holder(prep));
-    f.holder = h.inside;
-    f.cgroup_procs = prep.options.cgroup_procs_files;
-    f.seccomp = prep.options.lock_cpu_affinity ? affinity_lock_filter() : "";
-    f.rlimit_as = prep.options.rlimit_as_bytes;
-    f.rlimit_nproc = prep.options.rlimit_nproc;
+    add_sandbox(f, prep, h);
     w->cgroup = std::move(prep.cgroup);
     w->holder = std::move(h.proc);
     w->base_processes = 5;  // the holder's bwrap, its init and sleep; the leader; the interpreter

@@ -351,10 +351,8 @@ def main() -> int:
     package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     info = _preload()
     zsock = socket.socket(fileno=CHANNEL_FD)
-    forks = 0
 
     def fork(msg: Dict[str, Any]) -> Dict[str, Any]:
-        nonlocal forks
         kind = msg.get("kind")
         if kind not in ("judge", "candidate", "sandbox_probe"):
             raise protocol.WorkerError("protocol", f"fork: unknown kind {kind!r}")
@@ -369,7 +367,6 @@ def main() -> int:
         finally:
             for f in fds:
                 os.close(f)
-        forks += 1
         return {"pid": pid, "threads": _threads()}
 
     hello = dict(info, pid=os.getpid(), python=sys.version.split()[0], threads=_threads())
