@@ -225,6 +225,30 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   return true;
 }
 
+// The multi-shape check's load: ModelNew of size variant `v` constructed in a candidate's process
+// that has loaded it (multishape.cpp).
+bool Verifier::load_variant(Worker& w, DeviceState& v, CandidateResult& r) {
+  Json req{{"op", "load_variant"},
+           {"variant", v.variant.name},
+           {"problem", Json{{"source_b64", reference_b64_}, {"recipe", v.problem.value("inputs_recipe", Json::object())}}},
+           {"init", v.problem.value("init", Json::object())},
+           {"construct_seed", v.problem.value("construct_seed", 0)},
+           {"work_dir", v.shared_dir.string()},
+           {"max_tensor_bytes", kMaxTensorBytes}};
+  Reply reply;
+  {
+    auto busy = use_gpu(v, GpuGuard::Mode::shared, "load");
+    reply = w.request(req, opts_.load_timeout_s, yield_hook(busy, w, v));
+  }
+  r.evidence["load_ms"] = reply.elapsed_ms;
+  if (fail_from_reply(reply, "load (size variant)", opts_.load_timeout_s, w, v, r)) return false;
+  if (flood_from_cgroup(w, opts_.max_tasks, r)) {
+    r.evidence["phase"] = "load (size variant)";
+    return false;
+  }
+  return true;
+}
+
 void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r,
                         const std::function<void()>& before_timing) {
   auto ms_since = [](Clock::time_point t0) {

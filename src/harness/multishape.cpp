@@ -1,8 +1,8 @@
-// The multi-shape check: after a candidate's `correct` verdict, its correctness is re-run on
-// problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), one judge per variant and
-// a fresh candidate process per variant; the merged result is reported beside the verdict. A
-// candidate's check runs on its worker thread right after its own verdict (its variant processes
-// started before it is timed), beside the other candidates' main phases.
+// The multi-shape check: after a candidate's `correct` verdict and its timing, its correctness is
+// re-run on problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), one judge
+// per variant, in the candidate's own process (ModelNew constructed again for each variant); the
+// merged result is reported beside the verdict. A candidate's check runs on its worker thread,
+// beside the other candidates' main phases.
 #include <thread>
 
 #include <fmt/format.h>
@@ -125,48 +125,38 @@ void Verifier::wait_variants() {
   variants_cv_.wait(lock, [this] { return variants_loaded_; });
 }
 
-Verifier::VariantWorkers Verifier::start_variant_workers(DeviceState& dev, size_t thread) {
-  // Every variant's candidate process is started at once, so that their start-up overlaps (a
-  // variant found unusable meanwhile gets its process stopped unused).
-  VariantWorkers workers;
-  for (auto& v : dev.variants) workers.push_back(start_candidate_worker(*v, thread));
-  return workers;
-}
-
-void Verifier::check_shapes(size_t i, DeviceState& dev, CandidateResult& r, VariantWorkers workers) {
+void Verifier::check_shapes(size_t /*i*/, Worker& w, DeviceState& dev, CandidateResult& r) {
   if (!dev.healthy) {
-    for (auto& w : workers) {
-      if (w.ok()) (*w)->proc.kill_tree();
-    }
     r.multishape_note = "not run: device " + r.device + " was taken out of use";
     return;
   }
   std::vector<ShapeVariantResult> results;
   std::vector<std::string> unusable;
   wait_variants();  // their judges have loaded the problem (or are unusable)
-  for (size_t k = 0; k < dev.variants.size(); ++k) {
-    auto& v = dev.variants[k];
+  std::string ended;  // the variant in which the candidate's process ended, if one did
+  for (auto& v : dev.variants) {
     if (!v->unusable.empty()) {
       unusable.push_back(fmt::format("{}: {}", v->variant.name, v->unusable));
-      if (workers[k].ok()) (*workers[k])->proc.kill_tree();
       continue;
     }
     ShapeVariantResult out;
     out.name = v->variant.name;
     out.sizes = v->size_globals;
-    auto& w = workers[k];
-    Status hello = w.ok() ? await_hello(**w, opts_.start_timeout_s) : w.status();
-    if (!hello.ok()) {
+    if (!ended.empty() || !w.proc.running()) {
+      // A crash or a timeout in an earlier variant killed the process: that variant failed, so
+      // the merged verdict is fail whatever this one would say.
       out.verdict = Verdict::not_verified;
-      out.message = "could not start a candidate worker: " + hello.to_string();
-    } else {
-      CandidateResult vr;
-      vr.evidence = Json::object();
-      if (load_candidate(i, **w, *v, vr)) run_trials(**w, *v, vr);
-      (*w)->proc.kill_tree();
-      out.verdict = vr.verdict;
-      out.message = vr.rule.empty() ? vr.message : vr.rule + ": " + vr.message;
+      out.message = ended.empty() ? "not run: the candidate's process had ended"
+                                  : fmt::format("not run: the candidate's process ended in the '{}' variant", ended);
+      results.push_back(std::move(out));
+      continue;
     }
+    CandidateResult vr;
+    vr.evidence = Json::object();
+    if (load_variant(w, *v, vr)) run_trials(w, *v, vr);
+    if (!w.proc.running()) ended = v->variant.name;
+    out.verdict = vr.verdict;
+    out.message = vr.rule.empty() ? vr.message : vr.rule + ": " + vr.message;
     results.push_back(std::move(out));
   }
   std::optional<ShapeVerdict> merged = merge_variant_verdicts(results);

@@ -72,13 +72,14 @@ double flush_margin_ms(double baseline_ms) { return std::max(0.1, 0.5 * baseline
 // A batch's round trips on one CPU: this thread, the judge and the candidate are pinned to it,
 // so that the candidate's and the reference's launch overheads are paid on the same core (on a
 // host whose cores run at different speeds, a process's per-call time follows the core it landed
-// on: docs/verification.md, Timing). The judge and this thread get their CPUs back at the end; the
-// candidate's process is not used again after timing.
+// on: docs/verification.md, Timing). Each gets its CPUs back at the end (the candidate's process
+// runs its multi-shape check after its timing).
 struct PinnedToCpu {
   int cpu = -1;      // -1: not pinned
   std::string note;  // why not, when asked
-  std::vector<int> thread_was, judge_was;
+  std::vector<int> thread_was, judge_was, cand_was;
   Process* judge = nullptr;
+  Process* cand = nullptr;
 
   PinnedToCpu(int want, Process* judge_proc, Process* cand_proc) {
     if (want < 0) return;
@@ -90,7 +91,11 @@ struct PinnedToCpu {
       judge_was = allowed_cpus(judge_proc->pid());
       s = judge_proc->pin_cpus(one);
     }
-    if (s.ok() && cand_proc) s = cand_proc->pin_cpus(one);
+    if (s.ok() && cand_proc) {
+      cand = cand_proc;
+      cand_was = allowed_cpus(cand_proc->pid());
+      s = cand_proc->pin_cpus(one);
+    }
     if (!s.ok()) {
       note = s.message();
       release();
@@ -100,8 +105,9 @@ struct PinnedToCpu {
   }
   void release() {
     if (judge && !judge_was.empty()) (void)judge->pin_cpus(judge_was);
+    if (cand && !cand_was.empty() && cand->running()) (void)cand->pin_cpus(cand_was);
     if (!thread_was.empty()) (void)set_allowed_cpus(0, thread_was);
-    judge = nullptr;
+    judge = cand = nullptr;
     thread_was.clear();
   }
   ~PinnedToCpu() { release(); }

@@ -308,12 +308,12 @@ class Verifier {
   // found correct (nothing is spent on variants when none is); wait_variants waits for it.
   void start_variants();
   void wait_variants();
-  using VariantWorkers = std::vector<Result<std::unique_ptr<Worker>>>;
-  // One fresh candidate process per size variant of `dev`, started without waiting for them.
-  VariantWorkers start_variant_workers(DeviceState& dev, size_t thread);
-  // The check of candidate i, just found correct on `dev`, on its worker thread, with the processes
-  // start_variant_workers started for it before it was timed.
-  void check_shapes(size_t i, DeviceState& dev, CandidateResult& r, VariantWorkers workers);
+  // The check of candidate i, just found correct (and timed) on `dev`, in its own process `w`: each
+  // size variant's ModelNew constructed there in turn (load_variant) and its trials judged by the
+  // variant's judge. Sets r.multishape or r.multishape_note.
+  void check_shapes(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  // The `load_variant` request of one size variant `v` to a candidate already loaded.
+  bool load_variant(Worker& w, DeviceState& v, CandidateResult& r);
 
   // select.cpp
   void select();

@@ -461,7 +461,11 @@ Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& de
   fs::path dir = run_dir_ / fmt::format("cand-{}-{}", thread, seq);
   int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, jobs_));
   std::string note;
-  auto w = spawn_worker("candidate", py_, package_dir_, dir, {dev.shared_dir}, dev.name,
+  // The size variants' directories too (their init inputs): a correct candidate's multi-shape
+  // check runs in its own process.
+  std::vector<fs::path> readable{dev.shared_dir};
+  for (const auto& v : dev.variants) readable.push_back(v->shared_dir);
+  auto w = spawn_worker("candidate", py_, package_dir_, dir, readable, dev.name,
                         sandbox_.active() ? &sandbox_ : nullptr, threads, zygote_.get(), &note);
   note_exec_start(note);
   if (w.ok()) (*w)->proc.set_cancel(opts_.cancel);
@@ -544,32 +548,26 @@ void Verifier::worker_thread(size_t thread) {
     const double start_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
     size_memory_limit(*w, *dev);
-    // A correct candidate's multi-shape processes start before it is timed (torch imported
-    // meanwhile); the variant judges load the problem from the first such candidate on.
-    VariantWorkers variant_workers;
+    // The variant judges load the problem from the first candidate found correct on (while it is
+    // timed); nothing is spent on variants when none is.
     evaluate(i, *w, *dev, r, [&] {
-      if (!opts_.multishape) return;
-      start_variants();
-      variant_workers = start_variant_workers(*dev, thread);
+      if (opts_.multishape) start_variants();
     });
+    const bool check_shapes_now = opts_.multishape && r.verdict == Verdict::correct;
+    if (check_shapes_now) {
+      const auto t_shapes = std::chrono::steady_clock::now();
+      check_shapes(i, *w, *dev, r);
+      log(fmt::format("[{}] {}: multishape {}", i, r.path,
+                      r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
+      r.evidence["phases"]["multishape_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_shapes).count();
+    }
     name_user_path(r, w->work_dir);
     r.evidence["phases"]["start_ms"] = start_ms;
     w->proc.kill_tree();
     (void)judge_call(*dev, Json{{"op", "forget"}, {"candidate", w->id()}}, opts_.load_timeout_s);
     log(fmt::format("[{}] {}: {}{}{}", i, r.path, verdict_name(r.verdict), r.rule.empty() ? "" : " (" + r.rule + ")",
                     r.message.empty() ? "" : ": " + r.message.substr(0, 200)));
-    const bool check_shapes_now = opts_.multishape && r.verdict == Verdict::correct;
-    if (check_shapes_now) {
-      const auto t_shapes = std::chrono::steady_clock::now();
-      check_shapes(i, *dev, r, std::exchange(variant_workers, {}));
-      log(fmt::format("[{}] {}: multishape {}", i, r.path,
-                      r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
-      r.evidence["phases"]["multishape_ms"] =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_shapes).count();
-    }
-    for (auto& vw : variant_workers) {  // started, but the candidate was not correct after all
-      if (vw.ok()) (*vw)->proc.kill_tree();
-    }
     notify(i, r);
     // A multi-shape check cut short by the device failing is not kept: a later run checks again.
     if (cache_ && r.verdict != Verdict::not_verified && !(check_shapes_now && !dev->healthy)) {

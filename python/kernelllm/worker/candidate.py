@@ -191,6 +191,8 @@ class Candidate:
         self._guards: List[Any] = []
         self._probe_seed: Any = None
         self.recipe: Any = None
+        self.model_cls: Any = None
+        self.variant = ""
         _COUNTER.install()
         _STREAMS.install()
         self.trusted = _guarded()
@@ -272,7 +274,7 @@ class Candidate:
     # ---- ops --------------------------------------------------------------------------
 
     def load(self, msg: dict) -> dict:
-        if self.model is not None:
+        if self.model is not None or self.model_cls is not None:
             raise WorkerError("protocol", "load: a candidate process loads exactly one candidate")
         t0 = time.perf_counter()
         self.device = msg.get("device", "cpu")
@@ -289,13 +291,7 @@ class Candidate:
                                   f"this process could not start CUDA on {self.device} before the candidate ran: "
                                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                                   " (the GPU's memory held by other processes, or no usable GPU)") from None
-        max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
-        work_dir = os.path.dirname(msg["module_path"])
-        init = protocol.decode_value({"t": "dict", "v": msg.get("init", {"args": {"t": "list", "v": []},
-                                                                         "kwargs": {"t": "dict", "v": {}}})},
-                                     lambda f: protocol.load_tensors(os.path.join(msg.get("work_dir", work_dir), f), max_bytes))
-        args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in init.get("args", [])]
-        kwargs = {k: (a.to(self.device) if isinstance(a, torch.Tensor) else a) for k, a in init.get("kwargs", {}).items()}
+        args, kwargs = self._init_args(msg, os.path.dirname(msg["module_path"]))
         self._load_problem(msg["problem"])
         path = msg["module_path"]
         digest = hashlib.sha256(path.encode()).hexdigest()[:12]
@@ -318,19 +314,50 @@ class Candidate:
         if model_cls is None:
             raise WorkerError("compile_error", f"{path} defines no ModelNew (found: "
                                                f"{sorted(n for n in vars(module) if not n.startswith('_'))[:12]})")
+        self.model_cls = model_cls
+        self.model = self._construct(args, kwargs, int(msg["construct_seed"]))
+        n_params = sum(p.numel() for p in self.model.parameters()) if isinstance(self.model, torch.nn.Module) else 0
+        return {"load_ms": (time.perf_counter() - t0) * 1e3, "n_params": n_params, "module": self.module_name}
+
+    def load_variant(self, msg: dict) -> dict:
+        """The same candidate on a size variant of the problem (the multi-shape check, after its
+        verdict and its timing): the problem loaded again with the variant's recipe, ModelNew
+        constructed anew from the class already imported (its module is not run twice), and the
+        variant's model and input maker used by every later run. Its init inputs are the variant
+        judge's, from `work_dir`."""
+        if self.model is None or self.model_cls is None:
+            raise WorkerError("protocol", "load_variant before a successful load")
+        t0 = time.perf_counter()
+        args, kwargs = self._init_args(msg, msg.get("work_dir", ""))
+        self.model = None  # the main model's memory goes back before the variant's is made
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        self._load_problem(msg["problem"])
+        self.model = self._construct(args, kwargs, int(msg["construct_seed"]))
+        self.variant = str(msg.get("variant", ""))
+        return {"load_ms": (time.perf_counter() - t0) * 1e3, "variant": self.variant}
+
+    def _init_args(self, msg: dict, work_dir: str) -> tuple:
+        max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
+        init = protocol.decode_value({"t": "dict", "v": msg.get("init", {"args": {"t": "list", "v": []},
+                                                                         "kwargs": {"t": "dict", "v": {}}})},
+                                     lambda f: protocol.load_tensors(os.path.join(msg.get("work_dir", work_dir), f), max_bytes))
+        args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in init.get("args", [])]
+        kwargs = {k: (a.to(self.device) if isinstance(a, torch.Tensor) else a) for k, a in init.get("kwargs", {}).items()}
+        return args, kwargs
+
+    def _construct(self, args: list, kwargs: dict, seed: int) -> Any:
         try:
-            torch.manual_seed(int(msg["construct_seed"]))
+            torch.manual_seed(seed)
             with torch.no_grad():
-                model = model_cls(*args, **kwargs)
+                model = self.model_cls(*args, **kwargs)
                 if isinstance(model, torch.nn.Module):
                     model = model.to(self.device)
         except BaseException as e:
             self._check_sandbox("while constructing ModelNew")
             raise self._candidate_error(e, "load", "constructing ModelNew") from None
         self._check_patched("while constructing ModelNew")
-        self.model = model
-        n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
-        return {"load_ms": (time.perf_counter() - t0) * 1e3, "n_params": n_params, "module": self.module_name}
+        return model
 
     def _poison(self, nbytes: int, sizes: List[int]) -> int:
         """Fills memory a fresh allocation could reuse with NaN, then frees it."""
@@ -470,6 +497,8 @@ class Candidate:
     def time_prepare(self, msg: dict) -> dict:
         if self.model is None:
             raise WorkerError("protocol", "time_prepare before a successful load")
+        if self.variant:
+            raise WorkerError("protocol", f"time_prepare after load_variant ({self.variant}): only the problem's own sizes are timed")
         self._check_patched("before timing")
         spec = msg.get("region")
         if not isinstance(spec, dict) or not isinstance(spec.get("bytes"), int) or not isinstance(spec.get("outputs"), list):
@@ -555,7 +584,8 @@ def main() -> int:
         "cuda_initialized": torch.cuda.is_initialized(),
         "launch_hook": sorted(_COUNTER.wrappers),
     }
-    return protocol.serve({"load": cand.load, "run": cand.run, "time_prepare": cand.time_prepare, "time_load": cand.time_load,
+    return protocol.serve({"load": cand.load, "run": cand.run, "load_variant": cand.load_variant,
+                           "time_prepare": cand.time_prepare, "time_load": cand.time_load,
                            "time_call": cand.time_call}, hello)
 
 
