@@ -20,6 +20,12 @@ candidates then go through KernelBench's own eval_kernel_against_ref on the same
 same run: one fresh process per candidate, --kb-jobs at once (1: one after another, as its own
 scripts run), correctness trials as ours and --kb-perf-trials timed calls (its timing on, as ours
 is). The record then holds both rates and their ratio (issue #43: ours >= 6x).
+
+With --driver eval, ours is one `kernelllm eval` run over the same candidates instead (strict profile,
+--multishape, timing; --concurrency problems at once through --problem-jobs): one process, one
+zygote and one set of GPU locks for all problems, as someone scoring thousands of candidates runs
+it. Per-candidate phases then come from the run store's results; eval selects no finalist, so there
+is no re-timing. --driver both runs the verify calls, then the eval run, and records both.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -111,6 +119,62 @@ def kernelbench_pass(args, work: dict[Path, list[Path]], ours: dict) -> dict:
             "verdicts": verdicts, "rows": per}
 
 
+def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
+    """Ours through one `kernelllm eval` run: the problems and candidates copied into the layout eval
+    reads (PROBLEMS/<stem>.py, CANDIDATES/<stem>/<i>.py), strict profile, multi-shape check on."""
+    root = Path(tmp) / "eval"
+    problems_dir, cands_dir, run_dir = root / "problems", root / "candidates", root / "run"
+    names: dict[tuple[str, int], str] = {}
+    for problem, cases in work.items():
+        problems_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(problem, problems_dir / problem.name)
+        (cands_dir / problem.stem).mkdir(parents=True, exist_ok=True)
+        for i, case in enumerate(cases):
+            shutil.copyfile(case, cands_dir / problem.stem / f"{i}.py")
+            names[(problem.stem, i)] = str(case)
+    cmd = [args.cli, "eval", "--problems", str(problems_dir), "--candidates", str(cands_dir), "--out", str(run_dir),
+           "--verify-device", args.device, "--profiles", "strict", "--multishape", "--problem-jobs",
+           str(max(1, args.concurrency)), "--jobs", str(args.jobs), "-q"]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall_s = time.perf_counter() - t0
+    store = run_dir / "run.sqlite"
+    if r.returncode != 0 or not store.is_file():
+        raise SystemExit(f"eval driver: exit {r.returncode}\n{r.stderr[-3000:]}")
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT problem, sample, verdict, result FROM verdicts ORDER BY problem, sample").fetchall()
+    finally:
+        db.close()
+    totals, verdicts, per_problem, shapes = {p: 0.0 for p in PHASES}, {}, {}, {}
+    for problem, sample, verdict, result in rows:
+        stem = problem.split("/")[-1]
+        res = json.loads(result)
+        phases = (res.get("evidence") or {}).get("phases") or {}
+        for ph in PHASES:
+            totals[ph] += phases.get(ph, 0.0)
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+        ms = res.get("multishape")
+        if ms:
+            shapes[ms["verdict"]] = shapes.get(ms["verdict"], 0) + 1
+        row = per_problem.setdefault(stem, {"problem": stem, "candidates": 0, "verdicts": [], "multishape": [],
+                                            "phases_ms": {ph: 0.0 for ph in PHASES}})
+        row["candidates"] += 1
+        row["verdicts"].append(verdict)
+        row["multishape"].append(ms["verdict"] if ms else None)
+        for ph in PHASES:
+            row["phases_ms"][ph] = round(row["phases_ms"][ph] + phases.get(ph, 0.0), 1)
+    n = len(rows)
+    print(f"eval driver: {n} candidates over {len(per_problem)} problems in {wall_s:.1f} s: "
+          f"{round(60.0 * n / wall_s, 2)} candidates/min", flush=True)
+    return {"what": "one kernelllm eval run (strict profile, --multishape, timing on; no finalist re-timing: eval selects none)",
+            "command": " ".join(cmd), "problem_jobs": max(1, args.concurrency), "problems": len(per_problem),
+            "candidates": n, "total_wall_s": round(wall_s, 2),
+            "candidates_per_min": round(60.0 * n / wall_s, 2) if wall_s > 0 else None,
+            "phases_ms_summed": {ph: round(v, 1) for ph, v in totals.items()}, "verdicts": verdicts,
+            "multishape": shapes, "per_problem": list(per_problem.values())}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cli", required=True)
@@ -127,6 +191,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=5, help="KernelBench's correctness trials (ours: 5)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per KernelBench eval")
     ap.add_argument("--reports-dir", type=Path, help="keep each verify call's JSON report here (<problem stem>.json)")
+    ap.add_argument("--driver", choices=("calls", "eval", "both"), default="calls",
+                    help="calls: one verify call per problem, --concurrency at once; eval: one eval run with "
+                         "--problem-jobs --concurrency and --multishape; both: the calls, then the eval run")
     args = ap.parse_args()
     if (args.problems_dir is None) != (args.candidates_dir is None):
         ap.error("--problems-dir and --candidates-dir go together")
@@ -187,46 +254,62 @@ def main() -> int:
                   + "  ".join(f"{p[:-3]} {phase_sums[p] / 1000:.1f}s" for p in PHASES), flush=True)
         return None
 
+    result = {"complete": False, "command": " ".join(sys.argv), "device": args.device, "concurrency": args.concurrency,
+              "host": platform.node(), "driver": args.driver}
     with tempfile.TemporaryDirectory(prefix="verify-throughput-") as tmp:
-        with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-            futures = [pool.submit(one, problem, cases, tmp) for problem, cases in work.items()]
-            failures = [f.result() for f in futures]
-    failures = [f for f in failures if f]
-    if failures:
-        print("\n".join(failures), file=sys.stderr)
-        return 1
-    total_s = time.perf_counter() - t_all
-    result = {
-        "complete": True,
-        "what": f"kernelllm verify throughput (one verify call per problem, {args.concurrency} at a time): "
-                + (f"{args.problems_dir} with {args.candidates_dir}" if args.problems_dir else "tests/cases"),
-        "command": " ".join(sys.argv),
-        "device": args.device,
-        "concurrency": args.concurrency,
-        "host": platform.node(),
-        "problems": len(calls),
-        "candidates": n_candidates,
-        "total_wall_s": round(total_s, 2),
-        "candidates_per_min": round(60.0 * n_candidates / total_s, 2),
-        "phases_ms_summed": {p: round(v, 1) for p, v in totals.items()},
-        "gpu_use_summed": {w: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()} for w, u in gpu_use.items()},
-        "judge_ms_summed": {op: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()} for op, u in judge_ms.items()},
-        "verdicts": verdicts,
-        "calls": calls,
-    }
-    result["gpu"] = gpu_line()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"{n_candidates} candidates over {len(calls)} problems in {total_s:.1f} s: "
-          f"{result['candidates_per_min']} candidates/min", flush=True)
+        if args.driver in ("calls", "both"):
+            with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+                futures = [pool.submit(one, problem, cases, tmp) for problem, cases in work.items()]
+                failures = [f.result() for f in futures]
+            failures = [f for f in failures if f]
+            if failures:
+                print("\n".join(failures), file=sys.stderr)
+                return 1
+            total_s = time.perf_counter() - t_all
+            result.update({
+                "complete": True,
+                "what": f"kernelllm verify throughput (one verify call per problem, {args.concurrency} at a time): "
+                        + (f"{args.problems_dir} with {args.candidates_dir}" if args.problems_dir else "tests/cases"),
+                "problems": len(calls),
+                "candidates": n_candidates,
+                "total_wall_s": round(total_s, 2),
+                "candidates_per_min": round(60.0 * n_candidates / total_s, 2),
+                "phases_ms_summed": {p: round(v, 1) for p, v in totals.items()},
+                "gpu_use_summed": {w: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()}
+                                   for w, u in gpu_use.items()},
+                "judge_ms_summed": {op: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()}
+                                    for op, u in judge_ms.items()},
+                "verdicts": verdicts,
+                "calls": calls,
+            })
+            result["gpu"] = gpu_line()
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
+            print(f"{n_candidates} candidates over {len(calls)} problems in {total_s:.1f} s: "
+                  f"{result['candidates_per_min']} candidates/min", flush=True)
+        if args.driver in ("eval", "both"):
+            ev = eval_pass(args, work, env, tmp)
+            result["eval"] = ev
+            if args.driver == "eval":
+                result.update({"complete": True, "what": f"kernelllm eval throughput: {ev['what']}",
+                               "problems": ev["problems"], "candidates": ev["candidates"],
+                               "total_wall_s": ev["total_wall_s"], "candidates_per_min": ev["candidates_per_min"],
+                               "phases_ms_summed": ev["phases_ms_summed"], "verdicts": ev["verdicts"]})
+                result["gpu"] = gpu_line()
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
     kb = kernelbench_pass(args, work, result) if args.kernelbench else None
     if kb is not None:
         result["kernelbench"] = kb
         result["kernelbench_candidates_per_min"] = kb["candidates_per_min"]
-        result["ratio_to_kernelbench"] = (round(result["candidates_per_min"] / kb["candidates_per_min"], 2)
-                                          if kb["candidates_per_min"] else None)
+        ratio = lambda ours: round(ours / kb["candidates_per_min"], 2) if kb["candidates_per_min"] and ours else None
+        result["ratio_to_kernelbench"] = ratio(result["candidates_per_min"])
+        if "eval" in result:
+            result["eval"]["ratio_to_kernelbench"] = ratio(result["eval"]["candidates_per_min"])
         args.out.write_text(json.dumps(result, indent=1))
-        print(f"KernelBench's eval: {kb['candidates_per_min']} candidates/min; ratio {result['ratio_to_kernelbench']}")
+        print(f"KernelBench's eval: {kb['candidates_per_min']} candidates/min; ratio {result['ratio_to_kernelbench']}"
+              + (f" (eval driver {result['eval']['ratio_to_kernelbench']})" if "eval" in result and args.driver == "both"
+                 else ""))
     return 0
 
 

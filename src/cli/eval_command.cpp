@@ -47,6 +47,7 @@ struct EvalArgs {
   double gpu_memory_fraction = 0.0;
   bool no_sandbox = false;
   bool timing = true;
+  bool multishape = false;
   std::string prompt_template;
   std::string pass_at = "1,10,20";
   bool quiet = false;
@@ -148,6 +149,7 @@ int run_eval_command(const EvalArgs& a) {
   o.verify.n_trials = a.trials;
   o.verify.sandbox = !a.no_sandbox;
   o.verify.timing = a.timing;
+  o.multishape = a.multishape;
   if (!a.quiet) {
     o.progress = [](const std::string& line) { std::fprintf(stderr, "eval: %s\n", line.c_str()); };
   }
@@ -257,6 +259,9 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   add_gpu_memory_fraction_option(cmd, args->gpu_memory_fraction);
   cmd->add_flag("--no-sandbox", args->no_sandbox, "run candidates unconfined (debugging only; prints a warning)");
   cmd->add_flag("--timing,!--no-timing", args->timing, "time correct candidates (default on)");
+  cmd->add_flag("--multishape,!--no-multishape", args->multishape,
+                "re-check correct samples with the problem's sizes changed (x0.5, x0.5 made odd); reported in each "
+                "sample's result beside its verdict (default off)");
   cmd->add_option("--prompt-template", args->prompt_template, "template file with one {} (default: the model's kernelllm.py, else built-in)");
   cmd->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
   cmd->add_flag("--quiet,-q", args->quiet, "no per-event log lines on stderr");

@@ -133,7 +133,7 @@ harness::VerifyOptions group_options(const EvalOptions& options, const RunStore&
   o.profile = profile;
   o.cache_path = (store.dir() / "verify-cache.sqlite").string();
   o.select = false;
-  o.multishape = false;
+  o.multishape = options.multishape;
   if (share) o.timing = false;
   return o;
 }
@@ -254,6 +254,7 @@ Result<Json> run_config(const EvalOptions& options) {
                    {"warmup", v.warmup},
                    {"iters", v.iters},
                    {"kernelbench_tolerance", v.kernelbench_tolerance}};
+  if (options.multishape) c["verifier"]["multishape"] = true;  // absent when off: runs from before it resume as they were
   if (!options.candidates.empty()) {
     c["candidates"] = absolute_path(options.candidates).string();
     c["model"] = nullptr;

@@ -237,6 +237,39 @@ def test_problems_verified_at_once_give_the_same_report(cli, full_run, problem_s
     assert "killed" not in r.stderr and "orphan" not in r.stderr, r.stderr[-2000:]
 
 
+def test_multishape_results_are_stored_beside_the_verdicts(cli, problem_set, tmp_path):
+    # --multishape: each correct sample's multi-shape result is in its stored result (add's
+    # correct_fixed_grid hard-codes its grid: fail; correct_basic: pass), and the option is part of
+    # the run's config (a resume without it is refused, a resume with it redoes nothing).
+    out = tmp_path / "run-multishape"
+    args = eval_args(cli, problem_set, out, "--profiles", "strict", "--multishape")
+    r = run(args)
+    assert r.returncode == 0, r.stderr[-4000:]
+    db = sqlite3.connect(str(out / "run.sqlite"))
+    try:
+        rows = db.execute("SELECT problem, sample, verdict, result FROM verdicts ORDER BY problem, sample").fetchall()
+    finally:
+        db.close()
+    shapes = {}
+    for problem, sample, verdict, result in rows:
+        stem = problem.split("/")[-1]
+        label = problem_set["labels"][stem][sample]
+        multishape = json.loads(result).get("multishape")
+        if verdict == "correct":
+            assert multishape is not None, (problem, sample, json.loads(result).get("multishape_note"))
+            shapes[(stem, sample)] = multishape["verdict"]
+            assert multishape["verdict"] == label.get("multishape", "pass"), (problem, sample, multishape)
+        else:
+            assert multishape is None, (problem, sample)
+    assert shapes[("add", 1)] == "fail" and shapes[("add", 0)] == "pass"
+    refused = run(eval_args(cli, problem_set, out, "--profiles", "strict"))
+    assert refused.returncode == 1 and "multishape" in refused.stderr, refused.stderr[-2000:]
+    again = run(args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert verdict_rows(out) == len(rows)
+    assert len(verifications(out)) == len(rows)
+
+
 def test_problem_jobs_with_a_local_model_is_refused(cli, problem_set, tiny_model, tmp_path):
     r = run([cli, "eval", "--problems", str(problem_set["problems"]), "--model", str(tiny_model), "--problem-jobs", "2",
              "--out", str(tmp_path / "run")])

@@ -1,6 +1,7 @@
 """bench/verify_throughput.py with --kernelbench: the same candidates through our verifier and
 through KernelBench's eval (here a stand-in checkout with its eval's signature: the real one needs
-a GPU), both rates and their ratio in one record (issue #43)."""
+a GPU), both rates and their ratio in one record (issue #43); with --driver both, ours also through one
+`kernelllm eval` run (strict, --multishape), recorded beside the verify calls."""
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ def test_the_same_candidates_go_through_kernelbenchs_eval_and_both_rates_are_rec
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "verify_throughput.py"), "--cli", kernelllm_script,
                         "--device", "cpu", "--out", str(out), "--problems-dir", str(ROOT / "tests" / "cases" / "problems"),
                         "--candidates-dir", str(tmp_path / "candidates"), "--kernelbench", str(kb),
-                        "--kb-perf-trials", "7"], capture_output=True, text=True, env=env, timeout=900)
+                        "--kb-perf-trials", "7", "--driver", "both"], capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rec = json.loads(out.read_text())
     assert rec["complete"] and rec["candidates"] == 2 and rec["verdicts"] == {"correct": 1, "wrong_output": 1}, rec
@@ -56,3 +57,9 @@ def test_the_same_candidates_go_through_kernelbenchs_eval_and_both_rates_are_rec
     # Its use of the device's lock: on the CPU only timing takes it (exclusive).
     assert call["gpu_use"]["timing"]["mode"] == "exclusive" and call["gpu_use"]["timing"]["n"] == 1, call
     assert rec["gpu_use_summed"]["timing"]["n"] == 1, rec["gpu_use_summed"]
+    # The same candidates through one eval run: the same verdicts, the correct one's multi-shape
+    # check passed, its phases from the run store, its own ratio to KernelBench's rate.
+    ev = rec["eval"]
+    assert ev["candidates"] == 2 and ev["verdicts"] == rec["verdicts"] and ev["multishape"] == {"pass": 1}, ev
+    assert "--multishape" in ev["command"] and ev["phases_ms_summed"]["multishape_ms"] > 0, ev
+    assert ev["ratio_to_kernelbench"] == round(ev["candidates_per_min"] / theirs["candidates_per_min"], 2)

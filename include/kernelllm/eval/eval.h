@@ -47,9 +47,12 @@ struct EvalOptions {
   // Problems verified at once (with `candidates` or `endpoint`; a local model keeps 1). Not part
   // of the run's config: a run resumed with another value gives the same report.
   int problem_jobs = 1;
+  // The multi-shape check of each correct sample (size globals x0.5 and x0.5 made odd), reported
+  // in its result beside the verdict; part of the run's config when on.
+  bool multishape = false;
   // Devices, jobs, sandbox, trials, timing... `profile`, `cache_path`, `select`, `multishape` and
-  // `on_result` are set per call by run_eval (no selection or multi-shape check: a verdict is
-  // final when on_result reports it).
+  // `on_result` are set per call by run_eval (no selection: a verdict, with its multi-shape
+  // result, is final when on_result reports it).
   harness::VerifyOptions verify;
   MetricsOptions metrics;
   std::function<void(const std::string&)> progress;  // one line per event (may be empty)
