@@ -455,6 +455,7 @@ Result<std::string> summary_table(const Json& report) {
   std::string out;
   bool header = false;
   bool any_timing = false;
+  std::string shapes;  // one line per profile with multi-shape results
   for (auto it = profiles->begin(); it != profiles->end(); ++it) {
     KLLM_ASSIGN_OR_RETURN(ProfileMetrics m, ProfileMetrics::from_json(it.value(), "eval report profile " + it.key()));
     if (!header) {
@@ -471,7 +472,12 @@ Result<std::string> summary_table(const Json& report) {
       any_timing = any_timing || v.has_value();
     }
     out += fmt::format(" {:>8}\n", m.geomean_speedup ? fmt::format("{:.2f}x", *m.geomean_speedup) : "-");
+    if (m.multishape_checked > 0) {
+      shapes += fmt::format("multi-shape check [{}]: {} of {} correct sample(s) fail at other sizes\n", m.profile,
+                            m.multishape_failed, m.multishape_checked);
+    }
   }
+  out += shapes;
   const Json& run = report.value("run", Json::object());
   const Json& verifier = run.value("verifier", Json::object());
   if (verifier.value("device_kind", "cpu") != "cuda") {

@@ -136,6 +136,10 @@ Result<ProfileMetrics> compute_metrics(const std::vector<ProblemOutcome>& outcom
       if (s.speedup) any_speedup = true;
       if (!s.correct) continue;
       row.c += 1;
+      if (s.multishape) {
+        m.multishape_checked += 1;
+        if (*s.multishape == "fail") m.multishape_failed += 1;
+      }
       if (!s.speedup) continue;
       m.timed_samples += 1;
       log_sum += std::log(*s.speedup);
@@ -214,7 +218,7 @@ Json ProfileMetrics::to_json() const {
                          {"best_speedup", optional_number(row.best_speedup)},
                          {"verdict_counts", counts}});
   }
-  return {{"profile", profile},
+  Json j{{"profile", profile},
           {"problems", problems},
           {"samples", samples},
           {"correct", correct},
@@ -224,6 +228,8 @@ Json ProfileMetrics::to_json() const {
           {"geomean_speedup", optional_number(geomean_speedup)},
           {"timed_samples", timed_samples},
           {"rows", rows_json}};
+  if (multishape_checked > 0) j["multishape"] = {{"checked", multishape_checked}, {"failed", multishape_failed}};
+  return j;
 }
 
 Result<ProfileMetrics> ProfileMetrics::from_json(const Json& j, std::string_view what) {
@@ -244,6 +250,12 @@ Result<ProfileMetrics> ProfileMetrics::from_json(const Json& j, std::string_view
   KLLM_ASSIGN_OR_RETURN(m.fast_p, read_keyed_map<double>(j, "fast_p", what));
   KLLM_ASSIGN_OR_RETURN(m.fast_p_best, read_keyed_map<double>(j, "fast_p_best", what));
   KLLM_ASSIGN_OR_RETURN(m.geomean_speedup, json_opt_number(j, "geomean_speedup", what));
+  if (auto shapes = j.find("multishape"); shapes != j.end()) {
+    KLLM_ASSIGN_OR_RETURN(int64_t checked, json_int(*shapes, "checked", std::string(what) + ".multishape"));
+    KLLM_ASSIGN_OR_RETURN(int64_t failed, json_int(*shapes, "failed", std::string(what) + ".multishape"));
+    m.multishape_checked = static_cast<int>(checked);
+    m.multishape_failed = static_cast<int>(failed);
+  }
   auto rows = j.find("rows");
   if (rows == j.end() || !rows->is_array()) return error(ErrorCode::parse_error, std::string(what) + ": expected array rows");
   for (size_t i = 0; i < rows->size(); ++i) {

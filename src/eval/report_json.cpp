@@ -29,7 +29,7 @@ Status write_file_atomically(const std::filesystem::path& path, const std::strin
 }  // namespace
 
 Json SampleOutcome::to_json() const {
-  return {{"sample", sample},
+  Json j{{"sample", sample},
           {"candidate_file", candidate_file},
           {"verdict", verdict},
           {"rule", rule},
@@ -38,6 +38,8 @@ Json SampleOutcome::to_json() const {
           {"speedup", speedup ? Json(*speedup) : Json(nullptr)},
           {"candidate_ms", candidate_ms ? Json(*candidate_ms) : Json(nullptr)},
           {"reference_ms", reference_ms ? Json(*reference_ms) : Json(nullptr)}};
+  if (multishape) j["multishape"] = *multishape;  // absent without the check: reports of runs without it unchanged
+  return j;
 }
 
 Result<SampleOutcome> SampleOutcome::from_json(const Json& j, std::string_view what) {
@@ -57,6 +59,11 @@ Result<SampleOutcome> SampleOutcome::from_json(const Json& j, std::string_view w
   KLLM_ASSIGN_OR_RETURN(s.speedup, json_opt_number(j, "speedup", what));
   KLLM_ASSIGN_OR_RETURN(s.candidate_ms, json_opt_number(j, "candidate_ms", what));
   KLLM_ASSIGN_OR_RETURN(s.reference_ms, json_opt_number(j, "reference_ms", what));
+  KLLM_ASSIGN_OR_RETURN(s.multishape, json_opt_string(j, "multishape", what));
+  if (s.multishape && *s.multishape != "pass" && *s.multishape != "fail") {
+    return error(ErrorCode::parse_error, std::string(what) + ": expected multishape \"pass\" or \"fail\", found \"" +
+                                             *s.multishape + "\"");
+  }
   return s;
 }
 

@@ -508,6 +508,10 @@ Result<std::vector<ProblemOutcome>> RunStore::outcomes(const std::vector<std::st
           so.candidate_ms = timing["median_ms"].get<double>();
           so.reference_ms = *so.speedup * *so.candidate_ms;
         }
+        const Json shapes = found->result.is_object() ? found->result.value("multishape", Json(nullptr)) : Json(nullptr);
+        if (shapes.is_object() && shapes.contains("verdict") && shapes["verdict"].is_string()) {
+          so.multishape = shapes["verdict"].get<std::string>();
+        }
         list.push_back(std::move(so));
       }
     }

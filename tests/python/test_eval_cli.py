@@ -262,6 +262,14 @@ def test_multishape_results_are_stored_beside_the_verdicts(cli, problem_set, tmp
         else:
             assert multishape is None, (problem, sample)
     assert shapes[("add", 1)] == "fail" and shapes[("add", 0)] == "pass"
+    # Summed in the report and its summary: the correct samples checked, those failing.
+    report = json.loads((out / "report.json").read_text())
+    failed = sum(v == "fail" for v in shapes.values())
+    assert report["profiles"]["strict"]["multishape"] == {"checked": len(shapes), "failed": failed}
+    listed = {(p["id"].split("/")[-1], s["sample"]): s.get("multishape") for p in report["problems"]
+              for s in p["samples"]["strict"] if s["correct"]}
+    assert listed == shapes
+    assert f"multi-shape check [strict]: {failed} of {len(shapes)} correct sample(s) fail at other sizes" in r.stdout
     refused = run(eval_args(cli, problem_set, out, "--profiles", "strict"))
     assert refused.returncode == 1 and "multishape" in refused.stderr, refused.stderr[-2000:]
     again = run(args)

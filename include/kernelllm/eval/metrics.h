@@ -51,6 +51,10 @@ struct ProfileMetrics {
   std::map<double, std::optional<double>> fast_p_best;
   std::optional<double> geomean_speedup;  // over correct samples with meaningful timing
   int timed_samples = 0;                  // correct samples that have a speedup
+  // Correct samples with a multi-shape result, and those of them that fail it (0 and 0 without
+  // the check; "multishape" in the JSON only when some sample was checked).
+  int multishape_checked = 0;
+  int multishape_failed = 0;
   std::vector<ProblemRow> rows;           // in the order of the outcomes
   Json to_json() const;                   // maps keyed "1", "10", "0.5"...; null for absent values
   // The inverse of to_json (for reports read back from disk); `what` names the source in errors.

@@ -23,9 +23,10 @@ struct SampleOutcome {
   std::optional<double> speedup;  // reference median / candidate median; only with meaningful timing
   std::optional<double> candidate_ms;  // the candidate's median time (ms) behind `speedup`
   std::optional<double> reference_ms;  // the reference's median time (ms): speedup × candidate_ms
+  std::optional<std::string> multishape;  // "pass" or "fail": the multi-shape check (eval --multishape)
 
   // {"sample", "candidate_file", "verdict", "rule", "message", "correct", "speedup", "candidate_ms",
-  // "reference_ms" (each null when absent)}.
+  // "reference_ms" (each null when absent)}, and "multishape" when the sample has one.
   Json to_json() const;
   // The inverse of to_json; `what` names the source in errors.
   static Result<SampleOutcome> from_json(const Json& j, std::string_view what);
