@@ -135,13 +135,17 @@ void Verifier::check_shapes(size_t /*i*/, Worker& w, DeviceState& dev, Candidate
   wait_variants();  // their judges have loaded the problem (or are unusable)
   std::string ended;  // the variant in which the candidate's process ended, if one did
   for (auto& v : dev.variants) {
-    if (!v->unusable.empty()) {
-      unusable.push_back(fmt::format("{}: {}", v->variant.name, v->unusable));
-      continue;
-    }
     ShapeVariantResult out;
     out.name = v->variant.name;
     out.sizes = v->size_globals;
+    if (!v->unusable.empty()) {
+      // Listed as not run, with why, so a result from the other variant does not hide it.
+      unusable.push_back(fmt::format("{}: {}", v->variant.name, v->unusable));
+      out.verdict = Verdict::not_verified;
+      out.message = "not run: " + v->unusable;
+      results.push_back(std::move(out));
+      continue;
+    }
     if (!ended.empty() || !w.proc.running()) {
       // A crash or a timeout in an earlier variant killed the process: that variant failed, so
       // the merged verdict is fail whatever this one would say.
@@ -154,6 +158,14 @@ void Verifier::check_shapes(size_t /*i*/, Worker& w, DeviceState& dev, Candidate
     CandidateResult vr;
     vr.evidence = Json::object();
     if (load_variant(w, *v, vr)) run_trials(w, *v, vr);
+    if (vr.verdict == Verdict::environment_error) {
+      // Said by the candidate's process after its own code ran (the CUDA context, the one thing
+      // outside its reach, was made at its first load): a reply the candidate can choose, so it
+      // fails the variant instead of leaving the check without a result (red team: a shape-brittle
+      // candidate answering environment_error at other sizes was chosen over an honest one).
+      vr.verdict = Verdict::runtime_error;
+      vr.message = "the candidate's process reported an environment error after its own code had run: " + vr.message;
+    }
     if (!w.proc.running()) ended = v->variant.name;
     out.verdict = vr.verdict;
     out.message = vr.rule.empty() ? vr.message : vr.rule + ": " + vr.message;
@@ -165,7 +177,6 @@ void Verifier::check_shapes(size_t /*i*/, Worker& w, DeviceState& dev, Candidate
     return;
   }
   std::string why;
-  for (const std::string& u : unusable) why += (why.empty() ? "" : "; ") + u;
   for (const ShapeVariantResult& v : results) why += (why.empty() ? "" : "; ") + v.name + ": " + v.message;
   r.multishape_note = "not run: " + (why.empty() ? std::string("no size variant") : why);
 }

@@ -7,6 +7,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -449,12 +450,49 @@ Result<int> Process::receive_fd(Deadline deadline) {
   }
 }
 
+namespace {
+
+// A write to a pipe whose reader is gone raises SIGPIPE in the writing thread, and its default
+// action ends this process: a candidate that exits right after a reply would take the verifier
+// (and every other candidate's result) with it. SIGPIPE is blocked in this thread for the write,
+// so the write fails with EPIPE, and one it raised is taken off the thread's pending set before
+// the mask is restored (one that was pending before is left alone).
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    was_pending_ = ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+  }
+  ~SigpipeBlocked() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      const timespec now{0, 0};
+      while (::sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
+      }
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_{}, old_{};
+  bool was_pending_ = false, blocked_ = false;
+};
+
+}  // namespace
+
 Status Process::send(const Json& message, Deadline deadline) {
   std::string frame = encode_frame(message);
   if (frame.size() - 4 > kMaxMessageBytes) {
     return error(ErrorCode::invalid_argument, fmt::format("request of {} bytes exceeds {}", frame.size() - 4, kMaxMessageBytes));
   }
   if (to_child_ < 0) return error(ErrorCode::io_error, "request pipe is closed");
+  const SigpipeBlocked no_sigpipe;
   size_t off = 0;
   while (off < frame.size()) {
     ssize_t w = ::write(to_child_, frame.data() + off, frame.size() - off);

@@ -243,5 +243,34 @@ TEST(ProfileMetricsJson, RoundTripsThroughFromJson) {
       << bad.status().message();
 }
 
+TEST(ComputeMetrics, MultishapeCountsCorrectSamplesCheckedAndFailing) {
+  auto shaped = [](int i, bool correct, const char* result) {
+    SampleOutcome s = sample(i, correct);
+    s.multishape = result;
+    return s;
+  };
+  // A wrong sample never has a result (the check runs only on correct ones); b has no result at all.
+  auto m = compute_metrics({problem("a", {shaped(0, true, "pass"), shaped(1, true, "fail"), sample(2, false)}),
+                            problem("b", {sample(0, true)})},
+                           "strict");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->multishape_checked, 2);
+  EXPECT_EQ(m->multishape_failed, 1);
+  Json j = m->to_json();
+  EXPECT_EQ(j["multishape"], (Json{{"checked", 2}, {"failed", 1}}));
+  auto back = ProfileMetrics::from_json(j, "test");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->to_json(), j);
+  // Without the check the key is absent, so reports of runs without it keep their bytes.
+  auto plain = compute_metrics({problem("a", {sample(0, true)})}, "strict");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->to_json().contains("multishape"));
+  EXPECT_FALSE(shaped(0, true, "pass").to_json().is_null());
+  EXPECT_FALSE(sample(0, true).to_json().contains("multishape"));
+  Json odd = shaped(0, true, "pass").to_json();
+  odd["multishape"] = "maybe";
+  EXPECT_FALSE(SampleOutcome::from_json(odd, "test").ok());
+}
+
 }  // namespace
 }  // namespace kernelllm::eval

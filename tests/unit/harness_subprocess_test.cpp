@@ -161,6 +161,23 @@ TEST(Process, DescriptorChannelErrorsInsteadOfHangingOrSignalling) {
   ::close(pipe_fds[1]);
 }
 
+TEST(Process, RequestToAChildThatExitedIsAnErrorNotSigpipe) {
+  // The child exits at once without reading (as a candidate that ends right after a reply): the
+  // request's write meets a pipe without a reader. SIGPIPE's default action would end this test
+  // process; the send must fail instead, and leave no SIGPIPE pending in this thread.
+  auto p = Process::spawn(sh("exec 3<&-; exit 0"));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(p->wait(deadline_in(5)).has_value());
+  Json big{{"op", "run"}, {"pad", std::string(100000, 'x')}};
+  Status sent = p->send(big, deadline_in(2));
+  EXPECT_FALSE(sent.ok());
+  EXPECT_NE(sent.message().find("Broken pipe"), std::string::npos) << sent.to_string();
+  sigset_t pending;
+  sigemptyset(&pending);
+  ASSERT_EQ(::sigpending(&pending), 0);
+  EXPECT_EQ(sigismember(&pending, SIGPIPE), 0);
+}
+
 TEST(Process, CapturesOutputTailsAndExitCode) {
   SpawnOptions o = sh("echo out; echo err >&2; exit 3");
   auto p = Process::spawn(o);
