@@ -213,16 +213,32 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
       return false;
     }
   }
-  Json init = dev.problem.value("init", Json::object());
-  Json req{{"op", "load"},
-           {"module_path", module.string()},
-           {"problem", Json{{"source_b64", reference_b64_},
-                            {"recipe", dev.problem.value("inputs_recipe", Json::object())}}},
-           {"init", init},
-           {"construct_seed", dev.problem.value("construct_seed", 0)},
-           {"device", dev.name},
-           {"work_dir", dev.shared_dir.string()},
-           {"max_tensor_bytes", kMaxTensorBytes}};
+  Json req = load_request(dev, "load");
+  req["module_path"] = module.string();
+  req["device"] = dev.name;
+  return send_load(w, dev, req, "load", r);
+}
+
+// The multi-shape check's load: ModelNew of size variant `v` constructed in a candidate's process
+// that has loaded it (multishape.cpp).
+bool Verifier::load_variant(Worker& w, DeviceState& v, CandidateResult& r) {
+  Json req = load_request(v, "load_variant");
+  req["variant"] = v.variant.name;
+  return send_load(w, v, req, "load (size variant)", r);
+}
+
+// What `load` and `load_variant` both send: the problem's text with `dev`'s input recipe, and its
+// judge's init inputs and construction seed (init.safetensors in its shared directory).
+Json Verifier::load_request(const DeviceState& dev, const char* op) const {
+  return Json{{"op", op},
+              {"problem", Json{{"source_b64", reference_b64_}, {"recipe", dev.problem.value("inputs_recipe", Json::object())}}},
+              {"init", dev.problem.value("init", Json::object())},
+              {"construct_seed", dev.problem.value("construct_seed", 0)},
+              {"work_dir", dev.shared_dir.string()},
+              {"max_tensor_bytes", kMaxTensorBytes}};
+}
+
+bool Verifier::send_load(Worker& w, DeviceState& dev, const Json& req, const std::string& phase, CandidateResult& r) {
   Reply reply;
   {
     // Construction and the first compiles run on the GPU: not while something is timed there.
@@ -230,33 +246,9 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
     reply = w.request(req, opts_.load_timeout_s, yield_hook(busy, w, dev));
   }
   r.evidence["load_ms"] = reply.elapsed_ms;
-  if (fail_from_reply(reply, "load", opts_.load_timeout_s, w, dev, r)) return false;
+  if (fail_from_reply(reply, phase, opts_.load_timeout_s, w, dev, r)) return false;
   if (flood_from_cgroup(w, opts_.max_tasks, r)) {
-    r.evidence["phase"] = "load";
-    return false;
-  }
-  return true;
-}
-
-// The multi-shape check's load: ModelNew of size variant `v` constructed in a candidate's process
-// that has loaded it (multishape.cpp).
-bool Verifier::load_variant(Worker& w, DeviceState& v, CandidateResult& r) {
-  Json req{{"op", "load_variant"},
-           {"variant", v.variant.name},
-           {"problem", Json{{"source_b64", reference_b64_}, {"recipe", v.problem.value("inputs_recipe", Json::object())}}},
-           {"init", v.problem.value("init", Json::object())},
-           {"construct_seed", v.problem.value("construct_seed", 0)},
-           {"work_dir", v.shared_dir.string()},
-           {"max_tensor_bytes", kMaxTensorBytes}};
-  Reply reply;
-  {
-    auto busy = use_gpu(v, GpuGuard::Mode::shared, "load");
-    reply = w.request(req, opts_.load_timeout_s, yield_hook(busy, w, v));
-  }
-  r.evidence["load_ms"] = reply.elapsed_ms;
-  if (fail_from_reply(reply, "load (size variant)", opts_.load_timeout_s, w, v, r)) return false;
-  if (flood_from_cgroup(w, opts_.max_tasks, r)) {
-    r.evidence["phase"] = "load (size variant)";
+    r.evidence["phase"] = phase;
     return false;
   }
   return true;

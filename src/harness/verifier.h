@@ -314,6 +314,9 @@ class Verifier {
   void check_shapes(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   // The `load_variant` request of one size variant `v` to a candidate already loaded.
   bool load_variant(Worker& w, DeviceState& v, CandidateResult& r);
+  Json load_request(const DeviceState& dev, const char* op) const;
+  // Sends a load request under the GPU's shared hold; false with the verdict in r when it failed.
+  bool send_load(Worker& w, DeviceState& dev, const Json& req, const std::string& phase, CandidateResult& r);
 
   // select.cpp
   void select();
