@@ -3,7 +3,8 @@ labelled cases (tests/cases) of the chosen problems go through `kernelllm verify
 problem, once with one candidate worker at a time (--jobs 1) and once with many (--jobs N, more
 than the machine's cores by default, so that imports, compiles, runs and comparisons interleave as
 much as they can while timing stays exclusive per GPU). Per case it records both verdicts and rules,
-whether they are the same and whether they match the case's label, and each call's wall time.
+and multi-shape results, whether they are the same and whether they match the case's label, and
+each call's wall time.
 
   python3 bench/verify_concurrency.py --cli build/release/kernelllm --device cpu --problems relu,softmax_odd_width \
       --out bench/results/verify-concurrency-cpu.json
@@ -87,9 +88,18 @@ def main() -> int:
                 one, many = got[1]["by_name"].get(case.name, {}), got[args.jobs]["by_name"].get(case.name, {})
                 v1, vn = [one.get("verdict"), one.get("rule") or ""], [many.get("verdict"), many.get("rule") or ""]
                 label = [head.get("expect"), head.get("rule", "")]
+                # The multi-shape result beside the verdict (null where not run): the same question.
+                s1, sn = (one.get("multishape") or {}).get("verdict"), (many.get("multishape") or {}).get("verdict")
+                # Labelled: the header's `multishape` where it has one; else a correct case passes
+                # the check or has none (a problem without size globals), any other has none.
+                shape_label = head.get("multishape") or ("pass" if label[0] == "correct" else None)
+                shape_ok = (lambda got: got == shape_label) if head.get("multishape") or label[0] != "correct" \
+                    else (lambda got: got in ("pass", None))
                 rows.append({"case": f"{p}/{case.name}", "label": label, "jobs_1": v1, f"jobs_{args.jobs}": vn,
-                             "same": v1 == vn,
-                             "labelled": all(v[0] == label[0] and (not label[1] or v[1] == label[1]) for v in (v1, vn))})
+                             "multishape": {"label": shape_label, "jobs_1": s1, f"jobs_{args.jobs}": sn},
+                             "same": v1 == vn and s1 == sn,
+                             "labelled": all(v[0] == label[0] and (not label[1] or v[1] == label[1]) for v in (v1, vn))
+                             and all(shape_ok(s) for s in (s1, sn))})
     differing = [r for r in rows if not r["same"]]
     record = {"what": "the labelled cases verified with one candidate worker at a time and with many at once: "
                       "does concurrency change a verdict?",
@@ -102,7 +112,8 @@ def main() -> int:
               "as_labelled_both": sum(r["labelled"] for r in rows), "differing": differing, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"{record['same_verdict']}/{record['cases']} cases with the same verdict at --jobs 1 and --jobs {args.jobs}; "
+    print(f"{record['same_verdict']}/{record['cases']} cases with the same verdict and multi-shape result at --jobs 1 "
+          f"and --jobs {args.jobs}; "
           f"{record['as_labelled_both']} as labelled in both; wrote {args.out}")
     return 0 if not differing else 1
 

@@ -444,6 +444,9 @@ Sandbox Sandbox::create(const SandboxSettings& settings) {
     auto proc = Process::spawn(prepared->options);
     if (proc.ok()) {
       auto exit = proc->wait(deadline_in(30));
+      // Its pid namespace's init, orphaned when bwrap exits first, is ours once we are a
+      // subreaper (every verify after the first in a process): reaped, not left a zombie.
+      (void)reap_exited_children("bwrap", 1.0);
       std::string out = proc->stdout_tail();
       if (exit && exit->exited && exit->code == 0) {
         auto j = parse_json(out, "sandbox probe");

@@ -643,4 +643,27 @@ int reap_orphans() {
   return n;
 }
 
+int reap_exited_children(std::string_view comm, double wait_s) {
+  int n = 0;
+  const Deadline until = deadline_in(wait_s);
+  for (;;) {
+    bool running = false;
+    {
+      std::lock_guard<std::mutex> lock(live_mu());
+      for (pid_t child : list_descendants(::getpid())) {
+        if (live_pids().count(child) || parent_pid_of(child) != ::getpid()) continue;
+        auto name = read_text_file(fmt::format("/proc/{}/comm", child), 256);
+        if (!name.ok() || std::string_view(*name).substr(0, name->find('\n')) != comm) continue;
+        if (::waitpid(child, nullptr, WNOHANG) == child) {
+          ++n;
+        } else {
+          running = true;
+        }
+      }
+    }
+    if (!running || Clock::now() >= until) return n;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace kernelllm::harness

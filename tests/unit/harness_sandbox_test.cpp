@@ -4,10 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "kernelllm/base/file.h"
 #include "kernelllm/harness/sandbox.h"
+#include "kernelllm/harness/subprocess.h"
 
 namespace kernelllm::harness {
 namespace {
@@ -100,6 +103,34 @@ TEST(Sandbox, SymlinksOnTheInterpreterPathUnderTmpfsRoots) {
   EXPECT_EQ(links[0], std::make_pair((root / "link").string(), (root / "venv").string()));
   EXPECT_EQ(links[1], std::make_pair((root / "venv" / "bin" / "python").string(), std::string("/usr/bin/env")));
   fs::remove_all(root);
+}
+
+// Zombie children of this process whose comm is `comm`.
+int zombie_children(const std::string& comm) {
+  int n = 0;
+  for (pid_t child : list_descendants(::getpid())) {
+    auto stat = read_text_file("/proc/" + std::to_string(child) + "/stat", 4096);
+    if (!stat.ok()) continue;
+    const size_t lp = stat->find('(');
+    const size_t rp = stat->rfind(')');
+    if (lp == std::string::npos || rp == std::string::npos || stat->size() < rp + 3) continue;
+    if (stat->substr(lp + 1, rp - lp - 1) == comm && (*stat)[rp + 2] == 'Z') ++n;
+  }
+  return n;
+}
+
+TEST(Sandbox, ProbeLeavesNoZombieOnceWeAreTheSubreaper) {
+  // Every verify after the first in a process (eval, the Python binding) probes its sandbox as a
+  // subreaper: bubblewrap's pid-namespace init, orphaned when bwrap exits first, became ours and
+  // stayed a zombie, one per call.
+  if (find_executable("bwrap").empty()) GTEST_SKIP() << "bubblewrap is not installed";
+  ASSERT_TRUE(become_subreaper());
+  for (int i = 0; i < 3; ++i) {
+    Sandbox box = Sandbox::create(settings());
+    ASSERT_TRUE(box.active()) << box.summary();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(zombie_children("bwrap"), 0);
 }
 
 class SandboxRun : public ::testing::Test {

@@ -204,5 +204,11 @@ bool become_subreaper();
 // unreaped and carry the worker marker KERNELLLM_WORKER=1 in their environment (orphans adopted
 // as subreaper). Safe while other verifiers of this process run workers.
 int reap_orphans();
+// Reaps direct children of this process named `comm` (/proc/<pid>/comm) that no Process owns,
+// once they have exited, waiting up to `wait_s` for those still running to exit. For what a
+// sandbox leaves behind when it ends normally: bubblewrap's init of a pid namespace may outlive
+// the bwrap that was our child by a moment and then, orphaned, become ours (we are the
+// subreaper), a zombie nobody else reaps. Returns how many it reaped.
+int reap_exited_children(std::string_view comm, double wait_s);
 
 }  // namespace kernelllm::harness
