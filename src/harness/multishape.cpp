@@ -125,13 +125,12 @@ void Verifier::wait_variants() {
   variants_cv_.wait(lock, [this] { return variants_loaded_; });
 }
 
-void Verifier::check_shapes(size_t /*i*/, Worker& w, DeviceState& dev, CandidateResult& r) {
+void Verifier::check_shapes(Worker& w, DeviceState& dev, CandidateResult& r) {
   if (!dev.healthy) {
     r.multishape_note = "not run: device " + r.device + " was taken out of use";
     return;
   }
   std::vector<ShapeVariantResult> results;
-  std::vector<std::string> unusable;
   wait_variants();  // their judges have loaded the problem (or are unusable)
   std::string ended;  // the variant in which the candidate's process ended, if one did
   for (auto& v : dev.variants) {
@@ -140,7 +139,6 @@ void Verifier::check_shapes(size_t /*i*/, Worker& w, DeviceState& dev, Candidate
     out.sizes = v->size_globals;
     if (!v->unusable.empty()) {
       // Listed as not run, with why, so a result from the other variant does not hide it.
-      unusable.push_back(fmt::format("{}: {}", v->variant.name, v->unusable));
       out.verdict = Verdict::not_verified;
       out.message = "not run: " + v->unusable;
       results.push_back(std::move(out));
@@ -167,6 +165,8 @@ void Verifier::check_shapes(size_t /*i*/, Worker& w, DeviceState& dev, Candidate
       vr.message = "the candidate's process reported an environment error after its own code had run: " + vr.message;
     }
     if (!w.proc.running()) ended = v->variant.name;
+    // The variant's judge keeps this candidate's outputs for its history rules until told.
+    (void)judge_call(*v, Json{{"op", "forget"}, {"candidate", w.id()}}, opts_.load_timeout_s);
     out.verdict = vr.verdict;
     out.message = vr.rule.empty() ? vr.message : vr.rule + ": " + vr.message;
     results.push_back(std::move(out));

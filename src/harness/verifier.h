@@ -308,10 +308,10 @@ class Verifier {
   // found correct (nothing is spent on variants when none is); wait_variants waits for it.
   void start_variants();
   void wait_variants();
-  // The check of candidate i, just found correct (and timed) on `dev`, in its own process `w`: each
+  // The check of a candidate just found correct (and timed) on `dev`, in its own process `w`: each
   // size variant's ModelNew constructed there in turn (load_variant) and its trials judged by the
   // variant's judge. Sets r.multishape or r.multishape_note.
-  void check_shapes(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
+  void check_shapes(Worker& w, DeviceState& dev, CandidateResult& r);
   // The `load_variant` request of one size variant `v` to a candidate already loaded.
   bool load_variant(Worker& w, DeviceState& v, CandidateResult& r);
   Json load_request(const DeviceState& dev, const char* op) const;

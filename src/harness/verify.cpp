@@ -556,7 +556,7 @@ void Verifier::worker_thread(size_t thread) {
     const bool check_shapes_now = opts_.multishape && r.verdict == Verdict::correct;
     if (check_shapes_now) {
       const auto t_shapes = std::chrono::steady_clock::now();
-      check_shapes(i, *w, *dev, r);
+      check_shapes(*w, *dev, r);
       log(fmt::format("[{}] {}: multishape {}", i, r.path,
                       r.multishape ? std::string(shape_verdict_name(r.multishape->verdict)) : r.multishape_note));
       r.evidence["phases"]["multishape_ms"] =
