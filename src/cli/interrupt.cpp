@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "kernelllm/harness/verify.h"
+
 namespace kernelllm::cli {
 namespace {
 
@@ -106,6 +108,9 @@ void install_interrupt_cleanup(const std::string& command, const std::string& ke
     while (::read(g_pipe[0], &sig, 1) != 1) {}
     std::fprintf(stderr, "\n%s: %s: stopping the workers and removing this run's temporary files\n", command.c_str(),
                  sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
+    // No verifier makes a run directory from now on (one being made is removed by its maker), so
+    // none is left behind by a thread that was still starting one.
+    harness::stop_making_run_dirs();
     const int killed = kill_children();
     const int removed = remove_run_dirs();
     std::fprintf(stderr, "%s: stopped %d worker process(es), removed %d temporary run director%s (kernelllm-verify-%d-*)\n",

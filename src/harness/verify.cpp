@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -44,6 +46,31 @@ int remove_stale_run_dirs(const fs::path& base) {
     if (!rm) ++removed;
   }
   return removed;
+}
+
+namespace {
+
+std::atomic<bool>& run_dirs_stopped() {
+  static std::atomic<bool> stopped{false};
+  return stopped;
+}
+
+}  // namespace
+
+void stop_making_run_dirs() { run_dirs_stopped().store(true); }
+
+Result<std::string> make_run_dir(std::string tmpl) {
+  const auto refused = [] { return error(ErrorCode::resource_exhausted, "stopping (SIGINT/SIGTERM): no new run directory"); };
+  if (run_dirs_stopped().load()) return refused();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return error(ErrorCode::io_error, fmt::format("cannot create {}: {}", tmpl, std::strerror(errno)));
+  }
+  if (run_dirs_stopped().load()) {  // the stop came meanwhile: its clean-up may have listed before this one existed
+    std::error_code ec;
+    fs::remove_all(tmpl, ec);
+    return refused();
+  }
+  return tmpl;
 }
 
 namespace {
@@ -364,9 +391,8 @@ Status Verifier::setup() {
     report_.warnings.push_back(fmt::format("removed {} run director{} of verify runs that no longer exist under {}", n,
                                            n == 1 ? "y" : "ies", base));
   }
-  std::string tmpl = fmt::format("{}/{}{}-XXXXXX", base, kRunDirPrefix, ::getpid());
-  if (::mkdtemp(tmpl.data()) == nullptr) return error(ErrorCode::io_error, "cannot create a run directory under " + base);
-  run_dir_ = tmpl;
+  KLLM_ASSIGN_OR_RETURN(std::string made, make_run_dir(fmt::format("{}/{}{}-XXXXXX", base, kRunDirPrefix, ::getpid())));
+  run_dir_ = made;
 
   std::random_device rd;
   secret_seed_ = ((uint64_t{rd()} << 32) | rd()) & ((uint64_t{1} << 62) - 1);

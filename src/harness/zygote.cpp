@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "kernelllm/base/file.h"
+#include "kernelllm/harness/verify.h"
 
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
@@ -44,9 +45,8 @@ void add_sandbox(ZygoteFork& f, const PreparedSpawn& prepared, const Holder& hol
 Result<fs::path> zygote_dir() {
   const char* shm = "/dev/shm";
   std::string base = ::access(shm, W_OK) == 0 ? shm : fs::temp_directory_path().string();
-  std::string tmpl = fmt::format("{}/kernelllm-verify-{}-zygote-XXXXXX", base, ::getpid());
-  if (::mkdtemp(tmpl.data()) == nullptr) return error(ErrorCode::io_error, "cannot create the zygote's directory under " + base);
-  return fs::path(tmpl);
+  KLLM_ASSIGN_OR_RETURN(std::string made, make_run_dir(fmt::format("{}/kernelllm-verify-{}-zygote-XXXXXX", base, ::getpid())));
+  return fs::path(made);
 }
 
 // Every zygote of this process, by interpreter, package and mode; never destroyed: a zygote lives as

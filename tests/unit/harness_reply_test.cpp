@@ -127,6 +127,24 @@ TEST(RunDirs, OnlyThoseOfDeadProcessesAreRemoved) {
   fs::remove_all(base);
 }
 
+// After the SIGINT/SIGTERM clean-up's stop, no run directory is made any more (a verifier still
+// starting on another thread would otherwise leave one behind the clean-up: seen in CI).
+TEST(RunDirs, NoneIsMadeAfterTheStop) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::temp_directory_path() / fmt::format("kllm-rundirs-{}", ::getpid());
+  fs::create_directories(base);
+  auto made = make_run_dir((base / "kernelllm-verify-1-XXXXXX").string());
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_TRUE(fs::is_directory(*made));
+  stop_making_run_dirs();
+  auto refused = make_run_dir((base / "kernelllm-verify-1-XXXXXX").string());
+  EXPECT_FALSE(refused.ok());
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(base)) ++n;
+  EXPECT_EQ(n, 1u);  // only the one made before the stop
+  fs::remove_all(base);
+}
+
 // A candidate's source travels to the judge's audit as base64 (it may not be UTF-8).
 TEST(Base64, EncodesWithPaddingAndAnyByte) {
   EXPECT_EQ(base64_encode(""), "");
