@@ -300,7 +300,7 @@ class Verifier {
   // multishape.cpp
   void run_multishape();  // after the worker threads: notes of the candidates not checked
   void spawn_variant_judges(DeviceState& dev);
-  Status spawn_judge(DeviceState& dev);
+  Status spawn_judge(DeviceState& dev, bool by_exec = false);  // by_exec: not through the zygote
   void note_exec_start(const std::string& why);  // keeps the first reason a worker started by exec
   static constexpr double kZygoteStartS = 180;   // its imports, on a loaded host  // starts dev's judge process unless it has one; does not wait
   void setup_variants(DeviceState& dev);

@@ -169,11 +169,12 @@ void Verifier::note_exec_start(const std::string& why) {
   if (exec_note_.empty()) exec_note_ = why;
 }
 
-Status Verifier::spawn_judge(DeviceState& dev) {
+Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
   if (dev.judge) return {};
   std::string note;
   auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.tag()), {}, dev.name, nullptr,
-                            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2), zygote_.get(), &note);
+                            std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2),
+                            by_exec ? nullptr : zygote_.get(), &note);
   note_exec_start(note);
   if (!judge.ok()) return judge.status();
   dev.judge = std::move(*judge);
@@ -190,7 +191,16 @@ Status Verifier::setup_device(DeviceState& dev) {
   if (dev.shared_dir.empty()) dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
   fs::create_directories(dev.shared_dir);
   KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
-  if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) return hello.with_context("judge on " + dev.name);
+  if (Status hello = await_hello(*dev.judge, opts_.start_timeout_s); !hello.ok()) {
+    if (dev.judge->started_by != "zygote") return hello.with_context("judge on " + dev.name);
+    // A forked judge that did not greet (seen once in CI: "the intermediate process did not
+    // exit" within 10 s): started once more by exec, the call not lost, and the report says why.
+    dev.judge->proc.kill_tree();
+    dev.judge.reset();
+    note_exec_start("a judge the zygote forked did not greet: " + hello.message().substr(0, 300));
+    KLLM_RETURN_IF_ERROR(spawn_judge(dev, true).with_context("judge on " + dev.name));
+    if (Status again = await_hello(*dev.judge, opts_.start_timeout_s); !again.ok()) return again.with_context("judge on " + dev.name);
+  }
   if (!dev.parent) report_.timeline_ms["judge_started"] = ms_from_start();
   // The judge's GPU work (the problem's model, references, inputs) waits while another verify call
   // on this GPU times something, as correctness runs do; its start above (torch imported) did not:

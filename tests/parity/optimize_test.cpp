@@ -24,6 +24,7 @@
 #include "kernelllm/base/file.h"
 #include "kernelllm/engine/cuda_backend.h"
 #include "kernelllm/engine/model.h"
+#include "harness/workers.h"
 #include "harness/zygote.h"
 
 namespace kernelllm {
@@ -474,6 +475,44 @@ TEST(VerifySession, VerifiesOnceWithTheVerdictsOfVerify) {
     harness::VerifySession unused(problem.string(), o, 2);  // never given candidates
   }
   EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+  fs::remove_all(dir);
+}
+
+TEST(VerifyZygote, AForkedJudgeThatDoesNotGreetIsStartedAgainByExec) {
+  // A copy of the worker package whose zygote fails every judge it forks as C once failed in CI
+  // ("the intermediate process did not exit"): the call still verifies, its judge started by exec,
+  // and the report's worker_start says why.
+  auto package = harness::find_package_dir("");
+  ASSERT_TRUE(package.ok()) << package.status().to_string();
+  const fs::path dir = fs::temp_directory_path() / ("kernelllm-judge-retry-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "pkg");
+  fs::copy(*package / "kernelllm", dir / "pkg" / "kernelllm", fs::copy_options::recursive);
+  const fs::path zygote_py = dir / "pkg" / "kernelllm" / "worker" / "zygote.py";
+  auto text = read_text_file(zygote_py, size_t{1} << 20);
+  ASSERT_TRUE(text.ok());
+  const std::string at = "        _adopted(b_pid, orchestrator)\n";
+  const size_t pos = text->find(at);
+  ASSERT_NE(pos, std::string::npos) << "zygote.py changed: update this test";
+  std::string patched = *text;
+  patched.insert(pos, "        if req.get(\"kind\") == \"judge\":\n"
+                      "            raise RuntimeError(\"zygote: the intermediate process did not exit (test)\")\n");
+  { std::ofstream(zygote_py) << patched; }
+  const fs::path problem = dir / "problem.py", good = dir / "good.py";
+  { std::ofstream(problem) << kProblem; }
+  { std::ofstream(good) << kCorrect; }
+  harness::VerifyOptions o;
+  o.use_cache = false;
+  o.multishape = false;
+  o.timing = false;
+  o.n_trials = 2;
+  o.package_dir = (dir / "pkg").string();
+  auto rep = harness::verify(problem.string(), {good.string()}, o);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  ASSERT_EQ(rep->candidates.size(), 1u);
+  EXPECT_EQ(rep->candidates[0].verdict, Verdict::correct) << rep->candidates[0].message;
+  EXPECT_NE(rep->worker_start.find("a judge the zygote forked did not greet"), std::string::npos) << rep->worker_start;
+  EXPECT_NE(rep->worker_start.find("the intermediate process did not exit (test)"), std::string::npos) << rep->worker_start;
   fs::remove_all(dir);
 }
 
