@@ -124,14 +124,12 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
     reads (PROBLEMS/<stem>.py, CANDIDATES/<stem>/<i>.py), strict profile, multi-shape check on."""
     root = Path(tmp) / "eval"
     problems_dir, cands_dir, run_dir = root / "problems", root / "candidates", root / "run"
-    names: dict[tuple[str, int], str] = {}
     for problem, cases in work.items():
         problems_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(problem, problems_dir / problem.name)
         (cands_dir / problem.stem).mkdir(parents=True, exist_ok=True)
         for i, case in enumerate(cases):
             shutil.copyfile(case, cands_dir / problem.stem / f"{i}.py")
-            names[(problem.stem, i)] = str(case)
     cmd = [args.cli, "eval", "--problems", str(problems_dir), "--candidates", str(cands_dir), "--out", str(run_dir),
            "--verify-device", args.device, "--profiles", "strict", "--multishape", "--problem-jobs",
            str(max(1, args.concurrency)), "--jobs", str(args.jobs), "-q"]

@@ -140,13 +140,10 @@ bool Verifier::fail_from_reply(const Reply& reply, const std::string& phase, dou
   // A process or thread refused at the cgroup's task limit makes the candidate's next fork fail
   // (Triton's first launch on a GPU runs ldconfig): the flood is the cause, not the wall it hit.
   if ((r.verdict == Verdict::compile_error || r.verdict == Verdict::runtime_error) && sandbox_.active()) {
-    CandidateResult flood;
-    if (flood_from_cgroup(w, opts_.max_tasks, flood)) {
+    const std::string said = r.message;
+    if (flood_from_cgroup(w, opts_.max_tasks, r)) {
       r.evidence["error_kind"] = kind;
-      r.evidence["processes"] = flood.evidence["processes"];
-      r.verdict = flood.verdict;
-      r.rule = flood.rule;
-      r.message = fmt::format("{} (during {}: {})", flood.message, phase, r.message.substr(0, 300));
+      r.message += fmt::format(" (during {}: {})", phase, said.substr(0, 300));
       return true;
     }
   }

@@ -59,7 +59,13 @@ std::atomic<bool>& run_dirs_stopped() {
 
 void stop_making_run_dirs() { run_dirs_stopped().store(true); }
 
-Result<std::string> make_run_dir(std::string tmpl) {
+std::string run_dir_base() {
+  const char* shm = "/dev/shm";
+  return ::access(shm, W_OK) == 0 ? shm : fs::temp_directory_path().string();
+}
+
+Result<std::string> make_run_dir(std::string_view infix) {
+  std::string tmpl = fmt::format("{}/{}{}-{}XXXXXX", run_dir_base(), kRunDirPrefix, ::getpid(), infix);
   const auto refused = [] { return error(ErrorCode::resource_exhausted, "stopping (SIGINT/SIGTERM): no new run directory"); };
   if (run_dirs_stopped().load()) return refused();
   if (::mkdtemp(tmpl.data()) == nullptr) {
@@ -393,15 +399,14 @@ Status Verifier::setup() {
   }
   if (!sandbox_.active()) report_.warnings.push_back(report_.sandbox);
 
-  const char* shm = "/dev/shm";
-  std::string base = ::access(shm, W_OK) == 0 ? shm : fs::temp_directory_path().string();
+  const std::string base = run_dir_base();
   // Run directories hold output files in RAM (/dev/shm): those of runs killed before their
   // clean-up (SIGKILL, a lost session) are removed here, named by their dead owner's pid.
   if (int n = remove_stale_run_dirs(base); n > 0) {
     report_.warnings.push_back(fmt::format("removed {} run director{} of verify runs that no longer exist under {}", n,
                                            n == 1 ? "y" : "ies", base));
   }
-  KLLM_ASSIGN_OR_RETURN(std::string made, make_run_dir(fmt::format("{}/{}{}-XXXXXX", base, kRunDirPrefix, ::getpid())));
+  KLLM_ASSIGN_OR_RETURN(std::string made, make_run_dir());
   run_dir_ = made;
 
   std::random_device rd;

@@ -43,9 +43,7 @@ void add_sandbox(ZygoteFork& f, const PreparedSpawn& prepared, const Holder& hol
 // A directory of its own for the zygote (HOME, TMPDIR and caches it never writes), named like a
 // run directory so that a later run removes it once this process is gone.
 Result<fs::path> zygote_dir() {
-  const char* shm = "/dev/shm";
-  std::string base = ::access(shm, W_OK) == 0 ? shm : fs::temp_directory_path().string();
-  KLLM_ASSIGN_OR_RETURN(std::string made, make_run_dir(fmt::format("{}/kernelllm-verify-{}-zygote-XXXXXX", base, ::getpid())));
+  KLLM_ASSIGN_OR_RETURN(std::string made, make_run_dir("zygote-"));
   return fs::path(made);
 }
 

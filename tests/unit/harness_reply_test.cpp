@@ -131,18 +131,21 @@ TEST(RunDirs, OnlyThoseOfDeadProcessesAreRemoved) {
 // starting on another thread would otherwise leave one behind the clean-up: seen in CI).
 TEST(RunDirs, NoneIsMadeAfterTheStop) {
   namespace fs = std::filesystem;
-  const fs::path base = fs::temp_directory_path() / fmt::format("kllm-rundirs-{}", ::getpid());
-  fs::create_directories(base);
-  auto made = make_run_dir((base / "kernelllm-verify-1-XXXXXX").string());
+  const std::string mine = fmt::format("{}{}-rundirs-test-", kRunDirPrefix, ::getpid());
+  auto count_mine = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(run_dir_base())) n += e.path().filename().string().rfind(mine, 0) == 0;
+    return n;
+  };
+  auto made = make_run_dir("rundirs-test-");
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   EXPECT_TRUE(fs::is_directory(*made));
+  EXPECT_EQ(fs::path(*made).parent_path(), fs::path(run_dir_base()));
   stop_making_run_dirs();
-  auto refused = make_run_dir((base / "kernelllm-verify-1-XXXXXX").string());
+  auto refused = make_run_dir("rundirs-test-");
   EXPECT_FALSE(refused.ok());
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(base)) ++n;
-  EXPECT_EQ(n, 1u);  // only the one made before the stop
-  fs::remove_all(base);
+  EXPECT_EQ(count_mine(), 1u);  // only the one made before the stop
+  fs::remove_all(*made);
 }
 
 // A candidate's source travels to the judge's audit as base64 (it may not be UTF-8).

@@ -297,12 +297,13 @@ std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t 
 // median: what it publishes does not repeat within its noise.
 bool timing_unstable(const TimingResult& t);
 
-// Run directories (kernelllm-verify-<pid>-*, under /dev/shm or the temp dir): made with
-// make_run_dir, which refuses once stop_making_run_dirs was called. The CLI's SIGINT/SIGTERM
-// clean-up calls it before it removes this process's run directories, so that a verifier still
-// starting on another thread cannot make one after them and leave it behind: a directory made
-// while the stop comes is removed by its maker (checked again after mkdtemp).
+// Run directories: run_dir_base()/kernelllm-verify-<pid>-<infix>XXXXXX, made by make_run_dir, which
+// refuses once stop_making_run_dirs was called. The CLI's SIGINT/SIGTERM clean-up calls it before
+// it removes this process's run directories, so that a verifier still starting on another thread
+// cannot make one after them and leave it behind: a directory made while the stop comes is
+// removed by its maker (checked again after mkdtemp).
+std::string run_dir_base();  // /dev/shm when writable (output files in RAM), else the temp dir
+Result<std::string> make_run_dir(std::string_view infix = "");
 void stop_making_run_dirs();
-Result<std::string> make_run_dir(std::string mkdtemp_template);
 
 }  // namespace kernelllm::harness

@@ -328,7 +328,7 @@ class Candidate:
         if self.model is None or self.model_cls is None:
             raise WorkerError("protocol", "load_variant before a successful load")
         t0 = time.perf_counter()
-        args, kwargs = self._init_args(msg, msg.get("work_dir", ""))
+        args, kwargs = self._init_args(msg, "")
         self.model = None  # the main model's memory goes back before the variant's is made
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -337,11 +337,12 @@ class Candidate:
         self.variant = str(msg.get("variant", ""))
         return {"load_ms": (time.perf_counter() - t0) * 1e3, "variant": self.variant}
 
-    def _init_args(self, msg: dict, work_dir: str) -> tuple:
+    def _init_args(self, msg: dict, default_dir: str) -> tuple:
+        """ModelNew's arguments: the judge's `init`, its tensors read from `work_dir` (else `default_dir`)."""
         max_bytes = int(msg.get("max_tensor_bytes", DEFAULT_MAX_TENSOR_BYTES))
         init = protocol.decode_value({"t": "dict", "v": msg.get("init", {"args": {"t": "list", "v": []},
                                                                          "kwargs": {"t": "dict", "v": {}}})},
-                                     lambda f: protocol.load_tensors(os.path.join(msg.get("work_dir", work_dir), f), max_bytes))
+                                     lambda f: protocol.load_tensors(os.path.join(msg.get("work_dir", default_dir), f), max_bytes))
         args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in init.get("args", [])]
         kwargs = {k: (a.to(self.device) if isinstance(a, torch.Tensor) else a) for k, a in init.get("kwargs", {}).items()}
         return args, kwargs
