@@ -614,11 +614,12 @@ int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_byte
 }
 
 void Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per) {
-  // Making a set's references (inputs, fp32 and fp64 forwards, fingerprints, accounting baseline)
-  // costs milliseconds a set, and a batch of a fast reference uses hundreds of sets: ~3 s a problem
-  // on an H200, which the exclusive hold used to pay while every other process of ours on the GPU
-  // waited. Made here under shared holds of a few round trips' sets each, so that a timer waits for
-  // one of them at most; the batch's own prepare then finds them made.
+  // Making a set's references (inputs, fp32 and fp64 forwards, fingerprints, tolerance) costs up
+  // to milliseconds a set, and a batch of a fast reference uses hundreds of sets: ~3 s a problem
+  // on an H200 (with the accounting baseline and a cache release per set, since dropped), which
+  // the exclusive hold used to pay while every other process of ours on the GPU waited. Made here
+  // under shared holds of a few round trips' sets each, so that a timer waits for one of them at
+  // most; the batch's own prepare then finds them made.
   const std::vector<TrialInput>& sets = timing_sets(dev);
   if (sets.empty()) return;
   const int trips = warmup_calls(dev) + iters;

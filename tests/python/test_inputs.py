@@ -189,7 +189,7 @@ def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(t
     j.time_prepare({"trial": sets[0], "compile": False, **({"trials": sets} if listed else {})})
     built = []
     full = j._full
-    monkeypatch.setattr(j, "_full", lambda t: built.append(t) or full(t))
+    monkeypatch.setattr(j, "_full", lambda t, *a, **k: built.append(t) or full(t, *a, **k))
     for k, t in enumerate(sets):
         j.time_load({"trials": [t]})
         assert j.time_call({"sets": [k]})["output_bound"]
@@ -197,6 +197,27 @@ def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(t
     assert built == ([] if listed else sets[1:])
     with pytest.raises(protocol.WorkerError):
         j.time_prepare({"trial": sets[0], "compile": False, "trials": ["3"]})
+
+
+def test_timing_sets_are_made_without_the_accounting_baseline_until_a_plain_run_of_one_is_compared(tmp_path):
+    # No candidate runs a timing set in an accounted span, so time_prepare makes their references
+    # without the accounting (most of a set's cost); a timing set run once more untimed (after a
+    # timed mismatch) is compared against a report that needs it: it is made then.
+    j = _judge(tmp_path)
+    j.make_inputs({"trial": 0})
+    assert j.trials[0]["baseline"]["ops"]
+    sets = [5, 6]
+    for t in sets:
+        j.make_inputs({"trial": t, "lazy": True})
+    j.time_prepare({"trial": sets[0], "trials": sets})
+    assert all("fp" in j.trials[t] and "baseline" not in j.trials[t] for t in sets)
+    assert set(sets) <= set(j.kept)
+    kept = j.kept[5]
+    assert j._full(5, timing=True) is kept
+    again = j._full(5)  # what compare asks for
+    assert j.trials[5]["baseline"]["ops"] and again is not kept
+    assert [torch.equal(a, b) for a, b in zip(again["ref"], kept["ref"])] == [True]
+    assert j.kept_bytes == sum(k["bytes"] for k in j.kept.values())
 
 
 @pytest.mark.parametrize("profile", ["strict", "kernelbench"])

@@ -3,6 +3,7 @@ a live judge process, and in-process checks of values, tensor-file limits, the i
 KernelBench's trial seeds, the comparison profiles, the rules and exception classes."""
 from __future__ import annotations
 
+import math
 import struct
 
 import pytest
@@ -109,6 +110,32 @@ def test_strict_profile_scales_with_fp32_reference_error():
     tiny64 = torch.full((8,), 1e-60, dtype=torch.float64)
     underflow = compare.Checker("strict", tiny64.float(), tiny64, "v0")
     assert underflow.passes(torch.zeros(8)) and compare.baselines_passing(underflow) == ["zeros", "mean"]
+
+
+def test_strict_tolerance_statistics_leave_out_non_finite_elements_across_chunks(monkeypatch):
+    # The statistics are summed on the tensors' device and read back once (no masked copies, one
+    # synchronize per checker): the same numbers as over the finite elements alone, chunk by chunk.
+    monkeypatch.setattr(compare, "CHUNK", 100)
+    torch.manual_seed(1)
+    ref64 = torch.randn(7, 53, dtype=torch.float64) * 3
+    ref64[0, 0], ref64[2, 5], ref64[6, 52] = math.nan, math.inf, -math.inf
+    ref32 = ref64.float()
+    ref32[3, 3] = math.nan  # finite in fp64, not in fp32: out of the error, in the magnitude
+    c = compare.Checker("strict", ref32, ref64, "v0")
+    fin64 = torch.isfinite(ref64)
+    both = fin64 & torch.isfinite(ref32)
+    err = (ref32.double() - ref64)[both].abs().max().item()
+    scale = ref64[fin64].abs().mean().item()
+    assert c.scale == pytest.approx(scale, rel=1e-12)
+    assert c.atol == pytest.approx(compare.REF_ERROR_MULTIPLE * err + 1e-4 * scale, rel=1e-12)
+    d, r = (ref32.double() - ref64)[both], ref64[both]
+    assert compare._norm_err(ref32, ref64) == pytest.approx(float(d.norm() / r.norm()), rel=1e-12)
+    assert c.norm_bound == max(compare.REF_ERROR_MULTIPLE * compare._norm_err(ref32, ref64), 1e-4)
+    # Nothing finite in both, and nothing at all: no error.
+    assert compare._norm_err(torch.full((3,), math.nan), torch.ones(3, dtype=torch.float64)) == 0.0
+    assert compare._norm_err(torch.ones(0), torch.ones(0, dtype=torch.float64)) == 0.0
+    empty = compare.Checker("strict", torch.ones(0), torch.ones(0, dtype=torch.float64), "v0")
+    assert (empty.scale, empty.atol, empty.norm_bound) == (0.0, 0.0, 1e-4)
 
 
 def test_rules_each_fire_with_evidence_in_precedence_order():

@@ -89,18 +89,21 @@ class Checker:
         if limits:
             self.set_limits(limits)
         else:
-            ref_err_max, mag_sum, mag_n = 0.0, 0.0, 0
+            # Summed where the tensors live and read back once (a timing set's checker is made per
+            # set, hundreds a problem: each read-back is a device synchronize).
+            acc = None
             for r, r64 in _chunks(ref, self.ref64):
                 finite = torch.isfinite(r64)
-                err = (r - r64).abs()[finite & torch.isfinite(r)]
-                if err.numel():
-                    ref_err_max = max(ref_err_max, err.max().item())
-                mag = r64.abs()[finite]
-                mag_sum, mag_n = mag_sum + mag.sum().item(), mag_n + mag.numel()
+                err = torch.where(finite & torch.isfinite(r), (r - r64).abs(), 0).max()
+                part = torch.stack([err, torch.where(finite, r64.abs(), 0).sum(), finite.sum(dtype=torch.float64)])
+                acc = part if acc is None else torch.stack([torch.maximum(acc[0], part[0]), acc[1] + part[1], acc[2] + part[2]])
+            norm = _norm_sums(ref, self.ref64)
+            ref_err_max, mag_sum, mag_n, d2, n2, seen = (acc.tolist() if acc is not None else [0.0, 0.0, 0.0]) + \
+                (norm.tolist() if norm is not None else [0.0, 0.0, 0.0])
             self.scale = mag_sum / mag_n if mag_n else 0.0
             self.atol = REF_ERROR_MULTIPLE * ref_err_max + floor * self.scale
             self.rtol = floor
-            self.norm_bound = max(REF_ERROR_MULTIPLE * _norm_err(ref, self.ref64), floor)
+            self.norm_bound = max(REF_ERROR_MULTIPLE * _norm_from_sums(d2, n2, seen), floor)
         whose = "the whole output's tolerance: " if limits else ""
         self.describe = (f"|out - ref64| <= {self.atol:.3g} + {self.rtol:g}*|ref64| elementwise and normalized "
                          f"error <= {self.norm_bound:.3g} ({whose}{REF_ERROR_MULTIPLE:g}x the fp32 reference's error, "
@@ -144,21 +147,29 @@ class Checker:
         return res
 
 
-def _norm_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| over the elements finite in both (fp64, chunked)."""
-    d2, n2, seen = 0.0, 0.0, False
+def _norm_sums(out: torch.Tensor, ref: torch.Tensor) -> Optional[torch.Tensor]:
+    """[sum (out - ref)^2, sum ref^2, count] over the elements finite in both (fp64, chunked), where
+    the tensors live; None for no elements."""
+    acc = None
     for o, r in _chunks(out, ref):
         finite = torch.isfinite(r) & torch.isfinite(o)
-        if not bool(finite.any()):
-            continue
-        seen = True
-        diff, rr = (o - r)[finite], r[finite]
-        d2 += float((diff * diff).sum())
-        n2 += float((rr * rr).sum())
+        diff, rr = torch.where(finite, o - r, 0), torch.where(finite, r, 0)
+        part = torch.stack([(diff * diff).sum(), (rr * rr).sum(), finite.sum(dtype=diff.dtype)])
+        acc = part if acc is None else acc + part
+    return acc
+
+
+def _norm_from_sums(d2: float, n2: float, seen: float) -> float:
     if not seen:
         return 0.0
     d, n = math.sqrt(d2), math.sqrt(n2)
     return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
+
+
+def _norm_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| over the elements finite in both (fp64, chunked); one read-back."""
+    sums = _norm_sums(out, ref)
+    return 0.0 if sums is None else _norm_from_sums(*sums.tolist())
 
 
 # A replayed output agrees with the reference it was computed for this much more closely than the

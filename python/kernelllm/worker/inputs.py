@@ -189,7 +189,8 @@ def checksum(t: torch.Tensor) -> str:
         pos = torch.arange(start, start + w.numel(), device=w.device, dtype=torch.int64)
         acc[0] += (w * (pos * 2654435761 % 4294967291 + 1)).sum()
         acc[1] += (w ^ pos).sum()
-    return hashlib.sha256(f"{head}{int(acc[0])}:{int(acc[1])}:{words.numel()}".encode()).hexdigest()[:32]
+    a0, a1 = acc.tolist()  # one read-back
+    return hashlib.sha256(f"{head}{a0}:{a1}:{words.numel()}".encode()).hexdigest()[:32]
 
 
 def checksums(args: List[Any]) -> List[Optional[str]]:

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from . import accounting, compare, inputs, protocol, rules
-from .judge_timing import TimedCalls
+from .judge_timing import TimedCalls, release_cached as _release_cached
 from .protocol import WorkerError
 
 PRECISIONS = inputs.PRECISIONS
@@ -56,13 +56,6 @@ def split_init(init: Any) -> tuple:
     if isinstance(init, (list, tuple)):
         return list(init), {}, "positional"
     raise WorkerError("problem_error", f"get_init_inputs() must return a list or tuple, found {type(init).__name__}")
-
-
-def _release_cached() -> None:
-    """Gives the judge's cached, unused GPU memory back to the device: its fp64 references and
-    comparisons of a large problem peak far above what it keeps, and the candidate shares the GPU."""
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 
 def _as_list(out: Any) -> List[Any]:
@@ -150,6 +143,7 @@ class Judge(TimedCalls):
         # a candidate's process for its runs. Derived seeds make the problem's tensors on the device.
         self.recipe = inputs.Recipe(self.module, self.precision, self.device, on_device=self.seed_scheme == "derived")
         self.kept: "collections.OrderedDict[int, Dict[str, Any]]" = collections.OrderedDict()
+        self.kept_bytes = 0  # of the references in `kept`
         self.fp_index: Dict[int, torch.Tensor] = {}
         self.fp_index_on: Dict[int, torch.Tensor] = {}  # the same, on the judge's device
         try:
@@ -286,20 +280,23 @@ class Judge(TimedCalls):
         except Exception as e:
             raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
 
-    def _full(self, trial: int) -> Dict[str, Any]:
-        """A trial's inputs' references (fp32, fp64), made from its seed now unless kept."""
+    def _full(self, trial: int, timing: bool = False) -> Dict[str, Any]:
+        """A trial's inputs' references (fp32, fp64), made from its seed now unless kept.
+        `timing`: for a timing set, which no candidate runs in an accounted span: no accounting
+        baseline (made when a plain run of the set is compared), and the cached GPU memory is
+        released by the caller once for all its sets."""
         if trial not in self.trials:
             raise WorkerError("protocol", f"no inputs were made for trial {trial}")
-        if trial in self.kept:
+        rec = self.trials[trial]
+        if trial in self.kept and (timing or "baseline" in rec):
             self.kept.move_to_end(trial)
             return self.kept[trial]
-        rec = self.trials[trial]
         # What a candidate's process does in its accounted span besides forward (make the inputs,
         # checksum them before and after, checksum the outputs), measured here on the same trial:
         # the baseline taken off its report (accounting.py). Torch's compute ops on every trial;
         # on a GPU also the kernels, for the trial the orchestrator profiles (the last), together
         # with the reference forward's own kernels.
-        measure = "baseline" not in rec
+        measure = "baseline" not in rec and not timing
         profile_kernels = measure and self.device.startswith("cuda") and trial == self.n_trials - 1 and self.kernel_baseline
         acc_make, acc_sums, acc_out = accounting.AtenCompute(), accounting.AtenCompute(), accounting.AtenCompute()
         nothing = contextlib.nullcontext
@@ -368,11 +365,14 @@ class Judge(TimedCalls):
                          "dtypes": [r.dtype for r in ref]}
         full = {"ref": ref, "ref64": ref64, "meta": meta,
                 "bytes": sum(r.numel() * r.element_size() for r in ref + (ref64 or []) if isinstance(r, torch.Tensor))}
+        old = self.kept.pop(trial, None)
         self.kept[trial] = full
+        self.kept_bytes += full["bytes"] - (old["bytes"] if old else 0)
         self._note_discrimination(trial, full)
-        while len(self.kept) > KEEP_MIN_TRIALS and sum(k["bytes"] for k in self.kept.values()) > KEEP_BYTES:
-            self.kept.popitem(last=False)
-        _release_cached()
+        while len(self.kept) > KEEP_MIN_TRIALS and self.kept_bytes > KEEP_BYTES:
+            self.kept_bytes -= self.kept.popitem(last=False)[1]["bytes"]
+        if not timing:
+            _release_cached()
         return full
 
     def _probe_reference(self, seed: int, n_out: int) -> Optional[List[torch.Tensor]]:
@@ -703,11 +703,11 @@ class Judge(TimedCalls):
         out.update(extra)
         return out
 
-    def _fingerprint(self, trial: int) -> Dict[str, Any]:
+    def _fingerprint(self, trial: int, timing: bool = False) -> Dict[str, Any]:
         if trial not in self.trials:
             raise WorkerError("protocol", f"no inputs were made for trial {trial}")
         if "fp" not in self.trials[trial]:
-            self._full(trial)
+            self._full(trial, timing)
         return self.trials[trial]["fp"]
 
     # ---- "Triton did the work" (kernel_audit.py) ------------------------------------------

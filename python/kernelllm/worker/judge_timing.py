@@ -16,6 +16,13 @@ MAX_SLOTS = 64
 REUSE_BYTES = 1 << 30
 
 
+def release_cached() -> None:
+    """Gives the judge's cached, unused GPU memory back to the device: its fp64 references and
+    comparisons of a large problem peak far above what it keeps, and the candidate shares the GPU."""
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 class TimedCalls:
     """Judge ops: time_prepare, time_load, time_call (the reference), time_region,
     time_inputs_region, time_give, check_timed, l2_flush, ping."""
@@ -35,7 +42,7 @@ class TimedCalls:
         """A fresh output region laid out for `slots` calls' outputs on `trial`'s shapes (a timing
         set; every set has them), slot after slot: (region, its layout, its output tensors (flat,
         slot after slot), one slot's bytes)."""
-        fp = self._fingerprint(trial)
+        fp = self._fingerprint(trial, timing=True)
         places, slot_bytes = region.layout(fp["shapes"], fp["dtypes"])
         reg, per_slot = self._slotted(places, slot_bytes, slots, "output")
         flat = [p for ps in per_slot for p in ps]
@@ -73,9 +80,13 @@ class TimedCalls:
         if not isinstance(trips, list) or not all(isinstance(g, list) and all(type(t) is int for t in g) for g in trips):
             raise WorkerError("protocol", "time_prepare: 'trips' must be a list of lists of trial numbers")
         n_out = len(views) // slots
-        for t in trials:
-            for i in range(n_out):
-                self._fp_checker(t, i)
+        try:
+            for t in trials:
+                self._fingerprint(t, timing=True)
+                for i in range(n_out):
+                    self._fp_checker(t, i)
+        finally:
+            release_cached()
         for i, v in enumerate(views[:n_out]):
             self._fp_index_on(i, v.numel(), v.device)
         # The strict profile's per-call tolerances of each round trip's calls, for the check of
@@ -220,7 +231,7 @@ class TimedCalls:
                 res: dict = {"match": True, "message": "no outputs"}
                 for j, t in enumerate(trials):
                     outs = {str(i): v for i, v in enumerate(views[j * n_out:(j + 1) * n_out])}
-                    res = self._judge_outputs(t, self._full(t), outs, None, str(msg.get("candidate", "")))
+                    res = self._judge_outputs(t, self._full(t, timing=True), outs, None, str(msg.get("candidate", "")))
                     if not res.get("match"):
                         return dict(res, slot=j)
                 return res
