@@ -220,6 +220,21 @@ def test_timing_sets_are_made_without_the_accounting_baseline_until_a_plain_run_
     assert j.kept_bytes == sum(k["bytes"] for k in j.kept.values())
 
 
+def test_the_judge_gives_cached_gpu_memory_back_only_beyond_its_bound(monkeypatch):
+    timing = wh.import_worker("judge_timing")
+    released, state = [], {"reserved": 0, "allocated": 0}
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: state["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(dict(state)))
+    state.update(reserved=timing.RELEASE_ABOVE_BYTES + (64 << 20), allocated=64 << 20)
+    timing.release_cached()  # exactly the bound unused: kept
+    assert released == []
+    state.update(reserved=5 << 30, allocated=1 << 30)
+    timing.release_cached()
+    assert released == [{"reserved": 5 << 30, "allocated": 1 << 30}]
+
+
 @pytest.mark.parametrize("profile", ["strict", "kernelbench"])
 def test_several_calls_per_round_trip_are_checked_slot_by_slot(tmp_path, monkeypatch, profile):
     # A round trip of 3 timed calls: call j writes slot j of the region from set j's inputs; the

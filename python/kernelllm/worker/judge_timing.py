@@ -16,10 +16,17 @@ MAX_SLOTS = 64
 REUSE_BYTES = 1 << 30
 
 
+# Cached, unused GPU memory a judge keeps after a request, at most; more is given back.
+RELEASE_ABOVE_BYTES = 256 << 20
+
+
 def release_cached() -> None:
-    """Gives the judge's cached, unused GPU memory back to the device: its fp64 references and
-    comparisons of a large problem peak far above what it keeps, and the candidate shares the GPU."""
-    if torch.cuda.is_initialized():
+    """Gives the judge's cached, unused GPU memory back to the device when it is more than
+    RELEASE_ABOVE_BYTES: the fp64 references and comparisons of a large problem peak far above
+    what the judge keeps, and the candidate shares the GPU. A small problem's few MiB stay cached:
+    giving them back (cudaFree) and taking them again in the next request (cudaMalloc) on every
+    comparison and every made reference cost more than the memory is worth."""
+    if torch.cuda.is_initialized() and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > RELEASE_ABOVE_BYTES:
         torch.cuda.empty_cache()
 
 
