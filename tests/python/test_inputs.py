@@ -220,6 +220,25 @@ def test_timing_sets_are_made_without_the_accounting_baseline_until_a_plain_run_
     assert j.kept_bytes == sum(k["bytes"] for k in j.kept.values())
 
 
+def test_what_a_trials_reference_decides_is_made_once_for_every_candidate_compared(tmp_path, monkeypatch):
+    # The whole-output checker, the trivial outputs that pass it and the reference's own error
+    # depend on the reference alone: the second candidate's comparison finds them made.
+    compare = wh.import_worker("compare")
+    j = _judge(tmp_path)
+    j.make_inputs({"trial": 0})
+    full = j._full(0)
+    made = []
+    real = compare.baselines_passing
+    monkeypatch.setattr(compare, "baselines_passing", lambda c: made.append(c) or real(c))
+    right = [r.clone() for r in full["ref"]]
+    first = j._judge_outputs(0, full, {"0": right[0]}, None, "a")
+    second = j._judge_outputs(0, full, {"0": right[0].clone()}, None, "b")
+    wrong = j._judge_outputs(0, full, {"0": right[0] + 1}, None, "c")
+    assert first["match"] and second["match"] and not wrong["match"]
+    assert first["stats"] == second["stats"] and len(made) == 1
+    assert first["stats"][0]["ref_normalized_error"] == compare.norm_err(full["ref"][0], full["ref64"][0])
+
+
 def test_the_judge_gives_cached_gpu_memory_back_only_beyond_its_bound(monkeypatch):
     timing = wh.import_worker("judge_timing")
     released, state = [], {"reserved": 0, "allocated": 0}

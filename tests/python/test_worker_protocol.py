@@ -129,11 +129,23 @@ def test_strict_tolerance_statistics_leave_out_non_finite_elements_across_chunks
     assert c.scale == pytest.approx(scale, rel=1e-12)
     assert c.atol == pytest.approx(compare.REF_ERROR_MULTIPLE * err + 1e-4 * scale, rel=1e-12)
     d, r = (ref32.double() - ref64)[both], ref64[both]
-    assert compare._norm_err(ref32, ref64) == pytest.approx(float(d.norm() / r.norm()), rel=1e-12)
-    assert c.norm_bound == max(compare.REF_ERROR_MULTIPLE * compare._norm_err(ref32, ref64), 1e-4)
+    assert compare.norm_err(ref32, ref64) == pytest.approx(float(d.norm() / r.norm()), rel=1e-12)
+    assert c.norm_bound == max(compare.REF_ERROR_MULTIPLE * compare.norm_err(ref32, ref64), 1e-4)
+    out = ref32.double() * (1 + 1e-6)
+    out[1, 1], out[4, 4] = math.nan, 7.0
+    st = compare.stats(out.float(), ref32, ref64)
+    o = out.float().double()
+    diff = (o - ref64).abs()
+    fin = torch.isfinite(diff)
+    assert st["n_nonfinite_mismatch"] == int((~fin & ~(o.isnan() & ref64.isnan()) & ~(o == ref64)).sum())
+    assert st["max_abs"] == pytest.approx(diff[fin].max().item(), rel=1e-12)
+    assert st["mean_abs"] == pytest.approx(diff[fin].mean().item(), rel=1e-12)
+    assert st["max_rel"] == pytest.approx((diff[fin] / ref64.abs()[fin].clamp_min(1e-12)).max().item(), rel=1e-12)
+    assert st["ref_normalized_error"] == compare.norm_err(ref32, ref64)
+    assert compare.stats(out.float(), ref32, ref64, 0.5)["ref_normalized_error"] == 0.5
     # Nothing finite in both, and nothing at all: no error.
-    assert compare._norm_err(torch.full((3,), math.nan), torch.ones(3, dtype=torch.float64)) == 0.0
-    assert compare._norm_err(torch.ones(0), torch.ones(0, dtype=torch.float64)) == 0.0
+    assert compare.norm_err(torch.full((3,), math.nan), torch.ones(3, dtype=torch.float64)) == 0.0
+    assert compare.norm_err(torch.ones(0), torch.ones(0, dtype=torch.float64)) == 0.0
     empty = compare.Checker("strict", torch.ones(0), torch.ones(0, dtype=torch.float64), "v0")
     assert (empty.scale, empty.atol, empty.norm_bound) == (0.0, 0.0, 1e-4)
 

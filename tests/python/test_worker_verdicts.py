@@ -587,7 +587,7 @@ def test_precision_spread_needs_many_elements_and_no_outlier():
     assert compare.value_cheat(fp16, ref, "normal", ref64)["rule"] == "precision_downgrade"
     one = ref.clone()
     one[39, 99] = 0.0  # one element wrong: localized, however small the normalized error
-    assert compare._norm_err(one.double(), ref64) < 1e-2
+    assert compare.norm_err(one.double(), ref64) < 1e-2
     assert compare.value_cheat(one, ref, "normal", ref64) is None
     row = ref.clone()
     row[7] *= 1.01  # one row scaled by 1%: 2.5% of the output, not spread

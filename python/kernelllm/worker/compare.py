@@ -129,7 +129,7 @@ class Checker:
             return all(bool(torch.allclose(fr[k:k + CHUNK], fo[k:k + CHUNK], atol=self.tol, rtol=self.tol))
                        for k in range(0, fr.numel(), CHUNK))
         bad = sum(int(self._bad(o, r).sum()) for o, r in _chunks(out, self.ref64))
-        return bad == 0 and _norm_err(out, self.ref64) <= self.norm_bound
+        return bad == 0 and norm_err(out, self.ref64) <= self.norm_bound
 
     def _bad(self, o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         both_nan = torch.isnan(o) & torch.isnan(r)
@@ -166,7 +166,7 @@ def _norm_from_sums(d2: float, n2: float, seen: float) -> float:
     return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
 
 
-def _norm_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+def norm_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| over the elements finite in both (fp64, chunked); one read-back."""
     sums = _norm_sums(out, ref)
     return 0.0 if sums is None else _norm_from_sums(*sums.tolist())
@@ -189,38 +189,46 @@ def agrees_closely(out: torch.Tensor, ref: torch.Tensor, ref64: Optional[torch.T
     if not (ref.is_floating_point() or ref.is_complex()):
         return bool(torch.equal(out, ref))
     base = ref64 if ref64 is not None else ref
-    bound = max(REF_ERROR_MULTIPLE * _norm_err(ref, base),
+    bound = max(REF_ERROR_MULTIPLE * norm_err(ref, base),
                 REPLAY_FLOOR_FRACTION * _FLOORS.get(ref.dtype, 1e-4))
-    return _norm_err(out, base) <= bound
+    return norm_err(out, base) <= bound
 
 
 def _finite_or_str(x: float) -> Any:
     return x if x == x and abs(x) != float("inf") else str(x)
 
 
-def stats(out: torch.Tensor, ref: torch.Tensor, ref64: Optional[torch.Tensor]) -> Dict[str, Any]:
+def stats(out: torch.Tensor, ref: torch.Tensor, ref64: Optional[torch.Tensor],
+          ref_norm_error: Optional[float] = None) -> Dict[str, Any]:
+    """Error statistics of `out` against the fp64 reference (else the reference itself), summed
+    where the tensors live and read back once. `ref_norm_error`: the reference's own normalized
+    error against ref64 when already known (it depends on the reference alone)."""
     base = ref64 if ref64 is not None else ref
-    n_nonfinite, n_fin, abs_max, abs_sum, rel_max, rel_sum = 0, 0, 0.0, 0.0, 0.0, 0.0
+    acc = None
     for o, b in _chunks(out, base):
         diff = (o - b).abs()
         finite = torch.isfinite(diff)
-        n_nonfinite += int((~finite & ~(torch.isnan(o) & torch.isnan(b)) & ~(o == b)).sum())
-        d = diff[finite]
-        if d.numel():
-            rel = d / b.abs()[finite].clamp_min(1e-12)
-            n_fin += d.numel()
-            abs_max, abs_sum = max(abs_max, d.max().item()), abs_sum + d.sum().item()
-            rel_max, rel_sum = max(rel_max, rel.max().item()), rel_sum + rel.sum().item()
+        nonfinite = (~finite & ~(torch.isnan(o) & torch.isnan(b)) & ~(o == b)).sum(dtype=torch.float64)
+        d = torch.where(finite, diff, 0)
+        rel = torch.where(finite, d / b.abs().clamp_min(1e-12), 0)
+        part = torch.stack([nonfinite, finite.sum(dtype=torch.float64), d.max(), d.sum(), rel.max(), rel.sum()])
+        acc = part if acc is None else torch.stack([acc[0] + part[0], acc[1] + part[1], torch.maximum(acc[2], part[2]),
+                                                    acc[3] + part[3], torch.maximum(acc[4], part[4]), acc[5] + part[5]])
+    norm = _norm_sums(out, base)
+    got = (acc.tolist() if acc is not None else [0.0] * 6) + (norm.tolist() if norm is not None else [0.0] * 3)
+    n_nonfinite, n_fin, abs_max, abs_sum, rel_max, rel_sum = got[:6]
+    if ref_norm_error is None:
+        ref_norm_error = norm_err(ref, base) if ref64 is not None else 0.0
     return {
         "against": "fp64" if ref64 is not None else str(ref.dtype),
         "n_elements": out.numel(),
-        "n_nonfinite_mismatch": n_nonfinite,
+        "n_nonfinite_mismatch": int(n_nonfinite),
         "max_abs": _finite_or_str(abs_max),
         "mean_abs": _finite_or_str(abs_sum / n_fin) if n_fin else 0.0,
         "max_rel": _finite_or_str(rel_max),
         "mean_rel": _finite_or_str(rel_sum / n_fin) if n_fin else 0.0,
-        "normalized_error": _finite_or_str(_norm_err(out, base)),
-        "ref_normalized_error": _finite_or_str(_norm_err(ref, base)) if ref64 is not None else 0.0,
+        "normalized_error": _finite_or_str(_norm_from_sums(*got[6:])),
+        "ref_normalized_error": _finite_or_str(ref_norm_error) if ref64 is not None else 0.0,
     }
 
 
@@ -357,7 +365,7 @@ def precision_spread(out: torch.Tensor, ref64: torch.Tensor, checker: Checker) -
     A scalar or an output of fewer than SPREAD_MIN_ELEMENTS elements can never show spread."""
     n = out.numel()
     res: Dict[str, Any] = {"downgrade": False, "n_elements": n, "n_mismatch": 0, "max_scaled_error": float("inf"),
-                           "normalized_error": _norm_err(out, ref64)}
+                           "normalized_error": norm_err(out, ref64)}
     if n < SPREAD_MIN_ELEMENTS or not all(bool(torch.isfinite(r).all()) for (r,) in _chunks(ref64)) or \
             res["normalized_error"] > HALF_PRECISION_NORM_ERROR:
         return res

@@ -316,6 +316,7 @@ class Judge(TimedCalls, AcrossTrials):
         meta = {"n_inputs": n_inputs, "input_bytes": input_bytes, "input_checksum": checksum,
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
                 "output_sizes": [r.numel() * r.element_size() for r in ref], "output_numels": [r.numel() for r in ref]}
+        checkers = None  # the whole-output checkers, when made here
         if "fp" not in rec:
             probe_fp = None
             if rec["probe"]:
@@ -324,13 +325,18 @@ class Judge(TimedCalls, AcrossTrials):
                     probe_fp = [self._fp(p, i) for i, p in enumerate(probe_ref)]
             r64s = [r if isinstance(r, torch.Tensor) and r.shape == ref[i].shape else None for i, r in enumerate(ref64)] \
                 if ref64 else [None] * len(ref)
-            limits = [compare.Checker(self.profile, r, r64s[i], self.kb_tolerance).limits() for i, r in enumerate(ref)]
+            whole = [compare.Checker(self.profile, r, r64s[i], self.kb_tolerance) for i, r in enumerate(ref)]
+            limits = [c.limits() for c in whole]
+            # Kept for the comparisons (_whole) unless a checker holds an fp64 copy of its own.
+            checkers = {i: c for i, c in enumerate(whole) if c.profile == "kernelbench" or r64s[i] is not None}
             rec["fp"] = {"ref": [self._fp(r, i) for i, r in enumerate(ref)],
                          "ref64": [self._fp(r, i) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
                          "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": limits,
                          "dtypes": [r.dtype for r in ref]}
         full = {"ref": ref, "ref64": ref64, "meta": meta,
                 "bytes": sum(r.numel() * r.element_size() for r in ref + (ref64 or []) if isinstance(r, torch.Tensor))}
+        if checkers is not None:
+            full["checkers"] = checkers
         old = self.kept.pop(trial, None)
         self.kept[trial] = full
         self.kept_bytes += full["bytes"] - (old["bytes"] if old else 0)
@@ -460,10 +466,9 @@ class Judge(TimedCalls, AcrossTrials):
                 return self._fail("wrong_shape", f"output {i}: expected shape {list(r.shape)}, found {list(o.shape)}")
             if o.dtype != r.dtype:
                 return self._fail("wrong_output", f"output {i}: expected dtype {r.dtype}, found {o.dtype}", rule="dtype")
-            checker = compare.Checker(self.profile, r, ref64[i] if ref64 else None, self.kb_tolerance)
-            s = compare.stats(o, r, ref64[i] if ref64 else None) if not checker.exact else {"exact": True}
+            checker, base, ref_norm = self._whole(full, i)
+            s = compare.stats(o, r, ref64[i] if ref64 else None, ref_norm) if not checker.exact else {"exact": True}
             s["tolerance"] = checker.describe
-            base = compare.baselines_passing(checker)
             if base:
                 trusted = False
                 passing_baselines[str(i)] = base
@@ -520,6 +525,25 @@ class Judge(TimedCalls, AcrossTrials):
         return {"match": True, "verdict_hint": hint, "rule": None, "stats": all_stats, "message": message,
                 "tolerance_trusted": trusted, "baselines_passing": passing_baselines,
                 "undiscriminated_elements": undisc, "distribution": t["distribution"]}
+
+    def _whole(self, full: Dict[str, Any], i: int) -> tuple:
+        """Output i's checker over the whole reference, the trivial outputs that pass it and the
+        reference's own normalized error: (checker, baselines, error). They depend on the trial's
+        reference alone, so they are made once while it is kept, not in every candidate's
+        comparison (for a large output, 8 of a comparison's 12 passes over it)."""
+        made = full.setdefault("whole", {})
+        if i in made:
+            return made[i]
+        r = self._on_compare_device(full["ref"][i])
+        r64 = full["ref64"][i] if full["ref64"] else None
+        checker = full.get("checkers", {}).get(i) or compare.Checker(self.profile, r, r64, self.kb_tolerance)
+        ref_norm = compare.norm_err(r, r64) if r64 is not None and not checker.exact else None
+        whole = (checker, compare.baselines_passing(checker), ref_norm)
+        # A strict checker without an fp64 reference holds an fp64 copy of the reference of its
+        # own: not kept beside the trial's references.
+        if self.profile != "strict" or r64 is not None:
+            made[i] = whole
+        return whole
 
     @staticmethod
     def _beyond_baseline(report: Dict[str, Any], t: Dict[str, Any], full: Dict[str, Any]) -> Dict[str, Any]:
