@@ -119,6 +119,32 @@ def kernelbench_pass(args, work: dict[Path, list[Path]], ours: dict) -> dict:
             "verdicts": verdicts, "rows": per}
 
 
+def add_use(gpu_use: dict, judge_ms: dict, report: dict) -> None:
+    """Adds one verify call's use of the GPU lock (by purpose) and its judges' requests (by op),
+    from its report or its line in an eval run's verify-calls.jsonl."""
+    for what, u in (report.get("gpu_use") or {}).items():
+        acc = gpu_use.setdefault(what, {"mode": u.get("mode"), "n": 0, "wait_ms": 0.0, "hold_ms": 0.0, "max_hold_ms": 0.0})
+        acc["n"] += u.get("n", 0)
+        acc["wait_ms"] += u.get("wait_ms", 0.0)
+        acc["hold_ms"] += u.get("hold_ms", 0.0)
+        acc["max_hold_ms"] = max(acc["max_hold_ms"], u.get("max_hold_ms", 0.0))
+        if u.get("yields"):
+            acc["yields"] = acc.get("yields", 0) + u["yields"]
+            acc["yield_ms"] = acc.get("yield_ms", 0.0) + u.get("yield_ms", 0.0)
+    for op, u in (report.get("judge_ms") or {}).items():
+        acc = judge_ms.setdefault(op, {"n": 0, "ms": 0.0, "max_ms": 0.0})
+        acc["n"] += u.get("n", 0)
+        acc["ms"] += u.get("ms", 0.0)
+        acc["max_ms"] = max(acc["max_ms"], u.get("max_ms", 0.0))
+
+
+def rounded_use(gpu_use: dict, judge_ms: dict) -> dict:
+    def r(d: dict) -> dict:
+        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in d.items()}
+    return {"gpu_use_summed": {w: r(u) for w, u in gpu_use.items()},
+            "judge_ms_summed": {op: r(u) for op, u in judge_ms.items()}}
+
+
 def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
     """Ours through one `kernelllm eval` run: the problems and candidates copied into the layout eval
     reads (PROBLEMS/<stem>.py, CANDIDATES/<stem>/<i>.py), strict profile, multi-shape check on."""
@@ -162,6 +188,10 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
         row["multishape"].append(ms["verdict"] if ms else None)
         for ph in PHASES:
             row["phases_ms"][ph] = round(row["phases_ms"][ph] + phases.get(ph, 0.0), 1)
+    gpu_use, judge_ms = {}, {}
+    calls = run_dir / "verify-calls.jsonl"
+    for line in (calls.read_text().splitlines() if calls.is_file() else []):
+        add_use(gpu_use, judge_ms, json.loads(line))
     n = len(rows)
     print(f"eval driver: {n} candidates over {len(per_problem)} problems in {wall_s:.1f} s: "
           f"{round(60.0 * n / wall_s, 2)} candidates/min", flush=True)
@@ -170,7 +200,7 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
             "candidates": n, "total_wall_s": round(wall_s, 2),
             "candidates_per_min": round(60.0 * n / wall_s, 2) if wall_s > 0 else None,
             "phases_ms_summed": {ph: round(v, 1) for ph, v in totals.items()}, "verdicts": verdicts,
-            "multishape": shapes, "per_problem": list(per_problem.values())}
+            "multishape": shapes, **rounded_use(gpu_use, judge_ms), "per_problem": list(per_problem.values())}
 
 
 def main() -> int:
@@ -227,20 +257,7 @@ def main() -> int:
                 totals[p] += phase_sums[p]
             for e in entries:
                 verdicts[e["verdict"]] = verdicts.get(e["verdict"], 0) + 1
-            for what, u in (report.get("gpu_use") or {}).items():
-                acc = gpu_use.setdefault(what, {"mode": u.get("mode"), "n": 0, "wait_ms": 0.0, "hold_ms": 0.0, "max_hold_ms": 0.0})
-                acc["n"] += u.get("n", 0)
-                acc["wait_ms"] += u.get("wait_ms", 0.0)
-                acc["hold_ms"] += u.get("hold_ms", 0.0)
-                acc["max_hold_ms"] = max(acc["max_hold_ms"], u.get("max_hold_ms", 0.0))
-                if u.get("yields"):
-                    acc["yields"] = acc.get("yields", 0) + u["yields"]
-                    acc["yield_ms"] = acc.get("yield_ms", 0.0) + u.get("yield_ms", 0.0)
-            for op, u in (report.get("judge_ms") or {}).items():
-                acc = judge_ms.setdefault(op, {"n": 0, "ms": 0.0, "max_ms": 0.0})
-                acc["n"] += u.get("n", 0)
-                acc["ms"] += u.get("ms", 0.0)
-                acc["max_ms"] = max(acc["max_ms"], u.get("max_ms", 0.0))
+            add_use(gpu_use, judge_ms, report)
             n_candidates += len(entries)
             calls.append({"problem": problem.stem, "candidates": len(entries), "wall_s": round(wall_s, 3),
                           "started_s": round(t0 - t_all, 3), "phases_ms": {p: round(v, 1) for p, v in phase_sums.items()},
@@ -273,10 +290,7 @@ def main() -> int:
                 "total_wall_s": round(total_s, 2),
                 "candidates_per_min": round(60.0 * n_candidates / total_s, 2),
                 "phases_ms_summed": {p: round(v, 1) for p, v in totals.items()},
-                "gpu_use_summed": {w: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()}
-                                   for w, u in gpu_use.items()},
-                "judge_ms_summed": {op: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in u.items()}
-                                    for op, u in judge_ms.items()},
+                **rounded_use(gpu_use, judge_ms),
                 "verdicts": verdicts,
                 "calls": calls,
             })

@@ -40,6 +40,8 @@ Json nvidia_driver() {
   return text->substr(at, end == std::string::npos ? std::string::npos : end - at);
 }
 
+}  // namespace
+
 std::string utc_now() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -48,8 +50,6 @@ std::string utc_now() {
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
-
-}  // namespace
 
 Json run_facts(const Json& verifier_environment) {
   char host[256] = {};

@@ -138,6 +138,22 @@ harness::VerifyOptions group_options(const EvalOptions& options, const RunStore&
   return o;
 }
 
+// One line per verify call to RUN/verify-calls.jsonl (docs/eval.md, Run facts): where a call's time
+// went (its timeline, its use of the GPU lock by purpose, its judges' requests by op), so a long
+// run can be read afterwards; like invocations.jsonl, out of report.json.
+Status append_verify_call(const fs::path& run_dir, const std::string& problem, const std::string& profile, size_t samples,
+                          bool timing_shared, const harness::VerifyReport& r) {
+  const fs::path file = run_dir / "verify-calls.jsonl";
+  const Json line{{"problem", problem},      {"profile", profile},         {"samples", samples},
+                  {"timing_shared", timing_shared}, {"at", utc_now()}, {"worker_start", r.worker_start},
+                  {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use},  {"judge_ms", r.judge_ms}};
+  std::ofstream out(file, std::ios::app);
+  out << line.dump() << "\n";
+  out.flush();
+  if (!out) return error(ErrorCode::io_error, fmt::format("cannot append to {}", file.string()));
+  return {};
+}
+
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
 // A sample's timing belongs to the candidate on this GPU, not to a profile: one timed under an
 // earlier profile of this run is verified here without timing and shares that measurement, so
@@ -215,6 +231,7 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
     std::lock_guard<std::mutex> lock(store_mu);
     *environment = report->environment;
     if (!commit_error.ok()) return commit_error;
+    KLLM_RETURN_IF_ERROR(append_verify_call(store.dir(), p.id, profile, paths.size(), share, *report));
   }
   return not_verified;
 }

@@ -111,6 +111,18 @@ def test_each_invocation_records_its_run_facts(scored):
     assert facts["devices"] == [{"name": "cpu", "hardware": "cpu"}]
 
 
+def test_each_verify_call_records_where_its_time_went(scored):
+    calls = [json.loads(line) for line in (scored / "verify-calls.jsonl").read_text().splitlines()]
+    assert sorted((c["problem"], c["profile"], c["samples"]) for c in calls) == \
+        [("level1/1_ReLU", "kernelbench", 2), ("level1/2_Add", "kernelbench", 1)]
+    for c in calls:
+        assert c["at"].endswith("Z") and c["timing_shared"] is False and c["worker_start"]
+        assert 0 < c["timeline_ms"]["setup"] <= c["timeline_ms"]["total"]
+        assert c["judge_ms"]["load_problem"]["n"] == 1 and isinstance(c["gpu_use"], dict)
+    relu = next(c for c in calls if c["problem"] == "level1/1_ReLU")
+    assert relu["judge_ms"]["compare"]["n"] >= 5  # the correct sample's trials; the other does not compile
+
+
 def test_missing_kernelbench_sample_is_named_before_anything_runs(cli, kb, tmp_path):
     samples = tmp_path / "partial"
     samples.mkdir()

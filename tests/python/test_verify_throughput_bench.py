@@ -63,3 +63,5 @@ def test_the_same_candidates_go_through_kernelbenchs_eval_and_both_rates_are_rec
     assert ev["candidates"] == 2 and ev["verdicts"] == rec["verdicts"] and ev["multishape"] == {"pass": 1}, ev
     assert "--multishape" in ev["command"] and ev["phases_ms_summed"]["multishape_ms"] > 0, ev
     assert ev["ratio_to_kernelbench"] == round(ev["candidates_per_min"] / theirs["candidates_per_min"], 2)
+    # Its verify call's use of the lock and its judge's requests, from the run's verify-calls.jsonl.
+    assert ev["gpu_use_summed"]["timing"]["n"] == 1 and ev["judge_ms_summed"]["compare"]["n"] >= 5, ev

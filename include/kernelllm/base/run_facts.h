@@ -13,4 +13,7 @@ namespace kernelllm {
 // "torch", "triton", "devices" [{"name", "hardware"}]}.
 Json run_facts(const Json& verifier_environment = nullptr);
 
+// The time now in UTC, "YYYY-MM-DDTHH:MM:SSZ".
+std::string utc_now();
+
 }  // namespace kernelllm
