@@ -407,7 +407,11 @@ def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_
     monkeypatch.setattr(j, "_make", lambda t: made.append(t) or make(t))
     for batch in range(3):
         j.time_prepare({"trial": 3, "compile": False, "trials": sets})
+        before = list(made)
         got = j.time_load({"trials": sets, "reuse": True})["sets"]
+        # The sets were kept as made when their references were (time_prepare): even the first
+        # batch copies them instead of making them under its exclusive hold.
+        assert made == before
         for k, t in zip(got, sets):
             for a, want in zip(j.timer.sets[k], make(t)):
                 assert torch.equal(a, want) if isinstance(a, torch.Tensor) else a == want, (batch, t)

@@ -270,6 +270,11 @@ class Judge(TimedCalls, AcrossTrials):
         with (prof_base or nothing()):
             with (acc_make if measure else nothing()):
                 args = self._make(trial)
+            if timing:
+                # Kept as made (the reference below may write into its inputs) for the batches
+                # whose inputs are handed over: the first one then copies them too instead of
+                # making them again under its exclusive hold of the GPU.
+                self._keep_set(trial, args, copy=True)
             with (acc_sums if measure else nothing()):
                 sums = inputs.checksums(args)
             if prof_base is not None:

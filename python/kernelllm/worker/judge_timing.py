@@ -115,10 +115,11 @@ class TimedCalls:
         """A round trip's timing sets made on the device from their trials' seeds (`trials`): the
         round trip is the baseline of a candidate's load, which makes the same sets the same way.
         With `reuse` (a batch whose inputs are handed over, so no candidate load is clocked against
-        this one) a set made for an earlier batch of the problem is copied instead of made again:
-        every candidate's paired reference runs on the same timing sets, and making them from their
-        seeds cost 0.25-0.6 ms a set on the H200 (64 sets a round trip of relu). A copy, so that a
-        reference that writes into its inputs leaves the kept set as made."""
+        this one) a kept set is copied instead of made again: every candidate's paired reference
+        runs on the same timing sets, and making them from their seeds cost 0.25-0.6 ms a set on
+        the H200 (64 sets a round trip of relu). They are kept as made when their references are
+        (time_prepare), else by the first batch. A copy, so that a reference that writes into its
+        inputs leaves the kept set as made."""
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_load before time_prepare")
         trials = msg["trials"]
@@ -126,21 +127,34 @@ class TimedCalls:
             raise WorkerError("protocol", "time_load: 'trials' must be a non-empty list of trial numbers")
         if not msg.get("reuse"):
             return {"sets": [self.timer.add(self._make(t)) for t in trials]}
-        if getattr(self, "made_sets", None) is None:
-            self.made_sets, self.made_bytes = {}, 0
         out = []
         for t in trials:
-            made = self.made_sets.get(t)
+            made = self._kept_set(t)
             if made is None:
                 made = self._make(t)
-                size = inputs.nbytes(made)
-                if self.made_bytes + size > REUSE_BYTES:  # not kept: this batch's own
+                if not self._keep_set(t, made):  # not kept: this batch's own
                     out.append(self.timer.add(made))
                     continue
-                self.made_sets[t] = made
-                self.made_bytes += size
             out.append(self.timer.add([a.clone() if isinstance(a, torch.Tensor) else a for a in made]))
         return {"sets": out}
+
+    def _kept_set(self, trial: int):
+        """A timing set kept made (time_load with `reuse`), or None."""
+        return (getattr(self, "made_sets", None) or {}).get(trial)
+
+    def _keep_set(self, trial: int, made: list, copy: bool = False) -> bool:
+        """Keeps timing set `trial` as made (a copy of `made` with `copy`) for the batches that reuse
+        it, within REUSE_BYTES in all: whether it is kept."""
+        if getattr(self, "made_sets", None) is None:
+            self.made_sets, self.made_bytes = {}, 0
+        if trial in self.made_sets:
+            return True
+        size = inputs.nbytes(made)
+        if self.made_bytes + size > REUSE_BYTES:
+            return False
+        self.made_sets[trial] = [a.clone() if isinstance(a, torch.Tensor) else a for a in made] if copy else made
+        self.made_bytes += size
+        return True
 
     def time_call(self, msg: dict) -> dict:
         if getattr(self, "timer", None) is None:
