@@ -78,6 +78,13 @@ def test_the_checksum_sees_a_moved_or_changed_element():
     assert inputs.checksum(torch.zeros(3, dtype=torch.uint8)) != inputs.checksum(torch.zeros(3, dtype=torch.int8))
 
 
+# The same problem with tensor arguments only (its sets can be handed over in an input region).
+TENSORS_ONLY = PROBLEM.replace("def forward(self, x, mask, s):\n        return torch.where(mask, x * s, -x)",
+                               "def forward(self, x, mask):\n        return torch.where(mask, x * 2.5, -x)"
+                               ).replace(", 2.5]", "]")
+assert "2.5]" not in TENSORS_ONLY and "x * 2.5" in TENSORS_ONLY
+
+
 def _judge(tmp_path, source: str = PROBLEM, **fields) -> "judge.Judge":
     path = tmp_path / "problem.py"
     path.write_text(source)
@@ -355,11 +362,7 @@ def test_every_round_trip_is_held_to_the_normalized_error_bound(tmp_path, monkey
 def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_path, monkeypatch):
     # A paired candidate makes no inputs while timed: the judge copies its own sets into an input
     # region the candidate maps, set j into slot j, before every round trip (timed_calls.cpp).
-    source = PROBLEM.replace("def forward(self, x, mask, s):\n        return torch.where(mask, x * s, -x)",
-                             "def forward(self, x, mask):\n        return torch.where(mask, x * 2.5, -x)")
-    source = source.replace(", 2.5]", "]")
-    assert "2.5]" not in source and "x * 2.5" in source
-    j = _judge(tmp_path, source=source)
+    j = _judge(tmp_path, source=TENSORS_ONLY)
     sets = [3, 4, 5, 6]
     for t in range(7):
         j.make_inputs({"trial": t, "lazy": t >= 3})
@@ -398,7 +401,13 @@ def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_pat
 def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_path, monkeypatch):
     # Handed-over inputs: every candidate's paired reference runs on the same timing sets, so the
     # judge copies the sets it made for the first batch instead of making them again (`reuse`).
-    j = _judge(tmp_path)
+    # Sets that cannot be handed over (a float argument) are not kept by time_prepare.
+    other = _judge(tmp_path)
+    for t in range(5):
+        other.make_inputs({"trial": t, "lazy": t >= 3})
+    other.time_prepare({"trial": 3, "compile": False, "trials": [3, 4]})
+    assert not getattr(other, "made_sets", None)
+    j = _judge(tmp_path, source=TENSORS_ONLY)
     sets = [3, 4]
     for t in range(5):
         j.make_inputs({"trial": t, "lazy": t >= 3})

@@ -270,7 +270,7 @@ class Judge(TimedCalls, AcrossTrials):
         with (prof_base or nothing()):
             with (acc_make if measure else nothing()):
                 args = self._make(trial)
-            if timing:
+            if timing and self._handed_over(args):
                 # Kept as made (the reference below may write into its inputs) for the batches
                 # whose inputs are handed over: the first one then copies them too instead of
                 # making them again under its exclusive hold of the GPU.

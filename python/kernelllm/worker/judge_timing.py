@@ -138,6 +138,13 @@ class TimedCalls:
             out.append(self.timer.add([a.clone() if isinstance(a, torch.Tensor) else a for a in made]))
         return {"sets": out}
 
+    def _handed_over(self, made: list) -> bool:
+        """Whether the timing sets can be handed over in an input region (region.inputs_layout);
+        every set has the same shapes, so one set's layout serves every candidate of the problem."""
+        if getattr(self, "given_layout", None) is None:
+            self.given_layout = region.inputs_layout(made, self.device)
+        return self.given_layout[0] is not None
+
     def _kept_set(self, trial: int):
         """A timing set kept made (time_load with `reuse`), or None."""
         return (getattr(self, "made_sets", None) or {}).get(trial)
@@ -181,9 +188,8 @@ class TimedCalls:
         why, and the candidate makes its own sets). `time_give` fills it before each round trip."""
         self._need_problem()
         self._release("given")
-        # Every set has trial 0's shapes: one set's layout serves every candidate of the problem.
         if getattr(self, "given_layout", None) is None:
-            self.given_layout = region.inputs_layout(self._make(int(msg["trial"])), self.device)
+            self._handed_over(self._make(int(msg["trial"])))
         places, slot_bytes = self.given_layout
         if places is None:
             raise WorkerError("unsupported", f"the input sets cannot be handed over in a region: {slot_bytes}")
