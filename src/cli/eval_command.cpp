@@ -41,7 +41,7 @@ struct EvalArgs {
   uint64_t seed = 0;
   int max_new_tokens = 2048;
   int jobs = 0;
-  int problem_jobs = 1;
+  int problem_jobs = 0;
   int trials = 5;
   int threads = 0;
   double gpu_memory_fraction = 0.0;
@@ -252,7 +252,8 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   cmd->add_option("--jobs,-j", args->jobs, "parallel candidate workers (0: min(cores, candidates))")->check(CLI::NonNegativeNumber);
   cmd->add_option("--problem-jobs", args->problem_jobs,
                   "problems verified at once, each with its own judges and workers (with --candidates or --endpoint; "
-                  "GPU timing stays one candidate at a time per GPU)")
+                  "GPU timing stays one candidate at a time per GPU; default: half the cores when verifying on GPUs, "
+                  "else 1)")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--trials", args->trials, "correctness trials per candidate")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", args->threads, "CPU generation threads (0: all cores)")->check(CLI::NonNegativeNumber);

@@ -302,6 +302,19 @@ Result<Json> run_config(const EvalOptions& options) {
   return c;
 }
 
+EvalConcurrency eval_concurrency(const EvalOptions& options, int cores, size_t problems) {
+  cores = std::max(1, cores);
+  const bool bought = !options.candidates.empty() || options.endpoint.has_value();  // nothing generated here
+  bool gpus = !options.verify.devices.empty();
+  for (const std::string& d : options.verify.devices) gpus = gpus && d.rfind("cuda", 0) == 0;
+  EvalConcurrency c;
+  c.problem_jobs = options.problem_jobs > 0 ? options.problem_jobs : (bought && gpus ? std::max(1, cores / 2) : 1);
+  c.problem_jobs = std::max(1, std::min(c.problem_jobs, static_cast<int>(std::max<size_t>(1, problems))));
+  c.jobs = options.verify.jobs;
+  if (c.jobs == 0 && c.problem_jobs > 1) c.jobs = std::max(1, cores / c.problem_jobs);
+  return c;
+}
+
 Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_source) {
   Progress progress(options.progress);
   if (options.profiles.empty()) return error(ErrorCode::invalid_argument, "eval: expected at least one verifier profile");
@@ -329,8 +342,15 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   // exclusive (the per-GPU lock spans verifier instances and processes); the store, the progress
   // lines and the meter are shared under locks. A local model would generate on the device being
   // timed, so it keeps one problem at a time.
-  const int problem_jobs = std::max(1, std::min(options.problem_jobs, static_cast<int>(problems.size())));
+  const EvalConcurrency conc =
+      eval_concurrency(options, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), problems.size());
+  const int problem_jobs = conc.problem_jobs;
   EvalOptions opts = options;
+  opts.verify.jobs = conc.jobs;
+  if (problem_jobs > 1) {
+    progress(fmt::format("{} problems verified at once, {} candidate worker(s) each{}", problem_jobs, conc.jobs,
+                         options.problem_jobs > 0 && options.verify.jobs > 0 ? "" : " (--problem-jobs, --jobs to change)"));
+  }
   std::mutex tick_mu;
   if (options.on_tick) {
     opts.on_tick = [&tick_mu, &options](const EvalTick& t) {

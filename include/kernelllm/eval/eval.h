@@ -44,9 +44,10 @@ struct EvalOptions {
   std::optional<EndpointOptions> endpoint;
 
   std::vector<std::string> profiles = {"strict", "kernelbench"};
-  // Problems verified at once (with `candidates` or `endpoint`; a local model keeps 1). Not part
-  // of the run's config: a run resumed with another value gives the same report.
-  int problem_jobs = 1;
+  // Problems verified at once (with `candidates` or `endpoint`; a local model keeps 1); 0: chosen
+  // by eval_concurrency. Not part of the run's config: a run resumed with another value gives the
+  // same report.
+  int problem_jobs = 0;
   // The multi-shape check of each correct sample (size globals x0.5 and x0.5 made odd), reported
   // in its result beside the verdict; part of the run's config when on.
   bool multishape = false;
@@ -81,6 +82,18 @@ using SourceFactory = std::function<Result<std::unique_ptr<CompletionSource>>()>
 // verifier version and options, device kind cpu/cuda) and the shard. Jobs, device indices and
 // the generation device's threads are not part of it.
 Result<Json> run_config(const EvalOptions& options);
+
+// How many problems are verified at once and with how many candidate workers each, on a host of
+// `cores` cores. problem_jobs 0 (not given): cores / 2 when the samples are pre-generated or come
+// from an endpoint and every verify device is a GPU (the configuration the throughput records
+// measure: 8 on 16 cores with one GPU, 16 on 32 with two), else 1; at most `problems`. With more
+// than one at once and verify.jobs 0, each problem gets cores / problem_jobs workers (at least
+// 1): 8 problems of 20 samples each no longer start 8 x 16 workers, each a CUDA context.
+struct EvalConcurrency {
+  int problem_jobs = 1;
+  int jobs = 0;  // verify.jobs per problem (0: the verifier's own default, min(cores, candidates))
+};
+EvalConcurrency eval_concurrency(const EvalOptions& options, int cores, size_t problems);
 
 // Runs (or resumes) the eval and writes RUN/report.json and RUN/report.html; returns the report.
 // An error when something could not be verified (not_verified: no healthy device or worker);
