@@ -304,11 +304,11 @@ Result<Json> run_config(const EvalOptions& options) {
 
 EvalConcurrency eval_concurrency(const EvalOptions& options, int cores, size_t problems) {
   cores = std::max(1, cores);
-  const bool bought = !options.candidates.empty() || options.endpoint.has_value();  // nothing generated here
+  const bool samples_given = !options.candidates.empty() || options.endpoint.has_value();  // no local model generating
   bool gpus = !options.verify.devices.empty();
   for (const std::string& d : options.verify.devices) gpus = gpus && d.rfind("cuda", 0) == 0;
   EvalConcurrency c;
-  c.problem_jobs = options.problem_jobs > 0 ? options.problem_jobs : (bought && gpus ? std::max(1, cores / 2) : 1);
+  c.problem_jobs = options.problem_jobs > 0 ? options.problem_jobs : (samples_given && gpus ? std::max(1, cores / 2) : 1);
   c.problem_jobs = std::max(1, std::min(c.problem_jobs, static_cast<int>(std::max<size_t>(1, problems))));
   c.jobs = options.verify.jobs;
   if (c.jobs == 0 && c.problem_jobs > 1) c.jobs = std::max(1, cores / c.problem_jobs);
