@@ -138,20 +138,24 @@ harness::VerifyOptions group_options(const EvalOptions& options, const RunStore&
   return o;
 }
 
-// One line per verify call to RUN/verify-calls.jsonl (docs/eval.md, Run facts): where a call's time
-// went (its timeline, its use of the GPU lock by purpose, its judges' requests by op), so a long
-// run can be read afterwards; like invocations.jsonl, out of report.json.
-Status append_verify_call(const fs::path& run_dir, const std::string& problem, const std::string& profile, size_t samples,
-                          bool timing_shared, const harness::VerifyReport& r) {
-  const fs::path file = run_dir / "verify-calls.jsonl";
-  const Json line{{"problem", problem},      {"profile", profile},         {"samples", samples},
-                  {"timing_shared", timing_shared}, {"at", utc_now()}, {"worker_start", r.worker_start},
-                  {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use},  {"judge_ms", r.judge_ms}};
+// Appends `line` as one line of JSON to `file` (the run's .jsonl logs).
+Status append_json_line(const fs::path& file, const Json& line) {
   std::ofstream out(file, std::ios::app);
   out << line.dump() << "\n";
   out.flush();
   if (!out) return error(ErrorCode::io_error, fmt::format("cannot append to {}", file.string()));
   return {};
+}
+
+// One line per verify call to RUN/verify-calls.jsonl (docs/eval.md, Run facts): where a call's time
+// went (its timeline, its use of the GPU lock by purpose, its judges' requests by op), so a long
+// run can be read afterwards; like invocations.jsonl, out of report.json.
+Status append_verify_call(const fs::path& run_dir, const std::string& problem, const std::string& profile, size_t samples,
+                          bool timing_shared, const harness::VerifyReport& r) {
+  return append_json_line(run_dir / "verify-calls.jsonl",
+                          Json{{"problem", problem}, {"profile", profile}, {"samples", samples},
+                               {"timing_shared", timing_shared}, {"at", utc_now()}, {"worker_start", r.worker_start},
+                               {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use}, {"judge_ms", r.judge_ms}});
 }
 
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
@@ -239,12 +243,7 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
 // Run-specific facts stay out of report.json, whose bytes depend on the outcomes only
 // (docs/eval.md): each `kernelllm eval` invocation appends its own line here instead.
 Status append_invocation(const fs::path& run_dir, const Json& environment) {
-  const fs::path file = run_dir / "invocations.jsonl";
-  std::ofstream out(file, std::ios::app);
-  out << Json{{"run", run_facts(environment)}}.dump() << "\n";
-  out.flush();
-  if (!out) return error(ErrorCode::io_error, fmt::format("cannot append to {}", file.string()));
-  return {};
+  return append_json_line(run_dir / "invocations.jsonl", Json{{"run", run_facts(environment)}});
 }
 
 Json report_run_facts(const Json& config) {

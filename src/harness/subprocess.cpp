@@ -627,12 +627,24 @@ void Process::kill_tree() {
 
 bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 
+namespace {
+
+// This process's direct children that no Process owns: orphans adopted as subreaper. Called with
+// live_mu() held.
+std::vector<pid_t> unowned_children() {
+  std::vector<pid_t> out;
+  for (pid_t child : list_descendants(::getpid())) {
+    if (!live_pids().count(child) && parent_pid_of(child) == ::getpid()) out.push_back(child);
+  }
+  return out;
+}
+
+}  // namespace
+
 int reap_orphans() {
   int n = 0;
   std::lock_guard<std::mutex> lock(live_mu());
-  for (pid_t child : list_descendants(::getpid())) {
-    if (live_pids().count(child)) continue;
-    if (parent_pid_of(child) != ::getpid()) continue;  // only direct children: orphans adopted by the subreaper
+  for (pid_t child : unowned_children()) {
     auto env = read_text_file(fmt::format("/proc/{}/environ", child), size_t{1} << 20);
     if (!env.ok() || env->find("KERNELLLM_WORKER=1") == std::string::npos) continue;
     ::kill(-child, SIGKILL);
@@ -650,8 +662,7 @@ int reap_exited_children(std::string_view comm, double wait_s) {
     bool running = false;
     {
       std::lock_guard<std::mutex> lock(live_mu());
-      for (pid_t child : list_descendants(::getpid())) {
-        if (live_pids().count(child) || parent_pid_of(child) != ::getpid()) continue;
+      for (pid_t child : unowned_children()) {
         auto name = read_text_file(fmt::format("/proc/{}/comm", child), 256);
         if (!name.ok() || std::string_view(*name).substr(0, name->find('\n')) != comm) continue;
         if (::waitpid(child, nullptr, WNOHANG) == child) {
