@@ -80,6 +80,7 @@ class Checker:
         self.profile = profile
         self.ref = ref
         self.exact = not (ref.is_floating_point() or ref.is_complex())
+        self.ref_norm_error: Optional[float] = None  # strict, statistics computed here: ||ref - ref64|| / ||ref64||
         if profile == "kernelbench":
             self.tol = KERNELBENCH_TOLERANCES[kb_tolerance].get(ref.dtype, 1e-2)
             self.describe = f"torch.allclose(ref, out, atol={self.tol}, rtol={self.tol}) as KernelBench ({kb_tolerance})"
@@ -91,19 +92,19 @@ class Checker:
         else:
             # Summed where the tensors live and read back once (a timing set's checker is made per
             # set, hundreds a problem: each read-back is a device synchronize).
-            acc = None
+            parts = []
             for r, r64 in _chunks(ref, self.ref64):
                 finite = torch.isfinite(r64)
                 err = torch.where(finite & torch.isfinite(r), (r - r64).abs(), 0).max()
-                part = torch.stack([err, torch.where(finite, r64.abs(), 0).sum(), finite.sum(dtype=torch.float64)])
-                acc = part if acc is None else torch.stack([torch.maximum(acc[0], part[0]), acc[1] + part[1], acc[2] + part[2]])
-            norm = _norm_sums(ref, self.ref64)
-            ref_err_max, mag_sum, mag_n, d2, n2, seen = (acc.tolist() if acc is not None else [0.0, 0.0, 0.0]) + \
-                (norm.tolist() if norm is not None else [0.0, 0.0, 0.0])
+                parts.append(torch.cat([torch.stack([err, torch.where(finite, r64.abs(), 0).sum(),
+                                                     finite.sum(dtype=torch.float64)]), _norm_part(r, r64)]))
+            ref_err_max, mag_sum, mag_n, d2, n2, seen = _read_back(parts, (0,), 6)
+            # The fp32 reference's own normalized error against fp64 (also a comparison's statistic).
+            self.ref_norm_error = _norm_from_sums(d2, n2, seen)
             self.scale = mag_sum / mag_n if mag_n else 0.0
             self.atol = REF_ERROR_MULTIPLE * ref_err_max + floor * self.scale
             self.rtol = floor
-            self.norm_bound = max(REF_ERROR_MULTIPLE * _norm_from_sums(d2, n2, seen), floor)
+            self.norm_bound = max(REF_ERROR_MULTIPLE * self.ref_norm_error, floor)
         whose = "the whole output's tolerance: " if limits else ""
         self.describe = (f"|out - ref64| <= {self.atol:.3g} + {self.rtol:g}*|ref64| elementwise and normalized "
                          f"error <= {self.norm_bound:.3g} ({whose}{REF_ERROR_MULTIPLE:g}x the fp32 reference's error, "
@@ -147,16 +148,23 @@ class Checker:
         return res
 
 
-def _norm_sums(out: torch.Tensor, ref: torch.Tensor) -> Optional[torch.Tensor]:
-    """[sum (out - ref)^2, sum ref^2, count] over the elements finite in both (fp64, chunked), where
-    the tensors live; None for no elements."""
-    acc = None
-    for o, r in _chunks(out, ref):
-        finite = torch.isfinite(r) & torch.isfinite(o)
-        diff, rr = torch.where(finite, o - r, 0), torch.where(finite, r, 0)
-        part = torch.stack([(diff * diff).sum(), (rr * rr).sum(), finite.sum(dtype=diff.dtype)])
-        acc = part if acc is None else acc + part
-    return acc
+def _norm_part(o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """[sum (o - r)^2, sum r^2, count] over one chunk's elements finite in both, where they live."""
+    finite = torch.isfinite(r) & torch.isfinite(o)
+    diff, rr = torch.where(finite, o - r, 0), torch.where(finite, r, 0)
+    return torch.stack([(diff * diff).sum(), (rr * rr).sum(), finite.sum(dtype=diff.dtype)])
+
+
+def _read_back(parts: list, maxed: tuple, width: int) -> list:
+    """Per-chunk rows of statistics folded into one (the columns in `maxed` by max, the others by
+    sum) and read back from the device once; zeros when there were no chunks."""
+    if not parts:
+        return [0.0] * width
+    rows = torch.stack(parts)
+    out = rows.sum(0)
+    for k in maxed:
+        out[k] = rows[:, k].max()
+    return out.tolist()
 
 
 def _norm_from_sums(d2: float, n2: float, seen: float) -> float:
@@ -168,8 +176,7 @@ def _norm_from_sums(d2: float, n2: float, seen: float) -> float:
 
 def norm_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| over the elements finite in both (fp64, chunked); one read-back."""
-    sums = _norm_sums(out, ref)
-    return 0.0 if sums is None else _norm_from_sums(*sums.tolist())
+    return _norm_from_sums(*_read_back([_norm_part(o, r) for o, r in _chunks(out, ref)], (), 3))
 
 
 # A replayed output agrees with the reference it was computed for this much more closely than the
@@ -204,18 +211,16 @@ def stats(out: torch.Tensor, ref: torch.Tensor, ref64: Optional[torch.Tensor],
     where the tensors live and read back once. `ref_norm_error`: the reference's own normalized
     error against ref64 when already known (it depends on the reference alone)."""
     base = ref64 if ref64 is not None else ref
-    acc = None
+    parts = []
     for o, b in _chunks(out, base):
         diff = (o - b).abs()
         finite = torch.isfinite(diff)
         nonfinite = (~finite & ~(torch.isnan(o) & torch.isnan(b)) & ~(o == b)).sum(dtype=torch.float64)
         d = torch.where(finite, diff, 0)
         rel = torch.where(finite, d / b.abs().clamp_min(1e-12), 0)
-        part = torch.stack([nonfinite, finite.sum(dtype=torch.float64), d.max(), d.sum(), rel.max(), rel.sum()])
-        acc = part if acc is None else torch.stack([acc[0] + part[0], acc[1] + part[1], torch.maximum(acc[2], part[2]),
-                                                    acc[3] + part[3], torch.maximum(acc[4], part[4]), acc[5] + part[5]])
-    norm = _norm_sums(out, base)
-    got = (acc.tolist() if acc is not None else [0.0] * 6) + (norm.tolist() if norm is not None else [0.0] * 3)
+        parts.append(torch.cat([torch.stack([nonfinite, finite.sum(dtype=torch.float64), d.max(), d.sum(), rel.max(),
+                                             rel.sum()]), _norm_part(o, b)]))
+    got = _read_back(parts, (2, 4), 9)
     n_nonfinite, n_fin, abs_max, abs_sum, rel_max, rel_sum = got[:6]
     if ref_norm_error is None:
         ref_norm_error = norm_err(ref, base) if ref64 is not None else 0.0

@@ -471,8 +471,8 @@ class Judge(TimedCalls, AcrossTrials):
                 return self._fail("wrong_shape", f"output {i}: expected shape {list(r.shape)}, found {list(o.shape)}")
             if o.dtype != r.dtype:
                 return self._fail("wrong_output", f"output {i}: expected dtype {r.dtype}, found {o.dtype}", rule="dtype")
-            checker, base, ref_norm = self._whole(full, i)
-            s = compare.stats(o, r, ref64[i] if ref64 else None, ref_norm) if not checker.exact else {"exact": True}
+            checker, base = self._whole(full, i)
+            s = compare.stats(o, r, ref64[i] if ref64 else None, checker.ref_norm_error) if not checker.exact else {"exact": True}
             s["tolerance"] = checker.describe
             if base:
                 trusted = False
@@ -532,8 +532,8 @@ class Judge(TimedCalls, AcrossTrials):
                 "undiscriminated_elements": undisc, "distribution": t["distribution"]}
 
     def _whole(self, full: Dict[str, Any], i: int) -> tuple:
-        """Output i's checker over the whole reference, the trivial outputs that pass it and the
-        reference's own normalized error: (checker, baselines, error). They depend on the trial's
+        """Output i's checker over the whole reference (with the reference's own normalized error)
+        and the trivial outputs that pass it: (checker, baselines). They depend on the trial's
         reference alone, so they are made once while it is kept, not in every candidate's
         comparison (for a large output, 8 of a comparison's 12 passes over it)."""
         made = full.setdefault("whole", {})
@@ -542,8 +542,7 @@ class Judge(TimedCalls, AcrossTrials):
         r = self._on_compare_device(full["ref"][i])
         r64 = full["ref64"][i] if full["ref64"] else None
         checker = full.get("checkers", {}).get(i) or compare.Checker(self.profile, r, r64, self.kb_tolerance)
-        ref_norm = compare.norm_err(r, r64) if r64 is not None and not checker.exact else None
-        whole = (checker, compare.baselines_passing(checker), ref_norm)
+        whole = (checker, compare.baselines_passing(checker))
         # A strict checker without an fp64 reference holds an fp64 copy of the reference of its
         # own: not kept beside the trial's references.
         if self.profile != "strict" or r64 is not None:
