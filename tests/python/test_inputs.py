@@ -246,6 +246,22 @@ def test_what_a_trials_reference_decides_is_made_once_for_every_candidate_compar
     assert first["stats"][0]["ref_normalized_error"] == compare.norm_err(full["ref"][0], full["ref64"][0])
 
 
+def test_a_note_added_to_one_comparisons_baselines_stays_out_of_the_next(tmp_path):
+    # The trivial outputs that pass are made once per trial (_whole); the last trial's note on
+    # elements no trial discriminates is added to a comparison's own list, not to the kept one
+    # (red team: every comparison of that trial added one more "zeros_per_element").
+    source = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+              "        return (x + 1e8) - 1e8\ndef get_inputs():\n    return [torch.randn(64, 64)]\n"
+              "def get_init_inputs():\n    return []\n")
+    j = _judge(tmp_path, source=source, n_trials=2)  # (a near_unit trial is added: degenerate)
+    last = j.n_trials - 1
+    for t in range(j.n_trials):
+        j.make_inputs({"trial": t})
+    full = j._full(last)
+    got = [j._judge_outputs(last, full, {"0": full["ref"][0].clone()}, None, c)["baselines_passing"]["0"] for c in "abc"]
+    assert got[0] == got[1] == got[2] and got[0].count("zeros_per_element") == 1, got
+
+
 def test_the_judge_gives_cached_gpu_memory_back_only_beyond_its_bound(monkeypatch):
     timing = wh.import_worker("judge_timing")
     released, state = [], {"reserved": 0, "allocated": 0}

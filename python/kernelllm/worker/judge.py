@@ -476,7 +476,7 @@ class Judge(TimedCalls, AcrossTrials):
             s["tolerance"] = checker.describe
             if base:
                 trusted = False
-                passing_baselines[str(i)] = base
+                passing_baselines[str(i)] = list(base)  # its own: a note below may be added to it
             all_stats.append(s)
             passes = checker.passes(o)
             if passes and checker.profile == "kernelbench":

@@ -294,6 +294,8 @@ class TimedCalls:
                 reg.data.fill_(255)
                 if self.device.startswith("cuda"):
                     torch.cuda.synchronize()
+            if msg.get("full"):  # references made again there (not kept) go back before the next run
+                release_cached()
 
     def _norm_failing(self, checkers: list, got: torch.Tensor, sampled: bool, i: int, calls: int) -> dict:
         """A failed check_timed reply when a call's output i breaks the strict profile's normalized-error
