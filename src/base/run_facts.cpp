@@ -2,6 +2,7 @@
 // no caller has to pass argv through; the driver version from the NVIDIA kernel module's file.
 #include "kernelllm/base/run_facts.h"
 
+#include <cctype>
 #include <ctime>
 #include <string>
 #include <vector>
@@ -27,20 +28,38 @@ std::vector<std::string> command_line() {
   return argv;
 }
 
-// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..." → "550.54.15".
 Json nvidia_driver() {
   auto text = read_text_file("/proc/driver/nvidia/version", 1 << 16);
   if (!text.ok()) return nullptr;
-  const std::string key = "Kernel Module";
-  size_t at = text->find(key);
-  if (at == std::string::npos) return nullptr;
-  at = text->find_first_not_of(' ', at + key.size());
-  if (at == std::string::npos) return nullptr;
-  const size_t end = text->find_first_of(" \n", at);
-  return text->substr(at, end == std::string::npos ? std::string::npos : end - at);
+  std::string v = nvidia_driver_version(*text);
+  return v.empty() ? Json(nullptr) : Json(v);
 }
 
 }  // namespace
+
+std::string nvidia_driver_version(const std::string& proc_text) {
+  // The first word after "Kernel Module" made of digits and dots alone, holding a dot: the
+  // proprietary module's line has the version there, the open one's has "for x86_64" first.
+  const std::string key = "Kernel Module";
+  const size_t line_end = proc_text.find('\n');
+  const std::string line = proc_text.substr(0, line_end);
+  size_t at = line.find(key);
+  if (at == std::string::npos) return {};
+  at += key.size();
+  while (at < line.size()) {
+    at = line.find_first_not_of(" \t", at);
+    if (at == std::string::npos) break;
+    size_t end = line.find_first_of(" \t", at);
+    if (end == std::string::npos) end = line.size();
+    const std::string word = line.substr(at, end - at);
+    if (word.find('.') != std::string::npos && word.find_first_not_of("0123456789.") == std::string::npos &&
+        std::isdigit(static_cast<unsigned char>(word.front()))) {
+      return word;
+    }
+    at = end;
+  }
+  return {};
+}
 
 std::string utc_now() {
   std::time_t now = std::time(nullptr);
