@@ -190,6 +190,16 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
             row["phases_ms"][ph] = round(row["phases_ms"][ph] + phases.get(ph, 0.0), 1)
     gpu_use, judge_ms = {}, {}
     calls = run_dir / "verify-calls.jsonl"
+    if args.reports_dir:
+        # Each verify call's timeline and each candidate's phases, to take the wall time apart.
+        args.reports_dir.mkdir(parents=True, exist_ok=True)
+        if calls.is_file():
+            shutil.copyfile(calls, args.reports_dir / "verify-calls.jsonl")
+        with open(args.reports_dir / "eval-candidates.jsonl", "w") as f:
+            for problem, sample, verdict, result in rows:
+                ev = json.loads(result).get("evidence") or {}
+                f.write(json.dumps({"problem": problem, "sample": sample, "verdict": verdict,
+                                    "phases": ev.get("phases"), "worker_start": ev.get("worker_start")}) + "\n")
     for line in (calls.read_text().splitlines() if calls.is_file() else []):
         add_use(gpu_use, judge_ms, json.loads(line))
     n = len(rows)

@@ -349,6 +349,7 @@ Status Verifier::setup() {
   reference_b64_ = base64_encode(reference_source_);
   bool cuda = opts_.devices.empty() || opts_.devices.front() != "cpu";
   KLLM_ASSIGN_OR_RETURN(py_, probe_python(choose_python(opts_.python), cuda));
+  report_.timeline_ms["python_probed"] = ms_from_start();
   KLLM_ASSIGN_OR_RETURN(package_dir_, find_package_dir(opts_.package_dir));
   std::vector<std::string> names = opts_.devices;
   if (cuda && (names.empty() || (names.size() == 1 && names[0] == "cuda"))) {
@@ -432,6 +433,7 @@ Status Verifier::setup() {
       zygote_.reset();
     }
   }
+  report_.timeline_ms["zygote_ready"] = ms_from_start();
   // Every judge process is started before any is waited for: their start-up overlaps.
   for (auto& dev : devices_) {
     (void)spawn_judge(*dev);  // a failure is reported by setup_device, which tries again

@@ -261,6 +261,7 @@ Result<std::optional<size_t>> take_report(int round, Result<harness::VerifyRepor
   result.environment = report->environment;
   result.reference_timing = report->reference_timing;
   result.selection_reason = report->selection_reason;
+  result.verify_timelines_ms.push_back(report->timeline_ms);
 
   std::optional<size_t> selected = report->selected;
   if (!selected) {
@@ -431,6 +432,7 @@ Json OptimizeResult::to_json() const {
       {"verify_setup_ms", verify_setup_ms},
       {"verify_setup_overlap_ms", verify_setup_overlap_ms},
       {"verify_while_generating_ms", verify_while_generating_ms},
+      {"verify_timelines_ms", verify_timelines_ms},
       {"tokens", generation.generated_tokens},
       {"tokens_per_s", generate_ms > 0 ? tokens * 1000.0 / generate_ms : 0.0},
       {"generation",

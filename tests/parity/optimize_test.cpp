@@ -307,6 +307,14 @@ TEST_F(OptimizeTest, TheVerifierGetsReadyWhileTheCandidatesAreGenerated) {
   const Json j = r->to_json();
   EXPECT_EQ(j["verify_setup_ms"].get<double>(), r->verify_setup_ms);
   EXPECT_EQ(j["verify_setup_overlap_ms"].get<double>(), r->verify_setup_overlap_ms);
+  // The round's set-up steps in order, the last of them the whole set-up.
+  ASSERT_EQ(j["verify_timelines_ms"].size(), 1u);
+  const Json& t = j["verify_timelines_ms"][0];
+  for (const char* k : {"python_probed", "zygote_ready", "judge_started", "setup", "total"}) ASSERT_TRUE(t.contains(k)) << k;
+  EXPECT_LE(t["python_probed"].get<double>(), t["zygote_ready"].get<double>());
+  EXPECT_LE(t["zygote_ready"].get<double>(), t["judge_started"].get<double>());
+  EXPECT_LE(t["judge_started"].get<double>(), t["setup"].get<double>());
+  EXPECT_NEAR(t["setup"].get<double>(), r->verify_setup_ms, 50);
   EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
 }
 

@@ -183,8 +183,9 @@ struct VerifyReport {
   std::vector<CandidateResult> candidates;
   std::optional<size_t> selected;
   std::string selection_reason;
-  // Where the call's wall time went, in ms from the start of its set-up: "setup" (the judge has
-  // loaded the problem), "candidates" (every candidate verified, multi-shape checks included),
+  // Where the call's wall time went, in ms from the start of its set-up: "python_probed" (the
+  // interpreter's torch and devices known), "zygote_ready" (the pre-imported parent of workers and
+  // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem), "candidates" (every candidate verified, multi-shape checks included),
   // "selection" (finalists re-timed, when there were any), "total"; and "gpu_exclusive", how long
   // the call held its devices to itself (timing, profiled runs, re-timing), summed over them.
   Json timeline_ms = Json::object();

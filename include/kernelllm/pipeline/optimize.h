@@ -153,6 +153,9 @@ struct OptimizeResult {
   // Verification beside generation: from the first candidate handed over to the end of its
   // round's generation, summed over rounds (0 when nothing was handed over early).
   double verify_while_generating_ms = 0;
+  // Each round's verifier timeline (VerifyReport::timeline_ms: set-up steps, candidates, total),
+  // in ms from that round's set-up start.
+  Json verify_timelines_ms = Json::array();
   std::string sandbox;
   Json environment;
   std::optional<harness::TimingResult> reference_timing;
