@@ -276,6 +276,9 @@ int run_optimize(const OptimizeArgs& a) {
   const bool json_to_stdout = a.json_file == "-";
   const fs::path report_file = a.json_file.empty() || json_to_stdout ? o.work_dir / "report.json" : fs::path(a.json_file);
 
+  // The verifier's interpreter probe and zygote start now, while the model loads (or the
+  // endpoint is reached): the round's set-up then finds them started.
+  harness::VerifierPrewarm prewarm(o.verify);
   Result<std::unique_ptr<CompletionSource>> source = error(ErrorCode::internal, "no source");
   Result<PromptTemplate> tmpl = error(ErrorCode::internal, "no template");
   Json endpoint_json = nullptr;

@@ -268,8 +268,13 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   if (!loaded) return;
   t0 = Clock::now();
   Json profiled;  // on a GPU: the facts of the profiled run (the last trial's)
-  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr);
-  phases["correctness_ms"] = ms_since(t0);
+  // The profiled run's exclusive hold of the GPU, kept through the kernel check into the timing:
+  // one taking of the GPU per candidate instead of two, each of which waits for every shared
+  // hold under way to end and stops everything else of ours on the GPU meanwhile.
+  std::optional<GpuUse> held;
+  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr, &held);
+  phases["correctness_ms"] = ms_since(t0) - phases.value("reference_timing_ms", 0.0);
+  if (r.verdict != Verdict::correct) held.reset();
   if ((r.verdict == Verdict::correct || r.verdict == Verdict::cheat) && r.evidence.contains("source_audit")) {
     // What the judge's audit found that only matters for a passing candidate: no @triton.jit kernel
     // in the source (no_triton_kernel), or, in CPU mode only (the judge decides by its device), a
@@ -292,23 +297,32 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     check_kernel_profile(dev, r, profiled);
     phases["kernel_profile_ms"] = ms_since(t0);
   }
+  if (r.verdict != Verdict::correct || !opts_.timing) held.reset();
   if (r.verdict == Verdict::correct && before_timing) before_timing();
   if (r.verdict == Verdict::correct && opts_.timing) {
     t0 = Clock::now();
-    time_candidate(w, dev, r);
+    time_candidate(w, dev, r, &held);
     phases["timing_ms"] = ms_since(t0);
     if (r.verdict == Verdict::correct && flood_from_cgroup(w, opts_.max_tasks, r)) r.evidence["phase"] = "timing";
   }
 }
 
 Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const fs::path& out, double timeout_s,
-                             bool profile_kernels) {
+                             bool profile_kernels, std::optional<GpuUse>* held) {
   // The candidate learns this trial's seed with this request (docs/trust-boundary.md, Inputs).
   Json req{{"op", "run"},       {"inputs", in.spec()},    {"outputs_file", out.string()},
            {"poison", true},    {"require_triton", true}, {"poison_sizes", in.output_sizes}};
   if (profile_kernels) req["profile_kernels"] = true;
   if (!dev.cuda()) return w.request(req, timeout_s);
   // The profiled run has the GPU to itself: its kernel times are compared with the reference's.
+  if (profile_kernels && held) {
+    if (*held) {
+      (*held)->continue_as("profiled run");  // after the reference's timing
+    } else {
+      held->emplace(dev, GpuGuard::Mode::exclusive, "profiled run", gpu_use_);
+    }
+    return w.request(req, timeout_s, yield_hook(**held, w, dev));
+  }
   auto busy = profile_kernels ? use_gpu(dev, GpuGuard::Mode::exclusive, "profiled run")
                               : use_gpu(dev, GpuGuard::Mode::shared, "run");
   return w.request(req, timeout_s, yield_hook(busy, w, dev));
@@ -350,7 +364,7 @@ void Verifier::check_kernel_profile(DeviceState& dev, CandidateResult& r, const 
   }
 }
 
-void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled) {
+void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled, std::optional<GpuUse>* held) {
   bool undiscriminating = false;
   Json trials = Json::array();
   for (size_t t = 0; t < dev.trials.size(); ++t) {
@@ -360,7 +374,15 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
     const bool profile = profiled != nullptr && t + 1 == dev.trials.size();
     if (profile) timeout += opts_.load_timeout_s;  // CUPTI's start-up
-    const Reply run = run_on_trial(w, dev, in, out, timeout, profile);
+    if (profile && held && opts_.timing) {
+      // The reference is timed before the profiled run (by the problem's first candidate to get
+      // here; the others find it done), its last batch in the hold the profiled run goes on in.
+      const auto t_ref = Clock::now();
+      ensure_reference_timing(dev, held);
+      r.evidence["phases"]["reference_timing_ms"] =
+          std::chrono::duration<double, std::milli>(Clock::now() - t_ref).count();
+    }
+    const Reply run = run_on_trial(w, dev, in, out, timeout, profile, profile ? held : nullptr);
     if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
       r.evidence["trial"] = t;
       return;
@@ -376,8 +398,10 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     if (profile) *profiled = facts;
     Reply cmp;
     {
-      // The judge's comparison (and its references, made when first needed) runs on the GPU.
-      const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "compare");
+      // The judge's comparison (and its references, made when first needed) runs on the GPU:
+      // under the exclusive hold the profiled run left, else a shared one.
+      std::optional<GpuUse> busy;
+      if (!(profile && held && *held)) busy.emplace(dev, GpuGuard::Mode::shared, "compare", gpu_use_);
       cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"candidate", w.id()},
                                  {"run_report", facts}, {"require_triton", true}},
                        opts_.load_timeout_s);

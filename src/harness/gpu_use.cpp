@@ -84,6 +84,17 @@ GpuUse::~GpuUse() {
   stats_.add(what_, guard_->mode() == GpuGuard::Mode::exclusive, wait_ms_, hold_ms_);
 }
 
+void GpuUse::continue_as(std::string what) {
+  if (guard_) {
+    const auto now = std::chrono::steady_clock::now();
+    hold_ms_ += std::chrono::duration<double, std::milli>(now - held_since_).count();
+    stats_.add(what_, guard_->mode() == GpuGuard::Mode::exclusive, wait_ms_, hold_ms_);
+    held_since_ = now;
+  }
+  what_ = std::move(what);
+  wait_ms_ = hold_ms_ = 0;
+}
+
 double GpuUse::yield_for_timer(Process& proc, const IdleLook& look) {
   if (!guard_ || guard_->mode() != GpuGuard::Mode::shared || no_more_yields_) return 0;
   if (std::chrono::duration<double, std::milli>(Clock::now() - held_since_).count() < kYieldAfterMs) return 0;

@@ -656,7 +656,7 @@ GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev, const std::function<bool(
   }
 }
 
-void Verifier::ensure_reference_timing(DeviceState& dev) {
+void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held) {
   // Once per device, by whichever thread times first; the others wait here, holding no lock.
   std::lock_guard once(dev.ref_timing_mu);
   if (dev.ref_timing_tried) return;
@@ -682,7 +682,10 @@ void Verifier::ensure_reference_timing(DeviceState& dev) {
                                            ref_call_ms);
         per > 1 || iters > kProbeTrips) {
       prepare_reference_sets(dev, iters, per);
-      const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
+      // Left held for the caller's profiled run and timing when asked (one taking of the GPU).
+      std::optional<GpuUse> own;
+      std::optional<GpuUse>& lock = held ? *held : own;
+      lock.emplace(dev, GpuGuard::Mode::exclusive, "reference timing", gpu_use_);
       std::optional<TimingResult> t = timed_batch(dev, nullptr, iters, false, nullptr, per);
       if (t) {
         dev.ref_timing = t;
@@ -691,7 +694,13 @@ void Verifier::ensure_reference_timing(DeviceState& dev) {
     }
   }
   if (opts_.time_compile) {
-    const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
+    std::optional<GpuUse> own;
+    std::optional<GpuUse>& lock = held ? *held : own;
+    if (lock) {
+      lock->continue_as("reference timing");
+    } else {
+      lock.emplace(dev, GpuGuard::Mode::exclusive, "reference timing", gpu_use_);
+    }
     dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
   }
 }
@@ -739,15 +748,24 @@ void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& 
   r.evidence["phase"] = phase;
 }
 
-void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r) {
+void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held) {
   std::optional<TimingResult> t;
   {
-    // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared).
-    // The reference first (its own takings of the GPU; nothing once it is done).
-    ensure_reference_timing(dev);
-    const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "timing");
-    r.evidence["phases"]["timing_wait_ms"] = lock.wait_ms();
+    // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared): the hold
+    // the profiled run left, else one taken now, the reference timed first (its own takings of
+    // the GPU; nothing once it is done).
+    std::optional<GpuUse> own;
+    std::optional<GpuUse>& lock = held ? *held : own;
+    if (lock) {
+      lock->continue_as("timing");
+      r.evidence["phases"]["timing_wait_ms"] = 0.0;
+    } else {
+      ensure_reference_timing(dev);
+      lock.emplace(dev, GpuGuard::Mode::exclusive, "timing", gpu_use_);
+      r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
+    }
     t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
+    lock.reset();
   }
   if (!t) {  // r holds the verdict
     if (r.evidence.contains("timed_mismatch_set")) recheck_timing_set(w, dev, r);  // outside the timing lock

@@ -165,6 +165,10 @@ class GpuUse {
   // busy (a kernel that does not end) keeps the lock as before; after kMaxBusy such looks this
   // hold yields no more.
   double yield_for_timer(Process& proc, const IdleLook& look);
+  // The hold goes on to other work without letting the GPU go (an exclusive one: the profiled run,
+  // then the timing): the part held so far is recorded under the purpose it had, the rest under
+  // `what`, with no wait.
+  void continue_as(std::string what);
   static constexpr double kYieldAfterMs = 50;
   // How long one look waits for the GPU to go idle (the judge's flushes; other holders stop within
   // a slice of the ask), how long after a busy look the next one waits, and how many busy looks
@@ -255,11 +259,15 @@ class Verifier {
   void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r, const std::function<void()>& before_timing = {});
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   // `profiled` (a GPU's main trials): the last trial's run is profiled and its facts kept there.
-  void run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled = nullptr);
+  // `held` (with `profiled`; empty on entry): the profiled run's exclusive hold of the GPU is
+  // taken into it and left there, for the caller's kernel check and timing to go on in without
+  // letting the GPU go; with timing on, the reference is timed first, its last batch in that hold.
+  void run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled = nullptr,
+                  std::optional<GpuUse>* held = nullptr);
   // One `run` of the candidate on trial `in` (its process makes the inputs from the trial's seed;
-  // the GPU's lock held shared), outputs to `out`.
+  // the GPU's lock held shared; profiled: exclusive, in *held when given), outputs to `out`.
   Reply run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, const std::filesystem::path& out, double timeout_s,
-                     bool profile_kernels);
+                     bool profile_kernels, std::optional<GpuUse>* held = nullptr);
   // The judge's static audit of the source (compile_error before any candidate code runs;
   // r.evidence["source_audit"] keeps its kernel names and after-correctness finding), then load.
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
@@ -283,12 +291,14 @@ class Verifier {
   int timing_cpu(const DeviceState& dev) const;
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
                                           int per_trip = 0, bool paired = false);
-  // Times a correct candidate under the GPU's exclusive lock; sets r.timing and r.speedup, or
-  // the verdict of what went wrong.
-  void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r);
+  // Times a correct candidate under the GPU's exclusive lock (the one in *held when it holds one,
+  // released after the timed batch); sets r.timing and r.speedup, or the verdict of what went wrong.
+  void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held = nullptr);
   // Times the reference once per device (a probe of a few round trips, then the batch that fixes
-  // the calls per round trip); takes the GPU itself, so the caller holds none of it.
-  void ensure_reference_timing(DeviceState& dev);
+  // the calls per round trip); takes the GPU itself, so the caller holds none of it. With `held`
+  // (empty on entry): the last batch's exclusive hold is left in it for the caller to go on in
+  // (nothing when the reference was timed before, or the probe was the whole timing).
+  void ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held = nullptr);
   // The sets a reference batch of `iters` timed round trips of `per` calls uses, made by the judge
   // (references, fingerprints, tolerances) under the shared hold, before the exclusive one.
   void prepare_reference_sets(DeviceState& dev, int iters, int per);

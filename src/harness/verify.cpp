@@ -750,6 +750,22 @@ Result<VerifyReport> Verifier::close_feed() {
   return std::move(report_);
 }
 
+VerifierPrewarm::VerifierPrewarm(const VerifyOptions& options) {
+  const bool cuda = options.devices.empty() || options.devices.front() != "cpu";
+  if (const char* z = std::getenv("KERNELLLM_ZYGOTE"); z && std::string(z) == "0") return;
+  thread_ = std::thread([python = options.python, package = options.package_dir, cuda] {
+    // The verifier's own steps (setup()), with its keys: the probe's answer is cached per
+    // interpreter, the zygote per interpreter, package and mode.
+    auto py = probe_python(choose_python(python), cuda);
+    auto dir = find_package_dir(package);
+    if (py.ok() && dir.ok() && become_subreaper()) (void)Zygote::shared(*py, *dir, !cuda);
+  });
+}
+
+VerifierPrewarm::~VerifierPrewarm() {
+  if (thread_.joinable()) thread_.join();
+}
+
 Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,
                             const VerifyOptions& options) {
   if (candidate_paths.empty()) return error(ErrorCode::invalid_argument, "verify: expected at least one candidate file");

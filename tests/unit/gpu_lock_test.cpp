@@ -166,6 +166,44 @@ TEST(GpuLock, AVerifyCallCountsItsTakingsByPurpose) {
   ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
+TEST(GpuLock, AnExclusiveHoldGoesOnToOtherWorkWithoutLettingTheGpuGo) {
+  // A candidate's profiled run and its timing in one taking of the GPU (evaluate.cpp): each part
+  // counted under its own purpose, and a shared taker waiting meanwhile gets in only after both.
+  ::setenv("CUDA_VISIBLE_DEVICES", ("GPU-continue-test-" + std::to_string(::getpid())).c_str(), 1);
+  DeviceState gpu;
+  gpu.name = "cuda:0";
+  gpu.gpu_lock = gpu_lock_file("cuda:0");
+  GpuUseStats stats;
+  std::atomic<bool> ran{false};
+  std::thread other;
+  {
+    std::optional<GpuUse> held;
+    held.emplace(gpu, GpuGuard::Mode::exclusive, "profiled run", stats);
+    other = std::thread([&] {
+      GpuUse run(gpu, GpuGuard::Mode::shared, "run", stats);
+      ran = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    held->continue_as("timing");
+    EXPECT_EQ(held->wait_ms(), 0.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    EXPECT_FALSE(ran.load());  // the GPU was never let go between the two
+  }
+  other.join();
+  EXPECT_TRUE(ran.load());
+  const Json j = stats.to_json();
+  ASSERT_TRUE(j.contains("profiled run") && j.contains("timing") && j.contains("run")) << j.dump();
+  EXPECT_EQ(j["profiled run"]["n"], 1);
+  EXPECT_EQ(j["timing"]["n"], 1);
+  EXPECT_GE(j["profiled run"]["hold_ms"].get<double>(), 110.0) << j.dump();
+  EXPECT_GE(j["timing"]["hold_ms"].get<double>(), 110.0) << j.dump();
+  EXPECT_EQ(j["timing"]["wait_ms"].get<double>(), 0.0);
+  EXPECT_GE(j["run"]["wait_ms"].get<double>(), 220.0) << j.dump();
+  EXPECT_NEAR(stats.exclusive_hold_ms(), j["profiled run"]["hold_ms"].get<double>() + j["timing"]["hold_ms"].get<double>(),
+              1e-9);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
 // The state letter of a process in /proc ('T': stopped), '?' when it is gone.
 char proc_state(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kernelllm/base/json.h"
@@ -226,6 +227,23 @@ class VerifySession {
  private:
   struct State;
   std::unique_ptr<State> s_;
+};
+
+// Starts, on a thread of its own, what the first verify call of `options` waits for before anything
+// else: the interpreter's probe and the zygote (the pre-imported parent of judges and workers,
+// shared by every verifier of the process), so that they get ready while the caller loads a model.
+// Nothing to wait for: a verifier set up later takes the zygote as it finds it (ready, starting,
+// or started anew when this failed). The destructor waits for the thread (the probe; the zygote's
+// start is not waited for).
+class VerifierPrewarm {
+ public:
+  explicit VerifierPrewarm(const VerifyOptions& options);
+  ~VerifierPrewarm();
+  VerifierPrewarm(const VerifierPrewarm&) = delete;
+  VerifierPrewarm& operator=(const VerifierPrewarm&) = delete;
+
+ private:
+  std::thread thread_;
 };
 
 // Holds GPU `device` ("cuda:N") for an engine (its engine lock shared, across the kernelllm
