@@ -348,9 +348,15 @@ Status Verifier::setup() {
   }
   reference_b64_ = base64_encode(reference_source_);
   bool cuda = opts_.devices.empty() || opts_.devices.front() != "cpu";
-  KLLM_ASSIGN_OR_RETURN(py_, probe_python(choose_python(opts_.python), cuda));
-  report_.timeline_ms["python_probed"] = ms_from_start();
+  const std::string python = choose_python(opts_.python);
   KLLM_ASSIGN_OR_RETURN(package_dir_, find_package_dir(opts_.package_dir));
+  // Workers are forked by the zygote, which must make them our children: we are their subreaper.
+  // It starts importing now, beside the interpreter's probe (each imports torch and Triton: on a
+  // host that has not run them yet, 4.5 s and 6.8 s one after the other on an H200's host).
+  const bool subreaper = become_subreaper();
+  if (subreaper) zygote_ = Zygote::shared(python, package_dir_, !cuda);
+  KLLM_ASSIGN_OR_RETURN(py_, probe_python(python, cuda));
+  report_.timeline_ms["python_probed"] = ms_from_start();
   std::vector<std::string> names = opts_.devices;
   if (cuda && (names.empty() || (names.size() == 1 && names[0] == "cuda"))) {
     names.clear();
@@ -422,10 +428,9 @@ Status Verifier::setup() {
       report_.warnings.push_back("result cache disabled: " + c.status().to_string());
     }
   }
-  // Workers are forked by the zygote, which must make them our children: we are their subreaper.
-  if (!become_subreaper()) {
+  if (!subreaper) {
     note_exec_start("this process may not be its workers' subreaper (PR_SET_CHILD_SUBREAPER refused)");
-  } else if (zygote_ = Zygote::shared(py_, package_dir_, !cuda); !zygote_) {
+  } else if (!zygote_) {
     note_exec_start("KERNELLLM_ZYGOTE=0");
   } else {
     if (Status s = zygote_->ready(kZygoteStartS, opts_.cancel); !s.ok()) {
@@ -753,12 +758,12 @@ Result<VerifyReport> Verifier::close_feed() {
 VerifierPrewarm::VerifierPrewarm(const VerifyOptions& options) {
   const bool cuda = options.devices.empty() || options.devices.front() != "cpu";
   if (const char* z = std::getenv("KERNELLLM_ZYGOTE"); z && std::string(z) == "0") return;
-  thread_ = std::thread([python = options.python, package = options.package_dir, cuda] {
-    // The verifier's own steps (setup()), with its keys: the probe's answer is cached per
-    // interpreter, the zygote per interpreter, package and mode.
-    auto py = probe_python(choose_python(python), cuda);
+  thread_ = std::thread([python = choose_python(options.python), package = options.package_dir, cuda] {
+    // The verifier's own steps (setup()), with its keys: the zygote per interpreter, package and
+    // mode, started before the probe, whose answer is cached per interpreter.
     auto dir = find_package_dir(package);
-    if (py.ok() && dir.ok() && become_subreaper()) (void)Zygote::shared(*py, *dir, !cuda);
+    if (dir.ok() && become_subreaper()) (void)Zygote::shared(python, *dir, !cuda);
+    (void)probe_python(python, cuda);
   });
 }
 

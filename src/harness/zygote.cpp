@@ -72,12 +72,12 @@ std::vector<pid_t> Zygote::pids() {
   return out;
 }
 
-std::shared_ptr<Zygote> Zygote::shared(const PythonEnv& py, const fs::path& package_dir, bool interpret) {
+std::shared_ptr<Zygote> Zygote::shared(const std::string& python, const fs::path& package_dir, bool interpret) {
   if (const char* z = std::getenv("KERNELLLM_ZYGOTE"); z && std::string(z) == "0") return nullptr;
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   auto* zygotes = &r.zygotes;
-  auto& [starts, current] = (*zygotes)[fmt::format("{}\n{}\n{}", py.executable, package_dir.string(), interpret)];
+  auto& [starts, current] = (*zygotes)[fmt::format("{}\n{}\n{}", python, package_dir.string(), interpret)];
   if (current && current->failure().empty()) return current;
   if (starts >= kMaxStarts) return current;
   ++starts;
@@ -91,7 +91,7 @@ std::shared_ptr<Zygote> Zygote::shared(const PythonEnv& py, const fs::path& pack
   }
   z->worker_->work_dir = *dir;
   SpawnOptions o;
-  o.argv = {py.executable, "-I", "-B", (package_dir / "kernelllm" / "worker" / "launch.py").string(), "zygote"};
+  o.argv = {python, "-I", "-B", (package_dir / "kernelllm" / "worker" / "launch.py").string(), "zygote"};
   o.env = worker_env(*dir, interpret ? "cpu" : "", 1);  // "cpu": TRITON_INTERPRET=1
   o.cwd = dir->string();
   o.fd_channel = true;

@@ -32,13 +32,14 @@ struct ZygoteFork {
 
 class Zygote {
  public:
-  // This process's zygote for `py`, `package_dir` and `interpret` (CPU mode: Triton decorates the
+  // This process's zygote for the interpreter `python` (as the verifier names it: choose_python;
+  // no probe needed), `package_dir` and `interpret` (CPU mode: Triton decorates the
   // kernels of triton.language itself when imported, for the interpreter only with
   // TRITON_INTERPRET=1 set then), started on first use by a thread that lives
   // as long as the process (a child dies with the thread that forked it) and shared by every
   // verifier of the process; a dead one is replaced, at most kMaxStarts times. nullptr when
   // $KERNELLLM_ZYGOTE is 0.
-  static std::shared_ptr<Zygote> shared(const PythonEnv& py, const std::filesystem::path& package_dir, bool interpret);
+  static std::shared_ptr<Zygote> shared(const std::string& python, const std::filesystem::path& package_dir, bool interpret);
   static constexpr int kMaxStarts = 3;
 
   // Waits for the greeting (the zygote imports meanwhile); ok when it can fork. Gives up, leaving

@@ -29,7 +29,7 @@ TEST(VerifierPrewarm, StartsTheZygoteThatTheVerifierThenTakes) {
   auto dir = find_package_dir("");
   ASSERT_TRUE(dir.ok()) << dir.status().to_string();
   // The verifier's own taking (setup(): same interpreter, package and mode) gets the same process.
-  std::shared_ptr<Zygote> z = Zygote::shared(*py, *dir, /*interpret=*/true);
+  std::shared_ptr<Zygote> z = Zygote::shared(choose_python(""), *dir, /*interpret=*/true);
   ASSERT_TRUE(z);
   ASSERT_TRUE(z->ready(300).ok());
   EXPECT_EQ(Zygote::pids(), started);
