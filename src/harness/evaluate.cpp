@@ -272,7 +272,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   // one taking of the GPU per candidate instead of two, each of which waits for every shared
   // hold under way to end and stops everything else of ours on the GPU meanwhile.
   std::optional<GpuUse> held;
-  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr, &held);
+  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr, opts_.timing ? &held : nullptr);
   phases["correctness_ms"] = ms_since(t0) - phases.value("reference_timing_ms", 0.0);
   if (r.verdict != Verdict::correct) held.reset();
   if ((r.verdict == Verdict::correct || r.verdict == Verdict::cheat) && r.evidence.contains("source_audit")) {
@@ -374,15 +374,21 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
     const bool profile = profiled != nullptr && t + 1 == dev.trials.size();
     if (profile) timeout += opts_.load_timeout_s;  // CUPTI's start-up
-    if (profile && held && opts_.timing) {
+    if (profile && held && opts_.timing && t > 0) {
       // The reference is timed before the profiled run (by the problem's first candidate to get
       // here; the others find it done), its last batch in the hold the profiled run goes on in.
+      // Its earlier trials matched (with a single trial the reference waits for a correct one,
+      // timed in a taking of its own): a candidate that then fails the last trial or the kernel
+      // check has cost the reference's timing, which a later correct one would have paid.
       const auto t_ref = Clock::now();
       ensure_reference_timing(dev, held);
       r.evidence["phases"]["reference_timing_ms"] =
           std::chrono::duration<double, std::milli>(Clock::now() - t_ref).count();
     }
     const Reply run = run_on_trial(w, dev, in, out, timeout, profile, profile ? held : nullptr);
+    // A failed run ends the candidate: the GPU is let go before its clean-up (the worker's exit
+    // awaited, a health check of the GPU in a fresh process), which other work need not wait for.
+    if (!run.ok() && held) held->reset();
     if (fail_from_reply(run, fmt::format("run (trial {})", t), timeout, w, dev, r)) {
       r.evidence["trial"] = t;
       return;
@@ -401,7 +407,11 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
       // The judge's comparison (and its references, made when first needed) runs on the GPU:
       // under the exclusive hold the profiled run left, else a shared one.
       std::optional<GpuUse> busy;
-      if (!(profile && held && *held)) busy.emplace(dev, GpuGuard::Mode::shared, "compare", gpu_use_);
+      if (profile && held && *held) {
+        (*held)->continue_as("profiled run's check");  // the comparison, then the kernel check
+      } else {
+        busy.emplace(dev, GpuGuard::Mode::shared, "compare", gpu_use_);
+      }
       cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", t}, {"outputs_file", out.string()}, {"candidate", w.id()},
                                  {"run_report", facts}, {"require_triton", true}},
                        opts_.load_timeout_s);

@@ -50,6 +50,14 @@ int remove_stale_run_dirs(const fs::path& base) {
 
 namespace {
 
+// Whether paths `a` and `b` are one path (false when either is empty): the zygote started by the
+// interpreter's path before the probe is the probed interpreter. By the path, not the file: a
+// venv's bin/python is a link to the base interpreter, which runs outside the venv.
+bool same_path(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  return fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
+}
+
 std::atomic<bool>& run_dirs_stopped() {
   static std::atomic<bool> stopped{false};
   return stopped;
@@ -352,11 +360,14 @@ Status Verifier::setup() {
   KLLM_ASSIGN_OR_RETURN(package_dir_, find_package_dir(opts_.package_dir));
   // Workers are forked by the zygote, which must make them our children: we are their subreaper.
   // It starts importing now, beside the interpreter's probe (each imports torch and Triton: on a
-  // host that has not run them yet, 4.5 s and 6.8 s one after the other on an H200's host).
+  // host that has not run them yet, 4.5 s and 6.8 s one after the other on an H200's host), when
+  // the interpreter is a binary found by path; else (a shim) after the probe, with its answer.
   const bool subreaper = become_subreaper();
-  if (subreaper) zygote_ = Zygote::shared(python, package_dir_, !cuda);
+  const std::string early = subreaper ? interpreter_path_before_probe(python) : std::string();
+  if (!early.empty()) zygote_ = Zygote::shared(early, package_dir_, !cuda);
   KLLM_ASSIGN_OR_RETURN(py_, probe_python(python, cuda));
   report_.timeline_ms["python_probed"] = ms_from_start();
+  if (subreaper && !same_path(early, py_.executable)) zygote_ = Zygote::shared(py_.executable, package_dir_, !cuda);
   std::vector<std::string> names = opts_.devices;
   if (cuda && (names.empty() || (names.size() == 1 && names[0] == "cuda"))) {
     names.clear();
@@ -760,10 +771,13 @@ VerifierPrewarm::VerifierPrewarm(const VerifyOptions& options) {
   if (const char* z = std::getenv("KERNELLLM_ZYGOTE"); z && std::string(z) == "0") return;
   thread_ = std::thread([python = choose_python(options.python), package = options.package_dir, cuda] {
     // The verifier's own steps (setup()), with its keys: the zygote per interpreter, package and
-    // mode, started before the probe, whose answer is cached per interpreter.
+    // mode, started before the probe when it can be; the probe's answer is cached per interpreter.
     auto dir = find_package_dir(package);
-    if (dir.ok() && become_subreaper()) (void)Zygote::shared(python, *dir, !cuda);
-    (void)probe_python(python, cuda);
+    const bool start = dir.ok() && become_subreaper();
+    const std::string early = start ? interpreter_path_before_probe(python) : std::string();
+    if (!early.empty()) (void)Zygote::shared(early, *dir, !cuda);
+    auto py = probe_python(python, cuda);
+    if (start && py.ok() && !same_path(early, py->executable)) (void)Zygote::shared(py->executable, *dir, !cuda);
   });
 }
 

@@ -194,6 +194,15 @@ Interpreter locate(const std::string& python) {
   return in;
 }
 
+}  // namespace
+
+std::string interpreter_path_before_probe(const std::string& python) {
+  const Interpreter in = locate(python);
+  return in.binary.empty() ? std::string() : in.found;  // found: the venv's own path, not the file it links to
+}
+
+namespace {
+
 // The cache file for `in` and `cuda`: named by everything else that decides the answer, the
 // environment the interpreter imports under and, with `cuda`, the GPUs the driver lists (their
 // model names, read without starting CUDA).

@@ -29,6 +29,11 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda);
 
 // The interpreter to use: option, else $KERNELLLM_PYTHON, else python3.
 std::string choose_python(const std::string& option);
+// `python` (choose_python's answer) as an absolute path when it is a binary, as found through
+// this process's PATH and working directory: what a zygote can be started with before the probe
+// has run. "" when not found or not a binary (a script or a shim such as pyenv's, whose choice
+// rests on an environment the zygote does not get): the probe's `executable` is used then.
+std::string interpreter_path_before_probe(const std::string& python);
 // The directory that holds kernelllm/worker/launch.py: option, $KERNELLLM_PACKAGE_DIR, the
 // installed layout next to the running binary (kernelllm/bin/../..), else the source tree.
 Result<std::filesystem::path> find_package_dir(const std::string& option);

@@ -215,6 +215,29 @@ def test_the_interpreter_probe_is_kept_across_calls_until_a_file_it_rests_on_cha
     assert not list((tmp_path / "xdg" / "kernelllm").glob("python-probe-*.json"))
 
 
+def test_workers_are_forked_whichever_way_the_interpreter_is_named(files, tmp_path):
+    # The zygote starts by the interpreter's path before the probe when that path is a binary: a path
+    # relative to the working directory must be made absolute first (the zygote runs in a directory
+    # of its own: started as given, it failed to exec and every worker was started by exec). A shim
+    # is probed first and the zygote started with the interpreter the probe reports.
+    import os
+    import sys
+    real = os.path.realpath(sys.executable)
+    shim = tmp_path / "python-shim"
+    shim.write_text(f"#!/bin/sh\nexec {real} \"$@\"\n")
+    shim.chmod(0o755)
+    # (Relative from /: without "..", which the sandbox cannot follow through directories it hides.)
+    for python, cwd in ((os.path.relpath(real, "/"), "/"), (real, tmp_path), (str(shim), tmp_path)):
+        report = tmp_path / f"r-{time.monotonic_ns()}.json"
+        r = subprocess.run([find_cli(), "verify", str(files["problem"]), str(files["syntax"]), "--verify-device", "cpu",
+                            "--no-cache", "--json", str(report)], capture_output=True, text=True, timeout=600,
+                           cwd=cwd, env=dict(os.environ, KERNELLLM_PYTHON=python))
+        assert r.returncode == 3, r.stderr[-2000:]
+        [cand] = json.loads(report.read_text())["candidates"]
+        assert cand["verdict"] == "compile_error"
+        assert cand["evidence"]["worker_start"] == "zygote", (python, cand["evidence"]["worker_start"])
+
+
 def test_kernelbench_tolerance_versions(files, tmp_path):
     cache = tmp_path / "verify.sqlite"
     r, rep = run_verify(files, ["near"], "--profile", "kernelbench", cache=cache)

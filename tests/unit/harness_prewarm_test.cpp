@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -28,8 +29,15 @@ TEST(VerifierPrewarm, StartsTheZygoteThatTheVerifierThenTakes) {
   ASSERT_EQ(started.size(), 1u) << "the prewarm started no zygote";
   auto dir = find_package_dir("");
   ASSERT_TRUE(dir.ok()) << dir.status().to_string();
-  // The verifier's own taking (setup(): same interpreter, package and mode) gets the same process.
-  std::shared_ptr<Zygote> z = Zygote::shared(choose_python(""), *dir, /*interpret=*/true);
+  // The verifier's own taking (setup(): same interpreter, package and mode) gets the same process:
+  // by the interpreter's path when it is a binary that the probe reports as itself, else (a shim,
+  // e.g. pyenv's) by the path the probe reports.
+  const std::string early = interpreter_path_before_probe(choose_python(""));
+  const std::string key = !early.empty() && std::filesystem::path(early).lexically_normal() ==
+                                                std::filesystem::path(py->executable).lexically_normal()
+                              ? early
+                              : py->executable;
+  std::shared_ptr<Zygote> z = Zygote::shared(key, *dir, /*interpret=*/true);
   ASSERT_TRUE(z);
   ASSERT_TRUE(z->ready(300).ok());
   EXPECT_EQ(Zygote::pids(), started);

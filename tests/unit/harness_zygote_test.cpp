@@ -45,7 +45,7 @@ Fixture& fixture() {
       x.skip = "PR_SET_CHILD_SUBREAPER refused";
       return x;
     }
-    x.zygote = Zygote::shared(choose_python(""), x.package_dir, true);
+    x.zygote = Zygote::shared(x.py.executable, x.package_dir, true);
     if (!x.zygote) {
       x.skip = "KERNELLLM_ZYGOTE=0";
       return x;
@@ -172,7 +172,7 @@ TEST(Zygote, ForkedCandidateIsConfinedAsAnExecdOne) {
 TEST(Zygote, OffWhenAskedAndWorkersStartByExec) {
   ::setenv("KERNELLLM_ZYGOTE", "0", 1);
   Fixture& f = fixture();
-  EXPECT_EQ(Zygote::shared(choose_python(""), f.package_dir, true), nullptr);
+  EXPECT_EQ(Zygote::shared(f.py.executable, f.package_dir, true), nullptr);
   ::unsetenv("KERNELLLM_ZYGOTE");
 }
 

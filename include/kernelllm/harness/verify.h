@@ -186,9 +186,10 @@ struct VerifyReport {
   std::string selection_reason;
   // Where the call's wall time went, in ms from the start of its set-up: "python_probed" (the
   // interpreter's torch and devices known), "zygote_ready" (the pre-imported parent of workers and
-  // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem), "candidates" (every candidate verified, multi-shape checks included),
-  // "selection" (finalists re-timed, when there were any), "total"; and "gpu_exclusive", how long
-  // the call held its devices to itself (timing, profiled runs, re-timing), summed over them.
+  // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem), "candidates"
+  // (every candidate verified, multi-shape checks included), "selection" (finalists re-timed, when
+  // there were any), "total"; and "gpu_exclusive", how long the call held its devices to itself
+  // (timing, profiled runs, re-timing), summed over them.
   Json timeline_ms = Json::object();
   // How the call used its devices' locks, by purpose: {"<what>": {"mode", "n", "wait_ms",
   // "hold_ms", "max_hold_ms"}} (shared: ours running on the GPU; exclusive: timing, profiling).
@@ -230,11 +231,11 @@ class VerifySession {
 };
 
 // Starts, on a thread of its own, what the first verify call of `options` waits for before anything
-// else: the interpreter's probe and the zygote (the pre-imported parent of judges and workers,
-// shared by every verifier of the process), so that they get ready while the caller loads a model.
+// else: the zygote (the pre-imported parent of judges and workers, shared by every verifier of the
+// process) and the interpreter's probe, so that they get ready while the caller loads a model.
 // Nothing to wait for: a verifier set up later takes the zygote as it finds it (ready, starting,
 // or started anew when this failed). The destructor waits for the thread (the probe; the zygote's
-// start is not waited for).
+// imports are not waited for).
 class VerifierPrewarm {
  public:
   explicit VerifierPrewarm(const VerifyOptions& options);
