@@ -460,6 +460,19 @@ def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_
     assert made == first + sets * 3 and j.made_sets == {}
 
 
+def test_a_requests_timing_sets_are_waited_for_once(monkeypatch):
+    # A round trip's sets (64 of a fast kernel's) are loaded in one request, inside the GPU's
+    # exclusive hold for a paired reference: one device-wide wait for all of them, not one a set.
+    timing = wh.import_worker("timing")
+    waits = []
+    monkeypatch.setattr(timing, "_synchronize", lambda: waits.append(1))
+    t = timing.CallTimer(lambda x: x, "cuda:0", [torch.zeros(2)], 1)
+    assert t.add_all([[torch.full((2,), float(i))] for i in range(64)]) == list(range(64))
+    assert len(waits) == 1
+    assert t.add([torch.ones(2)]) == 64 and len(waits) == 2
+    assert torch.equal(t.sets[5][0], torch.full((2,), 5.0))
+
+
 def test_a_fingerprint_checker_takes_the_whole_outputs_tolerance_without_reducing_its_part():
     # The checker of a fingerprint (part of an output) is made with the whole output's limits: the
     # same decisions as one that computed the part's own statistics and then took the limits, and a

@@ -529,7 +529,7 @@ class Candidate:
             # The round trips' inputs: slot j's views are call j's arguments, refilled by the judge
             # before every round trip (this process makes no inputs while timed).
             self._inputs_region = region.Region.attach(region.receive_fd(), given["bytes"], self.device)
-            reply["given"] = [timer.add(self._inputs_region.views(places)) for places in given["slots"]]
+            reply["given"] = timer.add_all([self._inputs_region.views(places) for places in given["slots"]])
         self._timer = timer
         self._timing_events = len(GUARD.events)
         return reply
@@ -541,7 +541,7 @@ class Candidate:
         specs = msg["inputs"]
         if not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs):
             raise WorkerError("protocol", "time_load: 'inputs' must be a non-empty list of input specs")
-        return {"sets": [timer.add(self._make_inputs(dict(s, probe=False))) for s in specs]}
+        return {"sets": timer.add_all([self._make_inputs(dict(s, probe=False)) for s in specs])}
 
     def _need_timer(self, op: str) -> "timing.CallTimer":
         timer = getattr(self, "_timer", None)

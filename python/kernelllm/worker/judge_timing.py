@@ -126,17 +126,17 @@ class TimedCalls:
         if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
             raise WorkerError("protocol", "time_load: 'trials' must be a non-empty list of trial numbers")
         if not msg.get("reuse"):
-            return {"sets": [self.timer.add(self._make(t)) for t in trials]}
+            return {"sets": self.timer.add_all([self._make(t) for t in trials])}
         out = []
         for t in trials:
             made = self._kept_set(t)
             if made is None:
                 made = self._make(t)
                 if not self._keep_set(t, made):  # not kept: this batch's own
-                    out.append(self.timer.add(made))
+                    out.append(made)
                     continue
-            out.append(self.timer.add([a.clone() if isinstance(a, torch.Tensor) else a for a in made]))
-        return {"sets": out}
+            out.append([a.clone() if isinstance(a, torch.Tensor) else a for a in made])
+        return {"sets": self.timer.add_all(out)}
 
     def _handed_over(self, made: list) -> bool:
         """Whether the timing sets can be handed over in an input region (region.inputs_layout);
