@@ -274,7 +274,6 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   std::optional<GpuUse> held;
   run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr, opts_.timing ? &held : nullptr);
   phases["correctness_ms"] = ms_since(t0) - phases.value("reference_timing_ms", 0.0);
-  if (r.verdict != Verdict::correct) held.reset();
   if ((r.verdict == Verdict::correct || r.verdict == Verdict::cheat) && r.evidence.contains("source_audit")) {
     // What the judge's audit found that only matters for a passing candidate: no @triton.jit kernel
     // in the source (no_triton_kernel), or, in CPU mode only (the judge decides by its device), a
@@ -297,7 +296,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     check_kernel_profile(dev, r, profiled);
     phases["kernel_profile_ms"] = ms_since(t0);
   }
-  if (r.verdict != Verdict::correct || !opts_.timing) held.reset();
+  if (r.verdict != Verdict::correct) held.reset();  // (held only with timing on: run_trials' argument)
   if (r.verdict == Verdict::correct && before_timing) before_timing();
   if (r.verdict == Verdict::correct && opts_.timing) {
     t0 = Clock::now();

@@ -50,14 +50,6 @@ int remove_stale_run_dirs(const fs::path& base) {
 
 namespace {
 
-// Whether paths `a` and `b` are one path (false when either is empty): the zygote started by the
-// interpreter's path before the probe is the probed interpreter. By the path, not the file: a
-// venv's bin/python is a link to the base interpreter, which runs outside the venv.
-bool same_path(const std::string& a, const std::string& b) {
-  if (a.empty() || b.empty()) return false;
-  return fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
-}
-
 std::atomic<bool>& run_dirs_stopped() {
   static std::atomic<bool> stopped{false};
   return stopped;
@@ -367,7 +359,7 @@ Status Verifier::setup() {
   if (!early.empty()) zygote_ = Zygote::shared(early, package_dir_, !cuda);
   KLLM_ASSIGN_OR_RETURN(py_, probe_python(python, cuda));
   report_.timeline_ms["python_probed"] = ms_from_start();
-  if (subreaper && !same_path(early, py_.executable)) zygote_ = Zygote::shared(py_.executable, package_dir_, !cuda);
+  if (subreaper) zygote_ = Zygote::shared(zygote_interpreter(early, py_.executable), package_dir_, !cuda);
   std::vector<std::string> names = opts_.devices;
   if (cuda && (names.empty() || (names.size() == 1 && names[0] == "cuda"))) {
     names.clear();
@@ -777,7 +769,7 @@ VerifierPrewarm::VerifierPrewarm(const VerifyOptions& options) {
     const std::string early = start ? interpreter_path_before_probe(python) : std::string();
     if (!early.empty()) (void)Zygote::shared(early, *dir, !cuda);
     auto py = probe_python(python, cuda);
-    if (start && py.ok() && !same_path(early, py->executable)) (void)Zygote::shared(py->executable, *dir, !cuda);
+    if (start && py.ok()) (void)Zygote::shared(zygote_interpreter(early, py->executable), *dir, !cuda);
   });
 }
 

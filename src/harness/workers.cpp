@@ -201,6 +201,11 @@ std::string interpreter_path_before_probe(const std::string& python) {
   return in.binary.empty() ? std::string() : in.found;  // found: the venv's own path, not the file it links to
 }
 
+std::string zygote_interpreter(const std::string& early, const std::string& probed) {
+  const bool same = !early.empty() && fs::absolute(early).lexically_normal() == fs::absolute(probed).lexically_normal();
+  return same ? early : probed;
+}
+
 namespace {
 
 // The cache file for `in` and `cuda`: named by everything else that decides the answer, the

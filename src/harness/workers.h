@@ -34,6 +34,10 @@ std::string choose_python(const std::string& option);
 // has run. "" when not found or not a binary (a script or a shim such as pyenv's, whose choice
 // rests on an environment the zygote does not get): the probe's `executable` is used then.
 std::string interpreter_path_before_probe(const std::string& python);
+// The interpreter the zygote runs: `early` (interpreter_path_before_probe's answer) when the probe
+// reports that very path as its executable, else the probe's `executable` (a shim, or a binary
+// that runs another). By the path, not the file: a venv's bin/python links to the base interpreter.
+std::string zygote_interpreter(const std::string& early, const std::string& probed);
 // The directory that holds kernelllm/worker/launch.py: option, $KERNELLLM_PACKAGE_DIR, the
 // installed layout next to the running binary (kernelllm/bin/../..), else the source tree.
 Result<std::filesystem::path> find_package_dir(const std::string& option);

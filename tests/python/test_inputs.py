@@ -469,7 +469,7 @@ def test_a_requests_timing_sets_are_waited_for_once(monkeypatch):
     t = timing.CallTimer(lambda x: x, "cuda:0", [torch.zeros(2)], 1)
     assert t.add_all([[torch.full((2,), float(i))] for i in range(64)]) == list(range(64))
     assert len(waits) == 1
-    assert t.add([torch.ones(2)]) == 64 and len(waits) == 2
+    assert t.add_all([[torch.ones(2)]]) == [64] and len(waits) == 2
     assert torch.equal(t.sets[5][0], torch.full((2,), 5.0))
 
 

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -32,11 +31,7 @@ TEST(VerifierPrewarm, StartsTheZygoteThatTheVerifierThenTakes) {
   // The verifier's own taking (setup(): same interpreter, package and mode) gets the same process:
   // by the interpreter's path when it is a binary that the probe reports as itself, else (a shim,
   // e.g. pyenv's) by the path the probe reports.
-  const std::string early = interpreter_path_before_probe(choose_python(""));
-  const std::string key = !early.empty() && std::filesystem::path(early).lexically_normal() ==
-                                                std::filesystem::path(py->executable).lexically_normal()
-                              ? early
-                              : py->executable;
+  const std::string key = zygote_interpreter(interpreter_path_before_probe(choose_python("")), py->executable);
   std::shared_ptr<Zygote> z = Zygote::shared(key, *dir, /*interpret=*/true);
   ASSERT_TRUE(z);
   ASSERT_TRUE(z->ready(300).ok());

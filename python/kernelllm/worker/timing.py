@@ -54,10 +54,6 @@ class CallTimer:
         self.slots = [list(outputs[j * per:(j + 1) * per]) for j in range(slots)]
         self.outputs = self.slots[0]
 
-    def add(self, args: List[Any]) -> int:
-        """Keeps a loaded set; its index, for `call`."""
-        return self.add_all([args])[0]
-
     def add_all(self, sets: List[List[Any]]) -> List[int]:
         """Keeps a request's loaded sets, their work done on the device before it returns (one
         synchronize for all of them: one a set cost a device-wide wait 64 times a round trip of a
