@@ -26,15 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The input sets of timed runs: the dedicated timing sets, else the correctness trials'.
-const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
-  return dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
-}
-
 constexpr int kPings = 7;
-
-// The timing sets the judge makes in one request, under one shared hold (prepare_reference_sets).
-constexpr int kPrepareChunkSets = 64;
 
 // A candidate's process stopped between its timed round trips, continued for each (and at the
 // end, whatever path leaves the batch).
@@ -115,6 +107,10 @@ struct PinnedToCpu {
 
 }  // namespace
 
+const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
+  return dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
+}
+
 int Verifier::timing_cpu(const DeviceState& dev) const {
   const std::vector<int> allowed = allowed_cpus(::getpid());
   if (allowed.empty() || opts_.timing_cpu == kTimingCpuOff) return -1;
@@ -177,7 +173,7 @@ bool timing_unstable(const TimingResult& t) {
 // The judge's time_prepare for round trips [first, last) of a reference batch of `per` calls
 // per round trip: the sets they use (call j of round trip i on set (i * per + j) mod the sets, as
 // in timed_batch) and, with several calls per round trip, each round trip's sets together.
-static Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile) {
+Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile) {
   Json trials = Json::array(), groups = Json::array();
   std::vector<bool> seen(sets.size(), false);
   for (int i = first; i < last; ++i) {
@@ -613,29 +609,6 @@ int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_byte
   return std::clamp(std::min(want, fit), 1, kMaxCallsPerTrip);
 }
 
-void Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per) {
-  // Making a set's references (inputs, fp32 and fp64 forwards, fingerprints, tolerance) costs up
-  // to milliseconds a set, and a batch of a fast reference uses hundreds of sets: ~3 s a problem
-  // on an H200 (with the accounting baseline and a cache release per set, since dropped), which
-  // the exclusive hold used to pay while every other process of ours on the GPU waited. Made here
-  // under shared holds of a few round trips' sets each, so that a timer waits for one of them at
-  // most; the batch's own prepare then finds them made.
-  const std::vector<TrialInput>& sets = timing_sets(dev);
-  if (sets.empty()) return;
-  const int trips = warmup_calls(dev) + iters;
-  const int chunk = std::max(1, kPrepareChunkSets / std::max(1, per));
-  for (int first = 0; first < trips; first += chunk) {
-    const int last = std::min(trips, first + chunk);
-    const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
-    const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
-    Reply p = judge_call(dev, reference_prepare_request(sets, first, last, per, false), timeout);
-    if (!p.ok()) {
-      warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
-      return;
-    }
-  }
-}
-
 GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev, const std::function<bool()>& stop) {
   DeviceState& root = dev.root();
   // The judge first, without waiting for it (a comparison or a chunk of timing sets may hold it for
@@ -653,150 +626,6 @@ GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev, const std::function<bool(
     if (!f.ok()) return GpuIdle::unknown;
     if (f.elapsed_ms <= threshold) return GpuIdle::idle;
     if (Clock::now() >= until) return GpuIdle::busy;
-  }
-}
-
-void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held) {
-  // Once per device, by whichever thread times first; the others wait here, holding no lock.
-  std::lock_guard once(dev.ref_timing_mu);
-  if (dev.ref_timing_tried) return;
-  dev.ref_timing_tried = true;
-  const int iters = timed_calls(dev);
-  // One call per round trip first, a few round trips: its CUDA events say how long a call of the
-  // reference is, and so how many calls make a round trip for the reference and every candidate
-  // (a batch of all `iters` for this took ~1 s of the GPU's exclusive time per call on an H200).
-  // A reference slow enough for one call per round trip is then timed with all of them.
-  constexpr int kProbeTrips = 5;
-  dev.calls_per_trip = 1;
-  prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1);
-  {
-    const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
-    dev.ref_timing = timed_batch(dev, nullptr, std::min(iters, kProbeTrips), false, nullptr, 1);
-  }
-  if (dev.ref_timing) {
-    // The reference's own CUDA-event time per call, measured in the trusted judge.
-    const TimingResult& probe = *dev.ref_timing;
-    const double ref_call_ms = probe.stats.n > 0 ? probe.event_total_ms / static_cast<double>(probe.stats.n) : 0;
-    const std::vector<TrialInput>& sets = timing_sets(dev);
-    if (const int per = calls_per_trip_for(dev.cuda(), sets.size(), iters + warmup_calls(dev), sets.front().output_bytes,
-                                           ref_call_ms);
-        per > 1 || iters > kProbeTrips) {
-      prepare_reference_sets(dev, iters, per);
-      // Left held for the caller's profiled run and timing when asked (one taking of the GPU).
-      std::optional<GpuUse> own;
-      std::optional<GpuUse>& lock = held ? *held : own;
-      lock.emplace(dev, GpuGuard::Mode::exclusive, "reference timing", gpu_use_);
-      std::optional<TimingResult> t = timed_batch(dev, nullptr, iters, false, nullptr, per);
-      if (t) {
-        dev.ref_timing = t;
-        dev.calls_per_trip = per;
-      }
-    }
-  }
-  if (opts_.time_compile) {
-    std::optional<GpuUse> own;
-    std::optional<GpuUse>& lock = held ? *held : own;
-    if (lock) {
-      lock->continue_as("reference timing");
-    } else {
-      lock.emplace(dev, GpuGuard::Mode::exclusive, "reference timing", gpu_use_);
-    }
-    dev.compile_timing = timed_batch(dev, nullptr, iters, true, nullptr);
-  }
-}
-
-void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& r) {
-  // A timed call's values were wrong. Was the work skipped when timed (a cheat), or is the kernel
-  // simply wrong on that input set (an honest bug the correctness trials did not hit, e.g. an
-  // error near the tolerance that other inputs show)? The same set once more as an untimed run,
-  // compared in full: wrong there too is that run's own verdict (wrong_output, with the first
-  // mismatch), right there is timed_output_mismatch. So a borderline kernel gets the same verdict
-  // in every run, whichever set shows its error first.
-  const int k = r.evidence.value("timed_mismatch_set", -1);
-  r.evidence.erase("timed_mismatch_set");
-  const std::vector<TrialInput>& sets = timing_sets(dev);
-  if (k < 0 || static_cast<size_t>(k) >= sets.size()) return;
-  const TrialInput& in = sets[static_cast<size_t>(k)];
-  const std::string finding = r.message;
-  const fs::path out = w.work_dir / "out-timing-recheck.safetensors";
-  const double timeout = run_timeout_s(dev);
-  const Reply run = run_on_trial(w, dev, in, out, timeout, false);
-  const std::string phase = fmt::format("run (untimed re-check of timing set {}, trial {})", k, in.trial);
-  if (fail_from_reply(run, phase, timeout, w, dev, r)) return;
-  Json facts = run.message;
-  facts.erase("ok");
-  facts.erase("v");
-  Reply cmp = judge_call(dev, Json{{"op", "compare"}, {"trial", in.trial}, {"outputs_file", out.string()}, {"candidate", w.id()},
-                                   {"run_report", facts}, {"require_triton", true}},
-                         opts_.load_timeout_s);
-  std::error_code ec;
-  fs::remove(out, ec);
-  if (!cmp.ok()) return;  // the timed finding stands
-  r.evidence["timing_recheck"] = Json{{"set", k}, {"trial", in.trial}, {"untimed_match", cmp.message.value("match", false)}};
-  if (cmp.message.value("match", false)) {
-    r.message = finding + "; an untimed run on the same inputs is right, so the timed calls did less work";
-    return;
-  }
-  const Json& c = cmp.message;
-  r.verdict = verdict_from_name(c.value("verdict_hint", "wrong_output")).value_or(Verdict::wrong_output);
-  r.rule = c.value("rule", Json(nullptr)).is_string() ? c["rule"].get<std::string>() : "";
-  r.message = fmt::format("wrong on timing set {} (trial {}, {} inputs), in a timed call and untimed: {}", k, in.trial,
-                          in.distribution, c.value("message", ""));
-  for (const char* key : {"violations", "evidence", "first_mismatch", "stats"}) {
-    if (c.contains(key)) r.evidence[key] = c[key];
-  }
-  r.evidence["phase"] = phase;
-}
-
-void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held) {
-  std::optional<TimingResult> t;
-  {
-    // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared): the hold
-    // the profiled run left, else one taken now, the reference timed first (its own takings of
-    // the GPU; nothing once it is done).
-    std::optional<GpuUse> own;
-    std::optional<GpuUse>& lock = held ? *held : own;
-    if (lock) {
-      lock->continue_as("timing");
-      r.evidence["phases"]["timing_wait_ms"] = 0.0;
-    } else {
-      ensure_reference_timing(dev);
-      lock.emplace(dev, GpuGuard::Mode::exclusive, "timing", gpu_use_);
-      r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
-    }
-    t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
-    lock.reset();
-  }
-  if (!t) {  // r holds the verdict
-    if (r.evidence.contains("timed_mismatch_set")) recheck_timing_set(w, dev, r);  // outside the timing lock
-    return;
-  }
-  // A median that does not repeat within its own noise is published with the flag, never
-  // silently. Not timed again in this worker: it has seen these timing sets and could replay
-  // answers it kept from the first batch.
-  r.timing = *t;
-  const std::optional<TimingResult>& ref = dev.ref_timing;
-  // The speedup is the median of the round trips' paired ratios: a machine that slows for a while
-  // (measured: the same process's calls 1.6x slower for several round trips running) slows both
-  // sides of a ratio, where a reference timed once per problem set against a candidate timed
-  // minutes later turned that drift into speedups 2x apart from run to run.
-  const TimingStats paired = timing_stats(paired_speedups(*t));
-  if (dev.cuda() && paired.n > 0) {
-    r.speedup = paired.median_ms;
-  } else {
-    r.speedup = dev.cuda() && ref && t->stats.median_ms > 0 ? ref->stats.median_ms / t->stats.median_ms : 0.0;
-  }
-  r.evidence["timing_unstable"] = dev.cuda() && timing_unstable(*t);
-  if (!dev.cuda()) return;
-  const TrialInput& in = timing_sets(dev).front();
-  const uint64_t bytes = in.input_bytes + in.output_bytes;
-  const double peak = opts_.peak_bandwidth_gbs > 0 ? opts_.peak_bandwidth_gbs : peak_bandwidth_for(dev.hardware);
-  const double floor_ms = roofline_floor_ms(bytes, peak);
-  r.evidence["roofline_floor_ms"] = floor_ms;
-  if (std::string why = roofline_violation(*t, floor_ms, bytes, peak); !why.empty()) {
-    r.verdict = Verdict::cheat;
-    r.rule = "timing_implausible";
-    r.message = why;
   }
 }
 

@@ -98,6 +98,12 @@ struct DeviceState {
   std::string tag() const { return parent ? std::to_string(index) + "-" + variant.name : std::to_string(index); }
 };
 
+// timed_calls.cpp, shared with timing_steps.cpp: the input sets of timed runs (the dedicated
+// timing sets, else the correctness trials'), and the judge's time_prepare for round trips
+// [first, last) of a reference batch of `per` calls per round trip.
+const std::vector<TrialInput>& timing_sets(const DeviceState& dev);
+Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile);
+
 // How one verify call used its devices' locks, by purpose ("setup", "load", "run", "compare",
 // "profiled run", "timing", "re-timing"): takings, time waiting for the lock and holding it, the
 // longest hold (the report's "gpu_use"). The hand-overs between shared and exclusive holders are
@@ -274,7 +280,8 @@ class Verifier {
   // GPU only: one profiled forward on trial 0's inputs; the judge classifies its kernels against the
   // audit's @triton.jit names (no_triton_kernel / torch_fallback in strict; shares reported).
   void check_kernel_profile(DeviceState& dev, CandidateResult& r, const Json& facts);
-  // After a timed_output_mismatch: the failing timing set once more, untimed, compared in full.
+  // After a timed_output_mismatch: the failing timing set once more, untimed, compared in full
+  // (timing_steps.cpp).
   void recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& r);
   // After a crash or sticky CUDA error on a GPU: health-check it in a fresh process and stop
   // using it when unhealthy (never reset). Records the result in r.evidence.
@@ -291,6 +298,7 @@ class Verifier {
   int timing_cpu(const DeviceState& dev) const;
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
                                           int per_trip = 0, bool paired = false);
+  // timing_steps.cpp: what is timed when.
   // Times a correct candidate under the GPU's exclusive lock (the one in *held when it holds one,
   // released after the timed batch); sets r.timing and r.speedup, or the verdict of what went wrong.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held = nullptr);
