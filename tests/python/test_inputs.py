@@ -15,6 +15,7 @@ import worker_harness as wh
 
 inputs = wh.import_worker("inputs")
 judge = wh.import_worker("judge")
+judge_timing = wh.import_worker("judge_timing")
 protocol = wh.import_worker("protocol")
 region = wh.import_worker("region")
 WorkerError = protocol.WorkerError
@@ -204,6 +205,70 @@ def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(t
     assert built == ([] if listed else sets[1:])
     with pytest.raises(protocol.WorkerError):
         j.time_prepare({"trial": sets[0], "compile": False, "trials": ["3"]})
+
+
+# Two outputs (one exact), a tensor input of each kind and a scalar: every kind of value a timing
+# set's deferred read-back carries (int64 checksums, fp64 statistics, none for the exact output).
+TWO_OUTPUTS = PROBLEM.replace("return torch.where(mask, x * s, -x)",
+                              "return torch.where(mask, x * s, -x), mask.sum(dim=1)")
+assert "mask.sum" in TWO_OUTPUTS
+
+
+@pytest.mark.parametrize("pending_bytes", [None, 1])
+def test_timing_sets_read_back_at_once_are_made_as_one_by_one(tmp_path, monkeypatch, pending_bytes):
+    # time_prepare leaves each set's checksums and tolerance statistics on the device and reads
+    # them back together (one synchronize, where one a set waited for the GPU's time slice each):
+    # every set's checksum, tolerance, fingerprint and kept references are those of a set made
+    # alone, and what is read back does not grow with the sets. pending_bytes=1: read back after
+    # every set (the bound on references waiting).
+    if pending_bytes is not None:
+        monkeypatch.setattr(judge_timing, "PENDING_BYTES", pending_bytes)
+    sets = list(range(5, 13))
+    made = {}
+    for deferred in (False, True):
+        j = _judge(tmp_path, TWO_OUTPUTS)
+        for t in sets:
+            j.make_inputs({"trial": t, "lazy": True})
+        reads = []
+        real_tolist, real_cpu = torch.Tensor.tolist, torch.Tensor.cpu
+        monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append("tolist") or real_tolist(self))
+        monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: reads.append("cpu") or real_cpu(self, *a, **k))
+        if deferred:
+            j.time_prepare({"trial": sets[0], "trials": sets})
+        else:
+            for t in sets:
+                j._full(t, timing=True)
+        monkeypatch.undo()
+        if pending_bytes is not None:
+            monkeypatch.setattr(judge_timing, "PENDING_BYTES", pending_bytes)
+        made[deferred] = (j, reads)
+    (one, reads_one), (many, reads_many) = made[False], made[True]
+    for t in sets:
+        a, b = one.trials[t], many.trials[t]
+        assert a["checksum"] == b["checksum"] and a["fp"]["limits"] == b["fp"]["limits"], t
+        assert a["fp"]["limits"][0] is not None and a["fp"]["limits"][1] is None  # fp output, exact output
+        assert all(torch.equal(x, y) for x, y in zip(a["fp"]["ref"], b["fp"]["ref"]))
+        assert one.kept[t]["meta"] == many.kept[t]["meta"]
+        assert [c.describe for c in many.kept[t]["checkers"].values()] == [c.describe for c in one.kept[t]["checkers"].values()]
+        # The checksum the candidate's process computes on the same set agrees.
+        cand = inputs.recipe_from(_module(TWO_OUTPUTS), many.recipe.describe(), "cpu")
+        assert inputs.combine(inputs.checksums(cand.make(b["seed"]))) == b["checksum"]
+    assert list(one.kept) == list(many.kept) and one.kept_bytes == many.kept_bytes
+    # One at a time: a read-back per tensor input and per floating output, each set.
+    assert len(reads_one) == 3 * len(sets)
+    if pending_bytes is None:
+        # The first set is made alone before the others (the output region's layout): its two
+        # checksums and one statistic; then one copy for the seven others, read as ints and floats.
+        assert reads_many == ["tolist"] * 3 + ["cpu", "tolist", "tolist"], reads_many
+    else:
+        assert reads_many.count("cpu") == len(sets) - 1  # the first set made alone
+    # A set whose inputs come out otherwise than before is still refused when read back at once.
+    j = _judge(tmp_path, TWO_OUTPUTS)
+    j.make_inputs({"trial": 5, "lazy": True})
+    j.trials[5]["checksum"] = "not-this"
+    with pytest.raises(WorkerError) as e:
+        j.time_prepare({"trial": 5, "trials": [5]})
+    assert e.value.kind == "problem_error" and "same seed" in e.value.message
 
 
 def test_timing_sets_are_made_without_the_accounting_baseline_until_a_plain_run_of_one_is_compared(tmp_path):

@@ -9,7 +9,7 @@ bounded (KernelBench's level-1 outputs reach 2^31 elements: one fp64 copy is 16 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -74,9 +74,13 @@ class Checker:
     """Decides whether one output passes, for one profile, given the references."""
 
     def __init__(self, profile: str, ref: torch.Tensor, ref64: Optional[torch.Tensor], kb_tolerance: str,
-                 limits: Optional[Dict[str, float]] = None) -> None:
+                 limits: Optional[Dict[str, float]] = None, defer: bool = False) -> None:
         """`limits`: the tolerance of a whole output (its checker's `limits()`) for a checker of part
-        of it (a fingerprint); the part's own statistics are then not computed."""
+        of it (a fingerprint); the part's own statistics are then not computed. `defer`: the
+        statistics are summed on the device and left there (`pending`, None when there is nothing
+        to read) for the caller to read back with others' and hand to `finish`; the checker has no
+        tolerance until then."""
+        self.pending: Optional[torch.Tensor] = None
         self.profile = profile
         self.ref = ref
         self.exact = not (ref.is_floating_point() or ref.is_complex())
@@ -86,7 +90,12 @@ class Checker:
             self.describe = f"torch.allclose(ref, out, atol={self.tol}, rtol={self.tol}) as KernelBench ({kb_tolerance})"
             return
         self.ref64 = ref64 if ref64 is not None else ref.double()
-        floor = _FLOORS.get(ref.dtype, 1e-4)
+        if self.exact:
+            # Integer and bool outputs are compared for equality: no tolerance, no statistics
+            # (they cost a read-back per checker, one per timing set of an argmax).
+            self.atol = self.rtol = self.norm_bound = self.scale = self.ref_norm_error = 0.0
+            self.describe = "out == ref exactly (an integer or bool output)"
+            return
         if limits:
             self.set_limits(limits)
         else:
@@ -98,17 +107,33 @@ class Checker:
                 err = torch.where(finite & torch.isfinite(r), (r - r64).abs(), 0).max()
                 parts.append(torch.cat([torch.stack([err, torch.where(finite, r64.abs(), 0).sum(),
                                                      finite.sum(dtype=torch.float64)]), _norm_part(r, r64)]))
-            ref_err_max, mag_sum, mag_n, d2, n2, seen = _read_back(parts, (0,), 6)
-            # The fp32 reference's own normalized error against fp64 (also a comparison's statistic).
-            self.ref_norm_error = _norm_from_sums(d2, n2, seen)
-            self.scale = mag_sum / mag_n if mag_n else 0.0
-            self.atol = REF_ERROR_MULTIPLE * ref_err_max + floor * self.scale
-            self.rtol = floor
-            self.norm_bound = max(REF_ERROR_MULTIPLE * self.ref_norm_error, floor)
-        whose = "the whole output's tolerance: " if limits else ""
+            self._has_fp64 = ref64 is not None
+            if defer and parts:
+                self.pending = _fold(parts, (0,))
+                return
+            self.finish(_read_back(parts, (0,), 6))
+            return
+        self._describe(ref64 is not None, bool(limits))
+
+    def finish(self, stats: List[float]) -> None:
+        """The strict tolerance from the reference's statistics read back (see `defer`)."""
+        ref_err_max, mag_sum, mag_n, d2, n2, seen = stats
+        floor = _FLOORS.get(self.ref.dtype, 1e-4)
+        self.pending = None
+        # The fp32 reference's own normalized error against fp64 (also a comparison's statistic).
+        self.ref_norm_error = _norm_from_sums(d2, n2, seen)
+        self.scale = mag_sum / mag_n if mag_n else 0.0
+        self.atol = REF_ERROR_MULTIPLE * ref_err_max + floor * self.scale
+        self.rtol = floor
+        self.norm_bound = max(REF_ERROR_MULTIPLE * self.ref_norm_error, floor)
+        self._describe(self._has_fp64, False)
+
+    def _describe(self, has_fp64: bool, whole: bool) -> None:
+        floor = _FLOORS.get(self.ref.dtype, 1e-4)
+        whose = "the whole output's tolerance: " if whole else ""
         self.describe = (f"|out - ref64| <= {self.atol:.3g} + {self.rtol:g}*|ref64| elementwise and normalized "
                          f"error <= {self.norm_bound:.3g} ({whose}{REF_ERROR_MULTIPLE:g}x the fp32 reference's error, "
-                         f"floor {floor:g}; fp64 reference: {ref64 is not None})")
+                         f"floor {floor:g}; fp64 reference: {has_fp64})")
 
     def limits(self) -> Optional[Dict[str, float]]:
         """The tolerance this output's whole reference gives (strict profile), for a checker built on
@@ -155,16 +180,22 @@ def _norm_part(o: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return torch.stack([(diff * diff).sum(), (rr * rr).sum(), finite.sum(dtype=diff.dtype)])
 
 
-def _read_back(parts: list, maxed: tuple, width: int) -> list:
-    """Per-chunk rows of statistics folded into one (the columns in `maxed` by max, the others by
-    sum) and read back from the device once; zeros when there were no chunks."""
+def _fold(parts: list, maxed: tuple) -> Optional[torch.Tensor]:
+    """Per-chunk rows of statistics folded into one where they live (the columns in `maxed` by
+    max, the others by sum), not read back; None when there were no chunks."""
     if not parts:
-        return [0.0] * width
+        return None
     rows = torch.stack(parts)
     out = rows.sum(0)
     for k in maxed:
         out[k] = rows[:, k].max()
-    return out.tolist()
+    return out
+
+
+def _read_back(parts: list, maxed: tuple, width: int) -> list:
+    """_fold's row read back from the device once; zeros when there were no chunks."""
+    out = _fold(parts, maxed)
+    return out.tolist() if out is not None else [0.0] * width
 
 
 def _norm_from_sums(d2: float, n2: float, seen: float) -> float:
@@ -447,9 +478,21 @@ def rows_norm_failing(checkers: Sequence[Checker], got: torch.Tensor, sampled: b
 
 def rows_limits(checkers: Sequence[Checker], device: Any) -> tuple:
     """The strict profile's per-row (atol, rtol) for rows_pass, as (calls x 1) fp64 tensors."""
-    def col(name: str) -> torch.Tensor:
-        return torch.tensor([[float(getattr(c, name))] for c in checkers], dtype=torch.float64, device=device)
-    return col("atol"), col("rtol")
+    return rows_limits_many([checkers], device)[0]
+
+
+def rows_limits_many(groups: Sequence[Sequence[Checker]], device: Any) -> list:
+    """rows_limits of each group of checkers, copied to `device` in one copy."""
+    if not groups:
+        return []
+    host = torch.tensor([[float(c.atol), float(c.rtol)] for g in groups for c in g], dtype=torch.float64)
+    on = host.to(device)
+    out, k = [], 0
+    for g in groups:
+        part = on[k:k + len(g)]
+        out.append((part[:, 0:1], part[:, 1:2]))
+        k += len(g)
+    return out
 
 
 def values_pass(checker: Checker, got: torch.Tensor, positions: Optional[torch.Tensor] = None) -> tuple:

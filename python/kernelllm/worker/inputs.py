@@ -171,13 +171,22 @@ def checksum(t: torch.Tensor) -> str:
     """A position-weighted sum of the tensor's bytes, computed where the tensor lives in chunks of
     bounded memory: equal bytes give equal sums; a changed, moved or swapped element changes it
     (not a cryptographic hash: it compares two honest copies, or an input before and after a call)."""
+    started = checksum_begin(t)
+    return checksum_end(started, started[1].tolist() if started[1] is not None else None)  # one read-back
+
+
+def checksum_begin(t: torch.Tensor) -> tuple:
+    """checksum()'s work on the device, not yet read back: (head, the two sums as an int64 tensor
+    where the tensor lives or None when it is empty, its words); checksum_end makes the string
+    from the sums read back. Many tensors' sums can then be read back at once (one device
+    synchronize instead of one each: judge.time_prepare)."""
     data = t.detach()
     if data.layout != torch.strided:
         data = data.to_dense()
     data = data.contiguous().reshape(-1)
     head = f"{tuple(t.shape)}|{t.dtype}|"
     if data.numel() == 0:
-        return hashlib.sha256(head.encode()).hexdigest()[:32]
+        return head, None, 0
     raw = data.view(torch.uint8)
     pad = (-raw.numel()) % 4
     if pad:
@@ -189,8 +198,15 @@ def checksum(t: torch.Tensor) -> str:
         pos = torch.arange(start, start + w.numel(), device=w.device, dtype=torch.int64)
         acc[0] += (w * (pos * 2654435761 % 4294967291 + 1)).sum()
         acc[1] += (w ^ pos).sum()
-    a0, a1 = acc.tolist()  # one read-back
-    return hashlib.sha256(f"{head}{a0}:{a1}:{words.numel()}".encode()).hexdigest()[:32]
+    return head, acc, words.numel()
+
+
+def checksum_end(started: tuple, sums: Optional[List[int]]) -> str:
+    """The checksum string from checksum_begin's result and its two sums read back (None when empty)."""
+    head, _, n = started
+    if sums is None:
+        return hashlib.sha256(head.encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{head}{sums[0]}:{sums[1]}:{n}".encode()).hexdigest()[:32]
 
 
 def checksums(args: List[Any]) -> List[Optional[str]]:

@@ -246,11 +246,16 @@ class Judge(TimedCalls, AcrossTrials):
         except Exception as e:
             raise WorkerError("problem_error", f"get_inputs(): {type(e).__name__}: {e}") from None
 
-    def _full(self, trial: int, timing: bool = False) -> Dict[str, Any]:
+    def _full(self, trial: int, timing: bool = False, pending: Optional[list] = None) -> Optional[Dict[str, Any]]:
         """A trial's inputs' references (fp32, fp64), made from its seed now unless kept.
         `timing`: for a timing set, which no candidate runs in an accounted span: no accounting
         baseline (made when a plain run of the set is compared), and the cached GPU memory is
-        released by the caller once for all its sets."""
+        released by the caller once for all its sets. `pending` (with `timing`, a trial not made
+        yet): what must be read back from the device (the inputs' checksums, the tolerance's
+        statistics) is left there and appended to `pending` as (tensors, finish), and None is
+        returned; the caller reads many sets' at once and calls each finish with its values
+        (finish_pending): one device synchronize for them all instead of a few per set, each of
+        which waits for the GPU's time slice when other processes use it."""
         if trial not in self.trials:
             raise WorkerError("protocol", f"no inputs were made for trial {trial}")
         rec = self.trials[trial]
@@ -275,14 +280,15 @@ class Judge(TimedCalls, AcrossTrials):
                 # whose inputs are handed over: the first one then copies them too instead of
                 # making them again under its exclusive hold of the GPU.
                 self._keep_set(trial, args, copy=True)
+            defer = pending is not None and timing and not measure and "fp" not in rec
             with (acc_sums if measure else nothing()):
-                sums = inputs.checksums(args)
+                if defer:
+                    started = [inputs.checksum_begin(a) if isinstance(a, torch.Tensor) else None for a in args]
+                else:
+                    sums = inputs.checksums(args)
             if prof_base is not None:
                 inputs.checksums(args)  # the candidate's second pass (inputs after forward)
                 torch.cuda.synchronize()
-        checksum = inputs.combine(sums)
-        if rec.setdefault("checksum", checksum) != checksum:
-            raise WorkerError("problem_error", f"trial {trial}: get_inputs() made other values from the same seed")
         n_inputs, input_bytes = len(args), inputs.nbytes(args)
         with torch.no_grad():
             # The fp64 copy first: the fp32 reference may change its inputs in place, and they are
@@ -318,10 +324,11 @@ class Judge(TimedCalls, AcrossTrials):
                 except Exception as e:
                     self.fp64_note = f"fp64 forward failed: {type(e).__name__}: {e}"
                 del a64
-        meta = {"n_inputs": n_inputs, "input_bytes": input_bytes, "input_checksum": checksum,
+        meta = {"n_inputs": n_inputs, "input_bytes": input_bytes, "input_checksum": None,
                 "output_bytes": sum(r.numel() * r.element_size() for r in ref),
                 "output_sizes": [r.numel() * r.element_size() for r in ref], "output_numels": [r.numel() for r in ref]}
         checkers = None  # the whole-output checkers, when made here
+        fp = None
         if "fp" not in rec:
             probe_fp = None
             if rec["probe"]:
@@ -330,27 +337,78 @@ class Judge(TimedCalls, AcrossTrials):
                     probe_fp = [self._fp(p, i) for i, p in enumerate(probe_ref)]
             r64s = [r if isinstance(r, torch.Tensor) and r.shape == ref[i].shape else None for i, r in enumerate(ref64)] \
                 if ref64 else [None] * len(ref)
-            whole = [compare.Checker(self.profile, r, r64s[i], self.kb_tolerance) for i, r in enumerate(ref)]
-            limits = [c.limits() for c in whole]
+            whole = [compare.Checker(self.profile, r, r64s[i], self.kb_tolerance, defer=defer) for i, r in enumerate(ref)]
             # Kept for the comparisons (_whole) unless a checker holds an fp64 copy of its own.
             checkers = {i: c for i, c in enumerate(whole) if c.profile == "kernelbench" or r64s[i] is not None}
-            rec["fp"] = {"ref": [self._fp(r, i) for i, r in enumerate(ref)],
-                         "ref64": [self._fp(r, i) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
-                         "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": limits,
-                         "dtypes": [r.dtype for r in ref]}
+            fp = {"ref": [self._fp(r, i) for i, r in enumerate(ref)],
+                  "ref64": [self._fp(r, i) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
+                  "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": None,
+                  "dtypes": [r.dtype for r in ref]}
         full = {"ref": ref, "ref64": ref64, "meta": meta,
                 "bytes": sum(r.numel() * r.element_size() for r in ref + (ref64 or []) if isinstance(r, torch.Tensor))}
         if checkers is not None:
             full["checkers"] = checkers
-        old = self.kept.pop(trial, None)
-        self.kept[trial] = full
-        self.kept_bytes += full["bytes"] - (old["bytes"] if old else 0)
-        self._note_discrimination(trial, full)
-        while len(self.kept) > KEEP_MIN_TRIALS and self.kept_bytes > KEEP_BYTES:
-            self.kept_bytes -= self.kept.popitem(last=False)[1]["bytes"]
-        if not timing:
-            _release_cached()
-        return full
+
+        def finish(checksum: str) -> Dict[str, Any]:
+            if rec.setdefault("checksum", checksum) != checksum:
+                raise WorkerError("problem_error", f"trial {trial}: get_inputs() made other values from the same seed")
+            meta["input_checksum"] = checksum
+            if fp is not None:
+                fp["limits"] = [c.limits() for c in whole]
+                rec["fp"] = fp
+            old = self.kept.pop(trial, None)
+            self.kept[trial] = full
+            self.kept_bytes += full["bytes"] - (old["bytes"] if old else 0)
+            self._note_discrimination(trial, full)
+            while len(self.kept) > KEEP_MIN_TRIALS and self.kept_bytes > KEEP_BYTES:
+                self.kept_bytes -= self.kept.popitem(last=False)[1]["bytes"]
+            if not timing:
+                _release_cached()
+            return full
+
+        if not defer:
+            return finish(inputs.combine(sums))
+        stats = [c for c in whole if c.pending is not None]
+        reads = [s[1] for s in started if s is not None and s[1] is not None] + [c.pending for c in stats]
+
+        def finish_read(values: List[list]) -> None:
+            k = 0
+            sums = []
+            for s in started:
+                if s is None or s[1] is None:
+                    sums.append(inputs.checksum_end(s, None) if s is not None else None)
+                else:
+                    sums.append(inputs.checksum_end(s, values[k]))
+                    k += 1
+            for c in stats:
+                c.finish(values[k])
+                k += 1
+            finish(inputs.combine(sums))
+
+        pending.append((reads, finish_read, full["bytes"]))
+        return None
+
+    def finish_pending(self, pending: list) -> None:
+        """Reads back what the timing sets made with `_full(..., pending=...)` left on the device, all
+        at once (one synchronize), and completes each set in the order made."""
+        # Checksums are int64 sums, statistics fp64: one int64 buffer holds both (the fp64 ones by
+        # their bits), read back in one copy. (Another dtype, a complex output's statistics, is
+        # read on its own.)
+        packed = [t.reshape(-1).view(torch.int64) for reads, _, _ in pending for t in reads
+                  if t.dtype in (torch.int64, torch.float64)]
+        host = torch.cat(packed).cpu() if packed else torch.zeros(0, dtype=torch.int64)
+        as_int, as_float = host.tolist(), host.view(torch.float64).tolist()
+        k = 0
+        for reads, finish, _ in pending:
+            values = []
+            for t in reads:
+                if t.dtype not in (torch.int64, torch.float64):
+                    values.append(t.tolist())
+                    continue
+                values.append((as_int if t.dtype == torch.int64 else as_float)[k:k + t.numel()])
+                k += t.numel()
+            finish(values)
+        pending.clear()
 
     def _probe_reference(self, seed: int, n_out: int) -> Optional[List[torch.Tensor]]:
         """The reference for the probe inputs (another seed, same shapes), or None when it fails."""
