@@ -439,6 +439,9 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
       r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
       return;
     }
+    // A candidate that matched its first trial may well be timed: the reference's timing is
+    // prepared from now on, beside the trials left (once per problem, on a thread of its own).
+    if (t == 0 && dev.trials.size() > 1 && held != nullptr) start_reference_timing(dev);
     // The last trial's hint decides: the judge then weighs every element over all trials, so a
     // trial that tells an output from zeros (near_unit) clears the earlier ones' doubt.
     if (c.value("verdict_hint", "correct") == "undiscriminating") {

@@ -19,7 +19,7 @@ constexpr int kPrepareChunkSets = 64;
 
 }  // namespace
 
-void Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per) {
+bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop) {
   // Making a set's references (inputs, fp32 and fp64 forwards, fingerprints, tolerance) costs up
   // to milliseconds a set, and a batch of a fast reference uses hundreds of sets: ~3 s a problem
   // on an H200 (with the accounting baseline and a cache release per set, since dropped), which
@@ -27,56 +27,112 @@ void Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per) {
   // under shared holds of a few round trips' sets each, so that a timer waits for one of them at
   // most; the batch's own prepare then finds them made.
   const std::vector<TrialInput>& sets = timing_sets(dev);
-  if (sets.empty()) return;
+  if (sets.empty()) return true;
   const int trips = warmup_calls(dev) + iters;
   const int chunk = std::max(1, kPrepareChunkSets / std::max(1, per));
   for (int first = 0; first < trips; first += chunk) {
+    if (stop && stop->load()) return false;
     const int last = std::min(trips, first + chunk);
     const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
     const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
     Reply p = judge_call(dev, reference_prepare_request(sets, first, last, per, false), timeout);
     if (!p.ok()) {
       warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
-      return;
+      return true;  // the batch makes what is missing itself (and fails the same way, reported there)
     }
   }
+  return true;
+}
+
+bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop) {
+  // The caller holds dev.ref_timing_mu. One call per round trip first, a few round trips: its CUDA
+  // events say how long a call of the reference is, and so how many calls make a round trip for
+  // the reference and every candidate (a batch of all `iters` for this took ~1 s of the GPU's
+  // exclusive time per call on an H200). A reference slow enough for one call per round trip is
+  // then timed with all of them.
+  if (dev.ref_prepared) return true;
+  mark("reference_prepare_started");
+  const int iters = timed_calls(dev);
+  constexpr int kProbeTrips = 5;
+  if (!dev.ref_probed) {
+    dev.calls_per_trip = 1;
+    if (!prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1, stop)) return false;
+    {
+      const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
+      dev.ref_timing = timed_batch(dev, nullptr, std::min(iters, kProbeTrips), false, nullptr, 1);
+    }
+    dev.ref_probed = true;
+    dev.ref_batch_per = 0;
+    if (dev.ref_timing) {
+      // The reference's own CUDA-event time per call, measured in the trusted judge.
+      const TimingResult& probe = *dev.ref_timing;
+      const double ref_call_ms = probe.stats.n > 0 ? probe.event_total_ms / static_cast<double>(probe.stats.n) : 0;
+      const std::vector<TrialInput>& sets = timing_sets(dev);
+      if (const int per = calls_per_trip_for(dev.cuda(), sets.size(), iters + warmup_calls(dev), sets.front().output_bytes,
+                                             ref_call_ms);
+          per > 1 || iters > kProbeTrips) {
+        dev.ref_batch_per = per;
+      }
+    }
+  }
+  if (dev.ref_batch_per > 0 && !prepare_reference_sets(dev, iters, dev.ref_batch_per, stop)) return false;
+  dev.ref_prepared = true;
+  mark("reference_prepared");
+  return true;
+}
+
+void Verifier::mark(const std::string& what) {
+  // The first device's (or the first thread's) time of `what` in the report's timeline.
+  std::lock_guard lock(ref_threads_mu_);
+  report_.timeline_ms.emplace(what, ms_from_start());
+}
+
+void Verifier::start_reference_timing(DeviceState& dev) {
+  // A candidate's first trial matched: the reference's probe and timing sets are made now, beside
+  // that candidate's (and the others') later trials, instead of when the first of them reaches its
+  // last trial, which then waited for them (10-20 s a problem of 8 at once on an H200, mostly
+  // waiting for the GPU's lock). Its last batch stays for that candidate's exclusive hold.
+  if (!opts_.timing || dev.parent) return;
+  std::lock_guard lock(ref_threads_mu_);
+  if (dev.ref_started || ref_stop_.load()) return;
+  dev.ref_started = true;
+  ref_threads_.emplace_back([this, &dev] {
+    std::lock_guard once(dev.ref_timing_mu);
+    if (!dev.ref_timing_tried) prepare_reference_timing(dev, &ref_stop_);
+  });
+}
+
+void Verifier::stop_reference_timing() {
+  // No candidate is left to use what the background preparation makes; a finalist's re-timing
+  // (select) makes what is missing itself.
+  std::vector<std::thread> running;
+  {
+    std::lock_guard lock(ref_threads_mu_);
+    ref_stop_ = true;
+    running.swap(ref_threads_);
+  }
+  for (std::thread& t : running) t.join();
 }
 
 void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held) {
-  // Once per device, by whichever thread times first; the others wait here, holding no lock.
+  // Once per device, by whichever thread times first; the others wait here, holding no lock (as
+  // the first waits for a preparation started in the background, start_reference_timing).
   std::lock_guard once(dev.ref_timing_mu);
   if (dev.ref_timing_tried) return;
   dev.ref_timing_tried = true;
+  prepare_reference_timing(dev, nullptr);
   const int iters = timed_calls(dev);
-  // One call per round trip first, a few round trips: its CUDA events say how long a call of the
-  // reference is, and so how many calls make a round trip for the reference and every candidate
-  // (a batch of all `iters` for this took ~1 s of the GPU's exclusive time per call on an H200).
-  // A reference slow enough for one call per round trip is then timed with all of them.
-  constexpr int kProbeTrips = 5;
-  dev.calls_per_trip = 1;
-  prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1);
-  {
-    const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
-    dev.ref_timing = timed_batch(dev, nullptr, std::min(iters, kProbeTrips), false, nullptr, 1);
-  }
-  if (dev.ref_timing) {
-    // The reference's own CUDA-event time per call, measured in the trusted judge.
-    const TimingResult& probe = *dev.ref_timing;
-    const double ref_call_ms = probe.stats.n > 0 ? probe.event_total_ms / static_cast<double>(probe.stats.n) : 0;
-    const std::vector<TrialInput>& sets = timing_sets(dev);
-    if (const int per = calls_per_trip_for(dev.cuda(), sets.size(), iters + warmup_calls(dev), sets.front().output_bytes,
-                                           ref_call_ms);
-        per > 1 || iters > kProbeTrips) {
-      prepare_reference_sets(dev, iters, per);
-      // Left held for the caller's profiled run and timing when asked (one taking of the GPU).
-      std::optional<GpuUse> own;
-      std::optional<GpuUse>& lock = held ? *held : own;
-      lock.emplace(dev, GpuGuard::Mode::exclusive, "reference timing", gpu_use_);
-      std::optional<TimingResult> t = timed_batch(dev, nullptr, iters, false, nullptr, per);
-      if (t) {
-        dev.ref_timing = t;
-        dev.calls_per_trip = per;
-      }
+  if (dev.ref_timing && dev.ref_batch_per > 0) {
+    const int per = dev.ref_batch_per;
+    // Left held for the caller's profiled run and timing when asked (one taking of the GPU).
+    std::optional<GpuUse> own;
+    std::optional<GpuUse>& lock = held ? *held : own;
+    lock.emplace(dev, GpuGuard::Mode::exclusive, "reference timing", gpu_use_);
+    mark("reference_batch_started");
+    std::optional<TimingResult> t = timed_batch(dev, nullptr, iters, false, nullptr, per);
+    if (t) {
+      dev.ref_timing = t;
+      dev.calls_per_trip = per;
     }
   }
   if (opts_.time_compile) {

@@ -82,6 +82,11 @@ struct DeviceState {
   std::optional<TimingResult> ref_timing, compile_timing;
   bool ref_timing_tried = false;
   std::mutex ref_timing_mu;  // ensure_reference_timing: once, by the first thread to time
+  // prepare_reference_timing's progress (under ref_timing_mu): the probe batch ran, the sets of
+  // the batch it calls for (ref_batch_per calls a round trip; 0: none) are made.
+  bool ref_probed = false, ref_prepared = false;
+  int ref_batch_per = 0;
+  bool ref_started = false;  // start_reference_timing ran (under Verifier::ref_threads_mu_)
   int calls_per_trip = 1;  // timed calls per round trip, chosen with the reference's timing
   std::atomic<bool> healthy{true};
   // Multi-shape check: a variant is a DeviceState of its own (judge, inputs, shared dir) on the
@@ -309,7 +314,17 @@ class Verifier {
   void ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held = nullptr);
   // The sets a reference batch of `iters` timed round trips of `per` calls uses, made by the judge
   // (references, fingerprints, tolerances) under the shared hold, before the exclusive one.
-  void prepare_reference_sets(DeviceState& dev, int iters, int per);
+  // Under shared holds, a few round trips' sets a request; false when `stop` was set first.
+  bool prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop = nullptr);
+  // Everything of the reference's timing before its last batch (timing_steps.cpp).
+  bool prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop);
+  // That preparation on a thread of its own, once per device (a candidate's first trial matched).
+  void start_reference_timing(DeviceState& dev);
+  // Stops and joins those threads (no candidate is left to use them).
+  void stop_reference_timing();
+  // timeline_ms[what] = now, unless already set (reference_prepare_started, reference_prepared,
+  // reference_batch_started: the first device's).
+  void mark(const std::string& what);
   // Round trips of a timed batch: the options' on a GPU; on CPU (times not meaningful) 3 and 1 warmup.
   int timed_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.iters : 3; }
   int warmup_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.warmup : 1; }
@@ -372,6 +387,9 @@ class Verifier {
   std::mutex notify_mutex_;
   std::once_flag variants_once_;
   std::thread variants_thread_;
+  std::mutex ref_threads_mu_;
+  std::vector<std::thread> ref_threads_;  // start_reference_timing's
+  std::atomic<bool> ref_stop_{false};
   std::mutex variants_mu_;
   std::condition_variable variants_cv_;
   bool variants_loaded_ = false;

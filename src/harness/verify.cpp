@@ -114,6 +114,7 @@ Verifier::~Verifier() {
   }
   feed_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
+  stop_reference_timing();
   if (variants_thread_.joinable()) variants_thread_.join();
   devices_.clear();
   if (!run_dir_.empty()) {
@@ -711,6 +712,7 @@ Result<VerifyReport> Verifier::close_feed() {
   feed_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  stop_reference_timing();
   report_.timeline_ms["candidates"] = ms_from_start();
   // Only the slots that were filled.
   candidate_paths_.resize(arrived_);

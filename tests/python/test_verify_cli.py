@@ -60,6 +60,12 @@ class ModelNew(nn.Module):
         return y
 """
 
+# GOOD whose second to fourth forward take a second each.
+SLOW_TRIALS = GOOD.replace("    def forward(self, x):\n        y = torch.empty_like(x)",
+                           "    def forward(self, x):\n        import time\n        global CALLS\n        CALLS += 1\n"
+                           "        if 2 <= CALLS <= 4:\n            time.sleep(1.0)\n        y = torch.empty_like(x)"
+                           ).replace("class ModelNew(", "CALLS = 0\n\nclass ModelNew(")
+assert "time.sleep(1.0)" in SLOW_TRIALS and "CALLS = 0" in SLOW_TRIALS
 WRONG = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale + 0.5")
 # Off by a relative 1e-3: within KernelBench v0's atol = rtol = 1e-2, outside its current 1e-4.
 NEAR = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale * 1.001")
@@ -91,7 +97,7 @@ def files(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("verify")
     out = {}
     for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("near", NEAR), ("syntax", SYNTAX),
-                       ("torch_only", TORCH_ONLY), ("hang", HANG)]:
+                       ("torch_only", TORCH_ONLY), ("hang", HANG), ("slow_trials", SLOW_TRIALS)]:
         p = d / f"{name}.py"
         p.write_text(text)
         out[name] = p
@@ -161,6 +167,19 @@ def test_report_carries_evidence_and_the_sandbox_line(full_run):
     # The table lists every candidate with its verdict.
     for stem, verdict in [("good", "correct"), ("wrong", "wrong_output"), ("hang", "timeout")]:
         assert any(stem in line and verdict in line for line in r.stdout.splitlines()), r.stdout
+
+
+def test_the_references_timing_is_prepared_while_the_first_matching_candidates_trials_run(files):
+    # Once a candidate's first trial matches, the reference's probe and timing sets are made on a
+    # thread of their own beside its remaining trials (two of a second each here come after the
+    # first), instead of after its last trial: the reference's last batch begins at least those
+    # 2 s after that preparation began, and finds it done.
+    r, rep = run_verify(files, ["slow_trials"], "--no-multishape")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert rep["candidates"][0]["verdict"] == "correct", rep["candidates"][0]
+    tl = rep["timeline_ms"]
+    assert tl["setup"] <= tl["reference_prepare_started"] <= tl["reference_prepared"] <= tl["reference_batch_started"], tl
+    assert tl["reference_batch_started"] - tl["reference_prepare_started"] >= 2000, tl
 
 
 def test_second_run_is_served_from_the_cache(files, tmp_path):
