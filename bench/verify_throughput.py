@@ -213,6 +213,18 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
             "multishape": shapes, **rounded_use(gpu_use, judge_ms), "per_problem": list(per_problem.values())}
 
 
+def warm_up(env: dict, device: str) -> float:
+    """Imports torch, Triton and NumPy once and makes a CUDA context, in the interpreter the CLI's
+    workers use (its seconds): the file cache and the driver are then as warm for ours as for
+    KernelBench's eval, which runs after it."""
+    code = "import torch, triton, numpy\n" + (f"torch.zeros(1, device={device!r})\n" if device != "cpu" else "")
+    t0 = time.perf_counter()
+    r = subprocess.run([env.get("KERNELLLM_PYTHON") or "python3", "-c", code], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"warm-up failed (exit {r.returncode}): {r.stderr[-2000:]}")
+    return round(time.perf_counter() - t0, 2)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cli", required=True)
@@ -232,6 +244,10 @@ def main() -> int:
     ap.add_argument("--driver", choices=("calls", "eval", "both"), default="calls",
                     help="calls: one verify call per problem, --concurrency at once; eval: one eval run with "
                          "--problem-jobs --concurrency and --multishape; both: the calls, then the eval run")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the interpreter warm-up (torch, Triton and NumPy imported, a CUDA context made, once) "
+                         "before ours: without it a fresh machine's cold file cache falls on ours alone, since "
+                         "KernelBench's eval runs after it")
     args = ap.parse_args()
     if (args.problems_dir is None) != (args.candidates_dir is None):
         ap.error("--problems-dir and --candidates-dir go together")
@@ -240,6 +256,7 @@ def main() -> int:
     env = dict(os.environ)
     if args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
+    warmup_s = None if args.no_warmup else warm_up(env, args.device)
     calls, totals, n_candidates, verdicts = [], {p: 0.0 for p in PHASES}, 0, {}
     gpu_use: dict[str, dict] = {}
     judge_ms: dict[str, dict] = {}
@@ -280,7 +297,8 @@ def main() -> int:
         return None
 
     result = {"complete": False, "command": " ".join(sys.argv), "device": args.device, "concurrency": args.concurrency,
-              "host": platform.node(), "driver": args.driver}
+              "host": platform.node(), "driver": args.driver,
+              "warmup_s": warmup_s}
     with tempfile.TemporaryDirectory(prefix="verify-throughput-") as tmp:
         if args.driver in ("calls", "both"):
             with ThreadPoolExecutor(max_workers=args.concurrency) as pool:

@@ -44,6 +44,7 @@ def test_the_same_candidates_go_through_kernelbenchs_eval_and_both_rates_are_rec
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rec = json.loads(out.read_text())
     assert rec["complete"] and rec["candidates"] == 2 and rec["verdicts"] == {"correct": 1, "wrong_output": 1}, rec
+    assert rec["warmup_s"] > 0  # the interpreter warmed before ours, as it is for KernelBench's after it
     theirs = rec["kernelbench"]
     assert theirs["candidates"] == 2 and theirs["verdicts"] == {"correct": 1, "wrong_output": 1}, theirs
     assert {row["runtime_ms"] for row in theirs["rows"] if row["verdict"] == "correct"} == {0.25}
