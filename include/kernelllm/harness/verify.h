@@ -186,7 +186,10 @@ struct VerifyReport {
   std::string selection_reason;
   // Where the call's wall time went, in ms from the start of its set-up: "python_probed" (the
   // interpreter's torch and devices known), "zygote_ready" (the pre-imported parent of workers and
-  // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem), "candidates"
+  // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem),
+  // "reference_prepare_started" and "reference_prepared" (the reference's probe and timing sets,
+  // made once a candidate's first trial matched), "reference_batch_started" (its last batch, in the
+  // first timed candidate's exclusive hold), "candidates"
   // (every candidate verified, multi-shape checks included), "selection" (finalists re-timed, when
   // there were any), "total"; and "gpu_exclusive", how long the call held its devices to itself
   // (timing, profiled runs, re-timing), summed over them.
