@@ -31,7 +31,7 @@ bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, cons
   const int trips = warmup_calls(dev) + iters;
   const int chunk = std::max(1, kPrepareChunkSets / std::max(1, per));
   for (int first = 0; first < trips; first += chunk) {
-    if (stop && stop->load()) return false;
+    if (stopped(stop)) return false;
     const int last = std::min(trips, first + chunk);
     const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
     const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
@@ -58,7 +58,9 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
     dev.calls_per_trip = 1;
     if (!prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1, stop)) return false;
     {
+      if (stopped(stop)) return false;
       const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");
+      if (stopped(stop)) return false;  // (stopped while waiting for the GPU: no probe nobody uses)
       dev.ref_timing = timed_batch(dev, nullptr, std::min(iters, kProbeTrips), false, nullptr, 1);
     }
     dev.ref_probed = true;
@@ -79,6 +81,11 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
   dev.ref_prepared = true;
   mark("reference_prepared");
   return true;
+}
+
+bool Verifier::stopped(const std::atomic<bool>* stop) const {
+  // A background preparation's stop, or the call's cancellation (the REPL's Ctrl+C).
+  return (stop && stop->load()) || (stop && opts_.cancel && opts_.cancel->load());
 }
 
 void Verifier::mark(const std::string& what) {
@@ -198,13 +205,22 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
     // the GPU; nothing once it is done).
     std::optional<GpuUse> own;
     std::optional<GpuUse>& lock = held ? *held : own;
+    // With a single correctness trial the profiled run's hold comes before the reference was timed
+    // (run_trials times it before the last trial only when earlier ones matched): let it go, time
+    // the reference (its last batch's hold left for this timing), as with no hold.
+    if (lock && !dev.ref_timing_tried) lock.reset();
     if (lock) {
       lock->continue_as("timing");
       r.evidence["phases"]["timing_wait_ms"] = 0.0;
     } else {
-      ensure_reference_timing(dev);
-      lock.emplace(dev, GpuGuard::Mode::exclusive, "timing", gpu_use_);
-      r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
+      ensure_reference_timing(dev, &lock);
+      if (lock) {
+        lock->continue_as("timing");
+        r.evidence["phases"]["timing_wait_ms"] = 0.0;
+      } else {
+        lock.emplace(dev, GpuGuard::Mode::exclusive, "timing", gpu_use_);
+        r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
+      }
     }
     t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
     lock.reset();

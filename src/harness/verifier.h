@@ -80,7 +80,7 @@ struct DeviceState {
   double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none)
   std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
   std::optional<TimingResult> ref_timing, compile_timing;
-  bool ref_timing_tried = false;
+  std::atomic<bool> ref_timing_tried{false};  // written under ref_timing_mu; read without it too
   std::mutex ref_timing_mu;  // ensure_reference_timing: once, by the first thread to time
   // prepare_reference_timing's progress (under ref_timing_mu): the probe batch ran, the sets of
   // the batch it calls for (ref_batch_per calls a round trip; 0: none) are made.
@@ -325,6 +325,8 @@ class Verifier {
   // timeline_ms[what] = now, unless already set (reference_prepare_started, reference_prepared,
   // reference_batch_started: the first device's).
   void mark(const std::string& what);
+  // Whether a background preparation should stop (`stop` set, or the call cancelled).
+  bool stopped(const std::atomic<bool>* stop) const;
   // Round trips of a timed batch: the options' on a GPU; on CPU (times not meaningful) 3 and 1 warmup.
   int timed_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.iters : 3; }
   int warmup_calls(const DeviceState& dev) const { return dev.cuda() ? opts_.warmup : 1; }

@@ -66,6 +66,13 @@ SLOW_TRIALS = GOOD.replace("    def forward(self, x):\n        y = torch.empty_l
                            "        if 2 <= CALLS <= 4:\n            time.sleep(1.0)\n        y = torch.empty_like(x)"
                            ).replace("class ModelNew(", "CALLS = 0\n\nclass ModelNew(")
 assert "time.sleep(1.0)" in SLOW_TRIALS and "CALLS = 0" in SLOW_TRIALS
+# GOOD on its first forward only; its later ones take a second and are off by 1.
+FIRST_ONLY = GOOD.replace("    def forward(self, x):\n        y = torch.empty_like(x)",
+                          "    def forward(self, x):\n        import time\n        global CALLS\n        CALLS += 1\n"
+                          "        if CALLS >= 2:\n            time.sleep(1.0)\n        y = torch.empty_like(x)"
+                          ).replace("        return y\n", "        return y + 1 if CALLS >= 2 else y\n"
+                          ).replace("class ModelNew(", "CALLS = 0\n\nclass ModelNew(")
+assert "y + 1 if" in FIRST_ONLY and "CALLS = 0" in FIRST_ONLY
 WRONG = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale + 0.5")
 # Off by a relative 1e-3: within KernelBench v0's atol = rtol = 1e-2, outside its current 1e-4.
 NEAR = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale * 1.001")
@@ -97,7 +104,8 @@ def files(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("verify")
     out = {}
     for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("near", NEAR), ("syntax", SYNTAX),
-                       ("torch_only", TORCH_ONLY), ("hang", HANG), ("slow_trials", SLOW_TRIALS)]:
+                       ("torch_only", TORCH_ONLY), ("hang", HANG), ("slow_trials", SLOW_TRIALS),
+                       ("first_only", FIRST_ONLY)]:
         p = d / f"{name}.py"
         p.write_text(text)
         out[name] = p
@@ -180,6 +188,17 @@ def test_the_references_timing_is_prepared_while_the_first_matching_candidates_t
     tl = rep["timeline_ms"]
     assert tl["setup"] <= tl["reference_prepare_started"] <= tl["reference_prepared"] <= tl["reference_batch_started"], tl
     assert tl["reference_batch_started"] - tl["reference_prepare_started"] >= 2000, tl
+
+
+def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timing(files):
+    # Its first trial matched, so the reference's probe was made in the background; no candidate
+    # got to be timed, so the report has no reference timing (the probe's few single-call round
+    # trips are not one).
+    r, rep = run_verify(files, ["first_only"], "--no-multishape")
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert rep["candidates"][0]["verdict"] == "wrong_output", rep["candidates"][0]
+    assert "reference_prepared" in rep["timeline_ms"] and "reference_batch_started" not in rep["timeline_ms"], rep["timeline_ms"]
+    assert rep["reference_timing"] is None, rep["reference_timing"]
 
 
 def test_second_run_is_served_from_the_cache(files, tmp_path):

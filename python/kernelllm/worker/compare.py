@@ -89,13 +89,14 @@ class Checker:
             self.tol = KERNELBENCH_TOLERANCES[kb_tolerance].get(ref.dtype, 1e-2)
             self.describe = f"torch.allclose(ref, out, atol={self.tol}, rtol={self.tol}) as KernelBench ({kb_tolerance})"
             return
-        self.ref64 = ref64 if ref64 is not None else ref.double()
         if self.exact:
             # Integer and bool outputs are compared for equality: no tolerance, no statistics
-            # (they cost a read-back per checker, one per timing set of an argmax).
+            # (they cost a read-back per checker, one per timing set of an argmax), no fp64 copy.
+            self.ref64 = ref64 if ref64 is not None else ref
             self.atol = self.rtol = self.norm_bound = self.scale = self.ref_norm_error = 0.0
             self.describe = "out == ref exactly (an integer or bool output)"
             return
+        self.ref64 = ref64 if ref64 is not None else ref.double()
         if limits:
             self.set_limits(limits)
         else:

@@ -385,26 +385,31 @@ class Judge(TimedCalls, AcrossTrials):
                 k += 1
             finish(inputs.combine(sums))
 
-        pending.append((reads, finish_read, full["bytes"]))
+        # What waits for the read-back: the references, and the fp64 copies of its own a strict
+        # checker made where there is no fp64 reference.
+        own64 = sum(c.ref64.numel() * c.ref64.element_size() for i, c in enumerate(whole)
+                    if r64s[i] is None and isinstance(getattr(c, "ref64", None), torch.Tensor) and c.ref64 is not c.ref)
+        pending.append((reads, finish_read, full["bytes"] + own64))
         return None
 
     def finish_pending(self, pending: list) -> None:
         """Reads back what the timing sets made with `_full(..., pending=...)` left on the device, all
         at once (one synchronize), and completes each set in the order made."""
         # Checksums are int64 sums, statistics fp64: one int64 buffer holds both (the fp64 ones by
-        # their bits), read back in one copy. (Another dtype, a complex output's statistics, is
-        # read on its own.)
-        packed = [t.reshape(-1).view(torch.int64) for reads, _, _ in pending for t in reads
-                  if t.dtype in (torch.int64, torch.float64)]
-        host = torch.cat(packed).cpu() if packed else torch.zeros(0, dtype=torch.int64)
+        # their bits), read back in one copy. A reference may return a tensor on another device
+        # than its inputs': such a read is brought to the first one's device first.
+        flat = [t.reshape(-1) if t.dtype == torch.int64 else t.reshape(-1).to(torch.float64)
+                for reads, _, _ in pending for t in reads]
+        if flat:
+            on = flat[0].device
+            host = torch.cat([(t if t.device == on else t.to(on)).view(torch.int64) for t in flat]).cpu()
+        else:
+            host = torch.zeros(0, dtype=torch.int64)
         as_int, as_float = host.tolist(), host.view(torch.float64).tolist()
         k = 0
         for reads, finish, _ in pending:
             values = []
             for t in reads:
-                if t.dtype not in (torch.int64, torch.float64):
-                    values.append(t.tolist())
-                    continue
                 values.append((as_int if t.dtype == torch.int64 else as_float)[k:k + t.numel()])
                 k += t.numel()
             finish(values)
