@@ -373,7 +373,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
     const bool profile = profiled != nullptr && t + 1 == dev.trials.size();
     if (profile) timeout += opts_.load_timeout_s;  // CUPTI's start-up
-    if (profile && held && opts_.timing && t > 0) {
+    if (profile && held && t > 0) {  // (held: timing is on)
       // The reference is timed before the profiled run (by the problem's first candidate to get
       // here; the others find it done), its last batch in the hold the profiled run goes on in.
       // Its earlier trials matched (with a single trial the reference waits for a correct one,

@@ -85,7 +85,7 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
 
 bool Verifier::stopped(const std::atomic<bool>* stop) const {
   // A background preparation's stop, or the call's cancellation (the REPL's Ctrl+C).
-  return (stop && stop->load()) || (stop && opts_.cancel && opts_.cancel->load());
+  return stop && (stop->load() || (opts_.cancel && opts_.cancel->load()));
 }
 
 void Verifier::mark(const std::string& what) {
@@ -209,18 +209,13 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
     // (run_trials times it before the last trial only when earlier ones matched): let it go, time
     // the reference (its last batch's hold left for this timing), as with no hold.
     if (lock && !dev.ref_timing_tried) lock.reset();
+    if (!lock) ensure_reference_timing(dev, &lock);
     if (lock) {
       lock->continue_as("timing");
       r.evidence["phases"]["timing_wait_ms"] = 0.0;
     } else {
-      ensure_reference_timing(dev, &lock);
-      if (lock) {
-        lock->continue_as("timing");
-        r.evidence["phases"]["timing_wait_ms"] = 0.0;
-      } else {
-        lock.emplace(dev, GpuGuard::Mode::exclusive, "timing", gpu_use_);
-        r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
-      }
+      lock.emplace(dev, GpuGuard::Mode::exclusive, "timing", gpu_use_);
+      r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
     }
     t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
     lock.reset();

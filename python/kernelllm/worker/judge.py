@@ -280,7 +280,7 @@ class Judge(TimedCalls, AcrossTrials):
                 # whose inputs are handed over: the first one then copies them too instead of
                 # making them again under its exclusive hold of the GPU.
                 self._keep_set(trial, args, copy=True)
-            defer = pending is not None and timing and not measure and "fp" not in rec
+            defer = pending is not None and timing and "fp" not in rec  # (timing: nothing measured)
             with (acc_sums if measure else nothing()):
                 if defer:
                     started = [inputs.checksum_begin(a) if isinstance(a, torch.Tensor) else None for a in args]
@@ -387,8 +387,7 @@ class Judge(TimedCalls, AcrossTrials):
 
         # What waits for the read-back: the references, and the fp64 copies of its own a strict
         # checker made where there is no fp64 reference.
-        own64 = sum(c.ref64.numel() * c.ref64.element_size() for i, c in enumerate(whole)
-                    if r64s[i] is None and isinstance(getattr(c, "ref64", None), torch.Tensor) and c.ref64 is not c.ref)
+        own64 = sum(c.ref64.nbytes for i, c in enumerate(whole) if r64s[i] is None and c.profile == "strict" and not c.exact)
         pending.append((reads, finish_read, full["bytes"] + own64))
         return None
 

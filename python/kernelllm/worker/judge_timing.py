@@ -96,13 +96,17 @@ class TimedCalls:
             # PENDING_BYTES of references wait for them: a synchronize a set cost ~10 ms each on
             # an H200 that 8 problems' processes shared (time-sliced), against ~0.5 ms a set alone.
             pending: list = []
+            waiting = 0
             for t in trials:
                 if t not in self.trials:
                     raise WorkerError("protocol", f"no inputs were made for trial {t}")
                 if "fp" not in self.trials[t]:
+                    made = len(pending)
                     self._full(t, timing=True, pending=pending)
-                    if sum(p[2] for p in pending) > PENDING_BYTES:
+                    waiting += sum(p[2] for p in pending[made:])
+                    if waiting > PENDING_BYTES:
                         self.finish_pending(pending)
+                        waiting = 0
             self.finish_pending(pending)
             for t in trials:
                 for i in range(n_out):
