@@ -155,7 +155,8 @@ Status append_verify_call(const fs::path& run_dir, const std::string& problem, c
   return append_json_line(run_dir / "verify-calls.jsonl",
                           Json{{"problem", problem}, {"profile", profile}, {"samples", samples},
                                {"timing_shared", timing_shared}, {"at", utc_now()}, {"worker_start", r.worker_start},
-                               {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use}, {"judge_ms", r.judge_ms}});
+                               {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use}, {"judge_ms", r.judge_ms},
+                               {"judges_started", r.judges_started}});
 }
 
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.

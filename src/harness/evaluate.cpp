@@ -251,8 +251,7 @@ bool Verifier::send_load(Worker& w, DeviceState& dev, const Json& req, const std
   return true;
 }
 
-void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r,
-                        const std::function<void()>& before_timing) {
+void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r) {
   auto ms_since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
@@ -297,7 +296,6 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     phases["kernel_profile_ms"] = ms_since(t0);
   }
   if (r.verdict != Verdict::correct) held.reset();  // (held only with timing on: run_trials' argument)
-  if (r.verdict == Verdict::correct && before_timing) before_timing();
   if (r.verdict == Verdict::correct && opts_.timing) {
     t0 = Clock::now();
     time_candidate(w, dev, r, &held);
@@ -442,6 +440,9 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     // A candidate that matched its first trial may well be timed: the reference's timing is
     // prepared from now on, beside the trials left (once per problem, on a thread of its own).
     if (t == 0 && dev.trials.size() > 1 && held != nullptr) start_reference_timing(dev);
+    // And the size variants' judges start and load the problem (once per call, on a thread of
+    // their own), ready for its multi-shape check; nothing is spent on them before.
+    if (t == 0 && opts_.multishape && !dev.parent) start_variants();
     // The last trial's hint decides: the judge then weighs every element over all trials, so a
     // trial that tells an output from zeros (near_unit) clears the earlier ones' doubt.
     if (c.value("verdict_hint", "correct") == "undiscriminating") {

@@ -59,7 +59,9 @@ std::optional<MultishapeResult> multishape_from_json(const Json& j) {
 
 // Spawns one judge per size variant without waiting for it: called while the main judge starts,
 // so that their Python and torch start-up overlaps the correctness phase. Main thread only.
-void Verifier::spawn_variant_judges(DeviceState& dev) {
+void Verifier::declare_variants(DeviceState& dev) {
+  // Their judges start later (setup_variants: setup_device), once a candidate matched its first
+  // trial: 16 more judges making CUDA contexts beside a first wave of 8 problems slowed its set-up.
   if (!dev.variants.empty()) return;
   for (const ShapeVariant& spec : default_shape_variants()) {
     auto v = std::make_unique<DeviceState>();
@@ -72,7 +74,6 @@ void Verifier::spawn_variant_judges(DeviceState& dev) {
     v->shared_dir = run_dir_ / fmt::format("shared-{}", v->tag());
     std::error_code ec;
     fs::create_directories(v->shared_dir, ec);
-    if (Status s = spawn_judge(*v); !s.ok()) v->unusable = s.to_string();
     dev.variants.push_back(std::move(v));
   }
 }
@@ -80,7 +81,7 @@ void Verifier::spawn_variant_judges(DeviceState& dev) {
 // Loads the problem in every variant judge, all variants at once. Runs on variants_thread_ (or
 // the main thread once that is joined); the variant judges outlive every thread that uses them.
 void Verifier::setup_variants(DeviceState& dev) {
-  spawn_variant_judges(dev);
+  declare_variants(dev);
   if (dev.variants_ready) return;
   dev.variants_ready = true;
   std::vector<std::thread> threads;
@@ -100,6 +101,7 @@ void Verifier::setup_variants(DeviceState& dev) {
 
 void Verifier::start_variants() {
   std::call_once(variants_once_, [this] {
+    mark("variants_started");
     variants_thread_ = std::thread([this] {
       for (auto& dev : devices_) {
         if (dev->healthy) {

@@ -112,6 +112,7 @@ Json VerifyReport::to_json() const {
   j["timeline_ms"] = timeline_ms;
   j["gpu_use"] = gpu_use;
   j["judge_ms"] = judge_ms;
+  j["judges_started"] = judges_started;
   return j;
 }
 

@@ -118,6 +118,7 @@ void Verifier::select() {
                                                                            std::vector<std::optional<std::vector<double>>>(alive.size()));
   {
     ensure_reference_timing(*dev);  // (its own takings of the GPU; nothing once it is done)
+    ensure_load_baselines(*dev, per_round);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;

@@ -191,7 +191,7 @@ Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, i
 }
 
 std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
-                                                  int per_trip, bool paired) {
+                                                  int per_trip, bool paired, bool fresh_loads) {
   const bool cuda = dev.cuda();
   paired = paired && cand && !compile;
   const std::vector<TrialInput>& sets = timing_sets(dev);
@@ -311,12 +311,17 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   if (!idle.stop()) return not_stopped();
   // A timing set's seed reaches the worker right before its round trip, never earlier, so no
   // call's answer can be worked out ahead in bulk. A round trip's new sets are made in one
-  // request, clocked against the judge's load of the same sets (the reference's batch, round trip
-  // by round trip), and the excess is charged to that round trip (work done while loading). The
+  // request, clocked against the judge's load of the same sets (made from their seeds: just before
+  // in a paired batch, else by ensure_load_baselines, round trip by round trip), and the excess is charged to that round trip (work done while loading). The
   // margin's 0.2 ms floor is per round trip (shared by its calls); its quarter of the judge's load
   // grows with the sets loaded (docs/trust-boundary.md, Times).
   std::vector<Json> loaded(sets.size()), ref_loaded(paired ? sets.size() : 0);
-  if (!cand) dev.load_baseline_ms.assign(static_cast<size_t>(trips), 0.0);
+  // The reference's own batch makes its sets from their seeds only when they are to be the load
+  // baselines of unpaired candidate batches (select's finalists, which make their own sets):
+  // otherwise it copies the sets the judge kept as made, as a paired batch does. Making them cost
+  // 0.3-2 ms a set on an H200 beside 8 problems, 5.9 s of the exclusive holds of a throughput run.
+  const bool baselines = !cand && fresh_loads;
+  if (baselines) dev.load_baseline_ms.assign(static_cast<size_t>(trips), 0.0);
   // Loads sets `ks` into the candidate (`on_judge` false) or the judge, into `into`; a
   // candidate's load beyond `base` (the judge's load of the same sets) is added to *excess_ms.
   auto load = [&](bool on_judge, const std::vector<size_t>& ks, std::vector<Json>& into, double base,
@@ -325,9 +330,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     Json which = Json::array();
     for (size_t k : ks) which.push_back(on_judge ? Json(sets[k].trial) : sets[k].spec());
     Json req{{"op", "time_load"}, {on_judge ? "trials" : "inputs", which}};
-    // Handed-over inputs: no candidate load is clocked against the judge's, which may copy sets it
-    // made for an earlier candidate's batch instead of making them again.
-    if (on_judge && given) req["reuse"] = true;
+    // Handed-over inputs (or the reference's batch, no baselines made): no candidate load is
+    // clocked against the judge's, which may copy sets it made for an earlier batch instead of
+    // making them again.
+    if (on_judge && (given || (!cand && !baselines))) req["reuse"] = true;
     Reply l = on_judge ? judge_call(dev, req, timeout) : cand->request(req, timeout);
     if (l.ok() && !on_judge && base > 0) {
       // The part beyond the margin (as for the flush wait): work under it hid before too.
@@ -428,7 +434,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     double load_ms = 0, ref_load_ms = 0;
     if (!fresh.empty()) {
       // The baseline of a candidate's load: the judge's load of the same sets, just before in a
-      // paired batch, else the reference's batch's load of this round trip.
+      // paired batch, else ensure_load_baselines' of this round trip.
       double base = 0;
       if (paired) {
         Reply rl = load(true, fresh, ref_loaded, 0, nullptr);
@@ -443,7 +449,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
         if (!idle.stop()) return not_stopped();
         if (!l.ok()) return failed(l, "timing (loading input sets)");
         load_ms = l.elapsed_ms;
-        if (!cand) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
+        if (baselines) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
       }
     }
     Json on_sets = Json::array(), on_trials = Json::array(), ref_sets = Json::array();

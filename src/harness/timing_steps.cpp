@@ -154,6 +154,16 @@ void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* 
   }
 }
 
+void Verifier::ensure_load_baselines(DeviceState& dev, int iters) {
+  // Select's finalists make their own sets (unpaired batches), each round trip's load clocked
+  // against the judge's making of the same sets. The reference's batches copy the sets the judge
+  // kept, so the judge makes them from their seeds here, once: a reference batch of the finalists'
+  // round trips, its times not published.
+  if (static_cast<int>(dev.load_baseline_ms.size()) >= warmup_calls(dev) + iters) return;
+  const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "re-timing");
+  (void)timed_batch(dev, nullptr, iters, false, nullptr, 0, false, /*fresh_loads=*/true);
+}
+
 void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& r) {
   // A timed call's values were wrong. Was the work skipped when timed (a cheat), or is the kernel
   // simply wrong on that input set (an honest bug the correctness trials did not hit, e.g. an

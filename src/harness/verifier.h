@@ -78,7 +78,7 @@ struct DeviceState {
   double flush_baseline_ms = 0;      // the judge's L2 flush round trip with the GPU idle: the reference
                                      // batches' median, capped by the floor (timed_calls.cpp)
   double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none)
-  std::vector<double> load_baseline_ms;  // per timing set: the judge's time_load round trip
+  std::vector<double> load_baseline_ms;  // per round trip: the judge's time_load of its sets from their seeds
   std::optional<TimingResult> ref_timing, compile_timing;
   std::atomic<bool> ref_timing_tried{false};  // written under ref_timing_mu; read without it too
   std::mutex ref_timing_mu;  // ensure_reference_timing: once, by the first thread to time
@@ -265,9 +265,7 @@ class Verifier {
   void warn(const std::string& line);
 
   // evaluate.cpp
-  // `before_timing` runs once the candidate is known correct, before it is timed (the worker
-  // thread starts its multi-shape workers there, so they import torch while it is timed).
-  void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r, const std::function<void()>& before_timing = {});
+  void evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
   // Correctness trials of a loaded candidate: sets verdict (correct/undiscriminating or a failure).
   // `profiled` (a GPU's main trials): the last trial's run is profiled and its facts kept there.
   // `held` (with `profiled`; empty on entry): the profiled run's exclusive hold of the GPU is
@@ -298,11 +296,16 @@ class Verifier {
   // calls each (or `per_trip` when given) over the timing sets on `cand` (nullptr: the reference,
   // on the judge). `paired` (a candidate's): each round trip followed by one of the reference on
   // the same sets (TimingResult::paired_ref_ms). A candidate's failure or wrong value in the
-  // output region is its verdict in *r; nullopt then.
+  // output region is its verdict in *r; nullopt then. `fresh_loads` (the reference's): the judge
+  // makes each round trip's sets from their seeds, clocked as dev.load_baseline_ms, the baselines
+  // of unpaired candidate batches' loads; else it copies the sets it kept as made.
   // The CPU a timed batch on `dev` runs on (VerifyOptions::timing_cpu); -1: none.
   int timing_cpu(const DeviceState& dev) const;
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
-                                          int per_trip = 0, bool paired = false);
+                                          int per_trip = 0, bool paired = false, bool fresh_loads = false);
+  // The load baselines select's unpaired batches of `iters` round trips are clocked against: a
+  // reference batch that makes its sets from their seeds, unless one did (timing_steps.cpp).
+  void ensure_load_baselines(DeviceState& dev, int iters);
   // timing_steps.cpp: what is timed when.
   // Times a correct candidate under the GPU's exclusive lock (the one in *held when it holds one,
   // released after the timed batch); sets r.timing and r.speedup, or the verdict of what went wrong.
@@ -334,13 +337,14 @@ class Verifier {
 
   // multishape.cpp
   void run_multishape();  // after the worker threads: notes of the candidates not checked
-  void spawn_variant_judges(DeviceState& dev);
+  void declare_variants(DeviceState& dev);  // the size variants' states and directories, no judge yet
   Status spawn_judge(DeviceState& dev, bool by_exec = false);  // by_exec: not through the zygote
   void note_exec_start(const std::string& why);  // keeps the first reason a worker started by exec
   static constexpr double kZygoteStartS = 180;   // its imports, on a loaded host  // starts dev's judge process unless it has one; does not wait
   void setup_variants(DeviceState& dev);
-  // The variant judges load the problem on a thread of their own, started by the first candidate
-  // found correct (nothing is spent on variants when none is); wait_variants waits for it.
+  // The variant judges start and load the problem on a thread of their own, started by the first
+  // candidate that matched its first trial (nothing is spent on variants before); wait_variants
+  // waits for it.
   void start_variants();
   void wait_variants();
   // The check of a candidate just found correct (and timed) on `dev`, in its own process `w`: each
@@ -383,6 +387,7 @@ class Verifier {
   bool abandoned_ = false;  // destroyed without close_feed(): candidates not yet taken are not verified
   std::vector<std::thread> threads_;
   std::atomic<uint64_t> worker_seq_{0};
+  std::atomic<int> judges_started_{0};  // report_.judges_started
   int jobs_ = 1;
   std::vector<std::unique_ptr<Worker>> prewarmed_;  // per worker thread, started during setup
   std::mutex warn_mu_;

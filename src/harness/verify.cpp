@@ -186,6 +186,7 @@ Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
   if (!judge.ok()) return judge.status();
   dev.judge = std::move(*judge);
   dev.judge->proc.set_cancel(opts_.cancel);
+  ++judges_started_;
   return {};
 }
 
@@ -443,10 +444,12 @@ Status Verifier::setup() {
     }
   }
   report_.timeline_ms["zygote_ready"] = ms_from_start();
-  // Every judge process is started before any is waited for: their start-up overlaps.
+  // Every judge process is started before any is waited for: their start-up overlaps. The size
+  // variants' judges start once a candidate matched its first trial (start_variants); their
+  // directories are named now, for the candidate workers that start before.
   for (auto& dev : devices_) {
     (void)spawn_judge(*dev);  // a failure is reported by setup_device, which tries again
-    if (opts_.multishape) spawn_variant_judges(*dev);
+    if (opts_.multishape) declare_variants(*dev);
   }
   // One candidate worker per thread starts now too (torch import while the judges load the
   // problem); a thread whose first candidate needs another device starts its own.
@@ -600,11 +603,7 @@ void Verifier::worker_thread(size_t thread) {
     const double start_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
     size_memory_limit(*w, *dev);
-    // The variant judges load the problem from the first candidate found correct on (while it is
-    // timed); nothing is spent on variants when none is.
-    evaluate(i, *w, *dev, r, [&] {
-      if (opts_.multishape) start_variants();
-    });
+    evaluate(i, *w, *dev, r);
     const bool check_shapes_now = opts_.multishape && r.verdict == Verdict::correct;
     if (check_shapes_now) {
       const auto t_shapes = std::chrono::steady_clock::now();
@@ -759,6 +758,7 @@ Result<VerifyReport> Verifier::close_feed() {
   report_.timeline_ms["gpu_exclusive"] = gpu_use_.exclusive_hold_ms();
   report_.gpu_use = gpu_use_.to_json();
   report_.judge_ms = judge_ops_.to_json();
+  report_.judges_started = judges_started_.load();
   return std::move(report_);
 }
 

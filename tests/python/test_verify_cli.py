@@ -99,13 +99,18 @@ class ModelNew(nn.Module):
 """
 
 
+# PROBLEM whose get_inputs takes 0.2 s: a timing set made from its seed in a round trip shows.
+SLOW_INPUTS = PROBLEM.replace("def get_inputs():\n", "def get_inputs():\n    import time\n    time.sleep(0.2)\n")
+assert "time.sleep(0.2)" in SLOW_INPUTS
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("verify")
     out = {}
     for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("near", NEAR), ("syntax", SYNTAX),
                        ("torch_only", TORCH_ONLY), ("hang", HANG), ("slow_trials", SLOW_TRIALS),
-                       ("first_only", FIRST_ONLY)]:
+                       ("first_only", FIRST_ONLY), ("slow_inputs", SLOW_INPUTS)]:
         p = d / f"{name}.py"
         p.write_text(text)
         out[name] = p
@@ -113,9 +118,9 @@ def files(tmp_path_factory) -> dict:
     return out
 
 
-def run_verify(files, names, *extra, cache: Path | None = None):
+def run_verify(files, names, *extra, cache: Path | None = None, problem: str = "problem"):
     report = files["dir"] / f"report-{'-'.join(names)}-{len(extra)}-{time.monotonic_ns()}.json"
-    cmd = [find_cli(), "verify", str(files["problem"]), *[str(files[n]) for n in names], "--verify-device", "cpu",
+    cmd = [find_cli(), "verify", str(files[problem]), *[str(files[n]) for n in names], "--verify-device", "cpu",
            "--json", str(report), "--run-timeout", "8", "--run-timeout-factor", "2", "--load-timeout", "60",
            *extra]
     cmd += ["--cache", str(cache)] if cache else ["--no-cache"]
@@ -165,6 +170,9 @@ def test_report_carries_evidence_and_the_sandbox_line(full_run):
     assert report["selected_path"] == str(by["good"]["path"])
     assert report["sandbox"].startswith("sandbox: ")
     assert report["sandbox"] in r.stdout
+    # The size variants' judges (two) started once a candidate (good) matched its first trial.
+    assert report["timeline_ms"]["setup"] < report["timeline_ms"]["variants_started"], report["timeline_ms"]
+    assert report["judges_started"] == 3
     # What a benchmark needs to be repeated: versions, the command, when and where.
     run = report["run"]
     assert run["argv"][1] == "verify" and run["kernelllm_version"] and run["host"]
@@ -199,6 +207,19 @@ def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timi
     assert rep["candidates"][0]["verdict"] == "wrong_output", rep["candidates"][0]
     assert "reference_prepared" in rep["timeline_ms"] and "reference_batch_started" not in rep["timeline_ms"], rep["timeline_ms"]
     assert rep["reference_timing"] is None, rep["reference_timing"]
+
+
+def test_the_references_batch_copies_the_timing_sets_made_beforehand(files):
+    # The judge made and kept every timing set while the reference's timing was prepared (shared
+    # holds of the GPU); the reference's batch and the candidate's paired one copy them inside the
+    # exclusive hold instead of making them again from their seeds (a get_inputs of 0.2 s here:
+    # each round trip's two sets made anew would take 0.4 s).
+    r, rep = run_verify(files, ["good"], "--no-multishape", problem="slow_inputs")
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref, cand = rep["reference_timing"], rep["candidates"][0]["timing"]
+    assert ref["calls_per_trip"] == 2 and len(ref["load_ms"]) == 3, ref
+    assert max(ref["load_ms"]) < 200, ref["load_ms"]
+    assert cand["inputs"] == "given" and max(cand["paired_load_ms"]) < 200, cand
 
 
 def test_second_run_is_served_from_the_cache(files, tmp_path):
@@ -335,6 +356,9 @@ def test_nothing_correct_exits_3_and_json_dash_goes_to_stdout(files):
     assert "no candidate is correct" in r.stderr
     assert "2/2 candidate(s) verified, elapsed" in r.stderr
     assert "candidate" in r.stderr and "verdict" in r.stderr  # the table
+    # No candidate matched a trial: the size variants' judges never started, only the problem's.
+    assert "variants_started" not in report["timeline_ms"] and "setup" in report["timeline_ms"], report["timeline_ms"]
+    assert report["judges_started"] == 1
 
 
 def test_sigint_stops_workers_and_removes_the_run_directory(files):

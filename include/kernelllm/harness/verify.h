@@ -189,7 +189,8 @@ struct VerifyReport {
   // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem),
   // "reference_prepare_started" and "reference_prepared" (the reference's probe and timing sets,
   // made once a candidate's first trial matched), "reference_batch_started" (its last batch, in the
-  // first timed candidate's exclusive hold), "candidates"
+  // first timed candidate's exclusive hold), "variants_started" (the size variants' judges
+  // started, once a candidate's first trial matched; absent when none did), "candidates"
   // (every candidate verified, multi-shape checks included), "selection" (finalists re-timed, when
   // there were any), "total"; and "gpu_exclusive", how long the call held its devices to itself
   // (timing, profiled runs, re-timing), summed over them.
@@ -199,6 +200,9 @@ struct VerifyReport {
   Json gpu_use = Json::object();
   // The judges' requests by op: {"<op>": {"n", "ms", "max_ms"}} (round trips, summed over devices).
   Json judge_ms = Json::object();
+  // Judge processes the call started (each makes a CUDA context on a GPU): one per device, and one
+  // per size variant once a candidate matched its first trial.
+  int judges_started = 0;
   Json to_json() const;
 };
 

@@ -138,9 +138,9 @@ class TimedCalls:
     def time_load(self, msg: dict) -> dict:
         """A round trip's timing sets made on the device from their trials' seeds (`trials`): the
         round trip is the baseline of a candidate's load, which makes the same sets the same way.
-        With `reuse` (a batch whose inputs are handed over, so no candidate load is clocked against
-        this one) a kept set is copied instead of made again: every candidate's paired reference
-        runs on the same timing sets, and making them from their seeds cost 0.25-0.6 ms a set on
+        With `reuse` (the reference's own batch, or one whose inputs are handed over: no candidate
+        load is clocked against this one) a kept set is copied instead of made again: the reference
+        and every candidate's paired reference run on the same timing sets, and making them from their seeds cost 0.25-0.6 ms a set on
         the H200 (64 sets a round trip of relu). They are kept as made when their references are
         (time_prepare), else by the first batch. A copy, so that a reference that writes into its
         inputs leaves the kept set as made."""
