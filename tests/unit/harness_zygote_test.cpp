@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -160,6 +162,22 @@ TEST(Zygote, ForkedCandidateIsConfinedAsAnExecdOne) {
       EXPECT_NE(std::find(members.begin(), members.end(), h), members.end()) << "and the holder's process " << h;
     }
     EXPECT_EQ(static_cast<long>(members.size()), worker.base_processes);
+    // Its tree is its cgroup, as for a worker started by exec: a pause (between timed round trips)
+    // stops every member, the holder's too, which are not the leader's descendants.
+    auto state = [](pid_t p) {
+      std::ifstream in(fmt::format("/proc/{}/stat", p));
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t rp = stat.rfind(')');
+      return rp != std::string::npos && stat.size() > rp + 2 ? stat[rp + 2] : '?';
+    };
+    ASSERT_TRUE(worker.proc.pause());
+    ASSERT_TRUE(worker.proc.wait_stopped(deadline_in(10)));
+    for (pid_t m : members) EXPECT_EQ(state(m), 'T') << "member " << m;
+    worker.proc.resume();
+    for (pid_t m : members) {
+      for (int i = 0; i < 200 && state(m) == 'T'; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      EXPECT_NE(state(m), 'T') << "member " << m;
+    }
   }
   // A crash inside shows outside as the same signal.
   ::kill(inner, SIGSEGV);
