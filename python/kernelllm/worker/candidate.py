@@ -286,6 +286,9 @@ class Candidate:
             try:
                 torch.cuda.set_device(self.device)
                 torch.empty(1, device=self.device)
+                # The last trial's run is profiled holding the GPU to itself: the profiler's start-up
+                # in this process now, under the load's shared hold, before any candidate code.
+                accounting.warm_profiler(self.device)
             except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
                 raise WorkerError("environment_error",
                                   f"this process could not start CUDA on {self.device} before the candidate ran: "

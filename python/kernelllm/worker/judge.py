@@ -725,6 +725,9 @@ def main() -> int:
         try:
             torch.cuda.set_device(device)
             torch.empty(1, device=device)
+            # And the profiler's start-up: the judge profiles its reference inside a candidate's
+            # exclusive hold of the GPU (the profiled run's check), the first time of the problem.
+            accounting.warm_profiler(device)
         except Exception as e:
             protocol.stderr_note(f"CUDA context on {device} not made before the greeting: {type(e).__name__}: {e}")
     judge = Judge()
