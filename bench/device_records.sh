@@ -4,7 +4,8 @@
 # Before the first call, here: `git archive --format=tar HEAD > .vdev/head.tar`; carry .vdev .deps
 # .kb .kb0 .whl. Each call builds the CLI once (bench/verify_device_run.sh, kept while the machine
 # stays warm), then runs bench/device_phases.sh on each GPU at once:
-#   call1  GPU 0: the relu case group alone (~440 s); GPU 1: the other problems' groups
+#   call1  GPU 0: the relu case group alone (~310-440 s); GPU 1: the other problems' groups
+#   call1f call1, then gpu_faults on GPU 1 once its groups are done (~160 s + ~175 s)
 #   call2  GPU 0: the KernelBench agreement run (~420 s); GPU 1: gpu_faults (198 s alone; over 215 s beside
 #          the agreement run at 7558fc8, so up to 295 s), then timing repeats
 #   call3  timing repeats on both GPUs (REPEAT_RUNS each, default 2): with call2's, runs from
@@ -17,10 +18,10 @@
 #   scaling  the same eval on one GPU, then on two (bench/eval_scaling.py; SCALING_SETS)
 #   tbase  the same throughput run (ours only) with the CLI of an earlier commit: .vdev/base.tar
 #          (`git archive --format=tar BASE > .vdev/base.tar`), built in /tmp/kllm-base
-# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call2|call3|throughput|throughput_relu|throughput_conc|scaling|tbase OUT_DIR
+# Usage on the GPU machine, from the repo root: bash bench/device_records.sh call1|call1f|call2|call3|throughput|throughput_relu|throughput_conc|scaling|tbase OUT_DIR
 # Result: OUT_DIR/records-call1.tgz (or -call2), holding every phase's output directory and log.
 set -uo pipefail
-call=${1:?call1|call2|call3|throughput|throughput_relu|throughput_conc|scaling|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
+call=${1:?call1|call1f|call2|call3|throughput|throughput_relu|throughput_conc|scaling|tbase}; out=$(realpath -m "${2:?OUT_DIR}"); mkdir -p "$out/w"
 export KERNELLLM_FROM_ARCHIVE=1
 export KERNELLLM_GIT_COMMIT=$(git get-tar-commit-id < .vdev/head.tar)
 end=${RECORDS_END_S:-560}  # every phase ends by then (seconds from the start of this script)
@@ -37,6 +38,21 @@ case $call in
      echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
     (CUDA_VISIBLE_DEVICES=1 CASES_GROUPS="matmul,linear,add;softmax,softmax_odd_width,sum_dim,prod_dim;cross_entropy,cumprod,kl_div,mse_loss,scale_shift_kwargs" \
       CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
+     echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
+    wait ;;
+  call1f)
+    # call1, and gpu_faults on GPU 1 after its groups (~160 s, then ~175 s alone): the labelled
+    # suite in one call where two would not fit a session's device time.
+    l=$(left)
+    (CUDA_VISIBLE_DEVICES=0 CASES_GROUPS=relu CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) \
+      bash bench/device_phases.sh "$out/w/g0/r" cases > "$out/w/g0.log" 2>&1
+     echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
+    (CUDA_VISIBLE_DEVICES=1 CASES_GROUPS="matmul,linear,add;softmax,softmax_odd_width,sum_dim,prod_dim;cross_entropy,cumprod,kl_div,mse_loss,scale_shift_kwargs" \
+      CASES_LIMIT_S=$((l - 240)) CASES_TIMEOUT_S=$((l - 255)) bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
+     echo "GPU 1 cases done at $SECONDS s" >> "$out/w/steps.log"
+     l=$(left)
+     CUDA_VISIBLE_DEVICES=1 FAULTS_LIMIT_S=$l FAULTS_TIMEOUT_S=$((l - 15)) bash bench/device_phases.sh "$out/w/g1f/r" faults \
+       > "$out/w/g1f.log" 2>&1
      echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
     wait ;;
   call2)

@@ -4,6 +4,7 @@
 #include "kernelllm/eval/eval.h"
 
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <fstream>
 #include <map>
@@ -315,6 +316,13 @@ EvalConcurrency eval_concurrency(const EvalOptions& options, int cores, size_t p
   return c;
 }
 
+std::vector<size_t> problem_start_order(const std::vector<size_t>& work, int problem_jobs) {
+  std::vector<size_t> order(work.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (problem_jobs > 1) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] > work[b]; });
+  return order;
+}
+
 Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_source) {
   Progress progress(options.progress);
   if (options.profiles.empty()) return error(ErrorCode::invalid_argument, "eval: expected at least one verifier profile");
@@ -329,9 +337,14 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     return error(ErrorCode::invalid_argument, fmt::format("eval: shard {} has no problems ({} problem(s) in all); use at most {} shards",
                                                           options.shard.to_string(), all.size(), all.size()));
   }
+  // Each problem's samples: its candidate files, else k (generated).
+  std::vector<size_t> work(problems.size(), static_cast<size_t>(std::max(1, options.k)));
   if (!options.candidates.empty()) {
     // Every problem needs its candidates: find a missing directory before anything runs.
-    for (const Problem& p : problems) KLLM_RETURN_IF_ERROR(candidate_files(options.candidates, p).status());
+    for (size_t i = 0; i < problems.size(); ++i) {
+      KLLM_ASSIGN_OR_RETURN(std::vector<fs::path> files, candidate_files(options.candidates, problems[i]));
+      work[i] = files.size();
+    }
   }
   KLLM_ASSIGN_OR_RETURN(RunStore store, RunStore::open_or_create(options.out, config));
   KLLM_RETURN_IF_ERROR(store.set_problems(problems));
@@ -431,14 +444,17 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   } else {
     // The first error stops the taking of problems; those under way finish (their verdicts are
     // committed), then the error is returned.
+    // The problems with the most samples first: in a throughput run on an H200 (8 at once) the
+    // last problems begun set the wall, 6 s past the busy time of the 8 slots.
+    const std::vector<size_t> order = problem_start_order(work, problem_jobs);
     std::atomic<size_t> next{0};
     std::mutex error_mu;
     Status first_error;
     std::vector<std::thread> threads;
     for (int t = 0; t < problem_jobs; ++t) {
       threads.emplace_back([&] {
-        for (size_t i = next++; i < problems.size(); i = next++) {
-          Status s = one_problem(i);
+        for (size_t n = next++; n < problems.size(); n = next++) {
+          Status s = one_problem(order[n]);
           if (s.ok()) continue;
           std::lock_guard<std::mutex> lock(error_mu);
           if (first_error.ok()) first_error = s;

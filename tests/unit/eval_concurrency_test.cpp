@@ -53,5 +53,12 @@ TEST(EvalConcurrency, GivenValuesStandAndWorkersShareTheCoresOnlyWhenNotGiven) {
   EXPECT_EQ(eval_concurrency(o, 16, 100).jobs, 0);
 }
 
+TEST(EvalConcurrency, ProblemsWithTheMostSamplesStartFirstWhenSeveralRunAtOnce) {
+  const std::vector<size_t> work{1, 3, 2, 3, 1};
+  EXPECT_EQ(problem_start_order(work, 8), (std::vector<size_t>{1, 3, 2, 0, 4}));  // ties in their own order
+  EXPECT_EQ(problem_start_order(work, 1), (std::vector<size_t>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(problem_start_order({}, 4).empty());
+}
+
 }  // namespace
 }  // namespace kernelllm::eval

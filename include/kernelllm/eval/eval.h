@@ -95,6 +95,11 @@ struct EvalConcurrency {
 };
 EvalConcurrency eval_concurrency(const EvalOptions& options, int cores, size_t problems);
 
+// The order in which problems are taken when `problem_jobs` > 1: the most work first (`work`: each
+// problem's samples, e.g. its candidate files), ties in their own order, so that the run does not
+// end waiting on one long problem begun last; one at a time, their own order.
+std::vector<size_t> problem_start_order(const std::vector<size_t>& work, int problem_jobs);
+
 // Runs (or resumes) the eval and writes RUN/report.json and RUN/report.html; returns the report.
 // An error when something could not be verified (not_verified: no healthy device or worker);
 // what was committed stays, and a rerun retries the rest.
