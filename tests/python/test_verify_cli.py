@@ -60,12 +60,13 @@ class ModelNew(nn.Module):
         return y
 """
 
-# GOOD whose second to fourth forward take a second each.
+# GOOD whose import takes 2 s and whose second to fourth forward take a second each.
 SLOW_TRIALS = GOOD.replace("    def forward(self, x):\n        y = torch.empty_like(x)",
                            "    def forward(self, x):\n        import time\n        global CALLS\n        CALLS += 1\n"
                            "        if 2 <= CALLS <= 4:\n            time.sleep(1.0)\n        y = torch.empty_like(x)"
-                           ).replace("class ModelNew(", "CALLS = 0\n\nclass ModelNew(")
-assert "time.sleep(1.0)" in SLOW_TRIALS and "CALLS = 0" in SLOW_TRIALS
+                           ).replace("class ModelNew(", "CALLS = 0\n\nclass ModelNew("
+                           ).replace("import triton\n", "import triton\nimport time\ntime.sleep(2.0)\n", 1)
+assert "time.sleep(1.0)" in SLOW_TRIALS and "CALLS = 0" in SLOW_TRIALS and "time.sleep(2.0)" in SLOW_TRIALS
 # GOOD on its first forward only; its later ones take a second and are off by 1.
 FIRST_ONLY = GOOD.replace("    def forward(self, x):\n        y = torch.empty_like(x)",
                           "    def forward(self, x):\n        import time\n        global CALLS\n        CALLS += 1\n"
@@ -185,23 +186,24 @@ def test_report_carries_evidence_and_the_sandbox_line(full_run):
         assert any(stem in line and verdict in line for line in r.stdout.splitlines()), r.stdout
 
 
-def test_the_references_timing_is_prepared_while_the_first_matching_candidates_trials_run(files):
-    # Once a candidate's first trial matches, the reference's probe and timing sets are made on a
-    # thread of their own beside its remaining trials (two of a second each here come after the
-    # first), instead of after its last trial: the reference's last batch begins at least those
-    # 2 s after that preparation began, and finds it done.
+def test_the_references_timing_is_prepared_from_set_up_on_beside_the_candidates_load_and_trials(files):
+    # Once the problem is set up, the reference's probe and timing sets are made on a thread of
+    # their own beside the candidate's load (an import of 2 s here) and trials (three of a second
+    # each), instead of after its first or last trial: the preparation begins right at set-up, and
+    # the reference's last batch (the first timed candidate's) begins at least 5 s later and finds it done.
     r, rep = run_verify(files, ["slow_trials"], "--no-multishape")
     assert r.returncode == 0, r.stderr[-3000:]
     assert rep["candidates"][0]["verdict"] == "correct", rep["candidates"][0]
     tl = rep["timeline_ms"]
     assert tl["setup"] <= tl["reference_prepare_started"] <= tl["reference_prepared"] <= tl["reference_batch_started"], tl
-    assert tl["reference_batch_started"] - tl["reference_prepare_started"] >= 2000, tl
+    assert tl["reference_prepare_started"] - tl["setup"] < 1000, tl
+    assert tl["reference_batch_started"] - tl["reference_prepare_started"] >= 5000, tl
 
 
 def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timing(files):
-    # Its first trial matched, so the reference's probe was made in the background; no candidate
-    # got to be timed, so the report has no reference timing (the probe's few single-call round
-    # trips are not one).
+    # The reference's probe was made in the background from set-up on; no candidate got to be
+    # timed, so the report has no reference timing (the probe's few single-call round trips are
+    # not one).
     r, rep = run_verify(files, ["first_only"], "--no-multishape")
     assert r.returncode == 3, r.stderr[-3000:]
     assert rep["candidates"][0]["verdict"] == "wrong_output", rep["candidates"][0]
