@@ -437,10 +437,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
       r.stderr_tail = tail(w.proc.stderr_tail(), 4000);
       return;
     }
-    // A candidate that matched its first trial may well be timed: the reference's timing is
-    // prepared from now on, beside the trials left (once per problem, on a thread of its own).
-    if (t == 0 && dev.trials.size() > 1 && held != nullptr) start_reference_timing(dev);
-    // And the size variants' judges start and load the problem (once per call, on a thread of
+    // The size variants' judges start and load the problem (once per call, on a thread of
     // their own), ready for its multi-shape check; nothing is spent on them before.
     if (t == 0 && opts_.multishape && !dev.parent) start_variants();
     // The last trial's hint decides: the judge then weighs every element over all trials, so a

@@ -321,7 +321,7 @@ class Verifier {
   bool prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop = nullptr);
   // Everything of the reference's timing before its last batch (timing_steps.cpp).
   bool prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop);
-  // That preparation on a thread of its own, once per device (a candidate's first trial matched).
+  // That preparation on a thread of its own, once per device (from the end of set-up on).
   void start_reference_timing(DeviceState& dev);
   // Stops and joins those threads (no candidate is left to use them).
   void stop_reference_timing();

@@ -188,7 +188,7 @@ struct VerifyReport {
   // interpreter's torch and devices known), "zygote_ready" (the pre-imported parent of workers and
   // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem),
   // "reference_prepare_started" and "reference_prepared" (the reference's probe and timing sets,
-  // made once a candidate's first trial matched), "reference_batch_started" (its last batch, in the
+  // made from the end of set-up on, with timing), "reference_batch_started" (its last batch, in the
   // first timed candidate's exclusive hold), "variants_started" (the size variants' judges
   // started, once a candidate's first trial matched; absent when none did), "candidates"
   // (every candidate verified, multi-shape checks included), "selection" (finalists re-timed, when
