@@ -31,28 +31,23 @@ timeout 240 bash bench/verify_device_run.sh "$out/w/prep" > "$out/w/prep.log" 2>
 echo "$call: CLI built at $SECONDS s" | tee -a "$out/w/steps.log"
 left() { echo $((end - SECONDS)); }
 case $call in
-  call1)
+  call1|call1f)
+    # call1f: gpu_faults on GPU 1 once its groups are done (~160 s, then ~175 s alone): the
+    # labelled suite in one call where two would not fit a session's device time.
     l=$(left)
+    g1=$l
+    [[ $call == call1f ]] && g1=$((l - 240))
     (CUDA_VISIBLE_DEVICES=0 CASES_GROUPS=relu CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) \
       bash bench/device_phases.sh "$out/w/g0/r" cases > "$out/w/g0.log" 2>&1
      echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
     (CUDA_VISIBLE_DEVICES=1 CASES_GROUPS="matmul,linear,add;softmax,softmax_odd_width,sum_dim,prod_dim;cross_entropy,cumprod,kl_div,mse_loss,scale_shift_kwargs" \
-      CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
-     echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
-    wait ;;
-  call1f)
-    # call1, and gpu_faults on GPU 1 after its groups (~160 s, then ~175 s alone): the labelled
-    # suite in one call where two would not fit a session's device time.
-    l=$(left)
-    (CUDA_VISIBLE_DEVICES=0 CASES_GROUPS=relu CASES_LIMIT_S=$l CASES_TIMEOUT_S=$((l - 15)) \
-      bash bench/device_phases.sh "$out/w/g0/r" cases > "$out/w/g0.log" 2>&1
-     echo "GPU 0 done at $SECONDS s" >> "$out/w/steps.log") &
-    (CUDA_VISIBLE_DEVICES=1 CASES_GROUPS="matmul,linear,add;softmax,softmax_odd_width,sum_dim,prod_dim;cross_entropy,cumprod,kl_div,mse_loss,scale_shift_kwargs" \
-      CASES_LIMIT_S=$((l - 240)) CASES_TIMEOUT_S=$((l - 255)) bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
-     echo "GPU 1 cases done at $SECONDS s" >> "$out/w/steps.log"
-     l=$(left)
-     CUDA_VISIBLE_DEVICES=1 FAULTS_LIMIT_S=$l FAULTS_TIMEOUT_S=$((l - 15)) bash bench/device_phases.sh "$out/w/g1f/r" faults \
-       > "$out/w/g1f.log" 2>&1
+      CASES_LIMIT_S=$g1 CASES_TIMEOUT_S=$((g1 - 15)) bash bench/device_phases.sh "$out/w/g1/r" cases > "$out/w/g1.log" 2>&1
+     if [[ $call == call1f ]]; then
+       echo "GPU 1 cases done at $SECONDS s" >> "$out/w/steps.log"
+       l=$(left)
+       CUDA_VISIBLE_DEVICES=1 FAULTS_LIMIT_S=$l FAULTS_TIMEOUT_S=$((l - 15)) bash bench/device_phases.sh "$out/w/g1f/r" faults \
+         > "$out/w/g1f.log" 2>&1
+     fi
      echo "GPU 1 done at $SECONDS s" >> "$out/w/steps.log") &
     wait ;;
   call2)
