@@ -57,11 +57,11 @@ std::optional<MultishapeResult> multishape_from_json(const Json& j) {
   return m;
 }
 
-// Spawns one judge per size variant without waiting for it: called while the main judge starts,
-// so that their Python and torch start-up overlaps the correctness phase. Main thread only.
+// The size variants' states and directories, no judge yet: named at set-up, since the candidate
+// workers started from then on bind the directories. Their judges start later (setup_variants),
+// once a candidate matched its first trial: 16 more judges making CUDA contexts beside a first wave
+// of 8 problems slowed its set-up.
 void Verifier::declare_variants(DeviceState& dev) {
-  // Their judges start later (setup_variants: setup_device), once a candidate matched its first
-  // trial: 16 more judges making CUDA contexts beside a first wave of 8 problems slowed its set-up.
   if (!dev.variants.empty()) return;
   for (const ShapeVariant& spec : default_shape_variants()) {
     auto v = std::make_unique<DeviceState>();
@@ -78,12 +78,23 @@ void Verifier::declare_variants(DeviceState& dev) {
   }
 }
 
-// Loads the problem in every variant judge, all variants at once. Runs on variants_thread_ (or
-// the main thread once that is joined); the variant judges outlive every thread that uses them.
+// Starts every variant judge and loads the problem in each, all variants at once. Runs on
+// variants_thread_, which started them (spawn_judge, start_judge: a judge started by exec dies with
+// the thread that forked it) and outlives them (release_variants); the loading threads start none.
 void Verifier::setup_variants(DeviceState& dev) {
   declare_variants(dev);
   if (dev.variants_ready) return;
   dev.variants_ready = true;
+  for (auto& v : dev.variants) {
+    if (Status s = spawn_judge(*v); !s.ok()) v->unusable = s.to_string();  // every one started before any is waited for
+  }
+  for (auto& v : dev.variants) {
+    if (!v->unusable.empty()) continue;
+    if (Status s = start_judge(*v); !s.ok()) {
+      v->unusable = s.message();
+      if (v->judge) v->judge->proc.kill_tree();
+    }
+  }
   std::vector<std::thread> threads;
   for (auto& v : dev.variants) {
     if (!v->unusable.empty()) continue;
@@ -114,11 +125,22 @@ void Verifier::start_variants() {
           if (v->unusable.empty()) v->unusable = "device " + dev->name + " was taken out of use";
         }
       }
-      std::lock_guard lock(variants_mu_);
+      std::unique_lock lock(variants_mu_);
       variants_loaded_ = true;
       variants_cv_.notify_all();
+      // Kept until the variant judges are gone: one started by exec dies with this thread.
+      variants_cv_.wait(lock, [this] { return variants_released_; });
     });
   });
+}
+
+void Verifier::release_variants() {
+  {
+    std::lock_guard lock(variants_mu_);
+    variants_released_ = true;
+  }
+  variants_cv_.notify_all();
+  if (variants_thread_.joinable()) variants_thread_.join();
 }
 
 void Verifier::wait_variants() {
@@ -186,7 +208,6 @@ void Verifier::check_shapes(Worker& w, DeviceState& dev, CandidateResult& r) {
 // Each correct candidate was checked on its worker thread (check_shapes); what is left
 // are the notes of those that were not.
 void Verifier::run_multishape() {
-  if (variants_thread_.joinable()) variants_thread_.join();
   for (CandidateResult& r : report_.candidates) {
     if (r.multishape || !r.multishape_note.empty()) continue;
     if (!opts_.multishape) r.multishape_note = "disabled (--no-multishape)";

@@ -71,6 +71,12 @@ void Verifier::select() {
     report_.selection_reason = "no healthy GPU for re-timing: the best first-pass median";
     return;
   }
+  constexpr int kRounds = 5;
+  const int per_round = std::max(3, opts_.iters / kRounds);
+  // The reference's batches first, while no candidate process of the call is alive: a finalist's
+  // background work during them would raise the load baselines its own loads are clocked against.
+  ensure_reference_timing(*dev);  // (its own takings of the GPU; nothing once it is done)
+  ensure_load_baselines(*dev, per_round);
   // Fresh workers for the finalists, all started and loaded at once, then interleaved rounds of
   // short timings.
   std::vector<Result<std::unique_ptr<Worker>>> started;
@@ -107,8 +113,6 @@ void Verifier::select() {
     workers.push_back(std::move(*started[k]));
     alive.push_back(timed[k]);
   }
-  constexpr int kRounds = 5;
-  int per_round = std::max(3, opts_.iters / kRounds);
   std::vector<Finalist> finalists(alive.size());
   std::vector<bool> ok(alive.size(), true);
   // Each finalist's times per round; only rounds that timed every finalist still in count, so a
@@ -117,8 +121,6 @@ void Verifier::select() {
   std::vector<std::vector<std::optional<std::vector<double>>>> round_times(kRounds,
                                                                            std::vector<std::optional<std::vector<double>>>(alive.size()));
   {
-    ensure_reference_timing(*dev);  // (its own takings of the GPU; nothing once it is done)
-    ensure_load_baselines(*dev, per_round);
     for (int round = 0; round < kRounds; ++round) {
       for (size_t k = 0; k < alive.size(); ++k) {
         if (!ok[k]) continue;

@@ -321,7 +321,7 @@ class Verifier {
   bool prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop = nullptr);
   // Everything of the reference's timing before its last batch (timing_steps.cpp).
   bool prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop);
-  // That preparation on a thread of its own, once per device (from the end of set-up on).
+  // That preparation on a thread of its own, once per device (its first candidate not answered from the cache).
   void start_reference_timing(DeviceState& dev);
   // Stops and joins those threads (no candidate is left to use them).
   void stop_reference_timing();
@@ -338,15 +338,21 @@ class Verifier {
   // multishape.cpp
   void run_multishape();  // after the worker threads: notes of the candidates not checked
   void declare_variants(DeviceState& dev);  // the size variants' states and directories, no judge yet
-  Status spawn_judge(DeviceState& dev, bool by_exec = false);  // by_exec: not through the zygote
+  // Starts dev's judge process unless it has one; does not wait. by_exec: not through the zygote.
+  Status spawn_judge(DeviceState& dev, bool by_exec = false);
+  // spawn_judge, then its greeting: a forked judge that does not greet is forked again, then
+  // started by exec. On the thread that is to outlive the judge.
+  Status start_judge(DeviceState& dev);
   void note_exec_start(const std::string& why);  // keeps the first reason a worker started by exec
-  static constexpr double kZygoteStartS = 180;   // its imports, on a loaded host  // starts dev's judge process unless it has one; does not wait
+  static constexpr double kZygoteStartS = 180;   // its imports, on a loaded host
   void setup_variants(DeviceState& dev);
   // The variant judges start and load the problem on a thread of their own, started by the first
   // candidate that matched its first trial (nothing is spent on variants before); wait_variants
   // waits for it.
   void start_variants();
   void wait_variants();
+  // Lets variants_thread_ end and joins it: once the variant judges are killed (or at destruction).
+  void release_variants();
   // The check of a candidate just found correct (and timed) on `dev`, in its own process `w`: each
   // size variant's ModelNew constructed there in turn (load_variant) and its trials judged by the
   // variant's judge. Sets r.multishape or r.multishape_note.
@@ -400,6 +406,7 @@ class Verifier {
   std::mutex variants_mu_;
   std::condition_variable variants_cv_;
   bool variants_loaded_ = false;
+  bool variants_released_ = false;  // release_variants: variants_thread_ may end
   std::chrono::steady_clock::time_point t_start_ = std::chrono::steady_clock::now();
   GpuUseStats gpu_use_;  // the report's gpu_use
   OpStats judge_ops_;    // the report's judge_ms

@@ -115,7 +115,7 @@ Verifier::~Verifier() {
   feed_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
   stop_reference_timing();
-  if (variants_thread_.joinable()) variants_thread_.join();
+  release_variants();
   devices_.clear();
   if (!run_dir_.empty()) {
     std::error_code ec;
@@ -194,10 +194,7 @@ double Verifier::ms_from_start() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start_).count();
 }
 
-Status Verifier::setup_device(DeviceState& dev) {
-  // Named before (a pre-warmed worker or a variant's may bind it already).
-  if (dev.shared_dir.empty()) dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
-  fs::create_directories(dev.shared_dir);
+Status Verifier::start_judge(DeviceState& dev) {
   KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
   // A forked judge that did not greet (seen in CI and on an H200: "the intermediate process did
   // not exit" within 10 s): forked once more, then started by exec (seconds of imports on a loaded
@@ -213,6 +210,14 @@ Status Verifier::setup_device(DeviceState& dev) {
     if (attempt == 1) note_exec_start(why);
     KLLM_RETURN_IF_ERROR(spawn_judge(dev, /*by_exec=*/attempt == 1).with_context("judge on " + dev.name));
   }
+  return {};
+}
+
+Status Verifier::setup_device(DeviceState& dev) {
+  // Named before (a pre-warmed worker or a variant's may bind it already).
+  if (dev.shared_dir.empty()) dev.shared_dir = run_dir_ / fmt::format("shared-{}", dev.tag());
+  fs::create_directories(dev.shared_dir);
+  KLLM_RETURN_IF_ERROR(start_judge(dev));  // (nothing when it has greeted: a variant's, started by start_variants)
   if (!dev.parent) report_.timeline_ms["judge_started"] = ms_from_start();
   // The judge's GPU work (the problem's model, references, inputs) waits while another verify call
   // on this GPU times something, as correctness runs do; its start above (torch imported) did not:
@@ -472,10 +477,6 @@ Status Verifier::setup() {
     KLLM_RETURN_IF_ERROR(setup_device(*dev));
   }
   report_.timeline_ms["setup"] = ms_from_start();
-  // The reference's probe and timing sets from now on, beside the candidates' loads and first
-  // trials (start_reference_timing): begun at a candidate's first matched trial instead, the same
-  // H200 throughput run took 86.2 s against 82.6 s.
-  for (auto& dev : devices_) start_reference_timing(*dev);
   return {};
 }
 
@@ -577,6 +578,11 @@ void Verifier::worker_thread(size_t thread) {
         }
       }
     }
+    // Not answered from the cache: the reference's probe and timing sets from now on (once per
+    // device, on a thread of their own), beside this candidate's start, load and first trials.
+    // Begun at a candidate's first matched trial instead, the same H200 throughput run took 86.2 s
+    // against 82.6 s; a call answered from the cache makes none.
+    start_reference_timing(*dev);
     std::unique_ptr<Worker> w;
     std::string start_error;
     const auto t_wait = std::chrono::steady_clock::now();
@@ -747,6 +753,9 @@ Result<VerifyReport> Verifier::close_feed() {
       if (dev->variants_ready && v->judge && v->judge->proc.running()) v->judge->request(Json{{"op", "exit"}}, 5);
       if (v->judge) v->judge->proc.kill_tree();
     }
+  }
+  release_variants();  // the thread that started the variant judges, kept until they are gone
+  for (auto& dev : devices_) {
     if (dev->judge && dev->judge->proc.running()) {
       dev->judge->request(Json{{"op", "exit"}}, 5);
       dev->judge->proc.wait(deadline_in(5));

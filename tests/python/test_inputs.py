@@ -525,6 +525,21 @@ def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_
     assert made == first + sets * 3 and j.made_sets == {}
 
 
+def test_a_kept_timing_sets_copy_clones_tensors_nested_in_lists_tuples_and_dicts():
+    # The reference's own batches copy kept sets too, not only handed-over ones (plain tensors): a
+    # reference that writes in place into a tensor inside a list must leave the kept set as made.
+    copied = wh.import_worker("judge_timing")._copied
+    t = torch.ones(3)
+    made = [t, [t, (t, 2.0)], {"w": t}, 7]
+    got = [copied(a) for a in made]
+    got[0].mul_(2)
+    got[1][0].mul_(3)
+    got[1][1][0].mul_(4)
+    got[2]["w"].mul_(5)
+    assert torch.equal(t, torch.ones(3))
+    assert isinstance(got[1][1], tuple) and got[1][1][1] == 2.0 and got[3] == 7
+
+
 def test_a_requests_timing_sets_are_waited_for_once(monkeypatch):
     # A round trip's sets (64 of a fast kernel's) are loaded in one request, inside the GPU's
     # exclusive hold for a paired reference: one device-wide wait for all of them, not one a set.

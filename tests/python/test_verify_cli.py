@@ -5,6 +5,7 @@ Uses $KERNELLLM_CLI when set (a build tree's binary), else the installed console
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -119,13 +120,13 @@ def files(tmp_path_factory) -> dict:
     return out
 
 
-def run_verify(files, names, *extra, cache: Path | None = None, problem: str = "problem"):
+def run_verify(files, names, *extra, cache: Path | None = None, problem: str = "problem", env: dict | None = None):
     report = files["dir"] / f"report-{'-'.join(names)}-{len(extra)}-{time.monotonic_ns()}.json"
     cmd = [find_cli(), "verify", str(files[problem]), *[str(files[n]) for n in names], "--verify-device", "cpu",
            "--json", str(report), "--run-timeout", "8", "--run-timeout-factor", "2", "--load-timeout", "60",
            *extra]
     cmd += ["--cache", str(cache)] if cache else ["--no-cache"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, **(env or {})))
     return r, (json.loads(report.read_text()) if report.is_file() else None)
 
 
@@ -186,11 +187,12 @@ def test_report_carries_evidence_and_the_sandbox_line(full_run):
         assert any(stem in line and verdict in line for line in r.stdout.splitlines()), r.stdout
 
 
-def test_the_references_timing_is_prepared_from_set_up_on_beside_the_candidates_load_and_trials(files):
-    # Once the problem is set up, the reference's probe and timing sets are made on a thread of
-    # their own beside the candidate's load (an import of 2 s here) and trials (three of a second
-    # each), instead of after its first or last trial: the preparation begins right at set-up, and
-    # the reference's last batch (the first timed candidate's) begins at least 5 s later and finds it done.
+def test_the_references_timing_is_prepared_from_the_first_candidate_on_beside_its_load_and_trials(files):
+    # Once a candidate is taken (not answered from the cache), the reference's probe and timing
+    # sets are made on a thread of their own beside its load (an import of 2 s here) and trials
+    # (three of a second each), instead of after its first or last trial: the preparation begins
+    # right after set-up, and the reference's last batch (the first timed candidate's) begins at
+    # least 5 s later and finds it done.
     r, rep = run_verify(files, ["slow_trials"], "--no-multishape")
     assert r.returncode == 0, r.stderr[-3000:]
     assert rep["candidates"][0]["verdict"] == "correct", rep["candidates"][0]
@@ -224,6 +226,18 @@ def test_the_references_batch_copies_the_timing_sets_made_beforehand(files):
     assert cand["inputs"] == "given" and max(cand["paired_load_ms"]) < 200, cand
 
 
+def test_size_variant_judges_started_by_exec_live_through_the_multishape_check(files):
+    # Without the zygote every worker starts by exec and dies with the thread that forked it: the
+    # variant judges start on the thread that outlives them, so the correct candidate's multi-shape
+    # check has them (it came back "not run" when a short-lived loading thread started them).
+    r, rep = run_verify(files, ["good"], "--no-timing", env={"KERNELLLM_ZYGOTE": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert rep["worker_start"].startswith("exec"), rep["worker_start"]
+    c = rep["candidates"][0]
+    assert c["verdict"] == "correct" and (c.get("multishape") or {}).get("verdict") == "pass", (c.get("multishape"), c.get("multishape_note"))
+    assert rep["judges_started"] == 3
+
+
 def test_second_run_is_served_from_the_cache(files, tmp_path):
     cache = tmp_path / "verify.sqlite"
     r1, rep1 = run_verify(files, ["good", "syntax"], cache=cache)
@@ -231,6 +245,8 @@ def test_second_run_is_served_from_the_cache(files, tmp_path):
     assert [c["cached"] for c in rep1["candidates"]] == [False, False]
     r2, rep2 = run_verify(files, ["good", "syntax"], cache=cache)
     assert [c["cached"] for c in rep2["candidates"]] == [True, True]
+    # Nothing to time: the reference's timing is not prepared.
+    assert "reference_prepare_started" not in rep2["timeline_ms"], rep2["timeline_ms"]
     assert [c["verdict"] for c in rep2["candidates"]] == ["correct", "compile_error"]
     assert "(cached)" in r2.stdout
     # A different profile is a different key.

@@ -108,7 +108,7 @@ struct TimingResult {
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
   int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
   int warmup_trips = 0;            // untimed round trips first (fewer than asked after a slow one)
-  std::vector<double> load_ms;     // per timed round trip, its time_load round trip (0: no new sets); for the reference, the baseline
+  std::vector<double> load_ms;     // per timed round trip, its time_load round trip (0: no new sets)
   // A candidate's batch on a GPU is paired (docs/verification.md, Timing): each of its round trips
   // is followed by one of the reference on the same sets, in the judge. Per timed round trip, the
   // reference's per-call time and its time_load (the candidate's load baseline, taken just before).
@@ -188,7 +188,7 @@ struct VerifyReport {
   // interpreter's torch and devices known), "zygote_ready" (the pre-imported parent of workers and
   // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem),
   // "reference_prepare_started" and "reference_prepared" (the reference's probe and timing sets,
-  // made from the end of set-up on, with timing), "reference_batch_started" (its last batch, in the
+  // made from the first candidate not answered from the cache on, with timing), "reference_batch_started" (its last batch, in the
   // first timed candidate's exclusive hold), "variants_started" (the size variants' judges
   // started, once a candidate's first trial matched; absent when none did), "candidates"
   // (every candidate verified, multi-shape checks included), "selection" (finalists re-timed, when
@@ -201,7 +201,8 @@ struct VerifyReport {
   // The judges' requests by op: {"<op>": {"n", "ms", "max_ms"}} (round trips, summed over devices).
   Json judge_ms = Json::object();
   // Judge processes the call started (each makes a CUDA context on a GPU): one per device, and one
-  // per size variant once a candidate matched its first trial.
+  // per size variant once a candidate matched its first trial; a judge that did not greet and was
+  // started again counts again.
   int judges_started = 0;
   Json to_json() const;
 };

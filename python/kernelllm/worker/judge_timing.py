@@ -11,8 +11,8 @@ from .protocol import WorkerError
 
 # Calls per round trip at most (docs/verification.md, Timing): the output region holds one slot each.
 MAX_SLOTS = 64
-# Timing sets kept made across a problem's paired batches (time_load with `reuse`), at most this
-# many bytes of them.
+# Timing sets kept made across a problem's timing batches, the reference's own and every paired one
+# (time_load with `reuse`), at most this many bytes of them.
 REUSE_BYTES = 1 << 30
 
 
@@ -22,6 +22,18 @@ PENDING_BYTES = 512 << 20
 
 # Cached, unused GPU memory a judge keeps after a request, at most; more is given back.
 RELEASE_ABOVE_BYTES = 256 << 20
+
+
+def _copied(x):
+    """A copy of an input argument whose tensors are cloned, inside lists, tuples and dicts too, so
+    that a reference writing into any of them in place leaves the kept set as made."""
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_copied(a) for a in x)
+    if isinstance(x, dict):
+        return {k: _copied(v) for k, v in x.items()}
+    return x
 
 
 def release_cached() -> None:
@@ -159,7 +171,7 @@ class TimedCalls:
                 if not self._keep_set(t, made):  # not kept: this batch's own
                     out.append(made)
                     continue
-            out.append([a.clone() if isinstance(a, torch.Tensor) else a for a in made])
+            out.append([_copied(a) for a in made])
         return {"sets": self.timer.add_all(out)}
 
     def _handed_over(self, made: list) -> bool:
@@ -183,7 +195,7 @@ class TimedCalls:
         size = inputs.nbytes(made)
         if self.made_bytes + size > REUSE_BYTES:
             return False
-        self.made_sets[trial] = [a.clone() if isinstance(a, torch.Tensor) else a for a in made] if copy else made
+        self.made_sets[trial] = [_copied(a) for a in made] if copy else made
         self.made_bytes += size
         return True
 
