@@ -172,7 +172,10 @@ TEST(Zygote, ForkedCandidateIsConfinedAsAnExecdOne) {
     };
     ASSERT_TRUE(worker.proc.pause());
     ASSERT_TRUE(worker.proc.wait_stopped(deadline_in(10)));
-    for (pid_t m : members) EXPECT_EQ(state(m), 'T') << "member " << m;
+    for (pid_t m : members) {  // (one asleep in an uninterruptible wait stops when it wakes)
+      for (int i = 0; i < 500 && state(m) != 'T'; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      EXPECT_EQ(state(m), 'T') << "member " << m;
+    }
     worker.proc.resume();
     for (pid_t m : members) {
       for (int i = 0; i < 200 && state(m) == 'T'; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
