@@ -312,9 +312,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // A timing set's seed reaches the worker right before its round trip, never earlier, so no
   // call's answer can be worked out ahead in bulk. A round trip's new sets are made in one
   // request, clocked against the judge's load of the same sets (made from their seeds: just before
-  // in a paired batch, else by ensure_load_baselines, round trip by round trip), and the excess is charged to that round trip (work done while loading). The
-  // margin's 0.2 ms floor is per round trip (shared by its calls); its quarter of the judge's load
-  // grows with the sets loaded (docs/trust-boundary.md, Times).
+  // in a paired batch, else by ensure_load_baselines, round trip by round trip), and the excess is
+  // charged to that round trip (work done while loading). The margin's 0.2 ms floor is per round
+  // trip (shared by its calls); its quarter of the judge's load grows with the sets loaded
+  // (docs/trust-boundary.md, Times).
   std::vector<Json> loaded(sets.size()), ref_loaded(paired ? sets.size() : 0);
   // The reference's own batch makes its sets from their seeds only when they are to be the load
   // baselines of unpaired candidate batches (select's finalists, which make their own sets):

@@ -97,10 +97,9 @@ void Verifier::mark(const std::string& what) {
 void Verifier::start_reference_timing(DeviceState& dev) {
   // A candidate of the device was not answered from the cache: the reference's probe and timing
   // sets are made from now on, beside the candidates' loads and trials, instead of when the first
-  // of them reaches its last trial, which
-  // then waited for them (10-20 s a problem of 8 at once on an H200, mostly waiting for the GPU's
-  // lock; 7-14 s still when begun at a candidate's first matched trial). Its last batch stays for
-  // the first timed candidate's exclusive hold.
+  // of them reaches its last trial, which then waited for them (10-20 s a problem of 8 at once on
+  // an H200, mostly waiting for the GPU's lock; 7-14 s still when begun at a candidate's first
+  // matched trial). Its last batch stays for the first timed candidate's exclusive hold.
   if (!opts_.timing || dev.parent) return;
   std::lock_guard lock(ref_threads_mu_);
   if (dev.ref_started || ref_stop_.load()) return;

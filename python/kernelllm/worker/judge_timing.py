@@ -152,10 +152,10 @@ class TimedCalls:
         round trip is the baseline of a candidate's load, which makes the same sets the same way.
         With `reuse` (the reference's own batch, or one whose inputs are handed over: no candidate
         load is clocked against this one) a kept set is copied instead of made again: the reference
-        and every candidate's paired reference run on the same timing sets, and making them from their seeds cost 0.25-0.6 ms a set on
-        the H200 (64 sets a round trip of relu). They are kept as made when their references are
-        (time_prepare), else by the first batch. A copy, so that a reference that writes into its
-        inputs leaves the kept set as made."""
+        and every candidate's paired reference run on the same timing sets, and making them from
+        their seeds cost 0.25-0.6 ms a set on the H200 (64 sets a round trip of relu). They are kept
+        as made when their references are (time_prepare), else by the first batch. A copy, so that
+        a reference that writes into its inputs leaves the kept set as made."""
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_load before time_prepare")
         trials = msg["trials"]

@@ -127,8 +127,9 @@ def _adopted(b_pid: int, orchestrator: int) -> None:
     deadline = time.monotonic() + 10
     while True:
         # The clock read before the parent: C stopped or starved between the two (a loaded host)
-        # must not find the deadline passed after B exited meanwhile (B had exited within the fork
-        # request's 10 s, as the zygote's reply showed, yet C gave up: twice in one H200 throughput run).
+        # must not find the deadline passed after B exited meanwhile (B had exited within the
+        # fork request's 10 s, as the zygote's reply showed, yet C gave up: twice in one H200
+        # throughput run).
         late = time.monotonic() > deadline
         if os.getppid() != b_pid:
             break
