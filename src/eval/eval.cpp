@@ -4,12 +4,12 @@
 #include "kernelllm/eval/eval.h"
 
 #include <algorithm>
-#include <numeric>
 #include <atomic>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <thread>
 #include <utility>

@@ -82,7 +82,6 @@ void Verifier::declare_variants(DeviceState& dev) {
 // variants_thread_, which started them (spawn_judge, start_judge: a judge started by exec dies with
 // the thread that forked it) and outlives them (release_variants); the loading threads start none.
 void Verifier::setup_variants(DeviceState& dev) {
-  declare_variants(dev);
   if (dev.variants_ready) return;
   dev.variants_ready = true;
   for (auto& v : dev.variants) {

@@ -188,9 +188,10 @@ struct VerifyReport {
   // interpreter's torch and devices known), "zygote_ready" (the pre-imported parent of workers and
   // judges), "judge_started" (greeted), "setup" (the judge has loaded the problem),
   // "reference_prepare_started" and "reference_prepared" (the reference's probe and timing sets,
-  // made from the first candidate not answered from the cache on, with timing), "reference_batch_started" (its last batch, in the
-  // first timed candidate's exclusive hold), "variants_started" (the size variants' judges
-  // started, once a candidate's first trial matched; absent when none did), "candidates"
+  // made from the first candidate not answered from the cache on, with timing),
+  // "reference_batch_started" (its last batch, in the first timed candidate's exclusive hold),
+  // "variants_started" (the size variants' judges started, once a candidate's first trial
+  // matched; absent when none did), "candidates"
   // (every candidate verified, multi-shape checks included), "selection" (finalists re-timed, when
   // there were any), "total"; and "gpu_exclusive", how long the call held its devices to itself
   // (timing, profiled runs, re-timing), summed over them.
