@@ -202,7 +202,12 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
                                     "phases": ev.get("phases"), "worker_start": ev.get("worker_start")}) + "\n")
     for line in (calls.read_text().splitlines() if calls.is_file() else []):
         add_use(gpu_use, judge_ms, json.loads(line))
+    # Where the GPU lock's time went in the run (exclusive, draining for a timer, shared, free).
+    runs = (run_dir / "invocations.jsonl").read_text().splitlines() if (run_dir / "invocations.jsonl").is_file() else []
+    gpu_lock = {g: {k: round(v, 1) for k, v in t.items()} for g, t in (json.loads(runs[-1]).get("gpu_lock") or {}).items()} \
+        if runs else {}
     n = len(rows)
+    print(f"eval driver: GPU lock time {json.dumps(gpu_lock)}", flush=True)
     print(f"eval driver: {n} candidates over {len(per_problem)} problems in {wall_s:.1f} s: "
           f"{round(60.0 * n / wall_s, 2)} candidates/min", flush=True)
     return {"what": "one kernelllm eval run (strict profile, --multishape, timing on; no finalist re-timing: eval selects none)",
@@ -210,7 +215,8 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
             "candidates": n, "total_wall_s": round(wall_s, 2),
             "candidates_per_min": round(60.0 * n / wall_s, 2) if wall_s > 0 else None,
             "phases_ms_summed": {ph: round(v, 1) for ph, v in totals.items()}, "verdicts": verdicts,
-            "multishape": shapes, **rounded_use(gpu_use, judge_ms), "per_problem": list(per_problem.values())}
+            "multishape": shapes, "gpu_lock": gpu_lock, **rounded_use(gpu_use, judge_ms),
+            "per_problem": list(per_problem.values())}
 
 
 def warm_up(env: dict, device: str) -> float:

@@ -21,6 +21,7 @@
 #include "kernelllm/eval/report.h"
 #include "kernelllm/eval/run_store.h"
 #include "kernelllm/harness/cache.h"
+#include "kernelllm/harness/verify.h"
 #include "kernelllm/pipeline/extract.h"
 #include "kernelllm/pipeline/prompt.h"
 
@@ -243,9 +244,11 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
 }
 
 // Run-specific facts stay out of report.json, whose bytes depend on the outcomes only
-// (docs/eval.md): each `kernelllm eval` invocation appends its own line here instead.
+// (docs/eval.md): each `kernelllm eval` invocation appends its own line here instead, with where
+// its GPU locks' time went (harness::gpu_lock_times).
 Status append_invocation(const fs::path& run_dir, const Json& environment) {
-  return append_json_line(run_dir / "invocations.jsonl", Json{{"run", run_facts(environment)}});
+  return append_json_line(run_dir / "invocations.jsonl",
+                          Json{{"run", run_facts(environment)}, {"gpu_lock", harness::gpu_lock_times()}});
 }
 
 Json report_run_facts(const Json& config) {

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "kernelllm/harness/verify.h"
@@ -76,6 +79,59 @@ bool ofd_read_lock(int fd) {
   return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
 }
 
+}  // namespace
+
+// Where a lock's time goes in this process (gpu_lock_times): its holders and waiting timers, and
+// the time spent in each state since the first change.
+class LockClock {
+ public:
+  enum What { kExclusive, kDraining, kShared, kFree, kStates };
+  void change(int shared, int exclusive, int waiting) {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (started_) ms_[state()] += std::chrono::duration<double, std::milli>(now - since_).count();
+    if (waiting > 0 && waiting_ == 0 && exclusive_ == 0 && shared_ > 0) ++drains_;
+    started_ = true;
+    since_ = now;
+    shared_ += shared;
+    exclusive_ += exclusive;
+    waiting_ += waiting;
+  }
+  Json to_json() {
+    std::lock_guard lock(mu_);
+    const double span = ms_[kExclusive] + ms_[kDraining] + ms_[kShared] + ms_[kFree];
+    return Json{{"span_ms", span},          {"exclusive_ms", ms_[kExclusive]}, {"draining_ms", ms_[kDraining]},
+                {"shared_ms", ms_[kShared]}, {"free_ms", ms_[kFree]},          {"drains", drains_}};
+  }
+
+ private:
+  What state() const {
+    if (exclusive_ > 0) return kExclusive;
+    if (waiting_ > 0) return kDraining;
+    return shared_ > 0 ? kShared : kFree;
+  }
+  std::mutex mu_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point since_;
+  int shared_ = 0, exclusive_ = 0, waiting_ = 0;
+  long drains_ = 0;
+  double ms_[kStates] = {};
+};
+
+namespace {
+
+std::mutex clocks_mu;
+std::map<std::string, LockClock>& lock_clocks() {
+  static std::map<std::string, LockClock> clocks;
+  return clocks;
+}
+
+LockClock* lock_clock(const fs::path& file) {
+  if (file.empty()) return nullptr;
+  std::lock_guard lock(clocks_mu);
+  return &lock_clocks()[file.stem().string()];  // (map nodes stay where they are)
+}
+
 int flock_retrying(int fd, int op) {
   int rc;
   do {
@@ -85,6 +141,13 @@ int flock_retrying(int fd, int op) {
 }
 
 }  // namespace
+
+Json gpu_lock_times() {
+  std::lock_guard lock(clocks_mu);
+  Json j = Json::object();
+  for (auto& [name, clock] : lock_clocks()) j[name] = clock.to_json();
+  return j;
+}
 
 int GpuGuard::open_yield_file(const fs::path& file) { return file.empty() ? -1 : open_lock_file(yield_lock_file(file)); }
 
@@ -97,7 +160,8 @@ bool GpuGuard::yield_wanted(const GpuMutex& mu, int yield_fd) {
   return ::fcntl(yield_fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
-GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode, bool ask_yield) : mu_(mu), mode_(mode) {
+GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode, bool ask_yield)
+    : mu_(mu), mode_(mode), clock_(lock_clock(file)) {
   if (mode_ == Mode::exclusive && !file.empty()) {
     // First: no engine writing on this GPU (GpuShare). Waited for before the turnstile, so that
     // correctness runs go on meanwhile; held to the end, so that none starts beside the timing.
@@ -107,6 +171,16 @@ GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode, bool ask_yield
       engine_fd_ = -1;
     }
   }
+  // Clocked from here (gpu_lock_times): an engine's hold is not the GPU lock's.
+  const bool exclusive = mode_ == Mode::exclusive;
+  if (clock_ && exclusive) clock_->change(0, 0, 1);
+  struct Taken {  // (however the constructor ends: the lock is held then)
+    LockClock* lc;
+    bool ex;
+    ~Taken() {
+      if (lc) lc->change(ex ? 0 : 1, ex ? 1 : 0, ex ? -1 : 0);
+    }
+  } taken{clock_, exclusive};
   // Asking holders to yield from here until the lock is held (the ask ends with this scope).
   struct Ask {
     GpuMutex* mu = nullptr;
@@ -155,6 +229,7 @@ GpuGuard::~GpuGuard() {
   if (mode_ == Mode::shared) mu_.rw.unlock_shared();
   else mu_.rw.unlock();
   if (engine_fd_ >= 0) ::close(engine_fd_);
+  if (clock_) clock_->change(mode_ == Mode::shared ? -1 : 0, mode_ == Mode::exclusive ? -1 : 0, 0);
 }
 
 GpuShare::GpuShare(const std::string& device) {

@@ -30,6 +30,8 @@
 
 namespace kernelllm::harness {
 
+class LockClock;
+
 // The physical GPU of "cuda:N": N mapped through CUDA_VISIBLE_DEVICES (its N-th entry: an index
 // or a UUID) when that is set, else N. Empty for "cpu".
 std::string physical_gpu_id(std::string_view device_name);
@@ -67,6 +69,7 @@ class GpuGuard {
   Mode mode_;
   int fd_ = -1;
   int engine_fd_ = -1;  // exclusive: "<file>.engine", which an engine writing on the GPU holds shared
+  LockClock* clock_ = nullptr;  // this lock's in gpu_lock_times (none for the CPU)
 };
 
 }  // namespace kernelllm::harness

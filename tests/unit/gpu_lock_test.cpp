@@ -136,6 +136,34 @@ TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
   std::filesystem::remove(file);
 }
 
+TEST(GpuLock, ItsTimeIsSplitByWhoHeldItAndWhoWaited) {
+  // gpu_lock_times: a shared hold (~80 ms), a timer waiting for it (the last ~40 ms: draining),
+  // the timer's hold (~60 ms), then nothing. The process-wide clock of this lock file alone.
+  auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-c-" + std::to_string(::getpid()) + ".lock");
+  const std::string name = file.stem().string();
+  GpuMutex mu;
+  auto shared = std::make_unique<GpuGuard>(mu, file, GpuGuard::Mode::shared);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  std::thread timer([&] {
+    GpuGuard g(mu, file, GpuGuard::Mode::exclusive, /*ask_yield=*/true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  shared.reset();
+  timer.join();
+  { GpuGuard again(mu, file, GpuGuard::Mode::shared); }
+  const Json t = gpu_lock_times().value(name, Json::object());
+  ASSERT_TRUE(t.contains("span_ms")) << gpu_lock_times().dump();
+  EXPECT_NEAR(t["shared_ms"].get<double>(), 40, 25) << t.dump();
+  EXPECT_NEAR(t["draining_ms"].get<double>(), 40, 25) << t.dump();
+  EXPECT_NEAR(t["exclusive_ms"].get<double>(), 60, 25) << t.dump();
+  EXPECT_EQ(t["drains"].get<long>(), 1) << t.dump();
+  EXPECT_NEAR(t["span_ms"].get<double>(), t["shared_ms"].get<double>() + t["draining_ms"].get<double>() +
+                                              t["exclusive_ms"].get<double>() + t["free_ms"].get<double>(), 1e-6);
+  EXPECT_FALSE(gpu_lock_times().contains("")) << "the CPU has no lock to clock";
+  std::filesystem::remove(file);
+}
+
 TEST(GpuLock, AVerifyCallCountsItsTakingsByPurpose) {
   // The report's gpu_use: takings, waits and holds by purpose; correctness work on the CPU takes
   // nothing, timing there still takes the device's own lock.

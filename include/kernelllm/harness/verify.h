@@ -271,6 +271,13 @@ class GpuShare {
   int fd_ = -1;  // the GPU's engine lock file, flocked shared (-1: nothing held)
 };
 
+// Where this process's GPU locks' time went, per lock file ("gpu-0", ...), from its first taking
+// to its last release: `exclusive_ms` (a timer held it), `draining_ms` (a timer waited for
+// shared holders to end or yield, every later shared taker waiting behind it), `shared_ms`
+// (shared holders only), `free_ms` (nothing held, nobody waiting), and `drains` (times a timer
+// began to wait while shared holders had it). Takings of other processes are not seen.
+Json gpu_lock_times();
+
 // "cuda" → every visible GPU (asks the Python probe), "cuda:0,cuda:1", "cpu".
 Result<std::vector<std::string>> parse_devices(std::string_view spec);
 
