@@ -128,6 +128,8 @@ def add_use(gpu_use: dict, judge_ms: dict, report: dict) -> None:
         acc["wait_ms"] += u.get("wait_ms", 0.0)
         acc["hold_ms"] += u.get("hold_ms", 0.0)
         acc["max_hold_ms"] = max(acc["max_hold_ms"], u.get("max_hold_ms", 0.0))
+        if "timer_waited_ms" in u:
+            acc["timer_waited_ms"] = acc.get("timer_waited_ms", 0.0) + u["timer_waited_ms"]
         if u.get("yields"):
             acc["yields"] = acc.get("yields", 0) + u["yields"]
             acc["yield_ms"] = acc.get("yield_ms", 0.0) + u.get("yield_ms", 0.0)

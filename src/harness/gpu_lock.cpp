@@ -91,11 +91,18 @@ class LockClock {
     const auto now = std::chrono::steady_clock::now();
     if (started_) ms_[state()] += std::chrono::duration<double, std::milli>(now - since_).count();
     if (waiting > 0 && waiting_ == 0 && exclusive_ == 0 && shared_ > 0) ++drains_;
+    if (waiting > 0 && waiting_ == 0) wait_since_ = now;
     started_ = true;
     since_ = now;
     shared_ += shared;
     exclusive_ += exclusive;
     waiting_ += waiting;
+  }
+  // How long a shared hold taken at `taken` has gone on while a timer waited (0: none waits now).
+  double timer_waited_ms(std::chrono::steady_clock::time_point taken) {
+    std::lock_guard lock(mu_);
+    if (waiting_ == 0) return 0;
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - std::max(wait_since_, taken)).count();
   }
   Json to_json() {
     std::lock_guard lock(mu_);
@@ -112,7 +119,7 @@ class LockClock {
   }
   std::mutex mu_;
   bool started_ = false;
-  std::chrono::steady_clock::time_point since_;
+  std::chrono::steady_clock::time_point since_, wait_since_;
   int shared_ = 0, exclusive_ = 0, waiting_ = 0;
   long drains_ = 0;
   double ms_[kStates] = {};
@@ -177,10 +184,12 @@ GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode, bool ask_yield
   struct Taken {  // (however the constructor ends: the lock is held then)
     LockClock* lc;
     bool ex;
+    std::chrono::steady_clock::time_point* at;
     ~Taken() {
+      *at = std::chrono::steady_clock::now();
       if (lc) lc->change(ex ? 0 : 1, ex ? 1 : 0, ex ? -1 : 0);
     }
-  } taken{clock_, exclusive};
+  } taken{clock_, exclusive, &taken_at_};
   // Asking holders to yield from here until the lock is held (the ask ends with this scope).
   struct Ask {
     GpuMutex* mu = nullptr;
@@ -222,6 +231,10 @@ GpuGuard::GpuGuard(GpuMutex& mu, const fs::path& file, Mode mode, bool ask_yield
     ::close(fd_);
     fd_ = -1;
   }
+}
+
+double GpuGuard::timer_waited_ms() const {
+  return clock_ && mode_ == Mode::shared ? clock_->timer_waited_ms(taken_at_) : 0;
 }
 
 GpuGuard::~GpuGuard() {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <shared_mutex>
@@ -58,6 +59,9 @@ class GpuGuard {
   GpuGuard& operator=(const GpuGuard&) = delete;
   bool cross_process() const { return fd_ >= 0; }
   Mode mode() const { return mode_; }
+  // A shared hold: how long it has gone on while a timer (an exclusive taker of this process)
+  // waited for it, up to now (gpu_lock_times); 0 when none waits.
+  double timer_waited_ms() const;
   // Whether an exclusive taker waits and asks holders to yield: one of this process (`mu`), or of
   // any process through `yield_fd` (open_yield_file; -1: this process only).
   static bool yield_wanted(const GpuMutex& mu, int yield_fd);
@@ -70,6 +74,7 @@ class GpuGuard {
   int fd_ = -1;
   int engine_fd_ = -1;  // exclusive: "<file>.engine", which an engine writing on the GPU holds shared
   LockClock* clock_ = nullptr;  // this lock's in gpu_lock_times (none for the CPU)
+  std::chrono::steady_clock::time_point taken_at_;
 };
 
 }  // namespace kernelllm::harness

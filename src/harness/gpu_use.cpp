@@ -11,10 +11,11 @@
 
 namespace kernelllm::harness {
 
-void GpuUseStats::add(const std::string& what, bool exclusive, double wait_ms, double hold_ms) {
+void GpuUseStats::add(const std::string& what, bool exclusive, double wait_ms, double hold_ms, double timer_waited_ms) {
   std::lock_guard lock(mu_);
   Entry& e = by_what_[what];
   e.exclusive = exclusive;
+  e.timer_waited_ms += timer_waited_ms;
   ++e.n;
   e.wait_ms += wait_ms;
   e.hold_ms += hold_ms;
@@ -50,6 +51,7 @@ Json GpuUseStats::to_json() const {
   for (const auto& [what, e] : by_what_) {
     j[what] = Json{{"mode", e.exclusive ? "exclusive" : "shared"}, {"n", e.n}, {"wait_ms", e.wait_ms}, {"hold_ms", e.hold_ms},
                    {"max_hold_ms", e.max_hold_ms}};
+    if (!e.exclusive) j[what]["timer_waited_ms"] = e.timer_waited_ms;
     if (e.yields > 0) {
       j[what]["yields"] = e.yields;
       j[what]["yield_ms"] = e.yield_ms;
@@ -81,7 +83,8 @@ GpuUse::~GpuUse() {
   if (yield_fd_ >= 0) ::close(yield_fd_);
   if (!guard_) return;
   hold_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - held_since_).count();
-  stats_.add(what_, guard_->mode() == GpuGuard::Mode::exclusive, wait_ms_, hold_ms_);
+  timer_waited_ms_ += guard_->timer_waited_ms();
+  stats_.add(what_, guard_->mode() == GpuGuard::Mode::exclusive, wait_ms_, hold_ms_, timer_waited_ms_);
 }
 
 void GpuUse::continue_as(std::string what) {
@@ -92,7 +95,7 @@ void GpuUse::continue_as(std::string what) {
     held_since_ = now;
   }
   what_ = std::move(what);
-  wait_ms_ = hold_ms_ = 0;
+  wait_ms_ = hold_ms_ = timer_waited_ms_ = 0;
 }
 
 double GpuUse::yield_for_timer(Process& proc, const IdleLook& look) {
@@ -120,6 +123,7 @@ double GpuUse::yield_for_timer(Process& proc, const IdleLook& look) {
   }
   const GpuGuard::Mode mode = guard_->mode();
   hold_ms_ += std::chrono::duration<double, std::milli>(t0 - held_since_).count();
+  timer_waited_ms_ += guard_->timer_waited_ms();  // (the stop and the look included)
   guard_.reset();
   const auto t_wait = Clock::now();
   guard_.emplace(*mu_, file_, mode);  // after the timer (and any other that went first)

@@ -115,7 +115,8 @@ Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, i
 // what limits throughput on a GPU (bench/results/verify-throughput-h100.json).
 class GpuUseStats {
  public:
-  void add(const std::string& what, bool exclusive, double wait_ms, double hold_ms);
+  // `timer_waited_ms`: how long the hold went on while a timer waited for it (GpuGuard::timer_waited_ms).
+  void add(const std::string& what, bool exclusive, double wait_ms, double hold_ms, double timer_waited_ms = 0);
   // A shared hold for `what` that let the lock go while a timer went first (GpuUse::yield_for_timer):
   // its candidate stopped for `stopped_ms`, of which `wait_ms` waiting to take the lock back.
   void add_yield(const std::string& what, double stopped_ms, double wait_ms);
@@ -126,7 +127,7 @@ class GpuUseStats {
   struct Entry {
     bool exclusive = false;
     int64_t n = 0;
-    double wait_ms = 0, hold_ms = 0, max_hold_ms = 0;
+    double wait_ms = 0, hold_ms = 0, max_hold_ms = 0, timer_waited_ms = 0;
     int64_t yields = 0;
     double yield_ms = 0;
   };
@@ -197,7 +198,7 @@ class GpuUse {
   std::chrono::steady_clock::time_point next_look_{};
   GpuUseStats& stats_;
   std::string what_;
-  double wait_ms_ = 0, hold_ms_ = 0;
+  double wait_ms_ = 0, hold_ms_ = 0, timer_waited_ms_ = 0;
   std::chrono::steady_clock::time_point held_since_;
 };
 

@@ -149,9 +149,13 @@ TEST(GpuLock, ItsTimeIsSplitByWhoHeldItAndWhoWaited) {
     std::this_thread::sleep_for(std::chrono::milliseconds(60));
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  EXPECT_NEAR(shared->timer_waited_ms(), 40, 25) << "the shared hold went on while the timer waited";
   shared.reset();
   timer.join();
-  { GpuGuard again(mu, file, GpuGuard::Mode::shared); }
+  {
+    GpuGuard again(mu, file, GpuGuard::Mode::shared);
+    EXPECT_EQ(again.timer_waited_ms(), 0) << "no timer waits";
+  }
   const Json t = gpu_lock_times().value(name, Json::object());
   ASSERT_TRUE(t.contains("span_ms")) << gpu_lock_times().dump();
   EXPECT_NEAR(t["shared_ms"].get<double>(), 40, 25) << t.dump();
