@@ -284,15 +284,14 @@ void write_probe_cache(const fs::path& file, const Interpreter& in, const Python
 Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
   // Once per process, interpreter and visible GPUs: the probe imports torch and Triton (~3 s), and
   // `eval` verifies every (problem, profile) with a verify call of its own. Failures are not kept
-  // (a fix then counts).
+  // (a fix then counts). Held while probing: the calls an `eval` begins at once wait for the first
+  // one's answer (8 probes at once, beside the zygote's imports, took 4-5.6 s each on an H200 host).
   static std::mutex mu;
   static std::map<std::tuple<std::string, bool, std::optional<std::string>>, PythonEnv> probed;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const auto key = std::make_tuple(python, cuda, visible ? std::optional<std::string>(visible) : std::nullopt);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = probed.find(key); it != probed.end()) return it->second;
-  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = probed.find(key); it != probed.end()) return it->second;
   // Then across processes (a `verify` call per problem): the file remade when any file the
   // answer rests on changed (read_probe_cache); only for an interpreter that is a binary (locate).
   const Interpreter in = locate(python);
@@ -304,7 +303,6 @@ Result<PythonEnv> probe_python(const std::string& python, bool cuda) {
     if (!file.empty() && !(cuda && env.cuda_names.empty())) write_probe_cache(file, in, env);
     cached = std::move(env);
   }
-  std::lock_guard<std::mutex> lock(mu);
   probed.emplace(key, *cached);
   return *cached;
 }

@@ -1,9 +1,13 @@
 // JSON the harness reads but does not fully control is type-checked before use: worker replies
 // once per frame (a candidate can write frames of its own to the reply pipe) and verify-cache
 // entries (stale or damaged). A member of the wrong type is a named error, never an exception.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -193,6 +197,32 @@ TEST(PythonProbe, RunsOncePerInterpreterAndKeepsNoFailure) {
     EXPECT_NE(env.status().message().find("cannot import torch"), std::string::npos) << env.status().to_string();
   }
   EXPECT_EQ(runs(dir / "bad"), 2);  // a failure is probed again (the user may have fixed it)
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST(PythonProbe, CallsBegunAtOnceWaitForOneProbe) {
+  // `eval` begins its first problems at once: they share the first call's probe.
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("kllm-probe-once-{}", ::getpid());
+  const auto slow = counting_python(dir, true);
+  {
+    std::string text;
+    {
+      std::ifstream in(slow);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    std::ofstream(slow) << text.insert(text.find('\n') + 1, "sleep 0.3\n");  // after the shebang
+  }
+  std::vector<std::thread> calls;
+  std::atomic<int> ok{0};
+  for (int k = 0; k < 4; ++k) {
+    calls.emplace_back([&] {
+      if (probe_python(slow.string(), false).ok()) ++ok;
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(runs(dir), 1);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
