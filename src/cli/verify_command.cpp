@@ -50,7 +50,6 @@ struct VerifyArgs {
   double run_timeout_s = 30;
   double run_timeout_factor = 50;
   double timing_budget_s = 5;
-  int timing_checks = 8;
   std::string timing_cpu = "auto";
 };
 
@@ -146,7 +145,6 @@ int run_verify(const VerifyArgs& a) {
   o.run_timeout_min_s = a.run_timeout_s;
   o.run_timeout_factor = a.run_timeout_factor;
   o.timing_budget_s = a.timing_budget_s;
-  o.timing_checks = a.timing_checks;
   o.timing_cpu = a.timing_cpu == "auto" ? harness::kTimingCpuAuto
                  : a.timing_cpu == "off" ? harness::kTimingCpuOff
                                          : std::stoi(a.timing_cpu);  // checked by the option's validator
@@ -238,11 +236,6 @@ void add_verify_command(CLI::App& app, CommandRun& run) {
                   "seconds of round trips per timed batch: a slow kernel's batch stops after 5 timed round trips once they "
                   "took this long (docs/verification.md, Timing)")
       ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--timing-checks", args->timing_checks,
-                  "timed calls per round trip whose values the judge checks, a secret choice of each round trip's "
-                  "(0: every call; docs/trust-boundary.md, Times)")
-      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   cmd->add_option("--timing-cpu", args->timing_cpu,
                   "the CPU that runs timed round trips (this process's thread, the judge and the candidate pinned to it): "

@@ -173,49 +173,21 @@ bool timing_unstable(const TimingResult& t) {
 // The judge's time_prepare for round trips [first, last) of a reference batch of `per` calls
 // per round trip: the sets they use (call j of round trip i on set (i * per + j) mod the sets, as
 // in timed_batch) and, with several calls per round trip, each round trip's sets together.
-std::vector<int> checked_slots(uint64_t secret, int trip, int per, int checks) {
-  std::vector<int> slots(static_cast<size_t>(std::max(0, per)));
-  for (int j = 0; j < per; ++j) slots[static_cast<size_t>(j)] = j;
-  if (checks <= 0 || checks >= per) return slots;
-  // A partial Fisher-Yates shuffle driven by splitmix64 over (secret, trip).
-  uint64_t x = secret ^ (0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(trip) + 1));
-  auto next = [&x] {
-    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
-  for (int j = 0; j < checks; ++j) {
-    const int pick = j + static_cast<int>(next() % static_cast<uint64_t>(per - j));
-    std::swap(slots[static_cast<size_t>(j)], slots[static_cast<size_t>(pick)]);
-  }
-  slots.resize(static_cast<size_t>(checks));
-  std::sort(slots.begin(), slots.end());
-  return slots;
-}
-
-Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile,
-                               const std::function<std::vector<int>(int)>& checked) {
-  Json trials = Json::array(), with_refs = Json::array(), groups = Json::array();
-  std::vector<bool> seen(sets.size(), false), referenced(sets.size(), false);
+Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile) {
+  Json trials = Json::array(), groups = Json::array();
+  std::vector<bool> seen(sets.size(), false);
   for (int i = first; i < last; ++i) {
+    Json g = Json::array();
     for (int j = 0; j < per; ++j) {
       const size_t k = static_cast<size_t>(i * per + j) % sets.size();
       if (!seen[k]) trials.push_back(sets[k].trial);
       seen[k] = true;
-    }
-    Json g = Json::array();
-    for (int j : checked(i)) {
-      const size_t k = static_cast<size_t>(i * per + j) % sets.size();
-      if (!referenced[k]) with_refs.push_back(sets[k].trial);
-      referenced[k] = true;
       g.push_back(sets[k].trial);
     }
     if (per > 1) groups.push_back(std::move(g));
   }
-  return Json{{"op", "time_prepare"}, {"compile", compile},       {"trial", sets.front().trial},
-              {"slots", per},         {"trials", std::move(trials)}, {"checked", std::move(with_refs)},
-              {"trips", std::move(groups)}};
+  return Json{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial},
+              {"slots", per},         {"trials", std::move(trials)}, {"trips", std::move(groups)}};
 }
 
 std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
@@ -251,8 +223,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // of each round trip's calls, before the clock starts (else the reference's clocked checks
   // would build them and the candidates' would find them made). The reference's batches find
   // them made already (prepare_reference_sets, outside the exclusive hold).
-  auto checked = [&](int trip) { return checked_slots(secret_seed_, trip, per, opts_.timing_checks); };
-  auto reference_prepare = [&]() { return reference_prepare_request(sets, 0, trips, per, compile, checked); };
+  auto reference_prepare = [&]() { return reference_prepare_request(sets, 0, trips, per, compile); };
   // The reference's prepare makes every set's references: the deadline of one check per set.
   const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
   // A paired batch's judge-side failure: not the candidate's doing.
@@ -482,8 +453,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
         if (baselines) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
       }
     }
-    Json on_sets = Json::array(), on_trials = Json::array(), ref_sets = Json::array(), on_checked = Json::array();
-    for (int j : checked(i)) on_checked.push_back(j);
+    Json on_sets = Json::array(), on_trials = Json::array(), ref_sets = Json::array();
     for (int j = 0; j < per; ++j) {
       on_sets.push_back(given ? given_sets[static_cast<size_t>(j)] : loaded[set_of(i, j)]);
       on_trials.push_back(sets[set_of(i, j)].trial);
@@ -506,8 +476,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // position (its own region for the reference: the same work). Clocked too, so work a
     // candidate finishes after its reply, before the judge reads, is inside the clock (all but
     // the ping we take off).
-    Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"checked", on_checked},
-                                            {"own", cand == nullptr}, {"keep", last && cand != nullptr}},
+    Reply chk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", cand == nullptr},
+                                            {"keep", last && cand != nullptr}},
                            opts_.load_timeout_s);
     if (!chk.ok()) {
       if (cand) {
@@ -528,8 +498,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       next_flush_ms = settle(nullptr);
       Reply rc = judge_call(dev, Json{{"op", "time_call"}, {"sets", ref_sets}}, timeout);
       if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
-      Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"checked", on_checked}, {"own", true}},
-                            opts_.load_timeout_s);
+      Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);
       if (!rk.ok()) return judge_failed(rk, "check the reference's paired round trip");
       ref_check_ms = rk.elapsed_ms;
       if (i >= warm) {
@@ -574,8 +543,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // The last round trip's whole outputs against the full references (not clocked).
     Reply full = chk;
     if (chk.message.value("match", false) && last) {
-      full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"checked", on_checked}, {"full", true},
-                                  {"candidate", cand->id()}},
+      full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"full", true}, {"candidate", cand->id()}},
                         opts_.load_timeout_s);
       if (!full.ok()) {
         r->verdict = Verdict::not_verified;

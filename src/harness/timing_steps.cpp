@@ -35,8 +35,7 @@ bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, cons
     const int last = std::min(trips, first + chunk);
     const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
     const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
-    auto checked = [&](int trip) { return checked_slots(secret_seed_, trip, per, opts_.timing_checks); };
-    Reply p = judge_call(dev, reference_prepare_request(sets, first, last, per, false, checked), timeout);
+    Reply p = judge_call(dev, reference_prepare_request(sets, first, last, per, false), timeout);
     if (!p.ok()) {
       warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
       return true;  // the batch makes what is missing itself (and fails the same way, reported there)

@@ -107,14 +107,7 @@ struct DeviceState {
 // timing sets, else the correctness trials'), and the judge's time_prepare for round trips
 // [first, last) of a reference batch of `per` calls per round trip.
 const std::vector<TrialInput>& timing_sets(const DeviceState& dev);
-// The slots of round trip `trip` (of `per` calls) whose values the judge checks: `checks` of them
-// drawn from `secret` and the round trip (the same for every batch of a call), ascending; all of
-// them when `checks` is 0 or not fewer than `per`.
-std::vector<int> checked_slots(uint64_t secret, int trip, int per, int checks);
-// `checked(trip)`: checked_slots of round trip `trip`; the sets at those slots get references, the
-// others are only made and kept.
-Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile,
-                               const std::function<std::vector<int>(int)>& checked);
+Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile);
 
 // How one verify call used its devices' locks, by purpose ("setup", "load", "run", "compare",
 // "profiled run", "timing", "re-timing"): takings, time waiting for the lock and holding it, the

@@ -326,9 +326,9 @@ std::string Verifier::cache_key_for(size_t i, const DeviceState& dev) const {
   p.torch_version = py_.torch_version;
   p.triton_version = py_.triton_version;
   p.verifier_version = std::string(kVerifierVersion);
-  p.options = fmt::format("trials={} tol={} timing={} compile={} iters={} sandbox={} multishape={} checks={}", opts_.n_trials,
+  p.options = fmt::format("trials={} tol={} timing={} compile={} iters={} sandbox={} multishape={}", opts_.n_trials,
                           opts_.kernelbench_tolerance, opts_.timing, opts_.time_compile, opts_.iters, sandbox_.active(),
-                          opts_.multishape ? opts_.multishape_trials : 0, opts_.timing_checks);
+                          opts_.multishape ? opts_.multishape_trials : 0);
   return cache_key(p);
 }
 

@@ -183,46 +183,6 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     assert mine.close() == []  # released cleanly
 
 
-def test_only_the_checked_calls_of_a_round_trip_get_references_and_are_read(tmp_path, monkeypatch):
-    # A round trip of 4 calls of which the orchestrator's secret choice checks slots 1 and 3: the
-    # other two sets are made and kept (a batch copies them) without references, and their slots
-    # are not read; a wrong value in a checked slot is found and named by its slot.
-    j = _judge(tmp_path)
-    trip = [3, 4, 5, 6]
-    for t in range(7):
-        j.make_inputs({"trial": t, "lazy": t in trip})
-    # (The region's layout comes from `trial`, which gets its references for that.)
-    j.time_prepare({"trial": 4, "compile": False, "slots": 4, "trials": trip, "checked": [4, 6], "trips": [[4, 6]]})
-    assert ["fp" in j.trials[t] for t in trip] == [False, True, False, True]
-    assert all(j._kept_set(t) is not None for t in (3, 5))
-    sent = []
-    monkeypatch.setattr(region, "send_fd", sent.append)
-    reply = j.time_region({"trial": 4, "slots": 4})
-    mine = region.Region.attach(os.dup(sent[0]), reply["region"]["bytes"], "cpu")
-    views = mine.views(reply["region"]["outputs"])
-    right = {t: j._full(t, timing=True)["ref"][0] for t in (4, 6)}
-
-    def fill(bad_slot=None):
-        for slot, t in enumerate(trip):
-            views[slot].copy_(right[t] if t in right else torch.full_like(views[slot], 7.0))
-        if bad_slot is not None:
-            views[bad_slot].reshape(-1)[0] += 1.0
-
-    fill()
-    assert j.check_timed({"trials": trip, "checked": [1, 3]})["match"]
-    fill(bad_slot=3)
-    bad = j.check_timed({"trials": trip, "checked": [1, 3]})
-    assert not bad["match"] and bad["slot"] == 3 and bad["message"].startswith("call 3 of 4"), bad
-    fill()
-    full = j.check_timed({"trials": trip, "checked": [1, 3], "full": True, "candidate": "cand-0"})
-    assert full["match"], full
-    for wrong in ([], [1, 1], [4], "1"):
-        with pytest.raises(protocol.WorkerError):
-            j.check_timed({"trials": trip, "checked": wrong})
-    del views
-    assert mine.close() == []
-
-
 @pytest.mark.parametrize("listed", [True, False])
 def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(tmp_path, monkeypatch, listed):
     # One timing set per timed call, its references made lazily: unless time_prepare lists the

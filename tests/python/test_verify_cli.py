@@ -213,38 +213,17 @@ def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timi
     assert rep["reference_timing"] is None, rep["reference_timing"]
 
 
-@pytest.mark.parametrize("checks", ["8", "1"])
-def test_the_references_batch_copies_the_timing_sets_made_beforehand(files, checks):
+def test_the_references_batch_copies_the_timing_sets_made_beforehand(files):
     # The judge made and kept every timing set while the reference's timing was prepared (shared
     # holds of the GPU); the reference's batch and the candidate's paired one copy them inside the
     # exclusive hold instead of making them again from their seeds (a get_inputs of 0.2 s here:
-    # each round trip's two sets made anew would take 0.4 s). With one call of each round trip
-    # checked, the other set gets no references but is made and kept all the same.
-    r, rep = run_verify(files, ["good"], "--no-multishape", "--timing-checks", checks, problem="slow_inputs")
+    # each round trip's two sets made anew would take 0.4 s).
+    r, rep = run_verify(files, ["good"], "--no-multishape", problem="slow_inputs")
     assert r.returncode == 0, r.stderr[-3000:]
     ref, cand = rep["reference_timing"], rep["candidates"][0]["timing"]
     assert ref["calls_per_trip"] == 2 and len(ref["load_ms"]) == 3, ref
     assert max(ref["load_ms"]) < 200, ref["load_ms"]
     assert cand["inputs"] == "given" and max(cand["paired_load_ms"]) < 200, cand
-
-
-def test_timing_cheats_are_caught_when_one_call_of_each_round_trip_is_checked(tmp_path):
-    # On a CPU a round trip has 2 calls, so the default checks both; with --timing-checks 1 each
-    # round trip's checked call is the orchestrator's secret choice. The labelled timing cheats
-    # skip, replay or spoil most timed calls and are still caught; their honest near-miss (a kernel
-    # wrong on the calls after its eighth, untimed too) keeps its verdict.
-    cases = Path(__file__).resolve().parents[1] / "cases"
-    stems = {"correct_basic": "correct", "cheat_timing_skip": "cheat", "cheat_replay_within_round_trip": "cheat",
-             "cheat_off_last_round_trip": "cheat", "wrong_after_warmup_switch": "wrong_output"}
-    report = tmp_path / "report.json"
-    cmd = [find_cli(), "verify", str(cases / "problems" / "relu.py"), *[str(cases / "relu" / f"{s}.py") for s in stems],
-           "--verify-device", "cpu", "--json", str(report), "--no-cache", "--no-multishape", "--timing-checks", "1"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    got = {Path(c["path"]).stem: (c["verdict"], c.get("rule")) for c in json.loads(report.read_text())["candidates"]}
-    for stem, verdict in stems.items():
-        assert got[stem][0] == verdict, (stem, got[stem], r.stderr[-2000:])
-        if verdict == "cheat":
-            assert got[stem][1] == "timed_output_mismatch", (stem, got[stem])
 
 
 def test_size_variant_judges_started_by_exec_live_through_the_multishape_check(files):

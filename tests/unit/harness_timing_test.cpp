@@ -1,9 +1,6 @@
 // Median/IQR statistics, noise-aware finalist selection, roofline floor, verdict names, devices.
 #include <gtest/gtest.h>
 
-#include <set>
-
-#include "harness/verifier.h"
 #include "kernelllm/harness/timing.h"
 #include "kernelllm/harness/verify.h"
 
@@ -197,43 +194,6 @@ TEST(ParseDevices, AcceptsCpuCudaAndListsRejectsTheRest) {
   EXPECT_FALSE(parse_devices("cuda:x").ok());
   EXPECT_FALSE(parse_devices("cpu,cuda:0").ok());
   EXPECT_FALSE(parse_devices("").ok());
-}
-
-TEST(TimingChecks, EachRoundTripChecksASecretChoiceOfItsCalls) {
-  // Every call when a round trip has no more than `checks` (or with 0).
-  EXPECT_EQ(checked_slots(1, 0, 4, 8), (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(checked_slots(1, 0, 64, 0).size(), 64u);
-  EXPECT_EQ(checked_slots(1, 0, 8, 8).size(), 8u);
-  // Else `checks` distinct slots, ascending, the same for a secret and round trip (the reference's
-  // preparation and every batch of the call agree), other ones for other round trips and secrets.
-  std::set<int> seen;
-  std::set<std::vector<int>> choices;
-  for (int trip = 0; trip < 200; ++trip) {
-    const std::vector<int> s = checked_slots(42, trip, 64, 8);
-    ASSERT_EQ(s.size(), 8u);
-    EXPECT_TRUE(std::is_sorted(s.begin(), s.end()));
-    EXPECT_EQ(std::set<int>(s.begin(), s.end()).size(), 8u);
-    EXPECT_GE(s.front(), 0);
-    EXPECT_LT(s.back(), 64);
-    EXPECT_EQ(s, checked_slots(42, trip, 64, 8));
-    seen.insert(s.begin(), s.end());
-    choices.insert(s);
-  }
-  EXPECT_EQ(seen.size(), 64u) << "every slot is checked in some round trip";
-  EXPECT_GT(choices.size(), 190u);
-  EXPECT_NE(checked_slots(42, 3, 64, 8), checked_slots(43, 3, 64, 8));
-}
-
-TEST(TimingChecks, TheReferencesPreparationMakesReferencesForTheCheckedSetsOnly) {
-  std::vector<TrialInput> sets(8);
-  for (int k = 0; k < 8; ++k) sets[static_cast<size_t>(k)].trial = 10 + k;
-  // Round trips 0 and 1 of 4 calls; slot 1 and 2 checked in the first, slot 0 in the second.
-  auto checked = [](int trip) { return trip == 0 ? std::vector<int>{1, 2} : std::vector<int>{0}; };
-  const Json r = reference_prepare_request(sets, 0, 2, 4, false, checked);
-  EXPECT_EQ(r["trials"], Json::parse("[10, 11, 12, 13, 14, 15, 16, 17]"));
-  EXPECT_EQ(r["checked"], Json::parse("[11, 12, 14]"));
-  EXPECT_EQ(r["trips"], Json::parse("[[11, 12], [14]]"));
-  EXPECT_EQ(r["slots"], 4);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-9";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU, a candidate charged its check only beyond the reference's; 8: GPU work a paired candidate left queued waited out before the reference's round trip; 9: a secret choice of each round trip's calls checked (timing_checks)
+inline constexpr std::string_view kVerifierVersion = "verify-8";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU, a candidate charged its check only beyond the reference's; 8: GPU work a paired candidate left queued waited out before the reference's round trip
 
 enum class Verdict {
   correct,
@@ -57,10 +57,6 @@ struct VerifyOptions {
   bool time_compile = false;  // also time torch.compile(reference)
   int warmup = 3;
   int iters = 20;
-  // Timed calls per round trip whose values the judge checks (docs/trust-boundary.md, Times):
-  // that many of each round trip's calls, chosen from the call's secret seed (a candidate cannot
-  // know which); every call when a round trip has no more, or with 0.
-  int timing_checks = 8;
   bool select = true;  // re-time finalists side by side and pick one
   int finalists = 3;
   // Multi-shape check: after a `correct` verdict, re-run correctness on problem variants with

@@ -4,8 +4,6 @@ of that region. A mixin of worker/judge.py's Judge, whose fingerprints and compa
 the orchestrator clocks each request (src/harness/timed_calls.cpp)."""
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from . import compare, inputs, protocol, region, timing
@@ -105,13 +103,6 @@ class TimedCalls:
         if not isinstance(trips, list) or not all(isinstance(g, list) and all(type(t) is int for t in g) for g in trips):
             raise WorkerError("protocol", "time_prepare: 'trips' must be a list of lists of trial numbers")
         n_out = len(views) // slots
-        # `checked`: the sets whose timed values the judge will check (docs/trust-boundary.md,
-        # Times): their references now; every other set is only made from its seed and kept, so
-        # that a batch copies it instead of making it under its exclusive hold. Default: all.
-        checked = msg.get("checked", trials)
-        if not isinstance(checked, list) or not all(type(t) is int for t in checked):
-            raise WorkerError("protocol", "time_prepare: 'checked' must be a list of trial numbers")
-        checked = set(checked)
         try:
             # The sets' read-backs (input checksums, tolerance statistics) all at once, or once
             # PENDING_BYTES of references wait for them: a synchronize a set cost ~10 ms each on
@@ -121,10 +112,6 @@ class TimedCalls:
             for t in trials:
                 if t not in self.trials:
                     raise WorkerError("protocol", f"no inputs were made for trial {t}")
-                if t not in checked:
-                    if self._kept_set(t) is None and "fp" not in self.trials[t]:
-                        self._keep_set(t, self._make(t))
-                    continue
                 if "fp" not in self.trials[t]:
                     made = len(pending)
                     self._full(t, timing=True, pending=pending)
@@ -134,8 +121,6 @@ class TimedCalls:
                         waiting = 0
             self.finish_pending(pending)
             for t in trials:
-                if t not in checked:
-                    continue
                 for i in range(n_out):
                     self._fp_checker(t, i)
         finally:
@@ -298,13 +283,7 @@ class TimedCalls:
         trials = msg["trials"]
         if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
             raise WorkerError("protocol", f"check_timed: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
-        # `checked`: the slots whose values are checked (the orchestrator's secret choice of each
-        # round trip's calls, docs/trust-boundary.md, Times); default every slot.
-        checked = msg.get("checked", list(range(len(trials))))
-        if (not isinstance(checked, list) or not checked or not all(type(j) is int and 0 <= j < len(trials) for j in checked)
-                or len(set(checked)) != len(checked)):
-            raise WorkerError("protocol", f"check_timed: 'checked' must list distinct slots of the {len(trials)} calls, found {checked!r}")
-        fps = [self._fingerprint(trials[j]) for j in checked]
+        fps = [self._fingerprint(t) for t in trials]
         n_out = max(1, len(fps[0]["shapes"]))
         if len(trials) > len(views) // n_out:
             raise WorkerError("protocol", f"check_timed: {len(trials)} calls for {len(views) // n_out} output slot(s)")
@@ -313,14 +292,13 @@ class TimedCalls:
         try:
             if msg.get("full"):
                 res: dict = {"match": True, "message": "no outputs"}
-                for j in checked:
-                    t = trials[j]
+                for j, t in enumerate(trials):
                     outs = {str(i): v for i, v in enumerate(views[j * n_out:(j + 1) * n_out])}
                     res = self._judge_outputs(t, self._full(t, timing=True), outs, None, str(msg.get("candidate", "")))
                     if not res.get("match"):
                         return dict(res, slot=j)
                 return res
-            if len(trials) == 1:  # (checked: [0])
+            if len(trials) == 1:
                 for i, v in enumerate(views[:n_out]):
                     flat = v.reshape(-1)
                     checker, at = self._fp_checker(trials[0], i), self._at_fp(flat, i)
@@ -333,20 +311,16 @@ class TimedCalls:
                         return bad
             else:
                 limits = getattr(self, "trip_limits", {})
-                group = tuple(trials[j] for j in checked)
-                rows_at = None if len(checked) == len(trials) else torch.tensor(checked, device=reg.data.device)
                 for i in range(n_out):
                     got = self._slots_at_fp(reg, views, slot_bytes, i, len(trials))
-                    if rows_at is not None:
-                        got = got.index_select(0, rows_at)
-                    checkers = [self._fp_checker(t, i) for t in group]
-                    row = compare.rows_pass(checkers, got, limits.get((group, i)))
+                    checkers = [self._fp_checker(t, i) for t in trials]
+                    row = compare.rows_pass(checkers, got, limits.get((tuple(trials), i)))
                     if row >= 0:
                         _, detail = compare.values_pass(checkers[row], got[row], self._fp_positions(i, views[i].numel()))
-                        return {"match": False, "slot": checked[row],
-                                "message": f"call {checked[row]} of {len(trials)} in the round trip: output {i}: {detail}"}
+                        return {"match": False, "slot": row,
+                                "message": f"call {row} of {len(trials)} in the round trip: output {i}: {detail}"}
                     sampled = self._fp_positions(i, views[i].numel()) is not None
-                    bad = self._norm_failing(checkers, got, sampled, i, len(trials), checked)
+                    bad = self._norm_failing(checkers, got, sampled, i, len(trials))
                     if bad:
                         return bad
             n = sum(int(x.numel()) for fp in fps for x in fp["ref"])
@@ -359,15 +333,12 @@ class TimedCalls:
             if msg.get("full"):  # references made again there (not kept) go back before the next run
                 release_cached()
 
-    def _norm_failing(self, checkers: list, got: torch.Tensor, sampled: bool, i: int, calls: int,
-                      slots: Optional[list] = None) -> dict:
+    def _norm_failing(self, checkers: list, got: torch.Tensor, sampled: bool, i: int, calls: int) -> dict:
         """A failed check_timed reply when a call's output i breaks the strict profile's normalized-error
-        bound over its checked values (compare.rows_norm_failing), else {}. Row j of `got` is slot
-        `slots[j]` (default j)."""
+        bound over its checked values (compare.rows_norm_failing), else {}."""
         row, err, bound = compare.rows_norm_failing(checkers, got, sampled)
         if row < 0:
             return {}
-        row = slots[row] if slots else row
         over = "a sample of" if sampled else "all"
         return {"match": False, "slot": row,
                 "message": f"call {row} of {calls} in the round trip: output {i}: normalized error {err:.3g} over {over} "
