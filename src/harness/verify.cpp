@@ -151,7 +151,14 @@ Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double 
     return r;
   }
   Reply r = dev.judge->request(request, timeout_s);
-  judge_ops_.add(request.value("op", std::string("?")), r.elapsed_ms);
+  const std::string op = request.value("op", std::string("?"));
+  judge_ops_.add(op, r.elapsed_ms);
+  // A request's own breakdown (time_prepare: steps_ms), as "<op>.<step>".
+  if (r.ok() && r.message.contains("steps_ms") && r.message["steps_ms"].is_object()) {
+    for (const auto& [step, ms] : r.message["steps_ms"].items()) {
+      if (ms.is_number() && ms.get<double>() >= 0) judge_ops_.add(op + "." + step, ms.get<double>());
+    }
+  }
   if (r.ok() && fd_out) {
     // The descriptor the judge sent over fd 5 before its reply (under the same lock, so no
     // other request's descriptor can come between).

@@ -343,6 +343,7 @@ constexpr JsonMember kReplyMembers[] = {
     {"after_correct", kJsonObject | kJsonNull},
     {"kernel_names", kJsonArray, kJsonString},
     {"violation", kJsonObject | kJsonNull},       // kernel_check
+    {"steps_ms", kJsonObject},                    // time_prepare (judge)
 };
 constexpr JsonMember kErrorMembers[] = {
     {"kind", kJsonString}, {"message", kJsonString}, {"traceback", kJsonString}, {"rule", kJsonString}};

@@ -224,6 +224,11 @@ def test_the_references_batch_copies_the_timing_sets_made_beforehand(files):
     assert ref["calls_per_trip"] == 2 and len(ref["load_ms"]) == 3, ref
     assert max(ref["load_ms"]) < 200, ref["load_ms"]
     assert cand["inputs"] == "given" and max(cand["paired_load_ms"]) < 200, cand
+    # The judge's time_prepare says where its time went: here the inputs' making (0.2 s a set).
+    ops = rep["judge_ms"]
+    steps = {k.split(".", 1)[1]: v["ms"] for k, v in ops.items() if k.startswith("time_prepare.")}
+    assert set(steps) == {"make", "references", "read_back", "limits", "other"}, ops
+    assert steps["make"] > 0.5 * ops["time_prepare"]["ms"] and sum(steps.values()) <= ops["time_prepare"]["ms"], ops
 
 
 def test_size_variant_judges_started_by_exec_live_through_the_multishape_check(files):

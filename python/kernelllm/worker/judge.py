@@ -272,6 +272,8 @@ class Judge(TimedCalls, AcrossTrials):
         acc_make, acc_sums, acc_out = accounting.AtenCompute(), accounting.AtenCompute(), accounting.AtenCompute()
         nothing = contextlib.nullcontext
         prof_base = accounting.KernelProfiler(self.device) if profile_kernels else None
+        steps = getattr(self, "prep_steps", None) if timing else None  # time_prepare's breakdown
+        t_make = time.perf_counter()
         with (prof_base or nothing()):
             with (acc_make if measure else nothing()):
                 args = self._make(trial)
@@ -280,6 +282,8 @@ class Judge(TimedCalls, AcrossTrials):
                 # whose inputs are handed over: the first one then copies them too instead of
                 # making them again under its exclusive hold of the GPU.
                 self._keep_set(trial, args, copy=True)
+            if steps is not None:
+                steps["make"] += time.perf_counter() - t_make
             defer = pending is not None and timing and "fp" not in rec  # (timing: nothing measured)
             with (acc_sums if measure else nothing()):
                 if defer:

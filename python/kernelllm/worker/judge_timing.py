@@ -4,6 +4,8 @@ of that region. A mixin of worker/judge.py's Judge, whose fingerprints and compa
 the orchestrator clocks each request (src/harness/timed_calls.cpp)."""
 from __future__ import annotations
 
+import time
+
 import torch
 
 from . import compare, inputs, protocol, region, timing
@@ -85,6 +87,7 @@ class TimedCalls:
         """The reference (torch.compile'd with `compile`) for a timed batch of `slots` calls per
         round trip, its outputs copied into a region of the judge's own, as a candidate's are into
         the shared one (both pay the copy)."""
+        t_request = time.perf_counter()
         self._need_problem()
         fn = torch.compile(self.model) if msg.get("compile") else self.model
         self.timer = None
@@ -103,6 +106,11 @@ class TimedCalls:
         if not isinstance(trips, list) or not all(isinstance(g, list) and all(type(t) is int for t in g) for g in trips):
             raise WorkerError("protocol", "time_prepare: 'trips' must be a list of lists of trial numbers")
         n_out = len(views) // slots
+        # Where the request's time goes (the reply's steps_ms; the report's judge_ms as
+        # time_prepare.<step>): the sets' inputs made from their seeds (and kept), their references
+        # (forwards, fingerprints, tolerance statistics), the read-backs, the round trips' limits,
+        # and the rest (the region, the checkers).
+        self.prep_steps = steps = {"make": 0.0, "references": 0.0, "read_back": 0.0, "limits": 0.0}
         try:
             # The sets' read-backs (input checksums, tolerance statistics) all at once, or once
             # PENDING_BYTES of references wait for them: a synchronize a set cost ~10 ms each on
@@ -113,18 +121,25 @@ class TimedCalls:
                 if t not in self.trials:
                     raise WorkerError("protocol", f"no inputs were made for trial {t}")
                 if "fp" not in self.trials[t]:
-                    made = len(pending)
+                    made, t0, make0 = len(pending), time.perf_counter(), steps["make"]
                     self._full(t, timing=True, pending=pending)
+                    steps["references"] += time.perf_counter() - t0 - (steps["make"] - make0)
                     waiting += sum(p[2] for p in pending[made:])
                     if waiting > PENDING_BYTES:
+                        t0 = time.perf_counter()
                         self.finish_pending(pending)
+                        steps["read_back"] += time.perf_counter() - t0
                         waiting = 0
+            t0 = time.perf_counter()
             self.finish_pending(pending)
+            steps["read_back"] += time.perf_counter() - t0
             for t in trials:
                 for i in range(n_out):
                     self._fp_checker(t, i)
         finally:
+            self.prep_steps = None
             release_cached()
+        t_limits = time.perf_counter()
         for i, v in enumerate(views[:n_out]):
             self._fp_index_on(i, v.numel(), v.device)
         # The strict profile's per-call tolerances of each round trip's calls, for the check of
@@ -145,7 +160,9 @@ class TimedCalls:
         # the device's queue: one a round trip was ~2 synchronizes each).
         for key, limits in zip(wanted, compare.rows_limits_many(list(wanted.values()), reg.data.device)):
             self.trip_limits[key] = limits
-        return {}
+        steps["limits"] = time.perf_counter() - t_limits
+        steps["other"] = max(0.0, time.perf_counter() - t_request - sum(steps.values()))
+        return {"steps_ms": {k: round(v * 1e3, 3) for k, v in steps.items()}}
 
     def time_load(self, msg: dict) -> dict:
         """A round trip's timing sets made on the device from their trials' seeds (`trials`): the
