@@ -109,6 +109,7 @@ def test_each_invocation_records_its_run_facts(scored):
     assert facts["date_utc"].endswith("Z") and facts["host"]
     assert facts["torch"] and facts["triton"] and facts["python_version"]
     assert facts["devices"] == [{"name": "cpu", "hardware": "cpu"}]
+    assert json.loads(lines[0])["gpu_lock"] == {}  # verified on the CPU: no GPU lock taken
 
 
 def test_each_verify_call_records_where_its_time_went(scored):
