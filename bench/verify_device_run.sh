@@ -77,7 +77,10 @@ for mode in "$@"; do
         --problems-dir "$kb/KernelBench/level1" --candidates-dir bench/eval_candidates/level1 \
         --concurrency "${THROUGHPUT_CONCURRENCY:-1}" --reports-dir "$out/reports" --driver "${THROUGHPUT_DRIVER:-calls}" \
         ${THROUGHPUT_KB:+--kernelbench "${THROUGHPUT_EVAL:-.kb}"} 2>&1 |
-        tee "$out/throughput.log" | tail -30 ;;
+        tee "$out/throughput.log" | tail -30
+      # Where the eval driver's time went (the lock's split, holds, judge ops, each problem's timeline).
+      [[ "${THROUGHPUT_DRIVER:-calls}" == eval && -f "$out/verify-throughput-h100.json" ]] &&
+        python3 bench/throughput_breakdown.py "$out/verify-throughput-h100.json" 2>&1 | tee "$out/breakdown.txt" | head -30 ;;
     agreement)
       # Wheels KernelBench's eval imports that the device lacks, if any were carried (.whl/*.whl).
       mkdir -p /tmp/site && { ! compgen -G ".whl/*.whl" >/dev/null ||
