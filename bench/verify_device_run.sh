@@ -70,12 +70,14 @@ for mode in "$@"; do
       # THROUGHPUT_KB=1: KernelBench's eval on the same candidates after ours, in the same call (issue #43);
       # its wheels as for `agreement`; THROUGHPUT_EVAL: the KernelBench tree whose eval runs (default .kb:
       # the eval of KernelBench 21fbe5a, .kb0, does not run Triton candidates: all compile_error);
-      # THROUGHPUT_DRIVER: calls (default), eval or both (bench/verify_throughput.py --driver).
+      # THROUGHPUT_DRIVER: calls (default), eval or both (bench/verify_throughput.py --driver); THROUGHPUT_NO_MULTISHAPE=1:
+      # the eval driver without the multi-shape check (what it and its judges cost).
       mkdir -p /tmp/site && { ! compgen -G ".whl/*.whl" >/dev/null ||
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; }
       PYTHONPATH=/tmp/site python3 bench/verify_throughput.py --cli "$cli" --device cuda:0 --out "$out/verify-throughput-h100.json" \
         --problems-dir "$kb/KernelBench/level1" --candidates-dir bench/eval_candidates/level1 \
         --concurrency "${THROUGHPUT_CONCURRENCY:-1}" --reports-dir "$out/reports" --driver "${THROUGHPUT_DRIVER:-calls}" \
+        ${THROUGHPUT_NO_MULTISHAPE:+--no-multishape} \
         ${THROUGHPUT_KB:+--kernelbench "${THROUGHPUT_EVAL:-.kb}"} 2>&1 |
         tee "$out/throughput.log" | tail -30
       # Where the eval driver's time went (the lock's split, holds, judge ops, each problem's timeline).

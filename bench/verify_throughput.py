@@ -159,7 +159,8 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
         for i, case in enumerate(cases):
             shutil.copyfile(case, cands_dir / problem.stem / f"{i}.py")
     cmd = [args.cli, "eval", "--problems", str(problems_dir), "--candidates", str(cands_dir), "--out", str(run_dir),
-           "--verify-device", args.device, "--profiles", "strict", "--multishape", "--problem-jobs",
+           "--verify-device", args.device, "--profiles", "strict",
+           "--no-multishape" if args.no_multishape else "--multishape", "--problem-jobs",
            str(max(1, args.concurrency)), "--jobs", str(args.jobs), "-q"]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -212,7 +213,8 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
     print(f"eval driver: GPU lock time {json.dumps(gpu_lock)}", flush=True)
     print(f"eval driver: {n} candidates over {len(per_problem)} problems in {wall_s:.1f} s: "
           f"{round(60.0 * n / wall_s, 2)} candidates/min", flush=True)
-    return {"what": "one kernelllm eval run (strict profile, --multishape, timing on; no finalist re-timing: eval selects none)",
+    return {"what": f"one kernelllm eval run (strict profile, {'no multi-shape check' if args.no_multishape else '--multishape'}, "
+                    "timing on; no finalist re-timing: eval selects none)",
             "command": " ".join(cmd), "problem_jobs": max(1, args.concurrency), "problems": len(per_problem),
             "candidates": n, "total_wall_s": round(wall_s, 2),
             "candidates_per_min": round(60.0 * n / wall_s, 2) if wall_s > 0 else None,
@@ -252,6 +254,9 @@ def main() -> int:
     ap.add_argument("--driver", choices=("calls", "eval", "both"), default="calls",
                     help="calls: one verify call per problem, --concurrency at once; eval: one eval run with "
                          "--problem-jobs --concurrency and --multishape; both: the calls, then the eval run")
+    ap.add_argument("--no-multishape", action="store_true",
+                    help="eval driver: without the multi-shape check (to see what it and its judges cost; a record "
+                         "for the issue's target keeps it on)")
     ap.add_argument("--no-warmup", action="store_true",
                     help="skip the interpreter warm-up (torch, Triton and NumPy imported, a CUDA context made, once) "
                          "before ours: without it a fresh machine's cold file cache falls on ours alone, since "
