@@ -124,6 +124,18 @@ def test_inputs_made_otherwise_by_the_candidate_are_named(tmp_path):
     assert not c["match"] and c["verdict_hint"] == "wrong_output" and c["rule"] == "inputs_differ", c
 
 
+@pytest.mark.parametrize("profile", ["strict", "kernelbench"])
+def test_a_problem_with_complex_outputs_is_refused_with_why(tmp_path, profile):
+    # Neither profile can compare complex values yet: the problem is refused at its load with what
+    # to do, instead of an internal error in the tolerance's statistics.
+    source = PROBLEM.replace("return torch.where(mask, x * s, -x)", "return torch.view_as_complex(torch.stack([x, -x], -1))")
+    assert "view_as_complex" in source
+    j = _judge(tmp_path, source, profile=profile)
+    with pytest.raises(WorkerError) as e:
+        j.make_inputs({"trial": 0})  # (set-up: trial 0's references)
+    assert e.value.kind == "problem_error" and "complex64" in e.value.message and "view_as_real" in e.value.message, e.value
+
+
 def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monkeypatch):
     # Outputs larger than the fingerprint (32 elements > 8) and no room to keep references: every
     # comparison re-makes its trial's references from the seed; history and samples use the sample.

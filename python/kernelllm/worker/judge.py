@@ -307,6 +307,13 @@ class Judge(TimedCalls, AcrossTrials):
             del args
             if not all(isinstance(r, torch.Tensor) for r in ref):
                 raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
+            if any(r.is_complex() for r in ref):
+                # The comparisons, fingerprints and output files handle real tensors only: said
+                # here, at set-up, instead of an internal error in the first statistics.
+                dtypes = [str(r.dtype).replace("torch.", "") for r in ref]
+                raise WorkerError("problem_error", f"the reference returns a complex tensor (outputs: {', '.join(dtypes)}); "
+                                                   "complex outputs cannot be verified yet: return torch.view_as_real(...) "
+                                                   "of them from the problem's Model instead")
             ref = [r.detach() for r in ref]
             if measure:
                 prof_out = accounting.KernelProfiler(self.device) if profile_kernels else None
