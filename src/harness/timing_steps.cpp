@@ -44,6 +44,13 @@ bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, cons
   return true;
 }
 
+int calls_per_trip_without_probe(bool cuda, size_t n_sets, int trips, uint64_t output_bytes) {
+  // Every call a round trip can hold (its sets, the region), whatever the reference's time: on a
+  // CPU, or with room for one call, what the probe would find.
+  const int most = calls_per_trip_for(cuda, n_sets, trips, output_bytes, 0);
+  return !cuda || most <= 1 ? most : 0;
+}
+
 bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop) {
   // The caller holds dev.ref_timing_mu. One call per round trip first, a few round trips: its CUDA
   // events say how long a call of the reference is, and so how many calls make a round trip for
@@ -56,6 +63,19 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
   constexpr int kProbeTrips = 5;
   if (!dev.ref_probed) {
     dev.calls_per_trip = 1;
+    // The probe (a taking of the GPU of its own, exclusive) only when its answer is not known
+    // without it: the reference is then timed once, in its batch.
+    const std::vector<TrialInput>& sets = timing_sets(dev);
+    if (const int per = sets.empty() ? 0
+                                     : calls_per_trip_without_probe(dev.cuda(), sets.size(), iters + warmup_calls(dev),
+                                                                    sets.front().output_bytes);
+        per > 0) {
+      dev.ref_probed = dev.ref_probe_skipped = true;
+      dev.ref_batch_per = per;
+      mark("reference_probe_skipped");
+    }
+  }
+  if (!dev.ref_probed) {
     if (!prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1, stop)) return false;
     {
       if (stopped(stop)) return false;
@@ -130,7 +150,7 @@ void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* 
   dev.ref_timing_tried = true;
   prepare_reference_timing(dev, nullptr);
   const int iters = timed_calls(dev);
-  if (dev.ref_timing && dev.ref_batch_per > 0) {
+  if ((dev.ref_timing || dev.ref_probe_skipped) && dev.ref_batch_per > 0) {
     const int per = dev.ref_batch_per;
     // Left held for the caller's profiled run and timing when asked (one taking of the GPU).
     std::optional<GpuUse> own;

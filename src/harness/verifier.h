@@ -85,6 +85,7 @@ struct DeviceState {
   // prepare_reference_timing's progress (under ref_timing_mu): the probe batch ran, the sets of
   // the batch it calls for (ref_batch_per calls a round trip; 0: none) are made.
   bool ref_probed = false, ref_prepared = false;
+  bool ref_probe_skipped = false;  // its answer known without it (calls_per_trip_without_probe)
   int ref_batch_per = 0;
   bool ref_started = false;  // start_reference_timing ran (under Verifier::ref_threads_mu_)
   int calls_per_trip = 1;  // timed calls per round trip, chosen with the reference's timing

@@ -200,6 +200,10 @@ def test_the_references_timing_is_prepared_from_the_first_candidate_on_beside_it
     assert tl["setup"] <= tl["reference_prepare_started"] <= tl["reference_prepared"] <= tl["reference_batch_started"], tl
     assert tl["reference_prepare_started"] - tl["setup"] < 1000, tl
     assert tl["reference_batch_started"] - tl["reference_prepare_started"] >= 5000, tl
+    # On a CPU the calls per round trip do not depend on the reference's time: no probe, so the
+    # reference took the GPU's lock exclusively once, for its batch.
+    assert "reference_probe_skipped" in tl, tl
+    assert rep["gpu_use"]["reference timing"]["n"] == 1, rep["gpu_use"]
 
 
 def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timing(files):

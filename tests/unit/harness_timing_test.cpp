@@ -119,6 +119,17 @@ TEST(TimingClock, ARoundTripOfSeveralCallsPublishesEachCallsShare) {
   EXPECT_NEAR(excess, 1.5, 1e-12);
 }
 
+TEST(TimingClock, TheProbeIsSparedOnlyWhenItsAnswerIsKnownWithoutIt) {
+  // Room for one call a round trip (each call its own set; or the region), or a CPU: known.
+  EXPECT_EQ(calls_per_trip_without_probe(true, 40, 23, 16 << 10), 1);
+  EXPECT_EQ(calls_per_trip_without_probe(true, 23 * kMaxCallsPerTrip, 23, kTripRegionBytes), 1);
+  EXPECT_EQ(calls_per_trip_without_probe(false, 8, 4, 64), kCpuCallsPerTrip);
+  EXPECT_EQ(calls_per_trip_without_probe(false, 2, 4, 64), 1);
+  // Room for more on a GPU: the reference's time decides, measured by the probe.
+  EXPECT_EQ(calls_per_trip_without_probe(true, 23 * 2, 23, 16 << 10), 0);
+  EXPECT_EQ(calls_per_trip_without_probe(true, 23 * kMaxCallsPerTrip, 23, 16 << 10), 0);
+}
+
 TEST(TimingClock, CallsPerRoundTripFollowTheReferencesTimeWithinTheSetsAndRegion) {
   // A microsecond kernel: as many calls as make kTripWorkMs, at most kMaxCallsPerTrip...
   EXPECT_EQ(calls_per_trip_for(true, 23 * kMaxCallsPerTrip, 23, 16 << 10, 0.004), kMaxCallsPerTrip);

@@ -326,6 +326,9 @@ bool timed_trips_done(int timed, int iters, double timed_ms, double budget_ms);
 // The calls per round trip for `n_sets` timing sets, `trips` round trips, outputs of
 // `output_bytes` and a reference call of `ref_call_ms` (its CUDA events; 0 when unknown).
 int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_bytes, double ref_call_ms);
+// The calls per round trip when known without the reference's probe (0: the probe decides): on a
+// CPU, or with room for one call a round trip, whatever the reference's time.
+int calls_per_trip_without_probe(bool cuda, size_t n_sets, int trips, uint64_t output_bytes);
 
 // Empty, or why a median below the roofline floor for `bytes` at `peak_gbs` cannot be true.
 std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t bytes, double peak_gbs);
