@@ -206,9 +206,10 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
     for line in (calls.read_text().splitlines() if calls.is_file() else []):
         add_use(gpu_use, judge_ms, json.loads(line))
     # Where the GPU lock's time went in the run (exclusive, draining for a timer, shared, free).
-    runs = (run_dir / "invocations.jsonl").read_text().splitlines() if (run_dir / "invocations.jsonl").is_file() else []
-    gpu_lock = {g: {k: round(v, 1) for k, v in t.items()} for g, t in (json.loads(runs[-1]).get("gpu_lock") or {}).items()} \
-        if runs else {}
+    inv = run_dir / "invocations.jsonl"
+    runs = inv.read_text().splitlines() if inv.is_file() else []
+    last = json.loads(runs[-1]) if runs else {}
+    gpu_lock = {g: {k: round(v, 1) for k, v in t.items()} for g, t in (last.get("gpu_lock") or {}).items()}
     n = len(rows)
     print(f"eval driver: GPU lock time {json.dumps(gpu_lock)}", flush=True)
     print(f"eval driver: {n} candidates over {len(per_problem)} problems in {wall_s:.1f} s: "

@@ -60,22 +60,20 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
   if (dev.ref_prepared) return true;
   mark("reference_prepare_started");
   const int iters = timed_calls(dev);
+  const int trips = iters + warmup_calls(dev);
+  const std::vector<TrialInput>& sets = timing_sets(dev);
   constexpr int kProbeTrips = 5;
-  if (!dev.ref_probed) {
-    dev.calls_per_trip = 1;
-    // The probe (a taking of the GPU of its own, exclusive) only when its answer is not known
-    // without it: the reference is then timed once, in its batch.
-    const std::vector<TrialInput>& sets = timing_sets(dev);
-    if (const int per = sets.empty() ? 0
-                                     : calls_per_trip_without_probe(dev.cuda(), sets.size(), iters + warmup_calls(dev),
-                                                                    sets.front().output_bytes);
-        per > 0) {
-      dev.ref_probed = dev.ref_probe_skipped = true;
-      dev.ref_batch_per = per;
-      mark("reference_probe_skipped");
-    }
+  // The probe (a taking of the GPU of its own, exclusive) only when its answer is not known
+  // without it: the reference is then timed once, in its batch.
+  const int known =
+      sets.empty() ? 0 : calls_per_trip_without_probe(dev.cuda(), sets.size(), trips, sets.front().output_bytes);
+  if (!dev.ref_probed && known > 0) {
+    dev.ref_probed = true;
+    dev.ref_batch_per = known;
+    mark("reference_probe_skipped");
   }
   if (!dev.ref_probed) {
+    dev.calls_per_trip = 1;
     if (!prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1, stop)) return false;
     {
       if (stopped(stop)) return false;
@@ -89,9 +87,7 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
       // The reference's own CUDA-event time per call, measured in the trusted judge.
       const TimingResult& probe = *dev.ref_timing;
       const double ref_call_ms = probe.stats.n > 0 ? probe.event_total_ms / static_cast<double>(probe.stats.n) : 0;
-      const std::vector<TrialInput>& sets = timing_sets(dev);
-      if (const int per = calls_per_trip_for(dev.cuda(), sets.size(), iters + warmup_calls(dev), sets.front().output_bytes,
-                                             ref_call_ms);
+      if (const int per = calls_per_trip_for(dev.cuda(), sets.size(), trips, sets.front().output_bytes, ref_call_ms);
           per > 1 || iters > kProbeTrips) {
         dev.ref_batch_per = per;
       }
@@ -150,7 +146,7 @@ void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* 
   dev.ref_timing_tried = true;
   prepare_reference_timing(dev, nullptr);
   const int iters = timed_calls(dev);
-  if ((dev.ref_timing || dev.ref_probe_skipped) && dev.ref_batch_per > 0) {
+  if (dev.ref_batch_per > 0) {  // (the probe answered, or was not needed)
     const int per = dev.ref_batch_per;
     // Left held for the caller's profiled run and timing when asked (one taking of the GPU).
     std::optional<GpuUse> own;

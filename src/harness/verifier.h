@@ -82,10 +82,10 @@ struct DeviceState {
   std::optional<TimingResult> ref_timing, compile_timing;
   std::atomic<bool> ref_timing_tried{false};  // written under ref_timing_mu; read without it too
   std::mutex ref_timing_mu;  // ensure_reference_timing: once, by the first thread to time
-  // prepare_reference_timing's progress (under ref_timing_mu): the probe batch ran, the sets of
-  // the batch it calls for (ref_batch_per calls a round trip; 0: none) are made.
+  // prepare_reference_timing's progress (under ref_timing_mu): the probe batch ran (or its answer
+  // was known without it), the sets of the batch it calls for (ref_batch_per calls a round trip;
+  // 0: none, the probe failed or was the whole timing) are made.
   bool ref_probed = false, ref_prepared = false;
-  bool ref_probe_skipped = false;  // its answer known without it (calls_per_trip_without_probe)
   int ref_batch_per = 0;
   bool ref_started = false;  // start_reference_timing ran (under Verifier::ref_threads_mu_)
   int calls_per_trip = 1;  // timed calls per round trip, chosen with the reference's timing
