@@ -237,6 +237,17 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
     // the reference (its last batch's hold left for this timing), as with no hold.
     if (lock && !dev.ref_timing_tried) lock.reset();
     if (!lock) ensure_reference_timing(dev, &lock);
+    if (dev.cuda() && dev.flush_baseline_ms <= 0) {
+      // No reference batch measured the GPU's idle flush (it failed): without that baseline the
+      // work a candidate leaves queued past its replies is neither waited out nor charged. No time
+      // is published rather than one that could hold it (the verdict stays the trials').
+      lock.reset();
+      const std::string why = "not timed: the reference's timing failed, so the GPU's idle baseline that charges a "
+                              "candidate's leftover work is unknown";
+      r.evidence["timing_not_taken"] = why;
+      r.message += (r.message.empty() ? "" : "; ") + why;
+      return;
+    }
     if (lock) {
       lock->continue_as("timing");
       r.evidence["phases"]["timing_wait_ms"] = 0.0;
