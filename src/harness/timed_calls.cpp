@@ -173,8 +173,9 @@ bool timing_unstable(const TimingResult& t) {
 // The judge's time_prepare for round trips [first, last) of a reference batch of `per` calls
 // per round trip: the sets they use (call j of round trip i on set (i * per + j) mod the sets, as
 // in timed_batch) and, with several calls per round trip, each round trip's sets together.
-Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile) {
-  Json trials = Json::array(), groups = Json::array();
+Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile,
+                               int final_trip) {
+  Json trials = Json::array(), groups = Json::array(), whole = Json::array();
   std::vector<bool> seen(sets.size(), false);
   for (int i = first; i < last; ++i) {
     Json g = Json::array();
@@ -186,8 +187,12 @@ Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, i
     }
     if (per > 1) groups.push_back(std::move(g));
   }
+  // The batch's last round trip's sets: their whole outputs are compared after it, so the judge
+  // keeps their whole references (of the other sets, their fingerprints only).
+  for (int j = 0; j < per; ++j) whole.push_back(sets[static_cast<size_t>(final_trip * per + j) % sets.size()].trial);
   return Json{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial},
-              {"slots", per},         {"trials", std::move(trials)}, {"trips", std::move(groups)}};
+              {"slots", per},         {"trials", std::move(trials)}, {"trips", std::move(groups)},
+              {"keep_whole", std::move(whole)}};
 }
 
 std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
@@ -223,7 +228,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // of each round trip's calls, before the clock starts (else the reference's clocked checks
   // would build them and the candidates' would find them made). The reference's batches find
   // them made already (prepare_reference_sets, outside the exclusive hold).
-  auto reference_prepare = [&]() { return reference_prepare_request(sets, 0, trips, per, compile); };
+  auto reference_prepare = [&]() { return reference_prepare_request(sets, 0, trips, per, compile, trips - 1); };
   // The reference's prepare makes every set's references: the deadline of one check per set.
   const double prepare_timeout = std::max(timeout, opts_.load_timeout_s * static_cast<double>(sets.size()));
   // A paired batch's judge-side failure: not the candidate's doing.

@@ -35,7 +35,12 @@ bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, cons
     const int last = std::min(trips, first + chunk);
     const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
     const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
-    Reply p = judge_call(dev, reference_prepare_request(sets, first, last, per, false), timeout);
+    // Sets only (the batch makes its timer and region); the last request gives back what the
+    // judge's allocator cached for the ones before.
+    Json req = reference_prepare_request(sets, first, last, per, false, trips - 1);
+    req["sets_only"] = true;
+    req["release"] = last == trips;
+    Reply p = judge_call(dev, req, timeout);
     if (!p.ok()) {
       warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
       return true;  // the batch makes what is missing itself (and fails the same way, reported there)

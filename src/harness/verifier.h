@@ -106,9 +106,10 @@ struct DeviceState {
 
 // timed_calls.cpp, shared with timing_steps.cpp: the input sets of timed runs (the dedicated
 // timing sets, else the correctness trials'), and the judge's time_prepare for round trips
-// [first, last) of a reference batch of `per` calls per round trip.
+// [first, last) of a reference batch of `per` calls per round trip whose last is `final_trip`.
 const std::vector<TrialInput>& timing_sets(const DeviceState& dev);
-Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile);
+Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile,
+                               int final_trip);
 
 // How one verify call used its devices' locks, by purpose ("setup", "load", "run", "compare",
 // "profiled run", "timing", "re-timing"): takings, time waiting for the lock and holding it, the

@@ -246,8 +246,9 @@ def test_timing_sets_read_back_at_once_are_made_as_one_by_one(tmp_path, monkeypa
         monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append("tolist") or real_tolist(self))
         monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: reads.append("cpu") or real_cpu(self, *a, **k))
         if deferred:
-            j.time_prepare({"trial": sets[0], "trials": sets})
+            j.time_prepare({"trial": sets[0], "trials": sets, "keep_whole": sets})
         else:
+            j.keep_whole = set(sets)
             for t in sets:
                 j._full(t, timing=True)
         monkeypatch.undo()
@@ -293,7 +294,7 @@ def test_timing_sets_are_made_without_the_accounting_baseline_until_a_plain_run_
     sets = [5, 6]
     for t in sets:
         j.make_inputs({"trial": t, "lazy": True})
-    j.time_prepare({"trial": sets[0], "trials": sets})
+    j.time_prepare({"trial": sets[0], "trials": sets, "keep_whole": sets})
     assert all("fp" in j.trials[t] and "baseline" not in j.trials[t] for t in sets)
     assert set(sets) <= set(j.kept)
     kept = j.kept[5]
@@ -491,6 +492,62 @@ def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_pat
     assert e.value.kind == "unsupported" and "argument 2" in e.value.message and sent == []
 
 
+def test_a_preparation_keeps_every_sets_fingerprint_and_the_last_round_trips_whole_references(tmp_path, monkeypatch):
+    # The reference's preparation (sets_only, a few round trips a request): no timer and no output
+    # region; every set's fingerprint is kept (in shared allocations), the whole references only of
+    # the batch's last round trip (keep_whole), whose outputs are compared whole. Another set's
+    # whole comparison makes its references again, the same.
+    jt = wh.import_worker("judge_timing")
+    monkeypatch.setattr(jt, "KEPT_BLOCK_FIRST", 1 << 10)  # (a 4x8 fp32 output is 128 bytes)
+    j = _judge(tmp_path, source=TWO_OUTPUTS)
+    j.kept_blocks = jt.Blocks(jt.KEPT_BLOCK_FIRST, jt.KEPT_BLOCK_MOST)
+    sets, last = list(range(5, 13)), [11, 12]
+    for t in range(13):
+        j.make_inputs({"trial": t, "lazy": t >= 5})
+    released = []
+    monkeypatch.setattr(jt, "release_cached", lambda: released.append(1))
+    for first, release in ((0, False), (4, True)):
+        j.time_prepare({"trial": sets[0], "sets_only": True, "trials": sets[first:first + 4], "keep_whole": last,
+                        "trips": [sets[first:first + 2], sets[first + 2:first + 4]], "slots": 2, "release": release})
+    assert released == [1]  # by the last request only
+    assert getattr(j, "timer", None) is None and getattr(j, "own", None) is None
+    assert [t for t in j.kept if t >= 5] == last
+    assert all((tuple(g), 0) in j.trip_limits for g in ([5, 6], [7, 8], [9, 10], [11, 12]))
+    storages = {j.trials[t]["fp"]["ref"][0].untyped_storage().data_ptr() for t in sets}
+    assert len(storages) < len(sets)  # fingerprints share allocations
+    for t in sets:
+        full = j._full(t, timing=True)  # made again (not kept) for all but the last round trip's
+        assert all(torch.equal(f, r.reshape(-1)) for f, r in zip(j.trials[t]["fp"]["ref"], full["ref"]))
+    assert [t for t in j.kept if t >= 5] == last
+    # The batch's own prepare finds every set made and makes the timer.
+    built = []
+    full = j._full
+    monkeypatch.setattr(j, "_full", lambda t, *a, **k: built.append(t) or full(t, *a, **k))
+    j.time_prepare({"trial": sets[0], "trials": sets, "keep_whole": last, "slots": 2})
+    assert built == [] and j.timer is not None
+
+
+def test_blocks_copy_tensors_into_shared_allocations_and_clone_the_rest():
+    Blocks = wh.import_worker("judge_timing").Blocks
+    b = Blocks(4 << 10, 16 << 10)
+    made = [torch.randn(4, 8), torch.arange(6, dtype=torch.int64).reshape(2, 3), torch.rand(3) > 0.5,
+            torch.randn(2, 2, dtype=torch.float64)]
+    copies = [b.copy(t) for t in made]
+    for t, c in zip(made, copies):
+        assert c.dtype == t.dtype and c.shape == t.shape and torch.equal(c, t)
+        base = copies[0].untyped_storage().data_ptr()
+        assert c.untyped_storage().data_ptr() == base and (c.data_ptr() - base) % 512 == 0
+    copies[0].add_(1)
+    assert torch.equal(copies[1], made[1]) and not torch.equal(copies[0], made[0])  # copies, apart
+    # Not plain and contiguous: cloned, its layout kept; past a block, the next one is larger.
+    t = torch.randn(4, 6).t()
+    c = b.copy(t)
+    assert torch.equal(c, t) and c.stride() == t.stride() and c.untyped_storage().data_ptr() != copies[0].untyped_storage().data_ptr()
+    big = b.copy(torch.randn(1000))
+    assert big.untyped_storage().nbytes() == 8 << 10
+    assert b.copy(torch.empty(0, 3)).shape == (0, 3)
+
+
 def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_path, monkeypatch):
     # Handed-over inputs: every candidate's paired reference runs on the same timing sets, so the
     # judge copies the sets it made for the first batch instead of making them again (`reuse`).
@@ -618,3 +675,46 @@ def test_inputs_reduced_on_the_cpu_repeat_whatever_the_callers_thread_count():
     finally:
         torch.set_num_threads(before)
     assert torch.equal(one[0], many[0])
+
+
+def test_a_round_trips_strict_check_in_one_pass_answers_as_its_two_checks():
+    # compare.rows_strict (check_timed's strict round trip) against rows_pass and rows_norm_failing
+    # on the same rows: honest calls, one value over the elementwise bound, a call over the
+    # normalized-error bound only, NaN and inf where the reference has them or not.
+    compare = wh.import_worker("compare")
+    g = torch.Generator().manual_seed(3)
+    calls, n = 6, 257
+    r64 = [torch.randn(n, generator=g, dtype=torch.float64) for _ in range(calls)]
+    checkers = [compare.Checker("strict", r.float(), r, "v0") for r in r64]
+    limits = compare.rows_limits(checkers, "cpu")
+    honest = torch.stack([r.float() for r in r64])
+
+    def spoiled(fn):
+        got = honest.clone()
+        fn(got)
+        return got
+
+    c2 = checkers[2]
+    cases = {
+        "honest": honest,
+        "one value off": spoiled(lambda x: x[3, 7].add_(1.0)),
+        # every value of call 2 just within its elementwise bound: over the normalized-error bound
+        "norm only": spoiled(lambda x: x[2].copy_(r64[2] + 0.9 * (c2.atol + c2.rtol * r64[2].abs()))),
+        "nan": spoiled(lambda x: x[1, 0].fill_(float("nan"))),
+        "inf": spoiled(lambda x: x[4, 5].fill_(float("inf"))),
+    }
+    seen = set()
+    for name, got in cases.items():
+        for sampled in (False, True):
+            want = (compare.rows_pass(checkers, got, limits), compare.rows_norm_failing(checkers, got, sampled))
+            assert compare.rows_strict(checkers, got, limits, sampled) == want, (name, sampled)
+            assert compare.rows_strict(checkers, got, None, sampled) == want, (name, sampled)
+            seen.add((want[0] >= 0, want[1][0] >= 0))
+    assert seen == {(False, False), (True, False), (False, True), (True, True)}  # every outcome covered
+    # A reference with inf and NaN of its own, matched exactly: both checks pass.
+    r64[0][:2] = torch.tensor([float("inf"), float("nan")], dtype=torch.float64)
+    checkers[0] = compare.Checker("strict", r64[0].float(), r64[0], "v0")
+    got = honest.clone()
+    got[0] = r64[0].float()
+    want = (compare.rows_pass(checkers, got, limits), compare.rows_norm_failing(checkers, got, False))
+    assert compare.rows_strict(checkers, got, limits, False) == want

@@ -179,7 +179,10 @@ def _guarded() -> Dict[str, Any]:
     funcs["os._Environ.__getitem__"] = type(os.environ).__getitem__
     funcs["os._Environ.__iter__"] = type(os.environ).__iter__
     for name in rules.RANDOM_FUNCTIONS:
-        funcs[name] = getattr(torch, name.split(".", 1)[1])
+        obj = torch
+        for part in name.split(".")[1:]:
+            obj = getattr(obj, part)
+        funcs[name] = obj
     return funcs
 
 

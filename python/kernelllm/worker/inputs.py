@@ -75,13 +75,14 @@ class Recipe:
     def raw(self, seed: int) -> List[Any]:
         """get_inputs() under `seed`: torch's generators (CPU and every GPU), Python's and NumPy's,
         with the default dtype pinned to fp32 and, on the device path, the default device set."""
-        if self.cpu_only:
-            # The CPU generator alone (the same values): torch.manual_seed
-            # would also queue a seeding of every GPU for when CUDA starts, formatting the
-            # caller's stack each time, 0.27 ms of a 0.3 ms set (relu 16x256) on a CPU.
-            torch.random.default_generator.manual_seed(seed)
-        else:
-            torch.manual_seed(seed)
+        # The CPU's generator and (unless there is no GPU) every GPU's, as torch.manual_seed seeds
+        # them, without its seedings of the backends no problem runs on (MPS, XPU, MTIA): a backend
+        # not started queues its seeding for later with the caller's stack formatted, every time.
+        # On a CPU without GPUs that was 0.27 ms of a 0.3 ms set (relu 16x256); in an H200 judge's
+        # timing sets, 4.5% of the reference's preparation (py-spy, 8 problems at once).
+        torch.random.default_generator.manual_seed(seed)
+        if not self.cpu_only:
+            torch.cuda.manual_seed_all(seed)
         random.seed(seed)
         try:
             import numpy

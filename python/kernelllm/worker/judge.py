@@ -20,7 +20,7 @@ import torch
 
 from . import accounting, compare, inputs, protocol, rules
 from .judge_history import AcrossTrials, as_list as _as_list
-from .judge_timing import TimedCalls, release_cached as _release_cached
+from .judge_timing import KEPT_BLOCK_FIRST, KEPT_BLOCK_MOST, Blocks, TimedCalls, release_cached as _release_cached
 from .protocol import WorkerError
 
 PRECISIONS = inputs.PRECISIONS
@@ -63,6 +63,7 @@ class Judge(TimedCalls, AcrossTrials):
         self.loaded = False
         self.trials: Dict[int, Dict[str, Any]] = {}
         self.private_key = secrets.token_hex(32)  # see _private_int
+        self.kept_blocks = Blocks(KEPT_BLOCK_FIRST, KEPT_BLOCK_MOST)  # fingerprints, timing sets as made
 
     def load_problem(self, msg: dict) -> dict:
         if self.loaded:
@@ -345,14 +346,14 @@ class Judge(TimedCalls, AcrossTrials):
             if rec["probe"]:
                 probe_ref = self._probe_reference(rec["seed"], len(ref))
                 if probe_ref is not None and [tuple(p.shape) for p in probe_ref] == [tuple(r.shape) for r in ref]:
-                    probe_fp = [self._fp(p, i) for i, p in enumerate(probe_ref)]
+                    probe_fp = [self._fp(p, i, kept=True) for i, p in enumerate(probe_ref)]
             r64s = [r if isinstance(r, torch.Tensor) and r.shape == ref[i].shape else None for i, r in enumerate(ref64)] \
                 if ref64 else [None] * len(ref)
             whole = [compare.Checker(self.profile, r, r64s[i], self.kb_tolerance, defer=defer) for i, r in enumerate(ref)]
             # Kept for the comparisons (_whole) unless a checker holds an fp64 copy of its own.
             checkers = {i: c for i, c in enumerate(whole) if c.profile == "kernelbench" or r64s[i] is not None}
-            fp = {"ref": [self._fp(r, i) for i, r in enumerate(ref)],
-                  "ref64": [self._fp(r, i) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
+            fp = {"ref": [self._fp(r, i, kept=True) for i, r in enumerate(ref)],
+                  "ref64": [self._fp(r, i, kept=True) if r is not None else None for i, r in enumerate(r64s)] if ref64 else None,
                   "probe_ref": probe_fp, "shapes": [tuple(r.shape) for r in ref], "limits": None,
                   "dtypes": [r.dtype for r in ref]}
         full = {"ref": ref, "ref64": ref64, "meta": meta,
@@ -367,12 +368,17 @@ class Judge(TimedCalls, AcrossTrials):
             if fp is not None:
                 fp["limits"] = [c.limits() for c in whole]
                 rec["fp"] = fp
-            old = self.kept.pop(trial, None)
-            self.kept[trial] = full
-            self.kept_bytes += full["bytes"] - (old["bytes"] if old else 0)
+            # A timing set's whole references only where a whole comparison is to come (the
+            # last round trip's sets, time_prepare's `keep_whole`): the timed calls are checked at
+            # the fingerprint. Kept, every set's made the judge's memory grow by thousands of
+            # allocations per problem (relu: 1,472 sets, 3 MiB each) while the GPU was shared.
+            if not timing or trial in getattr(self, "keep_whole", ()):
+                old = self.kept.pop(trial, None)
+                self.kept[trial] = full
+                self.kept_bytes += full["bytes"] - (old["bytes"] if old else 0)
+                while len(self.kept) > KEEP_MIN_TRIALS and self.kept_bytes > KEEP_BYTES:
+                    self.kept_bytes -= self.kept.popitem(last=False)[1]["bytes"]
             self._note_discrimination(trial, full)
-            while len(self.kept) > KEEP_MIN_TRIALS and self.kept_bytes > KEEP_BYTES:
-                self.kept_bytes -= self.kept.popitem(last=False)[1]["bytes"]
             if not timing:
                 _release_cached()
             return full
@@ -472,11 +478,14 @@ class Judge(TimedCalls, AcrossTrials):
         on = self._fp_index_on(i, flat.numel(), flat.device)
         return flat if on is None else flat[on]
 
-    def _fp(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        """Output i's values at its fingerprint positions (flat), on the judge's device (a copy)."""
+    def _fp(self, x: torch.Tensor, i: int, kept: bool = False) -> torch.Tensor:
+        """Output i's values at its fingerprint positions (flat), on the judge's device (a copy).
+        `kept`: a trial's own, kept for the judge's lifetime (placed in its kept blocks)."""
         flat = self._on_compare_device(x).reshape(-1)
         got = self._at_fp(flat, i)
-        return flat.clone() if got is flat else got
+        if got is not flat:
+            return got
+        return self.kept_blocks.copy(flat) if kept else flat.clone()
 
     def compare(self, msg: dict) -> dict:
         try:

@@ -4,6 +4,7 @@ of that region. A mixin of worker/judge.py's Judge, whose fingerprints and compa
 the orchestrator clocks each request (src/harness/timed_calls.cpp)."""
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -24,6 +25,45 @@ PENDING_BYTES = 512 << 20
 
 # Cached, unused GPU memory a judge keeps after a request, at most; more is given back.
 RELEASE_ABOVE_BYTES = 256 << 20
+
+
+# Tensors the judge keeps for its lifetime (the timing sets' fingerprints and inputs as made) are
+# copied one after another into shared allocations (Blocks): the first of KEPT_BLOCK_FIRST bytes,
+# each next one twice the last, up to KEPT_BLOCK_MOST.
+KEPT_BLOCK_FIRST = 8 << 20
+KEPT_BLOCK_MOST = 256 << 20
+_BLOCK_ALIGN = 512
+
+
+class Blocks:
+    """Copies of tensors placed one after another in shared allocations, each copy a view of one
+    (aligned as the allocator aligns). Each tensor its own allocation, a problem's timing sets were
+    thousands of them (relu's 1 MiB outputs fall in the allocator's pool of 2 MiB segments), and
+    on an H200 that 8 problems' processes shared, the cudaMallocs they cost were 30% of the
+    reference's preparation (py-spy). An allocation lives while any copy in it does: for what
+    the judge keeps for good, or copies that all go together."""
+
+    def __init__(self, first: int, most: int) -> None:
+        self.next, self.most = first, most
+        self.buf: "torch.Tensor | None" = None
+        self.used = 0
+
+    def copy(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy of `t` (its clone where it is not a plain contiguous tensor, or empty)."""
+        n = t.numel() * t.element_size()
+        if n == 0 or t.layout != torch.strided or not t.is_contiguous() or t.requires_grad:
+            return t.clone()
+        size = -(-n // _BLOCK_ALIGN) * _BLOCK_ALIGN
+        if self.buf is None or self.buf.device != t.device or self.used + size > self.buf.numel():
+            self.buf, self.used = torch.empty(max(size, self.next), dtype=torch.uint8, device=t.device), 0
+            self.next = min(self.next * 2, self.most)
+        out = self.buf[self.used:self.used + n].view(t.dtype).view(t.shape)
+        self.used += size
+        return out.copy_(t)
+
+    def copied(self, x):
+        """_copied's copy of an input argument, a tensor placed in a block."""
+        return self.copy(x) if isinstance(x, torch.Tensor) else _copied(x)
 
 
 def _copied(x):
@@ -89,23 +129,32 @@ class TimedCalls:
         the shared one (both pay the copy)."""
         t_request = time.perf_counter()
         self._need_problem()
-        fn = torch.compile(self.model) if msg.get("compile") else self.model
-        self.timer = None
-        self._release("own")
+        trials, trips, whole = msg.get("trials", []), msg.get("trips", []), msg.get("keep_whole", [])
+        for name, value in (("trials", trials), ("keep_whole", whole)):
+            if not isinstance(value, list) or not all(type(t) is int for t in value):
+                raise WorkerError("protocol", f"time_prepare: '{name}' must be a list of trial numbers")
+        if not isinstance(trips, list) or not all(isinstance(g, list) and all(type(t) is int for t in g) for g in trips):
+            raise WorkerError("protocol", "time_prepare: 'trips' must be a list of lists of trial numbers")
+        # The timing sets whose whole references stay kept (judge.py, _full): those of a batch's
+        # last round trip, whose every output is compared whole after it. Of every other timing
+        # set only its fingerprint is kept; a whole comparison of one makes its references again.
+        self.keep_whole = getattr(self, "keep_whole", set()) | set(whole)
+        # `sets_only`: the sets' references and checkers alone, for a batch that comes later (the
+        # reference's preparation, a few round trips a request): no timer and no output region
+        # (each made and released per request, a GPU mapping each).
+        sets_only = bool(msg.get("sets_only"))
         slots = msg.get("slots", 1)
-        reg, _, views, slot_bytes = self._new_region(int(msg["trial"]), slots)
-        self.own = (reg, views, slot_bytes)
-        self.timer = timing.CallTimer(fn, self.device, views, slots)
+        if not sets_only:
+            fn = torch.compile(self.model) if msg.get("compile") else self.model
+            self.timer = None
+            self._release("own")
+            reg, _, views, slot_bytes = self._new_region(int(msg["trial"]), slots)
+            self.own = (reg, views, slot_bytes)
+            self.timer = timing.CallTimer(fn, self.device, views, slots)
         # Every timing set's references, fingerprint checkers and device positions now, before the
         # clock. Made lazily, they were built in the reference's clocked check of each set (one set
         # per timed call) and found made by every candidate's: the reference paid its own forward,
         # its fp64 copy and the accounting in every timed call, which inflated every speedup.
-        trials, trips = msg.get("trials", []), msg.get("trips", [])
-        if not isinstance(trials, list) or not all(type(t) is int for t in trials):
-            raise WorkerError("protocol", "time_prepare: 'trials' must be a list of trial numbers")
-        if not isinstance(trips, list) or not all(isinstance(g, list) and all(type(t) is int for t in g) for g in trips):
-            raise WorkerError("protocol", "time_prepare: 'trips' must be a list of lists of trial numbers")
-        n_out = len(views) // slots
         # Where the request's time goes (the reply's steps_ms; the report's judge_ms as
         # time_prepare.<step>): the sets' inputs made from their seeds (and kept), their references
         # (forwards, fingerprints, tolerance statistics), the read-backs, the round trips' limits,
@@ -134,15 +183,22 @@ class TimedCalls:
             self.finish_pending(pending)
             steps["read_back"] += time.perf_counter() - t0
             steps["references"] -= steps["make"]  # (_full timed both; it adds its making to "make")
+            shapes = self._fingerprint(int(msg["trial"]), timing=True)["shapes"]
+            n_out = len(shapes) if sets_only else len(views) // slots
             for t in trials:
                 for i in range(n_out):
                     self._fp_checker(t, i)
         finally:
             self.prep_steps = None
-            release_cached()
+            # A preparation's requests keep what the allocator cached for the next one's sets (given
+            # back and taken again, every set's forwards and copies were cudaMallocs anew, each
+            # waiting on a GPU other processes share); its last request gives it back.
+            if not sets_only or msg.get("release", True):
+                release_cached()
         t_limits = time.perf_counter()
-        for i, v in enumerate(views[:n_out]):
-            self._fp_index_on(i, v.numel(), v.device)
+        on = torch.device(self.device)
+        for i, shape in enumerate(shapes[:n_out]):
+            self._fp_index_on(i, math.prod(shape), on)
         # The strict profile's per-call tolerances of each round trip's calls, for the check of
         # all its slots at once (compare.rows_pass); kept, since every candidate's paired reference
         # prepares the same round trips again.
@@ -159,7 +215,7 @@ class TimedCalls:
                     wanted[(tuple(group), i)] = checkers
         # Every round trip's columns copied to the device at once (a copy from the host waits for
         # the device's queue: one a round trip was ~2 synchronizes each).
-        for key, limits in zip(wanted, compare.rows_limits_many(list(wanted.values()), reg.data.device)):
+        for key, limits in zip(wanted, compare.rows_limits_many(list(wanted.values()), on)):
             self.trip_limits[key] = limits
         steps["limits"] = time.perf_counter() - t_limits
         steps["other"] = max(0.0, time.perf_counter() - t_request - sum(steps.values()))
@@ -182,14 +238,17 @@ class TimedCalls:
         if not msg.get("reuse"):
             return {"sets": self.timer.add_all([self._make(t) for t in trials])}
         out = []
-        for t in trials:
-            made = self._kept_set(t)
+        # The round trip's copies in one allocation (the allocator's again for the next round trip).
+        kept = [self._kept_set(t) for t in trials]
+        span = sum(-(-inputs.nbytes(m) // _BLOCK_ALIGN) * _BLOCK_ALIGN + _BLOCK_ALIGN * len(m) for m in kept if m)
+        block = Blocks(max(span, 1), max(span, 1))
+        for t, made in zip(trials, kept):
             if made is None:
                 made = self._make(t)
                 if not self._keep_set(t, made):  # not kept: this batch's own
                     out.append(made)
                     continue
-            out.append([_copied(a) for a in made])
+            out.append([block.copied(a) for a in made])
         return {"sets": self.timer.add_all(out)}
 
     def _handed_over(self, made: list) -> bool:
@@ -213,7 +272,7 @@ class TimedCalls:
         size = inputs.nbytes(made)
         if self.made_bytes + size > REUSE_BYTES:
             return False
-        self.made_sets[trial] = [_copied(a) for a in made] if copy else made
+        self.made_sets[trial] = [self.kept_blocks.copied(a) for a in made] if copy else made
         self.made_bytes += size
         return True
 
@@ -332,13 +391,13 @@ class TimedCalls:
                 for i in range(n_out):
                     got = self._slots_at_fp(reg, views, slot_bytes, i, len(trials))
                     checkers = [self._fp_checker(t, i) for t in trials]
-                    row = compare.rows_pass(checkers, got, limits.get((tuple(trials), i)))
+                    sampled = self._fp_positions(i, views[i].numel()) is not None
+                    row, norm = compare.rows_strict(checkers, got, limits.get((tuple(trials), i)), sampled)
                     if row >= 0:
                         _, detail = compare.values_pass(checkers[row], got[row], self._fp_positions(i, views[i].numel()))
                         return {"match": False, "slot": row,
                                 "message": f"call {row} of {len(trials)} in the round trip: output {i}: {detail}"}
-                    sampled = self._fp_positions(i, views[i].numel()) is not None
-                    bad = self._norm_failing(checkers, got, sampled, i, len(trials))
+                    bad = self._norm_reply(norm, sampled, i, len(trials), got.shape[-1])
                     if bad:
                         return bad
             n = sum(int(x.numel()) for fp in fps for x in fp["ref"])
@@ -354,13 +413,18 @@ class TimedCalls:
     def _norm_failing(self, checkers: list, got: torch.Tensor, sampled: bool, i: int, calls: int) -> dict:
         """A failed check_timed reply when a call's output i breaks the strict profile's normalized-error
         bound over its checked values (compare.rows_norm_failing), else {}."""
-        row, err, bound = compare.rows_norm_failing(checkers, got, sampled)
+        return self._norm_reply(compare.rows_norm_failing(checkers, got, sampled), sampled, i, calls, got.shape[-1])
+
+    @staticmethod
+    def _norm_reply(norm: tuple, sampled: bool, i: int, calls: int, n: int) -> dict:
+        """_norm_failing's reply from rows_norm_failing's (row, error, bound)."""
+        row, err, bound = norm
         if row < 0:
             return {}
         over = "a sample of" if sampled else "all"
         return {"match": False, "slot": row,
                 "message": f"call {row} of {calls} in the round trip: output {i}: normalized error {err:.3g} over {over} "
-                           f"its {got.shape[-1]} checked values > {bound:.3g}"}
+                           f"its {n} checked values > {bound:.3g}"}
 
     def l2_flush(self, msg: dict) -> dict:
         """Evicts the L2 before a timed call of any process on this GPU (the L2 is shared)."""

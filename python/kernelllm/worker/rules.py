@@ -53,9 +53,11 @@ def sandbox_violations(report: Dict[str, Any]) -> List[Dict[str, str]]:
     return found
 
 
-# Input makers a candidate might rebind to shape the inputs it expects (guarded by identity).
+# Input makers a candidate might rebind to shape the inputs it expects (guarded by identity), and
+# the seeders the inputs recipe calls (inputs.Recipe.raw).
 RANDOM_FUNCTIONS = tuple(f"torch.{n}" for n in ("rand", "randn", "randint", "rand_like", "randn_like",
-                                                "randint_like", "randperm", "manual_seed", "empty", "zeros"))
+                                                "randint_like", "randperm", "manual_seed", "empty", "zeros",
+                                                "cuda.manual_seed_all", "random.default_generator"))
 
 
 def violation(rule: str, evidence: str) -> Dict[str, str]:
