@@ -1,4 +1,4 @@
-// What is timed, and when (docs/verification.md, Timing): the reference once per device (a probe,
+// What is timed, and when (docs/verification.md, Timing): the reference once per device (its kernel time or a probe,
 // its timing sets made under shared holds, then its batch), each correct candidate in a paired
 // batch under the GPU's exclusive hold, and the untimed re-check of a set whose timed values were
 // wrong. The clock itself, a batch of round trips, is timed_calls.cpp's timed_batch.
@@ -16,6 +16,8 @@ namespace {
 
 // The timing sets the judge makes in one request, under one shared hold (prepare_reference_sets).
 constexpr int kPrepareChunkSets = 64;
+// Calls of the reference profiled for its kernel time (reference_kernel_ms): the least of them.
+constexpr int kEstimateCalls = 5;
 
 }  // namespace
 
@@ -56,12 +58,33 @@ int calls_per_trip_without_probe(bool cuda, size_t n_sets, int trips, uint64_t o
   return !cuda || most <= 1 ? most : 0;
 }
 
+std::optional<double> Verifier::reference_kernel_ms(DeviceState& dev, const std::atomic<bool>* stop) {
+  // The first timing set made, and the reference's kernels profiled over a few calls of it, under
+  // a shared hold: the profiler's kernel durations are the reference's own GPU time, which other
+  // processes' work can only lengthen (so B can only come out smaller than on a quiet GPU).
+  const std::vector<TrialInput>& sets = timing_sets(dev);
+  if (sets.empty() || stopped(stop)) return std::nullopt;
+  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
+  Json req = reference_prepare_request(sets, 0, 1, 1, false, 0);
+  req["sets_only"] = true;
+  req["release"] = false;
+  req["estimate"] = kEstimateCalls;
+  Reply p = judge_call(dev, req, std::max(opts_.timing_timeout_s, opts_.load_timeout_s));
+  if (!p.ok() || !p.message.value("call_kernel_ms", Json()).is_number()) {
+    log(fmt::format("the reference's kernel time on {} was not measured ({}); it is probed instead", dev.name,
+                    p.ok() ? p.message.value("estimate_note", std::string("no answer")) : p.error_message()));
+    return std::nullopt;
+  }
+  return p.message["call_kernel_ms"].get<double>();
+}
+
 bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop) {
-  // The caller holds dev.ref_timing_mu. One call per round trip first, a few round trips: its CUDA
-  // events say how long a call of the reference is, and so how many calls make a round trip for
-  // the reference and every candidate (a batch of all `iters` for this took ~1 s of the GPU's
-  // exclusive time per call on an H200). A reference slow enough for one call per round trip is
-  // then timed with all of them.
+  // The caller holds dev.ref_timing_mu. How many calls make a round trip for the reference and
+  // every candidate (B) follows from the reference's GPU time per call: on a GPU its kernels'
+  // time, profiled on the shared GPU (reference_kernel_ms); where that has no answer, a probe of
+  // one call per round trip, a few round trips, under an exclusive taking of its own, whose CUDA
+  // events say it (a batch of all `iters` for this took ~1 s of the GPU's exclusive time per call
+  // on an H200). A reference slow enough for one call per round trip is then timed with all of them.
   if (dev.ref_prepared) return true;
   mark("reference_prepare_started");
   const int iters = timed_calls(dev);
@@ -76,6 +99,20 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
     dev.ref_probed = true;
     dev.ref_batch_per = known;
     mark("reference_probe_skipped");
+  }
+  if (!dev.ref_probed && dev.cuda()) {
+    // The probe's CUDA events span the host's launches too: for a kernel of microseconds they
+    // measured mostly how busy the host's CPUs were (B of 20-64 for the same problem), and its
+    // exclusive taking waited for every shared hold to end (21 of a throughput run's 53 drains).
+    if (const std::optional<double> ms = reference_kernel_ms(dev, stop)) {
+      dev.ref_probed = true;
+      dev.ref_batch_per = calls_per_trip_for(true, sets.size(), trips, sets.front().output_bytes, *ms);
+      mark("reference_probe_skipped");
+      log(fmt::format("the reference's kernels take {:.4f} ms a call on {}: {} calls a round trip", *ms, dev.name,
+                      dev.ref_batch_per));
+    } else if (stopped(stop)) {
+      return false;
+    }
   }
   if (!dev.ref_probed) {
     dev.calls_per_trip = 1;

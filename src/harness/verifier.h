@@ -324,6 +324,7 @@ class Verifier {
   bool prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop = nullptr);
   // Everything of the reference's timing before its last batch (timing_steps.cpp).
   bool prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop);
+  std::optional<double> reference_kernel_ms(DeviceState& dev, const std::atomic<bool>* stop);
   // That preparation on a thread of its own, once per device (its first candidate not answered from the cache).
   void start_reference_timing(DeviceState& dev);
   // Stops and joins those threads (no candidate is left to use them).

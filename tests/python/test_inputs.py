@@ -510,6 +510,11 @@ def test_a_preparation_keeps_every_sets_fingerprint_and_the_last_round_trips_who
         j.time_prepare({"trial": sets[0], "sets_only": True, "trials": sets[first:first + 4], "keep_whole": last,
                         "trips": [sets[first:first + 2], sets[first + 2:first + 4]], "slots": 2, "release": release})
     assert released == [1]  # by the last request only
+    # The reference's kernel time for B: none on a CPU (the orchestrator probes instead).
+    est = j.time_prepare({"trial": sets[0], "sets_only": True, "trials": sets[:1], "estimate": 3, "release": False})
+    assert est["call_kernel_ms"] is None and "CPU" in est["estimate_note"] and "estimate" in est["steps_ms"]
+    with pytest.raises(WorkerError):
+        j.time_prepare({"trial": sets[0], "sets_only": True, "trials": sets[:1], "estimate": 99})
     assert getattr(j, "timer", None) is None and getattr(j, "own", None) is None
     assert [t for t in j.kept if t >= 5] == last
     assert all((tuple(g), 0) in j.trip_limits for g in ([5, 6], [7, 8], [9, 10], [11, 12]))

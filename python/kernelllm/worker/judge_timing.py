@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from . import compare, inputs, protocol, region, timing
+from . import accounting, compare, inputs, protocol, region, timing
 from .protocol import WorkerError
 
 # Calls per round trip at most (docs/verification.md, Timing): the output region holds one slot each.
@@ -218,8 +218,34 @@ class TimedCalls:
         for key, limits in zip(wanted, compare.rows_limits_many(list(wanted.values()), on)):
             self.trip_limits[key] = limits
         steps["limits"] = time.perf_counter() - t_limits
+        reply: dict = {}
+        if msg.get("estimate"):
+            t0 = time.perf_counter()
+            reply["call_kernel_ms"], reply["estimate_note"] = self._kernel_ms(int(msg["trial"]), int(msg["estimate"]))
+            steps["estimate"] = time.perf_counter() - t0
         steps["other"] = max(0.0, time.perf_counter() - t_request - sum(steps.values()))
-        return {"steps_ms": {k: round(v * 1e3, 3) for k, v in steps.items()}}
+        return dict(reply, steps_ms={k: round(v * 1e3, 3) for k, v in steps.items()})
+
+    def _kernel_ms(self, trial: int, calls: int) -> tuple:
+        """The reference's GPU kernel time per call on timing set `trial` (ms, the least of
+        `calls` calls, each on a fresh copy of the set; the kernels' own durations from the
+        profiler, so neither the launches' host time nor the gaps between kernels count, and
+        other processes' work on the GPU can only lengthen it), with why when there is none."""
+        if not 1 <= calls <= 16:
+            raise WorkerError("protocol", f"time_prepare: 'estimate' must be 1..16 calls, found {calls}")
+        made = self._kept_set(trial) or self._make(trial)
+        per = []
+        for _ in range(calls):
+            args = [_copied(a) for a in made]
+            with torch.no_grad(), accounting.KernelProfiler(self.device) as prof:
+                self.model(*args)
+                if self.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+            res = prof.result()
+            if not res.get("available"):
+                return None, res.get("reason", "no kernel profile")
+            per.append(sum(k["us"] for k in res["kernels"]) / 1e3)
+        return min(per), ""
 
     def time_load(self, msg: dict) -> dict:
         """A round trip's timing sets made on the device from their trials' seeds (`trials`): the
