@@ -188,8 +188,11 @@ Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, i
     if (per > 1) groups.push_back(std::move(g));
   }
   // The batch's last round trip's sets: their whole outputs are compared after it, so the judge
-  // keeps their whole references (of the other sets, their fingerprints only).
-  for (int j = 0; j < per; ++j) whole.push_back(sets[static_cast<size_t>(final_trip * per + j) % sets.size()].trial);
+  // keeps their whole references (of the other sets, their fingerprints only). None for a batch
+  // without a candidate's whole compare (final_trip < 0).
+  for (int j = 0; final_trip >= 0 && j < per; ++j) {
+    whole.push_back(sets[static_cast<size_t>(final_trip * per + j) % sets.size()].trial);
+  }
   return Json{{"op", "time_prepare"}, {"compile", compile}, {"trial", sets.front().trial},
               {"slots", per},         {"trials", std::move(trials)}, {"trips", std::move(groups)},
               {"keep_whole", std::move(whole)}};

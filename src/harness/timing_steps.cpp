@@ -21,7 +21,8 @@ constexpr int kEstimateCalls = 5;
 
 }  // namespace
 
-bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop) {
+bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop,
+                                      bool whole_last) {
   // Making a set's references (inputs, fp32 and fp64 forwards, fingerprints, tolerance) costs up
   // to milliseconds a set, and a batch of a fast reference uses hundreds of sets: ~3 s a problem
   // on an H200 (with the accounting baseline and a cache release per set, since dropped), which
@@ -39,7 +40,7 @@ bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, cons
     const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
     // Sets only (the batch makes its timer and region); the last request gives back what the
     // judge's allocator cached for the ones before.
-    Json req = reference_prepare_request(sets, first, last, per, false, trips - 1);
+    Json req = reference_prepare_request(sets, first, last, per, false, whole_last ? trips - 1 : -1);
     req["sets_only"] = true;
     req["release"] = last == trips;
     Reply p = judge_call(dev, req, timeout);
@@ -61,11 +62,12 @@ int calls_per_trip_without_probe(bool cuda, size_t n_sets, int trips, uint64_t o
 std::optional<double> Verifier::reference_kernel_ms(DeviceState& dev, const std::atomic<bool>* stop) {
   // The first timing set made, and the reference's kernels profiled over a few calls of it, under
   // a shared hold: the profiler's kernel durations are the reference's own GPU time, which other
-  // processes' work can only lengthen (so B can only come out smaller than on a quiet GPU).
+  // processes' work can only lengthen (so B can only come out smaller than on a quiet GPU), or
+  // the host's time to launch them where that is longer (a reference of many small kernels).
   const std::vector<TrialInput>& sets = timing_sets(dev);
   if (sets.empty() || stopped(stop)) return std::nullopt;
   const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
-  Json req = reference_prepare_request(sets, 0, 1, 1, false, 0);
+  Json req = reference_prepare_request(sets, 0, 1, 1, false, -1);
   req["sets_only"] = true;
   req["release"] = false;
   req["estimate"] = kEstimateCalls;
@@ -108,7 +110,7 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
       dev.ref_probed = true;
       dev.ref_batch_per = calls_per_trip_for(true, sets.size(), trips, sets.front().output_bytes, *ms);
       mark("reference_probe_skipped");
-      log(fmt::format("the reference's kernels take {:.4f} ms a call on {}: {} calls a round trip", *ms, dev.name,
+      log(fmt::format("the reference takes {:.4f} ms a call on {} (its kernels, or their launches): {} calls a round trip", *ms, dev.name,
                       dev.ref_batch_per));
     } else if (stopped(stop)) {
       return false;
@@ -116,7 +118,7 @@ bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool
   }
   if (!dev.ref_probed) {
     dev.calls_per_trip = 1;
-    if (!prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1, stop)) return false;
+    if (!prepare_reference_sets(dev, std::min(iters, kProbeTrips), 1, stop, /*whole_last=*/false)) return false;
     {
       if (stopped(stop)) return false;
       const auto lock = use_gpu(dev, GpuGuard::Mode::exclusive, "reference timing");

@@ -321,7 +321,10 @@ class Verifier {
   // The sets a reference batch of `iters` timed round trips of `per` calls uses, made by the judge
   // (references, fingerprints, tolerances) under the shared hold, before the exclusive one.
   // Under shared holds, a few round trips' sets a request; false when `stop` was set first.
-  bool prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop = nullptr);
+  // whole_last: the judge keeps the whole references of the batch's last round trip's sets (a
+  // candidate's batch compares its outputs there whole; not the probe's).
+  bool prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop = nullptr,
+                              bool whole_last = true);
   // Everything of the reference's timing before its last batch (timing_steps.cpp).
   bool prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop);
   std::optional<double> reference_kernel_ms(DeviceState& dev, const std::atomic<bool>* stop);

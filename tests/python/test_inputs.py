@@ -530,6 +530,12 @@ def test_a_preparation_keeps_every_sets_fingerprint_and_the_last_round_trips_who
     monkeypatch.setattr(j, "_full", lambda t, *a, **k: built.append(t) or full(t, *a, **k))
     j.time_prepare({"trial": sets[0], "trials": sets, "keep_whole": last, "slots": 2})
     assert built == [] and j.timer is not None
+    # A whole compare of another round trip (a batch that ended before its planned last one)
+    # makes its references again, and keeps them for the next candidate's.
+    j.time_load({"trials": [5, 6]})
+    j.time_call({"sets": [0, 1]})
+    assert j.check_timed({"trials": [5, 6], "own": True, "full": True})["match"]
+    assert built == [5, 6] and {5, 6} <= set(j.kept)
 
 
 def test_blocks_copy_tensors_into_shared_allocations_and_clone_the_rest():
@@ -551,6 +557,27 @@ def test_blocks_copy_tensors_into_shared_allocations_and_clone_the_rest():
     big = b.copy(torch.randn(1000))
     assert big.untyped_storage().nbytes() == 8 << 10
     assert b.copy(torch.empty(0, 3)).shape == (0, 3)
+    # Over half the largest block: an allocation of its own, the current block kept.
+    huge = b.copy(torch.randn(3000))
+    assert huge.untyped_storage().nbytes() == 12000 and b.buf.untyped_storage().data_ptr() == big.untyped_storage().data_ptr()
+    # A tensor subclass stays one (cloned).
+
+    class Tagged(torch.Tensor):
+        pass
+
+    tagged = torch.randn(4).as_subclass(Tagged)
+    assert type(b.copy(tagged)) is Tagged
+
+
+def test_a_seeder_replaced_by_an_object_without_it_reads_as_rebound_not_as_a_crash(monkeypatch):
+    # The inputs recipe seeds torch.random.default_generator and torch.cuda.manual_seed_all: both
+    # are guarded by identity; a module replaced by one without them is a change, not an error.
+    candidate = wh.import_worker("candidate")
+    before = candidate._guarded()
+    monkeypatch.setattr(torch, "random", types.SimpleNamespace())
+    now = candidate._guarded()
+    assert now["torch.random.default_generator"] is not before["torch.random.default_generator"]
+    assert "torch.random.default_generator" in wh.import_worker("rules").RANDOM_FUNCTIONS
 
 
 def test_a_reused_timing_set_is_a_copy_of_the_one_made_for_an_earlier_batch(tmp_path, monkeypatch):

@@ -30,7 +30,10 @@ class Model(nn.Module):
 N = 1000
 
 def get_inputs():
-    return [torch.randn(N)]
+    # At least 0.25 from zero: no non-zero output lies within the tolerance of zero in every trial
+    # (with plain randn one of ~1000 sometimes did, and the zeros rule then fired as designed).
+    x = torch.randn(N)
+    return [x + 0.25 * torch.sign(x)]
 
 def get_init_inputs():
     return [2.0]

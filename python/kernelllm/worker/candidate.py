@@ -170,6 +170,9 @@ _CPU_DEFAULT_STREAM = torch.cpu.current_stream()
 _STREAMS = _StreamTracker()
 
 
+_MISSING = object()
+
+
 def _guarded() -> Dict[str, Any]:
     funcs = dict(timing.trusted_functions())
     funcs.update(_COUNTER.current())
@@ -181,7 +184,7 @@ def _guarded() -> Dict[str, Any]:
     for name in rules.RANDOM_FUNCTIONS:
         obj = torch
         for part in name.split(".")[1:]:
-            obj = getattr(obj, part)
+            obj = getattr(obj, part, _MISSING)  # (a module replaced by one without it: changed, not a crash)
         funcs[name] = obj
     return funcs
 

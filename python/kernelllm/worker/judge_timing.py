@@ -49,9 +49,12 @@ class Blocks:
         self.used = 0
 
     def copy(self, t: torch.Tensor) -> torch.Tensor:
-        """A copy of `t` (its clone where it is not a plain contiguous tensor, or empty)."""
+        """A copy of `t`: its clone where it is not a plain contiguous tensor (a subclass stays
+        one), is empty, or is over half the largest allocation (an allocation of its own, so that
+        no block is left mostly unused)."""
         n = t.numel() * t.element_size()
-        if n == 0 or t.layout != torch.strided or not t.is_contiguous() or t.requires_grad:
+        if type(t) is not torch.Tensor or n == 0 or n > self.most // 2 or t.layout != torch.strided \
+                or not t.is_contiguous() or t.requires_grad:
             return t.clone()
         size = -(-n // _BLOCK_ALIGN) * _BLOCK_ALIGN
         if self.buf is None or self.buf.device != t.device or self.used + size > self.buf.numel():
@@ -197,6 +200,8 @@ class TimedCalls:
                 release_cached()
         t_limits = time.perf_counter()
         on = torch.device(self.device)
+        if on.type == "cuda" and on.index is None:
+            on = torch.device("cuda", torch.cuda.current_device())
         for i, shape in enumerate(shapes[:n_out]):
             self._fp_index_on(i, math.prod(shape), on)
         # The strict profile's per-call tolerances of each round trip's calls, for the check of
@@ -227,14 +232,16 @@ class TimedCalls:
         return dict(reply, steps_ms={k: round(v * 1e3, 3) for k, v in steps.items()})
 
     def _kernel_ms(self, trial: int, calls: int) -> tuple:
-        """The reference's GPU kernel time per call on timing set `trial` (ms, the least of
-        `calls` calls, each on a fresh copy of the set; the kernels' own durations from the
-        profiler, so neither the launches' host time nor the gaps between kernels count, and
-        other processes' work on the GPU can only lengthen it), with why when there is none."""
+        """The reference's time per call on timing set `trial` (ms), with why when there is none:
+        its GPU kernels' own durations (the profiler's, the median of `calls` calls) or the host's
+        time to launch them (the least of `calls` unprofiled calls), whichever is longer, each call
+        on a fresh copy of the set. Neither counts the GPU's idle gaps, where a busy host or other
+        processes' work shows: such work can only lengthen the kernels, and the least launch time
+        is the one least slowed."""
         if not 1 <= calls <= 16:
             raise WorkerError("protocol", f"time_prepare: 'estimate' must be 1..16 calls, found {calls}")
         made = self._kept_set(trial) or self._make(trial)
-        per = []
+        kernels, launches = [], []
         for _ in range(calls):
             args = [_copied(a) for a in made]
             with torch.no_grad(), accounting.KernelProfiler(self.device) as prof:
@@ -244,8 +251,21 @@ class TimedCalls:
             res = prof.result()
             if not res.get("available"):
                 return None, res.get("reason", "no kernel profile")
-            per.append(sum(k["us"] for k in res["kernels"]) / 1e3)
-        return min(per), ""
+            kernels.append(sum(k["us"] for k in res["kernels"]) / 1e3)
+        # The host's time to issue a call's work, unprofiled (the profiler slows launches): a
+        # reference of many small kernels is bound by it, and a round trip of its calls by it too.
+        for _ in range(calls):
+            args = [_copied(a) for a in made]
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                self.model(*args)
+            launches.append((time.perf_counter() - t0) * 1e3)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        kernels.sort()
+        return max(kernels[len(kernels) // 2], min(launches)), ""
 
     def time_load(self, msg: dict) -> dict:
         """A round trip's timing sets made on the device from their trials' seeds (`trials`): the
@@ -394,6 +414,9 @@ class TimedCalls:
             torch.cuda.synchronize()
         try:
             if msg.get("full"):
+                # Kept from now on, when not already (a batch ended before its planned last round
+                # trip, within its budget): the next candidate's batch likely ends there too.
+                self.keep_whole = getattr(self, "keep_whole", set()) | set(trials)
                 res: dict = {"match": True, "message": "no outputs"}
                 for j, t in enumerate(trials):
                     outs = {str(i): v for i, v in enumerate(views[j * n_out:(j + 1) * n_out])}
