@@ -16,7 +16,8 @@ namespace {
 
 // The timing sets the judge makes in one request, under one shared hold (prepare_reference_sets).
 constexpr int kPrepareChunkSets = 64;
-// Calls of the reference profiled for its kernel time (reference_kernel_ms): the least of them.
+// Calls of the reference profiled for its kernel time (reference_kernel_ms; their median), and as
+// many launched unprofiled for its launch time (the least).
 constexpr int kEstimateCalls = 5;
 
 }  // namespace
@@ -82,8 +83,8 @@ std::optional<double> Verifier::reference_kernel_ms(DeviceState& dev, const std:
 
 bool Verifier::prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop) {
   // The caller holds dev.ref_timing_mu. How many calls make a round trip for the reference and
-  // every candidate (B) follows from the reference's GPU time per call: on a GPU its kernels'
-  // time, profiled on the shared GPU (reference_kernel_ms); where that has no answer, a probe of
+  // every candidate (B) follows from the reference's time per call: on a GPU its kernels' time or
+  // their launches', measured on the shared GPU (reference_kernel_ms); where that has no answer, a probe of
   // one call per round trip, a few round trips, under an exclusive taking of its own, whose CUDA
   // events say it (a batch of all `iters` for this took ~1 s of the GPU's exclusive time per call
   // on an H200). A reference slow enough for one call per round trip is then timed with all of them.
