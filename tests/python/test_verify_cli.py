@@ -92,6 +92,9 @@ class ModelNew(nn.Module):
         return torch.relu(x) * self.scale
 """
 # Leaves a setsid grandchild behind and hangs: the tree must be killed and the verdict a timeout.
+# Its sleeps last a time of this test process's own (the tests look for them host-wide, and another
+# run of these tests on the host has its own).
+SLEEP_S = str(5000 + os.getpid() % 4000)
 HANG = """
 import subprocess, time, torch.nn as nn
 
@@ -101,7 +104,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         subprocess.Popen(["sh", "-c", "setsid sleep 4242 & sleep 4242"])
         time.sleep(4242)
-"""
+""".replace("4242", SLEEP_S)
 
 
 # PROBLEM whose get_inputs takes 0.2 s: a timing set made from its seed in a round trip shows.
@@ -138,7 +141,8 @@ def sleeper_pids() -> list[int]:
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
-                if b"4242" in (p / "cmdline").read_bytes():
+                cmdline = (p / "cmdline").read_bytes()  # a sleep itself, or the shell that started them
+                if f"sleep\0{SLEEP_S}\0".encode() in cmdline or f"sleep {SLEEP_S}".encode() in cmdline:
                     pids.append(int(p.name))
             except OSError:
                 pass
