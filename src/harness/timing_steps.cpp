@@ -20,6 +20,15 @@ constexpr int kPrepareChunkSets = 64;
 // many launched unprofiled for its launch time (the least).
 constexpr int kEstimateCalls = 5;
 
+// A request for round trips [first, last)'s sets alone (no timer, no region: the batch makes
+// those); `release`: the judge then gives back what its allocator cached for the requests before.
+Json sets_request(const std::vector<TrialInput>& sets, int first, int last, int per, int final_trip, bool release) {
+  Json req = reference_prepare_request(sets, first, last, per, false, final_trip);
+  req["sets_only"] = true;
+  req["release"] = release;
+  return req;
+}
+
 }  // namespace
 
 bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, const std::atomic<bool>* stop,
@@ -39,12 +48,7 @@ bool Verifier::prepare_reference_sets(DeviceState& dev, int iters, int per, cons
     const int last = std::min(trips, first + chunk);
     const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
     const double timeout = std::max(opts_.timing_timeout_s, opts_.load_timeout_s * static_cast<double>(last - first) * per);
-    // Sets only (the batch makes its timer and region); the last request gives back what the
-    // judge's allocator cached for the ones before.
-    Json req = reference_prepare_request(sets, first, last, per, false, whole_last ? trips - 1 : -1);
-    req["sets_only"] = true;
-    req["release"] = last == trips;
-    Reply p = judge_call(dev, req, timeout);
+    Reply p = judge_call(dev, sets_request(sets, first, last, per, whole_last ? trips - 1 : -1, last == trips), timeout);
     if (!p.ok()) {
       warn(fmt::format("making the reference's timing sets on {} failed: {}: {}", dev.name, p.error_kind(), p.error_message()));
       return true;  // the batch makes what is missing itself (and fails the same way, reported there)
@@ -68,9 +72,7 @@ std::optional<double> Verifier::reference_kernel_ms(DeviceState& dev, const std:
   const std::vector<TrialInput>& sets = timing_sets(dev);
   if (sets.empty() || stopped(stop)) return std::nullopt;
   const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing sets");
-  Json req = reference_prepare_request(sets, 0, 1, 1, false, -1);
-  req["sets_only"] = true;
-  req["release"] = false;
+  Json req = sets_request(sets, 0, 1, 1, -1, false);
   req["estimate"] = kEstimateCalls;
   Reply p = judge_call(dev, req, std::max(opts_.timing_timeout_s, opts_.load_timeout_s));
   if (!p.ok() || !p.message.value("call_kernel_ms", Json()).is_number()) {

@@ -465,16 +465,23 @@ def rows_norm_failing(checkers: Sequence[Checker], got: torch.Tensor, sampled: b
     zero = torch.zeros((), dtype=torch.float64, device=got.device)
     d = torch.where(finite, g - r, zero)
     rr = torch.where(finite, r, zero)
-    num, den = (d * d).sum(dim=1).sqrt(), (rr * rr).sum(dim=1).sqrt()
-    err = torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)),
-                      torch.where(num > 0, torch.full_like(num, math.inf), zero))
-    bound = torch.tensor([c.norm_bound for c in checkers], dtype=torch.float64, device=got.device)
-    bound = bound * (SAMPLED_NORM_MARGIN if sampled else 1.0)
+    err, bound = _rows_norm(checkers, d, rr, sampled)
     bad = err > bound
     if not bool(bad.any()):
         return -1, 0.0, 0.0
     row = int(bad.nonzero()[0])
     return row, float(err[row]), float(bound[row])
+
+
+def _rows_norm(checkers: Sequence[Checker], d: torch.Tensor, r: torch.Tensor, sampled: bool) -> tuple:
+    """Each row's normalized error ||d|| / ||r|| (inf where only r is all zero, 0 where both are)
+    and its bound (x SAMPLED_NORM_MARGIN when `sampled`), as fp64 tensors."""
+    zero = torch.zeros((), dtype=torch.float64, device=d.device)
+    num, den = (d * d).sum(dim=1).sqrt(), (r * r).sum(dim=1).sqrt()
+    err = torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)),
+                      torch.where(num > 0, torch.full_like(num, math.inf), zero))
+    bound = torch.tensor([c.norm_bound for c in checkers], dtype=torch.float64, device=d.device)
+    return err, bound * (SAMPLED_NORM_MARGIN if sampled else 1.0)
 
 
 def rows_strict(checkers: Sequence[Checker], got: torch.Tensor, limits: Optional[tuple], sampled: bool) -> tuple:
@@ -492,15 +499,9 @@ def rows_strict(checkers: Sequence[Checker], got: torch.Tensor, limits: Optional
     d = g - r  # (fp64: g promoted exactly, as g.double() - r)
     if not bool(torch.isfinite(d).all()):
         return rows_pass(checkers, got, limits), rows_norm_failing(checkers, got, sampled)
-    num, den = (d * d).sum(dim=1).sqrt(), (r * r).sum(dim=1).sqrt()
+    err, bound = _rows_norm(checkers, d, r, sampled)  # (before d and r are changed in place below)
     atol, rtol = limits if limits is not None else rows_limits(checkers, got.device)
-    bad = d.abs_() > r.abs_().mul_(rtol).add_(atol)  # (finite: ~(|d| <= atol + rtol |r|))
-    rows = bad.any(dim=1)
-    zero = torch.zeros((), dtype=torch.float64, device=g.device)
-    err = torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)),
-                      torch.where(num > 0, torch.full_like(num, math.inf), zero))
-    bound = torch.tensor([c.norm_bound for c in checkers], dtype=torch.float64, device=g.device)
-    bound = bound * (SAMPLED_NORM_MARGIN if sampled else 1.0)
+    rows = (d.abs_() > r.abs_().mul_(rtol).add_(atol)).any(dim=1)  # (finite: ~(|d| <= atol + rtol |r|))
     over = err > bound
     flags = torch.stack([rows.any(), over.any()]).tolist()  # (one read-back)
     first = int(rows.nonzero()[0]) if flags[0] else -1

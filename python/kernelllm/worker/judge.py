@@ -64,6 +64,7 @@ class Judge(TimedCalls, AcrossTrials):
         self.trials: Dict[int, Dict[str, Any]] = {}
         self.private_key = secrets.token_hex(32)  # see _private_int
         self.kept_blocks = Blocks(KEPT_BLOCK_FIRST, KEPT_BLOCK_MOST)  # fingerprints, timing sets as made
+        self.keep_whole: set = set()  # timing sets whose whole references are kept (time_prepare)
 
     def load_problem(self, msg: dict) -> dict:
         if self.loaded:
@@ -372,7 +373,7 @@ class Judge(TimedCalls, AcrossTrials):
             # last round trip's sets, time_prepare's `keep_whole`): the timed calls are checked at
             # the fingerprint. Kept, every set's made the judge's memory grow by thousands of
             # allocations per problem (relu: 1,472 sets, 3 MiB each) while the GPU was shared.
-            if not timing or trial in getattr(self, "keep_whole", ()):
+            if not timing or trial in self.keep_whole:
                 old = self.kept.pop(trial, None)
                 self.kept[trial] = full
                 self.kept_bytes += full["bytes"] - (old["bytes"] if old else 0)

@@ -35,6 +35,11 @@ KEPT_BLOCK_MOST = 256 << 20
 _BLOCK_ALIGN = 512
 
 
+def _aligned(n: int) -> int:
+    """`n` bytes rounded up to a block's alignment."""
+    return -(-n // _BLOCK_ALIGN) * _BLOCK_ALIGN
+
+
 class Blocks:
     """Copies of tensors placed one after another in shared allocations, each copy a view of one
     (aligned as the allocator aligns). Each tensor its own allocation, a problem's timing sets were
@@ -56,7 +61,7 @@ class Blocks:
         if type(t) is not torch.Tensor or n == 0 or n > self.most // 2 or t.layout != torch.strided \
                 or not t.is_contiguous() or t.requires_grad:
             return t.clone()
-        size = -(-n // _BLOCK_ALIGN) * _BLOCK_ALIGN
+        size = _aligned(n)
         if self.buf is None or self.buf.device != t.device or self.used + size > self.buf.numel():
             self.buf, self.used = torch.empty(max(size, self.next), dtype=torch.uint8, device=t.device), 0
             self.next = min(self.next * 2, self.most)
@@ -141,7 +146,7 @@ class TimedCalls:
         # The timing sets whose whole references stay kept (judge.py, _full): those of a batch's
         # last round trip, whose every output is compared whole after it. Of every other timing
         # set only its fingerprint is kept; a whole comparison of one makes its references again.
-        self.keep_whole = getattr(self, "keep_whole", set()) | set(whole)
+        self.keep_whole.update(whole)
         # `sets_only`: the sets' references and checkers alone, for a batch that comes later (the
         # reference's preparation, a few round trips a request): no timer and no output region
         # (each made and released per request, a GPU mapping each).
@@ -187,7 +192,7 @@ class TimedCalls:
             steps["read_back"] += time.perf_counter() - t0
             steps["references"] -= steps["make"]  # (_full timed both; it adds its making to "make")
             shapes = self._fingerprint(int(msg["trial"]), timing=True)["shapes"]
-            n_out = len(shapes) if sets_only else len(views) // slots
+            n_out = len(shapes)  # (the region's outputs per slot are laid out from these)
             for t in trials:
                 for i in range(n_out):
                     self._fp_checker(t, i)
@@ -202,7 +207,7 @@ class TimedCalls:
         on = torch.device(self.device)
         if on.type == "cuda" and on.index is None:
             on = torch.device("cuda", torch.cuda.current_device())
-        for i, shape in enumerate(shapes[:n_out]):
+        for i, shape in enumerate(shapes):
             self._fp_index_on(i, math.prod(shape), on)
         # The strict profile's per-call tolerances of each round trip's calls, for the check of
         # all its slots at once (compare.rows_pass); kept, since every candidate's paired reference
@@ -241,13 +246,13 @@ class TimedCalls:
         if not 1 <= calls <= 16:
             raise WorkerError("protocol", f"time_prepare: 'estimate' must be 1..16 calls, found {calls}")
         made = self._kept_set(trial) or self._make(trial)
+        sync = torch.cuda.synchronize if self.device.startswith("cuda") else (lambda: None)
         kernels, launches = [], []
         for _ in range(calls):
             args = [_copied(a) for a in made]
             with torch.no_grad(), accounting.KernelProfiler(self.device) as prof:
                 self.model(*args)
-                if self.device.startswith("cuda"):
-                    torch.cuda.synchronize()
+                sync()
             res = prof.result()
             if not res.get("available"):
                 return None, res.get("reason", "no kernel profile")
@@ -256,14 +261,12 @@ class TimedCalls:
         # reference of many small kernels is bound by it, and a round trip of its calls by it too.
         for _ in range(calls):
             args = [_copied(a) for a in made]
-            if self.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             with torch.no_grad():
                 self.model(*args)
             launches.append((time.perf_counter() - t0) * 1e3)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        sync()
         kernels.sort()
         return max(kernels[len(kernels) // 2], min(launches)), ""
 
@@ -286,7 +289,7 @@ class TimedCalls:
         out = []
         # The round trip's copies in one allocation (the allocator's again for the next round trip).
         kept = [self._kept_set(t) for t in trials]
-        span = sum(-(-inputs.nbytes(m) // _BLOCK_ALIGN) * _BLOCK_ALIGN + _BLOCK_ALIGN * len(m) for m in kept if m)
+        span = sum(_aligned(inputs.nbytes(m)) + _BLOCK_ALIGN * len(m) for m in kept if m)
         block = Blocks(max(span, 1), max(span, 1))
         for t, made in zip(trials, kept):
             if made is None:
@@ -416,7 +419,7 @@ class TimedCalls:
             if msg.get("full"):
                 # Kept from now on, when not already (a batch ended before its planned last round
                 # trip, within its budget): the next candidate's batch likely ends there too.
-                self.keep_whole = getattr(self, "keep_whole", set()) | set(trials)
+                self.keep_whole.update(trials)
                 res: dict = {"match": True, "message": "no outputs"}
                 for j, t in enumerate(trials):
                     outs = {str(i): v for i, v in enumerate(views[j * n_out:(j + 1) * n_out])}
