@@ -38,13 +38,28 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         out.append(f"(no {calls}: no per-problem timelines)")
         return out
     multishape = defaultdict(float)  # the problem's longest multi-shape check (one candidate's)
+    steps = {"candidates' paired batches": defaultdict(float), "the references' batches": defaultdict(float)}
+    batches = defaultdict(int)
     cands = reports / "eval-candidates.jsonl"
     for line in (cands.read_text().splitlines() if cands.is_file() else []):
         c = json.loads(line)
         name = c["problem"].split("/")[-1]
         multishape[name] = max(multishape[name], (c.get("phases") or {}).get("multishape_ms", 0.0))
+        for k, v in (c.get("trip_steps_ms") or {}).items():
+            steps["candidates' paired batches"][k] += v
+        batches["candidates' paired batches"] += bool(c.get("trip_steps_ms"))
+    for line in calls.read_text().splitlines():
+        c = json.loads(line)
+        for k, v in (c.get("reference_trip_steps_ms") or {}).items():
+            steps["the references' batches"][k] += v
+        batches["the references' batches"] += bool(c.get("reference_trip_steps_ms"))
+    for what, by_step in steps.items():
+        if by_step:
+            out.append(f"round trips of {what} ({batches[what]}), by step (summed s): " +
+                       ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(by_step.items(), key=lambda kv: -kv[1])) +
+                       f"; total {s(sum(by_step.values())).strip()}")
     out.append("per problem, s from its set-up: prep = the reference's preparation; matched = a candidate's first "
-               "matched trial; batch = the reference's last batch begins")
+               "matched trial; batch = the first timed batch begins")
     out.append(f"  {'problem':30s} n  setup   prep matched  batch    end    multishape")
     total = 0.0
     for line in calls.read_text().splitlines():
@@ -52,11 +67,13 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         tl = c.get("timeline_ms") or {}
         setup = tl.get("setup", 0.0)
         prep = tl.get("reference_prepared", 0.0) - tl.get("reference_prepare_started", 0.0)
-        rel = {k: (tl[k] - setup if k in tl else float("nan")) for k in ("variants_started", "reference_batch_started", "total")}
+        # The first timed batch (its key before the reference lost its own batch: reference_batch_started).
+        tl.setdefault("first_timed_batch", tl.get("reference_batch_started", float("nan")))
+        rel = {k: (tl[k] - setup if k in tl else float("nan")) for k in ("variants_started", "first_timed_batch", "total")}
         total += tl.get("total", 0.0)
         name = c["problem"].split("/")[-1]
         out.append(f"  {name[:30]:30s} {c.get('samples', 0):1d} {s(setup)} {s(prep)} {s(rel['variants_started'])} "
-                   f"{s(rel['reference_batch_started'])} {s(rel['total'])} {s(multishape.get(name, 0.0)):>10s}")
+                   f"{s(rel['first_timed_batch'])} {s(rel['total'])} {s(multishape.get(name, 0.0)):>10s}")
     out.append(f"summed problem walls {s(total)} s; their longest multi-shape checks {s(sum(multishape.values()))} s")
     return out
 

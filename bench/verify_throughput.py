@@ -200,9 +200,11 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
             shutil.copyfile(calls, args.reports_dir / "verify-calls.jsonl")
         with open(args.reports_dir / "eval-candidates.jsonl", "w") as f:
             for problem, sample, verdict, result in rows:
-                ev = json.loads(result).get("evidence") or {}
+                res = json.loads(result)
+                ev = res.get("evidence") or {}
                 f.write(json.dumps({"problem": problem, "sample": sample, "verdict": verdict,
-                                    "phases": ev.get("phases"), "worker_start": ev.get("worker_start")}) + "\n")
+                                    "phases": ev.get("phases"), "worker_start": ev.get("worker_start"),
+                                    "trip_steps_ms": (res.get("timing") or {}).get("trip_steps_ms")}) + "\n")
     for line in (calls.read_text().splitlines() if calls.is_file() else []):
         add_use(gpu_use, judge_ms, json.loads(line))
     # Where the GPU lock's time went in the run (exclusive, draining for a timer, shared, free).

@@ -372,11 +372,10 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     const bool profile = profiled != nullptr && t + 1 == dev.trials.size();
     if (profile) timeout += opts_.load_timeout_s;  // CUPTI's start-up
     if (profile && held && t > 0) {  // (held: timing is on)
-      // The reference is timed before the profiled run (by the problem's first candidate to get
-      // here; the others find it done), its last batch in the hold the profiled run goes on in.
-      // Its earlier trials matched (with a single trial the reference waits for a correct one,
-      // timed in a taking of its own): a candidate that then fails the last trial or the kernel
-      // check has cost the reference's timing, which a later correct one would have paid.
+      // The reference's timing is ready before the profiled run: the calls per round trip and
+      // its timing sets, made in the background from set-up on (by the problem's first candidate
+      // to get here; the others find it done). The reference has no batch of its own: it is timed
+      // round trip by round trip in each candidate's paired batch.
       const auto t_ref = Clock::now();
       ensure_reference_timing(dev, held);
       r.evidence["phases"]["reference_timing_ms"] =

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -56,6 +57,17 @@ constexpr double kSettleS = 2;
 // flush at set-up plus this much (flush_floor_ms): lenient for the judge pinned to a shared timing
 // CPU, well under the time slice (a few ms) that GPU work kept queued would raise it to.
 constexpr double kFloorCapFactor = 3, kFloorCapMs = 0.5;
+
+// The idle flush baseline: a median, but never far above the quickest flush the judge saw at
+// set-up, before any candidate of the call had loaded (flush_floor_ms; 0: none): GPU work a
+// candidate keeps queued while the baseline is measured would raise it to a time slice and let its
+// own leftover work go uncharged (red team).
+double capped_flush_baseline(double median_ms, double floor_ms) {
+  return floor_ms > 0 ? std::min(median_ms, kFloorCapFactor * floor_ms + kFloorCapMs) : median_ms;
+}
+
+// Flushes that measure the idle baseline at the start of a device's first paired batch.
+constexpr int kBaselineFlushes = 9;
 
 // A flush's wait beyond its idle baseline that is noise, not queued work: never charged, and a
 // flush under baseline + this finds the GPU idle.
@@ -155,6 +167,24 @@ std::string roofline_violation(const TimingResult& t, double floor_ms, uint64_t 
   if (t.stats.median_ms >= floor_ms) return "";
   return fmt::format("median {:.5f} ms is below the roofline floor {:.5f} ms ({} bytes at {:.0f} GB/s)", t.stats.median_ms,
                      floor_ms, bytes, peak_gbs);
+}
+
+TimingResult reference_from_paired(const TimingResult& t, const std::string& candidate) {
+  TimingResult ref;
+  ref.meaningful = t.meaningful;
+  ref.times_ms = t.paired_ref_ms;
+  ref.stats = timing_stats(ref.times_ms);
+  ref.ping_ms = t.ping_ms;
+  ref.calls_per_trip = t.calls_per_trip;
+  ref.warmup_trips = t.warmup_trips;
+  ref.load_ms = t.paired_load_ms;
+  ref.flush_median_ms = t.flush_median_ms;
+  ref.flush_floor_ms = t.flush_floor_ms;
+  ref.flush_baseline_ms = t.flush_baseline_ms;
+  ref.cpu = t.cpu;
+  ref.cpu_note = t.cpu_note;
+  ref.paired_with = candidate;
+  return ref;
 }
 
 std::vector<double> paired_speedups(const TimingResult& t) {
@@ -421,6 +451,26 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     (void)settle(&idle_gpu);
     if (!idle_gpu) return gpu_busy();
   }
+  // The GPU's idle flush on this device, when no batch has measured it yet (the device's first
+  // paired batch: the reference has no batch of its own): its median over kBaselineFlushes, the
+  // candidate stopped, capped by the quickest at set-up as a reference batch's is (work the
+  // candidate left queued cannot raise it past the cap).
+  double baseline_median_ms = 0;
+  if (paired && cuda && dev.flush_baseline_ms <= 0) {
+    std::vector<double> idle_flushes;
+    for (int k = 0; k < kBaselineFlushes; ++k) {
+      if (const double f = flush(); f > 0) idle_flushes.push_back(f);
+    }
+    if (idle_flushes.empty()) {
+      const std::string why = "not timed: the judge's L2 flush failed, so the GPU's idle baseline that charges a "
+                              "candidate's leftover work is unknown";
+      r->evidence["timing_not_taken"] = why;
+      r->message += (r->message.empty() ? "" : "; ") + why;
+      return std::nullopt;
+    }
+    baseline_median_ms = timing_stats(idle_flushes).median_ms;
+    dev.flush_baseline_ms = capped_flush_baseline(baseline_median_ms, dev.flush_floor_ms);
+  }
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;
@@ -428,10 +478,20 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // stop within the budget (kSlowTripMs, timed_trips_done).
   int warm = warmup;
   double timed_ms = 0;
+  // Where the round trips' time goes, step by step, summed over the batch (warmup included): what
+  // the exclusive hold pays besides the timed calls themselves (TimingResult::trip_steps_ms).
+  std::map<std::string, double> steps;
+  auto t_step = Clock::now();
+  auto step = [&](const char* name) {
+    const auto now = Clock::now();
+    steps[name] += std::chrono::duration<double, std::milli>(now - t_step).count();
+    t_step = now;
+  };
   const double budget_ms = opts_.timing_budget_s * 1e3;
   bool last = false;
   for (int i = 0; !last; ++i) {
     const auto t_trip = Clock::now();
+    t_step = t_trip;
     // Known before the judge's check: it keeps the last round trip's outputs for the full compare.
     last = i >= warm && timed_trips_done(i - warm + 1, iters, timed_ms, budget_ms);
     std::vector<size_t> fresh;
@@ -449,6 +509,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
         Reply rl = load(true, fresh, ref_loaded, 0, nullptr);
         if (!rl.ok()) return judge_failed(rl, "load the reference's paired input sets");
         base = ref_load_ms = rl.elapsed_ms;
+        step("reference_load");
       } else if (cand && static_cast<size_t>(i) < dev.load_baseline_ms.size()) {
         base = dev.load_baseline_ms[static_cast<size_t>(i)];
       }
@@ -459,6 +520,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
         if (!l.ok()) return failed(l, "timing (loading input sets)");
         load_ms = l.elapsed_ms;
         if (baselines) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
+        step("load");
       }
     }
     Json on_sets = Json::array(), on_trials = Json::array(), ref_sets = Json::array();
@@ -471,15 +533,19 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       // This round trip's sets into the candidate's input slots (the judge's copies, not clocked).
       Reply g = judge_call(dev, Json{{"op", "time_give"}, {"sets", ref_sets}}, timeout);
       if (!g.ok()) return judge_failed(g, "hand the round trip's input sets over");
+      step("give");
     }
     bool idle_gpu = true;
     const double flush_ms = paired ? settle(&idle_gpu) : flush();
     if (!idle_gpu) return gpu_busy();
     if (!calls.empty() && !paired) calls.back().next_flush_ms = flush_ms;
     if (cuda) flushes.push_back(flush_ms);
+    step("flush");
     idle.go();
+    step("continue");
     Reply c = ask(Json{{"op", "time_call"}, {"sets", on_sets}});
     if (!c.ok()) return failed(c, "timing");
+    step("call");
     // The judge reads this round trip's values from the region, every slot at every fingerprint
     // position (its own region for the reference: the same work). Clocked too, so work a
     // candidate finishes after its reply, before the judge reads, is inside the clock (all but
@@ -497,17 +563,22 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       }
       return std::nullopt;
     }
+    step("check");
     double next_flush_ms = 0;
     double ref_check_ms = cand ? -1.0 : chk.elapsed_ms;  // the reference's own batch: its check is not charged
     if (paired) {
       // The candidate stopped, the flushes right after its round trip (its queued work shows and
       // is waited out here, charged to it), then the reference's round trip on the same sets, clocked the same way.
       if (!idle.stop()) return not_stopped();
+      step("stop");
       next_flush_ms = settle(nullptr);
+      step("flush_after");
       Reply rc = judge_call(dev, Json{{"op", "time_call"}, {"sets", ref_sets}}, timeout);
       if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
+      step("reference_call");
       Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);
       if (!rk.ok()) return judge_failed(rk, "check the reference's paired round trip");
+      step("reference_check");
       ref_check_ms = rk.elapsed_ms;
       if (i >= warm) {
         ref_calls.push_back(CallClock{rc.elapsed_ms, rk.elapsed_ms, 0, 0, per, rk.elapsed_ms});
@@ -525,6 +596,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
                                  i + 1, moved);
         return std::nullopt;
       }
+      step("affinity");
     }
     const double trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_trip).count();
     if (i < warm) {
@@ -559,6 +631,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
                                  full.error_message());
         return std::nullopt;
       }
+      step("full_check");
     }
     if (!full.message.value("match", false)) {
       const int slot = std::clamp(full.message.value("slot", 0), 0, per - 1);
@@ -582,13 +655,14 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.cpu_note = pin.note;
   t.load_ms = std::move(loads);
   if (!cand && cuda && !flushes.empty()) {
-    // The reference's flushes, but never far above the quickest the judge saw at set-up, before any
-    // candidate of the call had loaded: GPU work a candidate keeps queued while the reference is
-    // timed would raise the baseline to a time slice and let its own leftover work go uncharged
-    // (red team). All three in the reference's timing JSON.
+    // The reference's flushes (its probe's, a torch.compile batch's, select's baselines').
     const double median = timing_stats(flushes).median_ms;
-    dev.flush_baseline_ms = dev.flush_floor_ms > 0 ? std::min(median, kFloorCapFactor * dev.flush_floor_ms + kFloorCapMs) : median;
+    dev.flush_baseline_ms = capped_flush_baseline(median, dev.flush_floor_ms);
     t.flush_median_ms = median;
+    t.flush_floor_ms = dev.flush_floor_ms;
+    t.flush_baseline_ms = dev.flush_baseline_ms;
+  } else if (baseline_median_ms > 0) {
+    t.flush_median_ms = baseline_median_ms;
     t.flush_floor_ms = dev.flush_floor_ms;
     t.flush_baseline_ms = dev.flush_baseline_ms;
   }
@@ -605,6 +679,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.event_total_ms = events_ms;
   for (const CallClock& c : calls) t.wall_total_ms += c.call_ms + c.check_ms;
   t.orchestrator_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_batch).count();
+  t.trip_steps_ms = std::move(steps);
   return t;
 }
 

@@ -75,8 +75,9 @@ struct DeviceState {
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
   std::filesystem::path shared_dir;  // init tensors, bound read-only into candidates
-  double flush_baseline_ms = 0;      // the judge's L2 flush round trip with the GPU idle: the reference
-                                     // batches' median, capped by the floor (timed_calls.cpp)
+  double flush_baseline_ms = 0;      // the judge's L2 flush round trip with the GPU idle: the first
+                                     // paired batch's first flushes' median (or a reference batch's),
+                                     // capped by the floor (timed_calls.cpp)
   double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none)
   std::vector<double> load_baseline_ms;  // per round trip: the judge's time_load of its sets from their seeds
   std::optional<TimingResult> ref_timing, compile_timing;
@@ -313,10 +314,11 @@ class Verifier {
   // Times a correct candidate under the GPU's exclusive lock (the one in *held when it holds one,
   // released after the timed batch); sets r.timing and r.speedup, or the verdict of what went wrong.
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held = nullptr);
-  // Times the reference once per device (a probe of a few round trips, then the batch that fixes
-  // the calls per round trip); takes the GPU itself, so the caller holds none of it. With `held`
-  // (empty on entry): the last batch's exclusive hold is left in it for the caller to go on in
-  // (nothing when the reference was timed before, or the probe was the whole timing).
+  // Readies the reference's timing once per device: the calls per round trip (its kernel time, or
+  // a probe of a few round trips under an exclusive taking of its own) and its timing sets. It has
+  // no batch of its own: the device's first paired batch times it (reference_from_paired). With
+  // --time-compile, the torch.compile batch, whose exclusive hold is left in `held` when given
+  // (empty on entry) for the caller to go on in.
   void ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held = nullptr);
   // The sets a reference batch of `iters` timed round trips of `per` calls uses, made by the judge
   // (references, fingerprints, tolerances) under the shared hold, before the exclusive one.

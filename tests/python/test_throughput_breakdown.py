@@ -28,8 +28,10 @@ def test_a_runs_time_is_taken_apart(tmp_path):
             "reference_batch_started": 9500, "total": 14000}},
         {"problem": "level1/1_Square.py", "samples": 1, "timeline_ms": {"setup": 500, "total": 3000}}]) + "\n")
     (reports / "eval-candidates.jsonl").write_text("\n".join(json.dumps(c) for c in [
-        {"problem": "level1/19_ReLU.py", "sample": 0, "phases": {"multishape_ms": 2000}},
-        {"problem": "level1/19_ReLU.py", "sample": 1, "phases": {"multishape_ms": 3000}},
+        {"problem": "level1/19_ReLU.py", "sample": 0, "phases": {"multishape_ms": 2000},
+         "trip_steps_ms": {"call": 1500, "flush": 500}},
+        {"problem": "level1/19_ReLU.py", "sample": 1, "phases": {"multishape_ms": 3000},
+         "trip_steps_ms": {"call": 1000, "stop": 3000}},
         {"problem": "level1/1_Square.py", "sample": 0, "phases": {}}]) + "\n")
     r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "rec.json")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -42,4 +44,9 @@ def test_a_runs_time_is_taken_apart(tmp_path):
     relu = next(x for x in lines if x.strip().startswith("19_ReLU"))
     # set-up at 1.0 s; prep 8.0 s; matched, batch and end from the set-up; the longer multi-shape check
     assert relu.split()[1:] == ["2", "1.0", "8.0", "3.0", "8.5", "13.0", "3.0"], relu
+    # The paired batches' round trips by step, summed over candidates, the longest first (an old
+    # record's reports have none: no line).
+    steps = next(x for x in lines if x.startswith("round trips of candidates' paired batches (2)"))
+    assert steps.endswith("by step (summed s): stop 3.0, call 2.5, flush 0.5; total 6.0"), steps
+    assert not any(x.startswith("round trips of the references' batches") for x in lines)
     assert lines[-1] == "summed problem walls   17.0 s; their longest multi-shape checks    3.0 s", lines[-1]

@@ -198,19 +198,24 @@ def test_the_references_timing_is_prepared_from_the_first_candidate_on_beside_it
     # Once a candidate is taken (not answered from the cache), the reference's probe and timing
     # sets are made on a thread of their own beside its load (an import of 2 s here) and trials
     # (three of a second each), instead of after its first or last trial: the preparation begins
-    # right after set-up, and the reference's last batch (the first timed candidate's) begins at
-    # least 5 s later and finds it done.
+    # right after set-up, and the first timed batch (the candidate's, paired with the reference's
+    # round trips) begins at least 5 s later and finds it done.
     r, rep = run_verify(files, ["slow_trials"], "--no-multishape")
     assert r.returncode == 0, r.stderr[-3000:]
     assert rep["candidates"][0]["verdict"] == "correct", rep["candidates"][0]
     tl = rep["timeline_ms"]
-    assert tl["setup"] <= tl["reference_prepare_started"] <= tl["reference_prepared"] <= tl["reference_batch_started"], tl
+    assert tl["setup"] <= tl["reference_prepare_started"] <= tl["reference_prepared"] <= tl["first_timed_batch"], tl
     assert tl["reference_prepare_started"] - tl["setup"] < 1000, tl
-    assert tl["reference_batch_started"] - tl["reference_prepare_started"] >= 5000, tl
-    # On a CPU the calls per round trip do not depend on the reference's time: no probe, so the
-    # reference took the GPU's lock exclusively once, for its batch.
+    assert tl["first_timed_batch"] - tl["reference_prepare_started"] >= 5000, tl
+    # On a CPU the calls per round trip do not depend on the reference's time: no probe. The
+    # reference has no batch of its own (no taking of the lock for it): it was timed in the
+    # candidate's paired batch, the call's one exclusive taking, and its published timing is that
+    # batch's reference side.
     assert "reference_probe_skipped" in tl, tl
-    assert rep["gpu_use"]["reference timing"]["n"] == 1, rep["gpu_use"]
+    assert "reference timing" not in rep["gpu_use"] and rep["gpu_use"]["timing"]["n"] == 1, rep["gpu_use"]
+    ref, cand = rep["reference_timing"], rep["candidates"][0]["timing"]
+    assert ref["paired_with"] == rep["candidates"][0]["path"], ref
+    assert ref["times_ms"] == cand["paired_reference_ms"] and ref["calls_per_trip"] == cand["calls_per_trip"], (ref, cand)
 
 
 def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timing(files):
@@ -220,15 +225,15 @@ def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timi
     r, rep = run_verify(files, ["first_only"], "--no-multishape")
     assert r.returncode == 3, r.stderr[-3000:]
     assert rep["candidates"][0]["verdict"] == "wrong_output", rep["candidates"][0]
-    assert "reference_prepared" in rep["timeline_ms"] and "reference_batch_started" not in rep["timeline_ms"], rep["timeline_ms"]
+    assert "reference_prepared" in rep["timeline_ms"] and "first_timed_batch" not in rep["timeline_ms"], rep["timeline_ms"]
     assert rep["reference_timing"] is None, rep["reference_timing"]
 
 
-def test_the_references_batch_copies_the_timing_sets_made_beforehand(files):
+def test_the_paired_batch_copies_the_timing_sets_made_beforehand(files):
     # The judge made and kept every timing set while the reference's timing was prepared (shared
-    # holds of the GPU); the reference's batch and the candidate's paired one copy them inside the
-    # exclusive hold instead of making them again from their seeds (a get_inputs of 0.2 s here:
-    # each round trip's two sets made anew would take 0.4 s).
+    # holds of the GPU); the candidate's paired batch copies them inside the exclusive hold, for the
+    # reference's round trips and the candidate's inputs, instead of making them again from their
+    # seeds (a get_inputs of 0.2 s here: each round trip's two sets made anew would take 0.4 s).
     r, rep = run_verify(files, ["good"], "--no-multishape", problem="slow_inputs")
     assert r.returncode == 0, r.stderr[-3000:]
     ref, cand = rep["reference_timing"], rep["candidates"][0]["timing"]

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,8 +103,9 @@ struct TimingResult {
   double orchestrator_wall_ms = 0; // our clock around the whole batch, value checks included
   double ping_ms = 0;              // median no-op round trip to the judge, subtracted twice per call
   double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
-  // The reference's batches: the median of their flushes, the quickest flush at set-up, and the
-  // idle baseline used (the median, capped by the floor); 0 elsewhere.
+  // The batch that measured the GPU's idle flush (a reference batch's flushes, or the first paired
+  // batch's first ones): their median, the quickest flush at set-up, and the idle baseline used
+  // (the median, capped by the floor); 0 elsewhere.
   double flush_median_ms = 0, flush_floor_ms = 0, flush_baseline_ms = 0;
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
   int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
@@ -118,10 +120,20 @@ struct TimingResult {
   int flush_repeats = 0; // paired: flushes beyond one per wait for the GPU to go idle (before and after its round trips)
   int cpu = -1;         // the CPU its round trips ran on, every side pinned (-1: not pinned)
   std::string cpu_note; // why not pinned, when pinning was asked for and failed
+  // Our clock over the round trips (warmup included), step by step: the sets' loads and hand-over,
+  // flushes, the candidate's continue and stop, its calls and their checks, the paired reference's
+  // and the affinity check, summed (ms). Where an exclusive hold's time goes besides the calls.
+  std::map<std::string, double> trip_steps_ms;
+  // The reference's timing taken from a candidate's paired batch (reference_from_paired): that
+  // candidate; empty for a batch of the reference's own.
+  std::string paired_with;
 };
 // Per timed round trip, the reference's time over the candidate's (empty unless paired): the
 // speedup is their median, so that what slows the machine for a while slows both sides of a ratio.
 std::vector<double> paired_speedups(const TimingResult& t);
+// The reference's side of a paired batch `t` (candidate `candidate`'s) as a timing of its own: its
+// round trips' per-call times, loads, and the idle flush baseline measured at the batch's start.
+TimingResult reference_from_paired(const TimingResult& t, const std::string& candidate);
 
 // One size variant of the problem in the multi-shape check.
 struct ShapeVariant {
