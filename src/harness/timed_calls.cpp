@@ -124,7 +124,8 @@ const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
 }
 
 int Verifier::timing_cpu(const DeviceState& dev) const {
-  const std::vector<int> allowed = allowed_cpus(::getpid());
+  // (The process's CPUs before keep_timing_cpus took the timing CPUs off its threads.)
+  const std::vector<int> allowed = host_cpus();
   if (allowed.empty() || opts_.timing_cpu == kTimingCpuOff) return -1;
   if (opts_.timing_cpu >= 0) {
     return std::find(allowed.begin(), allowed.end(), opts_.timing_cpu) != allowed.end() ? opts_.timing_cpu : -1;
