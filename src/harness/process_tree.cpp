@@ -5,13 +5,11 @@
 #include <dirent.h>
 #include <sched.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -183,38 +181,6 @@ std::string cpu_list(const std::vector<int>& cpus) {
     i = j + 1;
   }
   return out;
-}
-
-std::vector<int> host_cpus() {
-  static const std::vector<int> cpus = allowed_cpus(::getpid());
-  return cpus;
-}
-
-std::vector<int> keep_cpus_for_timing(const std::vector<int>& cpus, const std::vector<pid_t>& others) {
-  static std::mutex mu;
-  static std::vector<int> kept;
-  std::lock_guard lock(mu);
-  const std::vector<int> host = host_cpus();
-  auto has = [](const std::vector<int>& v, int c) { return std::find(v.begin(), v.end(), c) != v.end(); };
-  std::vector<int> want = kept;
-  for (int c : cpus) {
-    if (has(host, c) && !has(want, c)) want.push_back(c);
-  }
-  std::vector<int> rest;
-  for (int c : host) {
-    if (!has(want, c)) rest.push_back(c);
-  }
-  if (want.empty() || rest.empty()) return {};
-  kept = want;
-  std::vector<pid_t> procs{::getpid()};
-  procs.insert(procs.end(), others.begin(), others.end());
-  for (pid_t t : threads_of(procs)) {
-    const std::vector<int> now = allowed_cpus(t);
-    if (now.empty() || now == rest) continue;  // gone, or narrowed already
-    if (std::all_of(now.begin(), now.end(), [&](int c) { return has(kept, c); })) continue;  // pinned for a batch
-    (void)set_affinity_errno(t, rest);  // (a thread that exits meanwhile: ESRCH)
-  }
-  return rest;
 }
 
 std::vector<pid_t> Process::leader_and_tree() const {

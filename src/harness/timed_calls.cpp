@@ -124,8 +124,7 @@ const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
 }
 
 int Verifier::timing_cpu(const DeviceState& dev) const {
-  // (The process's CPUs before keep_timing_cpus took the timing CPUs off its threads.)
-  const std::vector<int> allowed = host_cpus();
+  const std::vector<int> allowed = allowed_cpus(::getpid());
   if (allowed.empty() || opts_.timing_cpu == kTimingCpuOff) return -1;
   if (opts_.timing_cpu >= 0) {
     return std::find(allowed.begin(), allowed.end(), opts_.timing_cpu) != allowed.end() ? opts_.timing_cpu : -1;

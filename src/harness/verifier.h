@@ -264,8 +264,6 @@ class Verifier {
       return use.yield_for_timer(w.proc, [this, &dev](const std::function<bool()>& stop) { return gpu_idle_for_yield(dev, stop); });
     };
   }
-  // On a GPU with timing: keeps each device's timing CPU for its timed batches (keep_cpus_for_timing).
-  void keep_timing_cpus();
   void log(const std::string& line) const;
   void notify(size_t index, const CandidateResult& r);
   void warn(const std::string& line);

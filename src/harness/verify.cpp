@@ -297,7 +297,6 @@ Status Verifier::setup() {
     }
   }
   report_.timeline_ms["zygote_ready"] = ms_from_start();
-  keep_timing_cpus();
   // Every judge process is started before any is waited for: their start-up overlaps. The size
   // variants' judges start once a candidate matched its first trial (start_variants); their
   // directories are named now, for the candidate workers that start before.
@@ -622,27 +621,6 @@ Result<VerifyReport> Verifier::close_feed() {
   report_.judge_ms = judge_ops_.to_json();
   report_.judges_started = judges_started_.load();
   return std::move(report_);
-}
-
-void Verifier::keep_timing_cpus() {
-  // A GPU's timed round trips run on one CPU (timing_cpu), where the orchestrator's thread, the
-  // judge and the candidate take turns at each step. Other work of ours on that CPU (the other
-  // problems' and candidates' imports, compiles, trials and comparisons) made each step wait for
-  // a time slice: in an H200 throughput run of 8 problems at once the candidate's clocked check of
-  // a round trip took 5.7 ms on average and up to 0.76 s a batch for one that took 39 ms in
-  // another run. So it is kept for them: every process of ours (this one's threads, the zygote
-  // and so every worker and judge forked or started from now on) runs elsewhere, and a batch
-  // pins its three sides to it alone. Only on a GPU, where times mean something.
-  if (!opts_.timing) return;
-  (void)host_cpus();  // (fixed before any thread of ours is narrowed)
-  std::vector<int> cpus;
-  for (const auto& dev : devices_) {
-    if (!dev->cuda()) continue;
-    if (const int c = timing_cpu(*dev); c >= 0) cpus.push_back(c);
-  }
-  if (cpus.empty()) return;
-  const std::vector<int> rest = keep_cpus_for_timing(cpus, Zygote::pids());
-  if (!rest.empty()) report_.environment["cpus_kept_for_timing"] = cpus;
 }
 
 VerifierPrewarm::VerifierPrewarm(const VerifyOptions& options) {

@@ -429,52 +429,5 @@ TEST(Process, NonexistentProgramExits127) {
   EXPECT_EQ(e->code, 127);
 }
 
-
-// A GPU's timing CPU is kept for its timed batches (Verifier::keep_timing_cpus): every thread of
-// this process and of the processes named (the zygote, whose forks inherit it) runs on the other
-// CPUs, but a thread pinned to the kept CPU for a batch keeps its pin; threads started later
-// inherit the narrowed mask; and with a single CPU nothing is kept.
-TEST(Process, TimingCpusAreKeptFromEveryOtherThreadAndProcess) {
-  const std::vector<int> host = host_cpus();
-  if (host.size() < 2) {
-    EXPECT_TRUE(keep_cpus_for_timing(host, {}).empty()) << "nothing would be left";
-    GTEST_SKIP() << "needs two CPUs";
-  }
-  const int timing = host.back();
-  std::vector<int> rest(host.begin(), host.end() - 1);
-  auto p = Process::spawn(sh("sleep 100"));
-  ASSERT_TRUE(p.ok());
-  std::atomic<int> stage{0};
-  std::atomic<pid_t> pinned_tid{0}, plain_tid{0};
-  std::thread pinned([&] {
-    ASSERT_TRUE(set_allowed_cpus(0, {timing}).ok());
-    pinned_tid = static_cast<pid_t>(::gettid());
-    while (stage.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
-  std::thread plain([&] {
-    plain_tid = static_cast<pid_t>(::gettid());
-    while (stage.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  });
-  while (pinned_tid.load() == 0 || plain_tid.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_TRUE(keep_cpus_for_timing({timing, 100000}, {}).size() == rest.size());  // (a CPU not the host's is ignored)
-  EXPECT_EQ(keep_cpus_for_timing({timing}, {p->pid()}), rest);
-  EXPECT_EQ(allowed_cpus(0), rest);
-  EXPECT_EQ(allowed_cpus(::getpid()), rest);
-  EXPECT_EQ(allowed_cpus(plain_tid), rest);
-  EXPECT_EQ(allowed_cpus(pinned_tid), std::vector<int>{timing}) << "a batch's pin is kept";
-  EXPECT_EQ(allowed_cpus(p->pid()), rest);
-  std::vector<int> born;
-  std::thread later([&] { born = allowed_cpus(0); });
-  later.join();
-  EXPECT_EQ(born, rest);
-  // The timing CPU is still one the process may pin a batch's thread to.
-  EXPECT_TRUE(set_allowed_cpus(0, {timing}).ok());
-  stage = 1;
-  pinned.join();
-  plain.join();
-  p->kill_tree();
-  (void)set_allowed_cpus(0, host);
-}
-
 }  // namespace
 }  // namespace kernelllm::harness

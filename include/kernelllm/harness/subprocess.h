@@ -194,15 +194,6 @@ std::vector<int> allowed_cpus(pid_t tid = 0);
 Status set_allowed_cpus(pid_t tid, const std::vector<int>& cpus);
 // "0-3,8" for {0,1,2,3,8}.
 std::string cpu_list(const std::vector<int>& cpus);
-// The CPUs this process could run on when first asked (its main thread's mask then): what timing
-// picks its CPU from, whatever keep_cpus_for_timing has since taken away from its threads.
-std::vector<int> host_cpus();
-// Keeps the CPUs in `cpus` (of host_cpus) for timed round trips: every thread of this process, and
-// of the processes `others` (their children inherit it), may from now on run on the rest only,
-// but a thread pinned to kept CPUs alone (a timed batch's, PinnedToCpu) keeps its pin. The kept
-// CPUs add up over calls. Returns the CPUs left for the rest; empty, and nothing changed, when
-// none would be left.
-std::vector<int> keep_cpus_for_timing(const std::vector<int>& cpus, const std::vector<pid_t>& others);
 
 // All live descendants of `root` (children, grandchildren, ...) from /proc, in discovery order.
 std::vector<pid_t> list_descendants(pid_t root);
