@@ -55,9 +55,10 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         batches["the references' batches"] += bool(c.get("reference_trip_steps_ms"))
     for what, by_step in steps.items():
         if by_step:
+            # ("check.judge" and the like are parts of their step: not in the total.)
             out.append(f"round trips of {what} ({batches[what]}), by step (summed s): " +
                        ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(by_step.items(), key=lambda kv: -kv[1])) +
-                       f"; total {s(sum(by_step.values())).strip()}")
+                       f"; total {s(sum(v for k, v in by_step.items() if '.' not in k)).strip()}")
     out.append("per problem, s from its set-up: prep = the reference's preparation; matched = a candidate's first "
                "matched trial; batch = the first timed batch begins")
     out.append(f"  {'problem':30s} n  setup   prep matched  batch    end    multishape")

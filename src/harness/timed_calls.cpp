@@ -487,6 +487,12 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     steps[name] += std::chrono::duration<double, std::milli>(now - t_step).count();
     t_step = now;
   };
+  // A check's own time in the judge and, of it, its waits for the device: parts of its step,
+  // "<step>.judge" and "<step>.sync" (what is left of the step is the requests' way there and back).
+  auto judge_parts = [&](const std::string& name, const Reply& rep) {
+    steps[name + ".judge"] += rep.message.value("judge_ms", 0.0);
+    steps[name + ".sync"] += rep.message.value("sync_ms", 0.0);
+  };
   const double budget_ms = opts_.timing_budget_s * 1e3;
   bool last = false;
   for (int i = 0; !last; ++i) {
@@ -564,6 +570,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       return std::nullopt;
     }
     step("check");
+    judge_parts("check", chk);
     double next_flush_ms = 0;
     double ref_check_ms = cand ? -1.0 : chk.elapsed_ms;  // the reference's own batch: its check is not charged
     if (paired) {
@@ -579,6 +586,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);
       if (!rk.ok()) return judge_failed(rk, "check the reference's paired round trip");
       step("reference_check");
+      judge_parts("reference_check", rk);
       ref_check_ms = rk.elapsed_ms;
       if (i >= warm) {
         ref_calls.push_back(CallClock{rc.elapsed_ms, rk.elapsed_ms, 0, 0, per, rk.elapsed_ms});

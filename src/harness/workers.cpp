@@ -344,6 +344,8 @@ constexpr JsonMember kReplyMembers[] = {
     {"kernel_names", kJsonArray, kJsonString},
     {"violation", kJsonObject | kJsonNull},       // kernel_check
     {"steps_ms", kJsonObject},                    // time_prepare (judge)
+    {"judge_ms", kJsonNumber},                    // check_timed (judge): its own time
+    {"sync_ms", kJsonNumber},                     // check_timed (judge): of it, waiting for the device
 };
 constexpr JsonMember kErrorMembers[] = {
     {"kind", kJsonString}, {"message", kJsonString}, {"traceback", kJsonString}, {"rule", kJsonString}};

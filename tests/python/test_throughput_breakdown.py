@@ -29,7 +29,7 @@ def test_a_runs_time_is_taken_apart(tmp_path):
         {"problem": "level1/1_Square.py", "samples": 1, "timeline_ms": {"setup": 500, "total": 3000}}]) + "\n")
     (reports / "eval-candidates.jsonl").write_text("\n".join(json.dumps(c) for c in [
         {"problem": "level1/19_ReLU.py", "sample": 0, "phases": {"multishape_ms": 2000},
-         "trip_steps_ms": {"call": 1500, "flush": 500}},
+         "trip_steps_ms": {"call": 1500, "flush": 500, "check.sync": 200}},
         {"problem": "level1/19_ReLU.py", "sample": 1, "phases": {"multishape_ms": 3000},
          "trip_steps_ms": {"call": 1000, "stop": 3000}},
         {"problem": "level1/1_Square.py", "sample": 0, "phases": {}}]) + "\n")
@@ -47,6 +47,6 @@ def test_a_runs_time_is_taken_apart(tmp_path):
     # The paired batches' round trips by step, summed over candidates, the longest first (an old
     # record's reports have none: no line).
     steps = next(x for x in lines if x.startswith("round trips of candidates' paired batches (2)"))
-    assert steps.endswith("by step (summed s): stop 3.0, call 2.5, flush 0.5; total 6.0"), steps
+    assert steps.endswith("by step (summed s): stop 3.0, call 2.5, flush 0.5, check.sync 0.2; total 6.0"), steps
     assert not any(x.startswith("round trips of the references' batches") for x in lines)
     assert lines[-1] == "summed problem walls   17.0 s; their longest multi-shape checks    3.0 s", lines[-1]

@@ -216,6 +216,10 @@ def test_the_references_timing_is_prepared_from_the_first_candidate_on_beside_it
     ref, cand = rep["reference_timing"], rep["candidates"][0]["timing"]
     assert ref["paired_with"] == rep["candidates"][0]["path"], ref
     assert ref["times_ms"] == cand["paired_reference_ms"] and ref["calls_per_trip"] == cand["calls_per_trip"], (ref, cand)
+    # Where the batch's round trips went, step by step; a check's own time in the judge is part of it.
+    steps = cand["trip_steps_ms"]
+    assert {"call", "check", "reference_call", "reference_check", "check.judge", "check.sync"} <= set(steps), steps
+    assert 0 < steps["check.judge"] <= steps["check"] and steps["check.sync"] == 0, steps  # (no device to wait for)
 
 
 def test_a_probe_made_for_a_candidate_that_then_fails_is_not_the_references_timing(files):

@@ -123,6 +123,8 @@ struct TimingResult {
   // Our clock over the round trips (warmup included), step by step: the sets' loads and hand-over,
   // flushes, the candidate's continue and stop, its calls and their checks, the paired reference's
   // and the affinity check, summed (ms). Where an exclusive hold's time goes besides the calls.
+  // "check.judge" and "check.sync" (and the reference's): of a check, the judge's own time and its
+  // waits for the device in it (parts of "check", not added to it).
   std::map<std::string, double> trip_steps_ms;
   // The reference's timing taken from a candidate's paired batch (reference_from_paired): that
   // candidate; empty for a batch of the reference's own.

@@ -394,6 +394,18 @@ class TimedCalls:
         return rows if on is None else rows[:, on]
 
     def check_timed(self, msg: dict) -> dict:
+        """_check_timed, with where its time went for the orchestrator's accounting (trip_steps_ms):
+        `judge_ms` in this process, `sync_ms` of it waiting for the device."""
+        t0, self.sync_s = time.perf_counter(), 0.0
+        res = self._check_timed(msg)
+        return dict(res, judge_ms=(time.perf_counter() - t0) * 1e3, sync_ms=self.sync_s * 1e3)
+
+    def _sync(self) -> None:
+        t0 = time.perf_counter()
+        torch.cuda.synchronize()
+        self.sync_s += time.perf_counter() - t0
+
+    def _check_timed(self, msg: dict) -> dict:
         """Checks the output region after a round trip of timed calls, call j on the inputs of
         `trials[j]` in slot j: every fingerprint position of every output
         (elementwise part of the tolerance), all slots at once; or with `full` each slot's whole
@@ -414,7 +426,7 @@ class TimedCalls:
         if len(trials) > len(views) // n_out:
             raise WorkerError("protocol", f"check_timed: {len(trials)} calls for {len(views) // n_out} output slot(s)")
         if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
+            self._sync()
         try:
             if msg.get("full"):
                 # Kept from now on, when not already (a batch ended before its planned last round
@@ -458,7 +470,7 @@ class TimedCalls:
             if not msg.get("keep"):  # kept for the whole-output check that follows
                 reg.data.fill_(255)
                 if self.device.startswith("cuda"):
-                    torch.cuda.synchronize()
+                    self._sync()
             if msg.get("full"):  # references made again there (not kept) go back before the next run
                 release_cached()
 
