@@ -162,6 +162,41 @@ TEST(TimingClock, RooflineAndStability) {
   EXPECT_TRUE(timing_unstable(t));
 }
 
+TEST(TimingClock, TheReferencesTimingIsTheReferenceSideOfAPairedBatch) {
+  // The reference has no batch of its own: the device's first paired batch gives its timing, its
+  // round trips' per-call times, loads and the idle flush baseline measured at the batch's start,
+  // and names the candidate beside which it ran. Nothing of the candidate's own times goes in.
+  TimingResult t;
+  t.meaningful = true;
+  t.times_ms = {0.20, 0.22, 0.21};
+  t.stats = timing_stats(t.times_ms);
+  t.paired_ref_ms = {0.10, 0.12, 0.11};
+  t.paired_load_ms = {1.5, 1.4, 1.6};
+  t.load_ms = {0, 0, 0};
+  t.calls_per_trip = 64;
+  t.warmup_trips = 3;
+  t.ping_ms = 0.05;
+  t.flush_median_ms = 0.09;
+  t.flush_floor_ms = 0.08;
+  t.flush_baseline_ms = 0.09;
+  t.flush_excess_ms = 4.0;
+  t.cpu = 15;
+  const TimingResult ref = reference_from_paired(t, "/c/cand.py");
+  EXPECT_EQ(ref.times_ms, t.paired_ref_ms);
+  EXPECT_NEAR(ref.stats.median_ms, 0.11, 1e-12);
+  EXPECT_EQ(ref.stats.n, 3);
+  EXPECT_EQ(ref.load_ms, t.paired_load_ms);
+  EXPECT_TRUE(ref.paired_ref_ms.empty()) << "the reference's timing is not itself paired";
+  EXPECT_EQ(ref.calls_per_trip, 64);
+  EXPECT_EQ(ref.warmup_trips, 3);
+  EXPECT_EQ(ref.cpu, 15);
+  EXPECT_EQ(ref.flush_baseline_ms, 0.09);
+  EXPECT_EQ(ref.flush_floor_ms, 0.08);
+  EXPECT_EQ(ref.flush_excess_ms, 0.0) << "the candidate's charged waits are its own";
+  EXPECT_EQ(ref.paired_with, "/c/cand.py");
+  EXPECT_TRUE(ref.meaningful);
+}
+
 TEST(TimingClock, PairedSpeedupsFollowTheMachineNotTheClockTime) {
   // A machine twice as slow for the second half of the batch: both sides' round trips slow down,
   // the candidate's median moves with them, its paired ratios stay put.
