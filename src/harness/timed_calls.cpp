@@ -433,6 +433,19 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // waited out): a GPU still busy is another process's work, waited out charged to no one. Busy
   // through kSettleS, the GPU is not this batch's to time on: no time is published (the verdict
   // stays what the correctness trials gave), never one taken beside someone else's work.
+  // The reference's own round trip or its check failed beside this candidate's (a reference that
+  // cannot be timed on these sets, or a judge in trouble): not the candidate's doing, and nothing
+  // to compare its time with, so none is published and its verdict stays the trials' (as when
+  // the reference's own batch failed, before it had none).
+  auto reference_failed = [&](const Reply& rep, const std::string& what) -> std::optional<TimingResult> {
+    warn(fmt::format("reference timing on {} failed beside {}: {}: {}: {}", dev.name, r->path, what, rep.error_kind(),
+                     rep.error_message()));
+    const std::string why = fmt::format("not timed: the reference's paired round trip failed ({}: {})", what,
+                                        rep.error_message().substr(0, 300));
+    r->evidence["timing_not_taken"] = why;
+    r->message += (r->message.empty() ? "" : "; ") + why;
+    return std::nullopt;
+  };
   auto gpu_busy = [&]() -> std::optional<TimingResult> {
     const std::string why = fmt::format("not timed: the GPU stayed busy for {:g} s with work the judge could not wait "
                                         "out before a timed round trip, the candidate stopped (another process's, or "
@@ -581,10 +594,10 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       next_flush_ms = settle(nullptr);
       step("flush_after");
       Reply rc = judge_call(dev, Json{{"op", "time_call"}, {"sets", ref_sets}}, timeout);
-      if (!rc.ok()) return judge_failed(rc, "run the reference's paired round trip");
+      if (!rc.ok()) return reference_failed(rc, "its round trip");
       step("reference_call");
       Reply rk = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"own", true}}, opts_.load_timeout_s);
-      if (!rk.ok()) return judge_failed(rk, "check the reference's paired round trip");
+      if (!rk.ok()) return reference_failed(rk, "the check of its round trip");
       step("reference_check");
       judge_parts("reference_check", rk);
       ref_check_ms = rk.elapsed_ms;

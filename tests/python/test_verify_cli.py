@@ -109,6 +109,17 @@ class ModelNew(nn.Module):
 
 # PROBLEM whose get_inputs takes 0.2 s: a timing set made from its seed in a round trip shows.
 SLOW_INPUTS = PROBLEM.replace("def get_inputs():\n", "def get_inputs():\n    import time\n    time.sleep(0.2)\n")
+# PROBLEM whose reference raises when the judge times it (a call from its timed loop: worker/timing.py's
+# Timer.call) and works everywhere else: its correctness trials and timing sets are made.
+UNTIMEABLE = PROBLEM.replace("    def forward(self, x):\n", """    def forward(self, x):
+        import sys
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_filename.endswith("timing.py") and f.f_code.co_name == "call":
+                raise RuntimeError("this reference refuses to be timed")
+            f = f.f_back
+""")
+assert "refuses to be timed" in UNTIMEABLE
 assert "time.sleep(0.2)" in SLOW_INPUTS
 
 
@@ -118,7 +129,7 @@ def files(tmp_path_factory) -> dict:
     out = {}
     for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("near", NEAR), ("syntax", SYNTAX),
                        ("torch_only", TORCH_ONLY), ("hang", HANG), ("slow_trials", SLOW_TRIALS),
-                       ("first_only", FIRST_ONLY), ("slow_inputs", SLOW_INPUTS)]:
+                       ("first_only", FIRST_ONLY), ("slow_inputs", SLOW_INPUTS), ("untimeable", UNTIMEABLE)]:
         p = d / f"{name}.py"
         p.write_text(text)
         out[name] = p
@@ -249,6 +260,21 @@ def test_the_paired_batch_copies_the_timing_sets_made_beforehand(files):
     steps = {k.split(".", 1)[1]: v["ms"] for k, v in ops.items() if k.startswith("time_prepare.")}
     assert set(steps) == {"make", "references", "read_back", "limits", "other"}, ops
     assert steps["make"] > 0.5 * ops["time_prepare"]["ms"] and sum(steps.values()) <= ops["time_prepare"]["ms"], ops
+
+
+def test_a_reference_that_cannot_be_timed_leaves_the_candidate_correct_and_untimed(files):
+    # The reference has no batch of its own: it is timed in the candidate's paired batch. When its
+    # round trip there fails, that is not the candidate's doing: its verdict stays the trials'
+    # (correct), no time is published, and the report says why (as when the reference's own batch
+    # failed, before): never not_verified, which an eval would retry on every run.
+    r, rep = run_verify(files, ["good"], "--no-multishape", problem="untimeable")
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = rep["candidates"][0]
+    assert c["verdict"] == "correct" and c.get("timing") is None and c.get("speedup") in (None, 0, 0.0), c
+    assert "the reference's paired round trip failed" in c["evidence"]["timing_not_taken"], c["evidence"]
+    assert "refuses to be timed" in c["evidence"]["timing_not_taken"], c["evidence"]["timing_not_taken"]
+    assert rep["reference_timing"] is None, rep["reference_timing"]
+    assert any("reference timing on cpu failed beside" in w for w in rep["warnings"]), rep["warnings"]
 
 
 def test_size_variant_judges_started_by_exec_live_through_the_multishape_check(files):
