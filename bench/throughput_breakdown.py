@@ -38,27 +38,20 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         out.append(f"(no {calls}: no per-problem timelines)")
         return out
     multishape = defaultdict(float)  # the problem's longest multi-shape check (one candidate's)
-    steps = {"candidates' paired batches": defaultdict(float), "the references' batches": defaultdict(float)}
-    batches = defaultdict(int)
+    by_step, batches = defaultdict(float), 0  # the candidates' paired batches' round trips
     cands = reports / "eval-candidates.jsonl"
     for line in (cands.read_text().splitlines() if cands.is_file() else []):
         c = json.loads(line)
         name = c["problem"].split("/")[-1]
         multishape[name] = max(multishape[name], (c.get("phases") or {}).get("multishape_ms", 0.0))
         for k, v in (c.get("trip_steps_ms") or {}).items():
-            steps["candidates' paired batches"][k] += v
-        batches["candidates' paired batches"] += bool(c.get("trip_steps_ms"))
-    for line in calls.read_text().splitlines():
-        c = json.loads(line)
-        for k, v in (c.get("reference_trip_steps_ms") or {}).items():
-            steps["the references' batches"][k] += v
-        batches["the references' batches"] += bool(c.get("reference_trip_steps_ms"))
-    for what, by_step in steps.items():
-        if by_step:
-            # ("check.judge" and the like are parts of their step: not in the total.)
-            out.append(f"round trips of {what} ({batches[what]}), by step (summed s): " +
-                       ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(by_step.items(), key=lambda kv: -kv[1])) +
-                       f"; total {s(sum(v for k, v in by_step.items() if '.' not in k)).strip()}")
+            by_step[k] += v
+        batches += bool(c.get("trip_steps_ms"))
+    if by_step:
+        # ("check.judge" and the like are parts of their step: not in the total.)
+        out.append(f"round trips of candidates' paired batches ({batches}), by step (summed s): " +
+                   ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(by_step.items(), key=lambda kv: -kv[1])) +
+                   f"; total {s(sum(v for k, v in by_step.items() if '.' not in k)).strip()}")
     out.append("per problem, s from its set-up: prep = the reference's preparation; matched = a candidate's first "
                "matched trial; batch = the first timed batch begins")
     out.append(f"  {'problem':30s} n  setup   prep matched  batch    end    multishape")

@@ -158,9 +158,7 @@ Status append_verify_call(const fs::path& run_dir, const std::string& problem, c
                           Json{{"problem", problem}, {"profile", profile}, {"samples", samples},
                                {"timing_shared", timing_shared}, {"at", utc_now()}, {"worker_start", r.worker_start},
                                {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use}, {"judge_ms", r.judge_ms},
-                               {"judges_started", r.judges_started},
-                               {"reference_trip_steps_ms", r.reference_timing ? Json(r.reference_timing->trip_steps_ms)
-                                                                              : Json(nullptr)}});
+                               {"judges_started", r.judges_started}});
 }
 
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.

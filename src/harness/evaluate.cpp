@@ -371,7 +371,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
     const bool profile = profiled != nullptr && t + 1 == dev.trials.size();
     if (profile) timeout += opts_.load_timeout_s;  // CUPTI's start-up
-    if (profile && held && t > 0) {  // (held: timing is on)
+    if (profile && held) {  // (held: timing is on)
       // The reference's timing is ready before the profiled run: the calls per round trip and
       // its timing sets, made in the background from set-up on (by the problem's first candidate
       // to get here; the others find it done). The reference has no batch of its own: it is timed

@@ -48,7 +48,7 @@ Json timing_json(const TimingResult& t) {
   if (!t.cpu_note.empty()) j["cpu_note"] = t.cpu_note;
   if (!t.trip_steps_ms.empty()) j["trip_steps_ms"] = t.trip_steps_ms;
   if (!t.paired_with.empty()) j["paired_with"] = t.paired_with;
-  if (t.flush_median_ms > 0) {
+  if (t.flush_baseline_ms > 0) {
     j["flush_median_ms"] = t.flush_median_ms;
     j["flush_floor_ms"] = t.flush_floor_ms;
     j["flush_baseline_ms"] = t.flush_baseline_ms;

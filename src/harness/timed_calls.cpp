@@ -6,9 +6,10 @@
 // there, and measure both round trips here. Several calls per round trip (for kernels of
 // microseconds) keep the round trips' fixed cost a small share of each published time. The judge also flushes the
 // GPU's shared L2 between round trips. The reference is timed by the same loop on the judge, copying
-// into and checking a region of its own, so both sides pay the same overheads: once per problem
-// (its published median, and the calls per round trip), and again round trip by round trip beside
-// each candidate's, on the same sets, for the candidate's speedup.
+// into and checking a region of its own, so both sides pay the same overheads: round trip by round
+// trip beside each candidate's, on the same sets, for the candidate's speedup (the device's first
+// such batch is also its published timing); a batch of its own only for a probe, torch.compile and
+// select's load baselines.
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,14 +58,6 @@ constexpr double kSettleS = 2;
 // flush at set-up plus this much (flush_floor_ms): lenient for the judge pinned to a shared timing
 // CPU, well under the time slice (a few ms) that GPU work kept queued would raise it to.
 constexpr double kFloorCapFactor = 3, kFloorCapMs = 0.5;
-
-// The idle flush baseline: a median, but never far above the quickest flush the judge saw at
-// set-up, before any candidate of the call had loaded (flush_floor_ms; 0: none): GPU work a
-// candidate keeps queued while the baseline is measured would raise it to a time slice and let its
-// own leftover work go uncharged (red team).
-double capped_flush_baseline(double median_ms, double floor_ms) {
-  return floor_ms > 0 ? std::min(median_ms, kFloorCapFactor * floor_ms + kFloorCapMs) : median_ms;
-}
 
 // Flushes that measure the idle baseline at the start of a device's first paired batch.
 constexpr int kBaselineFlushes = 9;
@@ -118,6 +111,10 @@ struct PinnedToCpu {
 };
 
 }  // namespace
+
+double capped_flush_baseline(double median_ms, double floor_ms) {
+  return floor_ms > 0 ? std::min(median_ms, kFloorCapFactor * floor_ms + kFloorCapMs) : median_ms;
+}
 
 const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
   return dev.timing_inputs.empty() ? dev.trials : dev.timing_inputs;
@@ -270,13 +267,27 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     r->message = fmt::format("the judge could not {}: {}: {}", what, rep.error_kind(), rep.error_message());
     return std::nullopt;
   };
+  // The reference's side of a paired batch failed (its sets' preparation, its round trip or its
+  // check: a reference that cannot be timed on these sets, or a judge in trouble): not the
+  // candidate's doing, and nothing
+  // to compare its time with, so none is published and its verdict stays the trials' (as when
+  // the reference's own batch failed, before it had none).
+  auto reference_failed = [&](const Reply& rep, const std::string& what) -> std::optional<TimingResult> {
+    warn(fmt::format("reference timing on {} failed beside {}: {}: {}: {}", dev.name, r->path, what, rep.error_kind(),
+                     rep.error_message()));
+    const std::string why = fmt::format("not timed: the reference's paired round trip failed ({}: {})", what,
+                                        rep.error_message().substr(0, 300));
+    r->evidence["timing_not_taken"] = why;
+    r->message += (r->message.empty() ? "" : "; ") + why;
+    return std::nullopt;
+  };
   bool given = false;      // the candidate's inputs come in the judge's input region
   std::string inputs_note;  // else why not (paired batches)
   if (paired) {
     // The reference again, round trip by round trip beside this candidate's (its sets made anew,
     // so its loads are this batch's load baseline).
     Reply rp = judge_call(dev, reference_prepare(), prepare_timeout);
-    if (!rp.ok()) return judge_failed(rp, "prepare the reference's paired round trips");
+    if (!rp.ok()) return reference_failed(rp, "the preparation of its sets");
   }
   if (cand) {
     int fd = -1;
@@ -433,19 +444,6 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // waited out): a GPU still busy is another process's work, waited out charged to no one. Busy
   // through kSettleS, the GPU is not this batch's to time on: no time is published (the verdict
   // stays what the correctness trials gave), never one taken beside someone else's work.
-  // The reference's own round trip or its check failed beside this candidate's (a reference that
-  // cannot be timed on these sets, or a judge in trouble): not the candidate's doing, and nothing
-  // to compare its time with, so none is published and its verdict stays the trials' (as when
-  // the reference's own batch failed, before it had none).
-  auto reference_failed = [&](const Reply& rep, const std::string& what) -> std::optional<TimingResult> {
-    warn(fmt::format("reference timing on {} failed beside {}: {}: {}: {}", dev.name, r->path, what, rep.error_kind(),
-                     rep.error_message()));
-    const std::string why = fmt::format("not timed: the reference's paired round trip failed ({}: {})", what,
-                                        rep.error_message().substr(0, 300));
-    r->evidence["timing_not_taken"] = why;
-    r->message += (r->message.empty() ? "" : "; ") + why;
-    return std::nullopt;
-  };
   auto gpu_busy = [&]() -> std::optional<TimingResult> {
     const std::string why = fmt::format("not timed: the GPU stayed busy for {:g} s with work the judge could not wait "
                                         "out before a timed round trip, the candidate stopped (another process's, or "
@@ -484,6 +482,16 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     baseline_median_ms = timing_stats(idle_flushes).median_ms;
     dev.flush_baseline_ms = capped_flush_baseline(baseline_median_ms, dev.flush_floor_ms);
   }
+  // Kept for the device's later batches only when this one completes: a candidate whose batch ends
+  // in a verdict of its own (a cheat, a crash) or untimed does not leave a baseline it may have
+  // raised with work it queued before (the next candidate measures it again).
+  struct KeptIfComplete {
+    DeviceState& dev;
+    bool measured, complete = false;
+    ~KeptIfComplete() {
+      if (measured && !complete) dev.flush_baseline_ms = 0;
+    }
+  } baseline_kept{dev, baseline_median_ms > 0};
   std::vector<CallClock> calls, ref_calls;
   std::vector<double> flushes, loads, ref_loads;
   double events_ms = 0, load_excess_ms = 0;
@@ -682,11 +690,13 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     t.flush_median_ms = median;
     t.flush_floor_ms = dev.flush_floor_ms;
     t.flush_baseline_ms = dev.flush_baseline_ms;
-  } else if (baseline_median_ms > 0) {
+  } else if (paired && cuda) {
+    // The baseline this batch's flushes were held to (measured at its start: its median too).
     t.flush_median_ms = baseline_median_ms;
     t.flush_floor_ms = dev.flush_floor_ms;
     t.flush_baseline_ms = dev.flush_baseline_ms;
   }
+  baseline_kept.complete = true;
   t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
   if (paired) {

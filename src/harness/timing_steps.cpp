@@ -1,7 +1,7 @@
-// What is timed, and when (docs/verification.md, Timing): the reference once per device (its kernel time or a probe,
-// its timing sets made under shared holds, then its batch), each correct candidate in a paired
-// batch under the GPU's exclusive hold, and the untimed re-check of a set whose timed values were
-// wrong. The clock itself, a batch of round trips, is timed_calls.cpp's timed_batch.
+// What is timed, and when (docs/verification.md, Timing): the reference readied once per device (its kernel time
+// or a probe, its timing sets made under shared holds; no batch of its own), each correct candidate
+// in a paired batch under the GPU's exclusive hold, which times the reference too, and the untimed
+// re-check of a set whose timed values were wrong. The clock itself, a batch of round trips, is timed_calls.cpp's timed_batch.
 #include <algorithm>
 #include <optional>
 
@@ -163,7 +163,7 @@ void Verifier::start_reference_timing(DeviceState& dev) {
   // sets are made from now on, beside the candidates' loads and trials, instead of when the first
   // of them reaches its last trial, which then waited for them (10-20 s a problem of 8 at once on
   // an H200, mostly waiting for the GPU's lock; 7-14 s still when begun at a candidate's first
-  // matched trial). Its last batch stays for the first timed candidate's exclusive hold.
+  // matched trial). It is timed in the candidates' paired batches.
   if (!opts_.timing || dev.parent) return;
   std::lock_guard lock(ref_threads_mu_);
   if (dev.ref_started || ref_stop_.load()) return;
@@ -198,6 +198,7 @@ void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* 
   // time (reference_from_paired) and measures the GPU's idle flush. A batch of its own cost ~0.35 s
   // of exclusive hold a problem (23 round trips of ~10 ms of its work each) for the same numbers.
   if (dev.ref_batch_per > 0) dev.calls_per_trip = dev.ref_batch_per;  // (the probe answered, or was not needed)
+  dev.ref_ready = true;  // (before the torch.compile batch: it is the reference's, not a candidate's)
   if (opts_.time_compile) {
     std::optional<GpuUse> own;
     std::optional<GpuUse>& lock = held ? *held : own;
@@ -263,14 +264,11 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
   std::optional<TimingResult> t;
   {
     // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared): the hold
-    // the profiled run left, else one taken now, the reference timed first (its own takings of
-    // the GPU; nothing once it is done).
+    // the profiled run left, else one taken now, the reference readied first (run_trials did
+    // before the profiled run; without one, here: it waits for another thread's readying).
     std::optional<GpuUse> own;
     std::optional<GpuUse>& lock = held ? *held : own;
-    // With a single correctness trial the profiled run's hold comes before the reference was timed
-    // (run_trials times it before the last trial only when earlier ones matched): let it go, time
-    // the reference (its last batch's hold left for this timing), as with no hold.
-    if (lock && !dev.ref_timing_tried) lock.reset();
+    if (lock && !dev.ref_ready) lock.reset();  // (not readied: never while holding the GPU)
     if (!lock) ensure_reference_timing(dev, &lock);
     if (lock) {
       lock->continue_as("timing");

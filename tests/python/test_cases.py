@@ -257,17 +257,19 @@ UNDISTURBED_CASES = [(p, c, h) for p, c, h in ALL_CASES if h.get("paired_referen
 def test_paired_reference_undisturbed(verify_problem, problem, case, head):
     """A candidate that tries to slow the reference's round trips paired with its own (work left
     queued past its reply) must not: the paired reference keeps the time it has beside honest
-    candidates (the median over the problem's candidates labelled correct of their paired
-    reference medians), within half again plus 5 us a call, and the candidate is slower."""
+    candidates (the median over the problem's candidates labelled correct with no attempt of their
+    paired reference medians), within half again plus 5 us a call, and the candidate is slower."""
     run = verify_problem(problem)
     entry = run["entries"].get(case)
     assert entry is not None, f"no result for {case}"
     timing = entry.get("timing") or {}
     if not timing.get("meaningful") or "paired_reference_median_ms" not in timing:
         pytest.skip("no paired GPU timing in this run (CPU)")
+    # Honest: labelled correct with no attempt at anything (the red-team cases that stay correct are not).
     labels = {c: h for p, c, h in ALL_CASES if p == problem}
     honest = sorted(e["timing"]["paired_reference_median_ms"] for c, e in run["entries"].items()
-                    if labels.get(c, {}).get("expect") == "correct" and e.get("verdict") == "correct"
+                    if c != case and labels.get(c, {}).get("expect") == "correct" and "attempts" not in labels.get(c, {})
+                    and e.get("verdict") == "correct"
                     and "paired_reference_median_ms" in (e.get("timing") or {}))
     assert honest, f"{problem}: no honest candidate was timed beside the reference"
     alone, paired = honest[len(honest) // 2], timing["paired_reference_median_ms"]

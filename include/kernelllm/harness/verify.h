@@ -103,9 +103,10 @@ struct TimingResult {
   double orchestrator_wall_ms = 0; // our clock around the whole batch, value checks included
   double ping_ms = 0;              // median no-op round trip to the judge, subtracted twice per call
   double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
-  // The batch that measured the GPU's idle flush (a reference batch's flushes, or the first paired
-  // batch's first ones): their median, the quickest flush at set-up, and the idle baseline used
-  // (the median, capped by the floor); 0 elsewhere.
+  // The GPU's idle flush: the idle baseline this batch was held to (a paired batch's; a reference
+  // batch's own), the quickest flush at set-up that caps it, and the median it was measured from
+  // when this batch measured it (a reference batch's flushes, or the first paired batch's first
+  // ones; 0: an earlier batch did). All 0 on a CPU.
   double flush_median_ms = 0, flush_floor_ms = 0, flush_baseline_ms = 0;
   double load_excess_ms = 0;       // input-set loads beyond the judge's, charged to the next calls
   int calls_per_trip = 1;          // timed calls per round trip; each published time is a trip's share
@@ -133,6 +134,11 @@ struct TimingResult {
 // Per timed round trip, the reference's time over the candidate's (empty unless paired): the
 // speedup is their median, so that what slows the machine for a while slows both sides of a ratio.
 std::vector<double> paired_speedups(const TimingResult& t);
+// The idle flush baseline from the median of a batch's idle flushes: never more than 3x the
+// quickest flush the judge saw at set-up, before any candidate of the call had loaded
+// (`floor_ms`; 0: none) plus 0.5 ms. GPU work a candidate keeps queued while the baseline is
+// measured would raise it to a time slice and let its own leftover work go uncharged (red team).
+double capped_flush_baseline(double median_ms, double floor_ms);
 // The reference's side of a paired batch `t` (candidate `candidate`'s) as a timing of its own: its
 // round trips' per-call times, loads, and the idle flush baseline measured at the batch's start.
 TimingResult reference_from_paired(const TimingResult& t, const std::string& candidate);
