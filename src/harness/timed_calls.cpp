@@ -269,9 +269,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   };
   // The reference's side of a paired batch failed (its sets' preparation, its round trip or its
   // check: a reference that cannot be timed on these sets, or a judge in trouble): not the
-  // candidate's doing, and nothing
-  // to compare its time with, so none is published and its verdict stays the trials' (as when
-  // the reference's own batch failed, before it had none).
+  // candidate's doing, and nothing to compare its time with, so none is published and its verdict
+  // stays the trials' (as when the reference's own batch failed, before it had none).
   auto reference_failed = [&](const Reply& rep, const std::string& what) -> std::optional<TimingResult> {
     warn(fmt::format("reference timing on {} failed beside {}: {}: {}: {}", dev.name, r->path, what, rep.error_kind(),
                      rep.error_message()));
