@@ -20,9 +20,11 @@ if [[ -n "${KERNELLLM_FROM_ARCHIVE:-}" ]]; then
   stamp=$(sha1sum .vdev/head.tar | cut -c1-40)
   if [[ "$(cat /tmp/kllm-v/.stamp 2>/dev/null)" != "$stamp" ]]; then
     rm -rf /tmp/kllm-v && mkdir -p /tmp/kllm-v && tar -xf .vdev/head.tar -C /tmp/kllm-v
-    for d in .deps .whl .kb .kb0; do [[ -d $d ]] && cp -r "$d" /tmp/kllm-v/; done
     echo "$stamp" > /tmp/kllm-v/.stamp
   fi
+  # The carried directories, also those a later call of the same archive carries for the first time
+  # (a KernelBench checkout not carried by the call that unpacked the tree left its eval without one).
+  for d in .deps .whl .kb .kb0; do [[ -d $d && ! -d /tmp/kllm-v/$d ]] && cp -r "$d" /tmp/kllm-v/; done
   cd /tmp/kllm-v || exit 1
 fi
 source tools/device_env.sh
