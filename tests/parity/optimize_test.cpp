@@ -548,6 +548,48 @@ TEST(VerifyZygote, AForkedJudgeThatDoesNotGreetIsForkedAgainThenStartedByExec) {
   fs::remove_all(dir);
 }
 
+TEST(VerifyZygote, AWorkerWhoseIntermediateParentExitedBeforeItRanIsStillForked) {
+  // The zygote forks B, B forks the worker C and exits at once. C waits for B's exit to have made
+  // it the orchestrator's child; it used to read B's pid with os.getppid() when it first ran, which
+  // after B had already exited named the orchestrator, so it waited 10 s for B and gave up (judges
+  // then started by exec; CI and an H200 throughput run). Here C sleeps before it reads anything,
+  // so B is always gone first: every worker is still forked.
+  auto package = harness::find_package_dir("");
+  ASSERT_TRUE(package.ok()) << package.status().to_string();
+  const fs::path dir = fs::temp_directory_path() / ("kernelllm-late-c-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "pkg");
+  fs::copy(*package / "kernelllm", dir / "pkg" / "kernelllm", fs::copy_options::recursive);
+  const fs::path zygote_py = dir / "pkg" / "kernelllm" / "worker" / "zygote.py";
+  auto text = read_text_file(zygote_py.string(), size_t{1} << 20);
+  ASSERT_TRUE(text.ok());
+  const std::string at = "\n                _leader(";
+  const size_t pos = text->find(at);
+  ASSERT_NE(pos, std::string::npos) << "zygote.py changed: update this test";
+  std::string patched = *text;
+  patched.insert(pos, "\n                time.sleep(0.3)");
+  { std::ofstream(zygote_py) << patched; }
+  const fs::path problem = dir / "problem.py", good = dir / "good.py";
+  { std::ofstream(problem) << kProblem; }
+  { std::ofstream(good) << kCorrect; }
+  harness::VerifyOptions o;
+  o.use_cache = false;
+  o.multishape = false;
+  o.timing = false;
+  o.n_trials = 2;
+  o.package_dir = (dir / "pkg").string();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rep = harness::verify(problem.string(), {good.string()}, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  ASSERT_EQ(rep->candidates.size(), 1u);
+  EXPECT_EQ(rep->candidates[0].verdict, Verdict::correct) << rep->candidates[0].message;
+  EXPECT_EQ(rep->worker_start, "zygote");
+  EXPECT_EQ(rep->judges_started, 1);
+  EXPECT_LT(s, 60.0);
+  fs::remove_all(dir);
+}
+
 TEST(VerifySession, VerifiesEachCandidateAsItIsAdded) {
   harness::VerifyOptions o;
   o.use_cache = false;

@@ -329,11 +329,15 @@ def _fork(req: Dict[str, Any], fds: List[int], orchestrator: int, zsock: socket.
     if b == 0:  # B
         try:
             os.close(r)
+            # B's pid, read here: C may first run after B has exited, when its os.getppid() already
+            # names the orchestrator, and C then waited the whole 10 s for B to exit ("the
+            # intermediate process did not exit": seen in CI and twice in one H200 throughput run).
+            b_pid = os.getpid()
             c = os.fork()
             if c == 0:  # C
                 os.close(w)
                 zsock.detach()  # fd 5 is about to be the worker's: the zygote's socket object must not close it
-                _leader(req, fds, os.getppid(), orchestrator)
+                _leader(req, fds, b_pid, orchestrator)
             os.write(w, struct.pack("<i", c))
         finally:
             os._exit(0)
