@@ -170,7 +170,7 @@ void Verifier::start_reference_timing(DeviceState& dev) {
   dev.ref_started = true;
   ref_threads_.emplace_back([this, &dev] {
     std::lock_guard once(dev.ref_timing_mu);
-    if (!dev.ref_timing_tried) prepare_reference_timing(dev, &ref_stop_);
+    if (!dev.ref_ready) prepare_reference_timing(dev, &ref_stop_);
   });
 }
 
@@ -190,15 +190,14 @@ void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* 
   // Once per device, by whichever thread times first; the others wait here, holding no lock (as
   // the first waits for a preparation started in the background, start_reference_timing).
   std::lock_guard once(dev.ref_timing_mu);
-  if (dev.ref_timing_tried) return;
-  dev.ref_timing_tried = true;
+  if (dev.ref_ready) return;
   prepare_reference_timing(dev, nullptr);
   // No batch of the reference's own: every candidate's batch times the reference round trip by
   // round trip beside its own, and the device's first such batch gives the reference's published
   // time (reference_from_paired) and measures the GPU's idle flush. A batch of its own cost ~0.35 s
   // of exclusive hold a problem (23 round trips of ~10 ms of its work each) for the same numbers.
   if (dev.ref_batch_per > 0) dev.calls_per_trip = dev.ref_batch_per;  // (the probe answered, or was not needed)
-  dev.ref_ready = true;  // (before the torch.compile batch: it is the reference's, not a candidate's)
+  dev.ref_ready = true;
   if (opts_.time_compile) {
     std::optional<GpuUse> own;
     std::optional<GpuUse>& lock = held ? *held : own;
@@ -264,11 +263,10 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
   std::optional<TimingResult> t;
   {
     // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared): the hold
-    // the profiled run left, else one taken now, the reference readied first (run_trials did
-    // before the profiled run; without one, here: it waits for another thread's readying).
+    // the profiled run left (run_trials readied the reference before it), else one taken now, the
+    // reference readied first.
     std::optional<GpuUse> own;
     std::optional<GpuUse>& lock = held ? *held : own;
-    if (lock && !dev.ref_ready) lock.reset();  // (not readied: never while holding the GPU)
     if (!lock) ensure_reference_timing(dev, &lock);
     if (lock) {
       lock->continue_as("timing");

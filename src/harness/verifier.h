@@ -81,9 +81,9 @@ struct DeviceState {
   double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none)
   std::vector<double> load_baseline_ms;  // per round trip: the judge's time_load of its sets from their seeds
   std::optional<TimingResult> ref_timing, compile_timing;
-  std::atomic<bool> ref_timing_tried{false};  // written under ref_timing_mu; read without it too
-  // ensure_reference_timing has readied it (calls_per_trip set): read without ref_timing_mu.
-  std::atomic<bool> ref_ready{false};
+  // ensure_reference_timing has readied it (calls per round trip set, sets made or tried): under
+  // ref_timing_mu.
+  bool ref_ready = false;
   std::mutex ref_timing_mu;  // ensure_reference_timing: once, by the first thread to time
   // prepare_reference_timing's progress (under ref_timing_mu): the probe batch ran (or its answer
   // was known without it), the sets of the batch it calls for (ref_batch_per calls a round trip;

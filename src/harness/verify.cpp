@@ -580,9 +580,9 @@ Result<VerifyReport> Verifier::close_feed() {
   run_multishape();
   for (auto& dev : devices_) {
     if (!dev->healthy && dev->name != "cpu") report_.warnings.push_back(fmt::format("device {} was taken out of use", dev->name));
-    // (A probe made in the background for a problem none of whose candidates got to be timed is
-    // not the reference's timing.)
-    if (!report_.reference_timing && dev->ref_timing && dev->ref_timing_tried) {
+    // (Only a candidate's paired batch sets it: a problem none of whose candidates got to be timed
+    // has none, a probe's few round trips included.)
+    if (!report_.reference_timing && dev->ref_timing) {
       report_.reference_timing = dev->ref_timing;
       report_.compile_timing = dev->compile_timing;
     }
