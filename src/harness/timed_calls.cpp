@@ -267,6 +267,12 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     r->message = fmt::format("the judge could not {}: {}: {}", what, rep.error_kind(), rep.error_message());
     return std::nullopt;
   };
+  // No time published, the verdict left as the trials gave it, and why in the evidence and message.
+  auto not_taken = [&](const std::string& why) -> std::optional<TimingResult> {
+    r->evidence["timing_not_taken"] = why;
+    r->message += (r->message.empty() ? "" : "; ") + why;
+    return std::nullopt;
+  };
   // The reference's side of a paired batch failed (its sets' preparation, its round trip or its
   // check: a reference that cannot be timed on these sets, or a judge in trouble): not the
   // candidate's doing, and nothing to compare its time with, so none is published and its verdict
@@ -274,11 +280,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   auto reference_failed = [&](const Reply& rep, const std::string& what) -> std::optional<TimingResult> {
     warn(fmt::format("reference timing on {} failed beside {}: {}: {}: {}", dev.name, r->path, what, rep.error_kind(),
                      rep.error_message()));
-    const std::string why = fmt::format("not timed: the reference's paired round trip failed ({}: {})", what,
-                                        rep.error_message().substr(0, 300));
-    r->evidence["timing_not_taken"] = why;
-    r->message += (r->message.empty() ? "" : "; ") + why;
-    return std::nullopt;
+    return not_taken(fmt::format("not timed: the reference's paired round trip failed ({}: {})", what,
+                                 rep.error_message().substr(0, 300)));
   };
   bool given = false;      // the candidate's inputs come in the judge's input region
   std::string inputs_note;  // else why not (paired batches)
@@ -444,12 +447,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   // through kSettleS, the GPU is not this batch's to time on: no time is published (the verdict
   // stays what the correctness trials gave), never one taken beside someone else's work.
   auto gpu_busy = [&]() -> std::optional<TimingResult> {
-    const std::string why = fmt::format("not timed: the GPU stayed busy for {:g} s with work the judge could not wait "
-                                        "out before a timed round trip, the candidate stopped (another process's, or "
-                                        "what the candidate left queued past an earlier reply)", kSettleS);
-    r->evidence["timing_not_taken"] = why;
-    r->message += (r->message.empty() ? "" : "; ") + why;
-    return std::nullopt;
+    return not_taken(fmt::format("not timed: the GPU stayed busy for {:g} s with work the judge could not wait "
+                                 "out before a timed round trip, the candidate stopped (another process's, or "
+                                 "what the candidate left queued past an earlier reply)", kSettleS));
   };
   // An unpaired candidate batch (finalists re-timed) starts with the GPU idle of what the finalist
   // before it left queued, charged to no one; a paired one waits before each of its round trips.
@@ -472,11 +472,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       if (const double f = flush(); f > 0) idle_flushes.push_back(f);
     }
     if (idle_flushes.empty()) {
-      const std::string why = "not timed: the judge's L2 flush failed, so the GPU's idle baseline that charges a "
-                              "candidate's leftover work is unknown";
-      r->evidence["timing_not_taken"] = why;
-      r->message += (r->message.empty() ? "" : "; ") + why;
-      return std::nullopt;
+      return not_taken("not timed: the judge's L2 flush failed, so the GPU's idle baseline that charges a candidate's "
+                       "leftover work is unknown");
     }
     baseline_median_ms = timing_stats(idle_flushes).median_ms;
     dev.flush_baseline_ms = capped_flush_baseline(baseline_median_ms, dev.flush_floor_ms);
