@@ -110,6 +110,17 @@ struct PinnedToCpu {
   ~PinnedToCpu() { release(); }
 };
 
+// A timed call that left wrong values in the output region: timing set k's (re-checked untimed
+// after the hold, recheck_timing_set).
+void timed_mismatch(CandidateResult& r, int call, const std::vector<TrialInput>& sets, size_t k, const Reply& full) {
+  r.verdict = Verdict::cheat;
+  r.rule = "timed_output_mismatch";
+  r.message = fmt::format("timed call {} (inputs of trial {}) left wrong values in the output region, so it skipped, "
+                          "replayed or put off work: {}",
+                          call, sets[k].trial, full.message.value("message", ""));
+  r.evidence["timed_mismatch_set"] = static_cast<int>(k);
+}
+
 }  // namespace
 
 double capped_flush_baseline(double median_ms, double floor_ms) {
@@ -226,7 +237,7 @@ Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, i
 }
 
 std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
-                                                  int per_trip, bool paired, bool fresh_loads) {
+                                                  int per_trip, bool paired, bool fresh_loads, WholeCheckAfter* whole_after) {
   const bool cuda = dev.cuda();
   paired = paired && cand && !compile;
   const std::vector<TrialInput>& sets = timing_sets(dev);
@@ -645,9 +656,21 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
                                c.message.value("output_unbound", std::string("no reason given")));
       return std::nullopt;
     }
-    // The last round trip's whole outputs against the full references (not clocked).
+    // The last round trip's whole outputs against the full references (not clocked): here, or
+    // after the exclusive hold on the judge's copy of them, taken now (the candidate stopped
+    // since its check, what it left queued waited out by the flushes after it). The batch that
+    // measured the idle baseline compares here: a baseline is kept only from a complete batch.
     Reply full = chk;
-    if (chk.message.value("match", false) && last) {
+    if (chk.message.value("match", false) && last && whole_after && paired && baseline_median_ms <= 0) {
+      Reply snap = judge_call(dev, Json{{"op", "time_snapshot"}, {"trials", on_trials}, {"candidate", cand->id()}}, opts_.load_timeout_s);
+      if (!snap.ok()) return judge_failed(snap, "copy the last timed output for its whole check");
+      step("snapshot");
+      whole_after->pending = true;
+      whole_after->trials = on_trials;
+      whole_after->first_call = first_call;
+      whole_after->sets.clear();
+      for (int j = 0; j < per; ++j) whole_after->sets.push_back(set_of(i, j));
+    } else if (chk.message.value("match", false) && last) {
       full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"full", true}, {"candidate", cand->id()}},
                         opts_.load_timeout_s);
       if (!full.ok()) {
@@ -660,13 +683,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     if (!full.message.value("match", false)) {
       const int slot = std::clamp(full.message.value("slot", 0), 0, per - 1);
-      const size_t k = set_of(i, slot);
-      r->verdict = Verdict::cheat;
-      r->rule = "timed_output_mismatch";
-      r->message = fmt::format("timed call {} (inputs of trial {}) left wrong values in the output region, so it skipped, "
-                               "replayed or put off work: {}",
-                               first_call + slot, sets[k].trial, full.message.value("message", ""));
-      r->evidence["timed_mismatch_set"] = static_cast<int>(k);  // re-checked untimed (recheck_timing_set)
+      timed_mismatch(*r, first_call + slot, sets, set_of(i, slot), full);
       return std::nullopt;
     }
   }
@@ -708,6 +725,23 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.orchestrator_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_batch).count();
   t.trip_steps_ms = std::move(steps);
   return t;
+}
+
+bool Verifier::check_whole_after(DeviceState& dev, Worker& w, CandidateResult& r, const WholeCheckAfter& whole) {
+  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing's whole check");
+  Reply full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", whole.trials}, {"full", true}, {"snapshot", true},
+                                    {"candidate", w.id()}},
+                          opts_.load_timeout_s);
+  if (!full.ok()) {
+    r.verdict = Verdict::not_verified;
+    r.message = fmt::format("the judge could not compare the last timed output: {}: {}", full.error_kind(),
+                            full.error_message());
+    return false;
+  }
+  if (full.message.value("match", false)) return true;
+  const int slot = std::clamp(full.message.value("slot", 0), 0, static_cast<int>(whole.sets.size()) - 1);
+  timed_mismatch(r, whole.first_call + slot, timing_sets(dev), whole.sets[static_cast<size_t>(slot)], full);
+  return false;
 }
 
 bool timed_trips_done(int timed, int iters, double timed_ms, double budget_ms) {

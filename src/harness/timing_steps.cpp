@@ -261,6 +261,7 @@ void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& 
 
 void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held) {
   std::optional<TimingResult> t;
+  WholeCheckAfter whole;
   {
     // Nothing else of ours runs on this GPU meanwhile (correctness runs hold it shared): the hold
     // the profiled run left (run_trials readied the reference before it), else one taken now, the
@@ -276,12 +277,15 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
       r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
     }
     mark("first_timed_batch");
-    t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true);
+    // The whole-output check of the last round trip after the hold, once the reference's
+    // published timing is set (by a batch that compared whole in its hold).
+    t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true, false, dev.ref_timing ? &whole : nullptr);
     // The device's first paired batch is the reference's published timing (still under the
     // exclusive hold, which orders the batches of every thread on this device).
     if (t && !dev.ref_timing && !t->paired_ref_ms.empty()) dev.ref_timing = reference_from_paired(*t, r.path);
     lock.reset();
   }
+  if (t && whole.pending && !check_whole_after(dev, w, r, whole)) t.reset();
   if (!t) {  // r holds the verdict
     if (r.evidence.contains("timed_mismatch_set")) recheck_timing_set(w, dev, r);  // outside the timing lock
     return;

@@ -166,6 +166,16 @@ using IdleLook = std::function<GpuIdle(const std::function<bool()>& stop)>;
 // (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
 // timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
 // hold are added to `stats`.
+// A paired batch's whole-output check of its last round trip, left for after the exclusive hold
+// (Verifier::timed_batch): the judge holds a copy of those outputs (time_snapshot), taken with the
+// candidate stopped, so nothing the candidate does once it is continued reaches what is compared.
+struct WholeCheckAfter {
+  bool pending = false;
+  Json trials = Json::array();  // the round trip's trial numbers, call by call
+  std::vector<size_t> sets;     // their timing sets (indices into timing_sets)
+  int first_call = 0;           // the round trip's first timed call
+};
+
 class GpuUse {
  public:
   GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats);
@@ -305,10 +315,18 @@ class Verifier {
   // output region is its verdict in *r; nullopt then. `fresh_loads` (the reference's): the judge
   // makes each round trip's sets from their seeds, clocked as dev.load_baseline_ms, the baselines
   // of unpaired candidate batches' loads; else it copies the sets it kept as made.
+  // `whole_after` (a paired batch's; nullptr: compared in the batch): the whole-output check of
+  // the last round trip is left for after the exclusive hold (check_whole_after), on a copy the
+  // judge takes with the candidate stopped, unless this batch measured the idle flush baseline.
   // The CPU a timed batch on `dev` runs on (VerifyOptions::timing_cpu); -1: none.
   int timing_cpu(const DeviceState& dev) const;
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
-                                          int per_trip = 0, bool paired = false, bool fresh_loads = false);
+                                          int per_trip = 0, bool paired = false, bool fresh_loads = false,
+                                          WholeCheckAfter* whole_after = nullptr);
+  // The whole-output check timed_batch left for after the hold (under a shared one): the copy of
+  // the last round trip's outputs against the full references and the cheat rules. False with
+  // the verdict in r (timed_output_mismatch with evidence timed_mismatch_set, or not_verified).
+  bool check_whole_after(DeviceState& dev, Worker& w, CandidateResult& r, const WholeCheckAfter& whole);
   // The load baselines select's unpaired batches of `iters` round trips are clocked against: a
   // reference batch that makes its sets from their seeds, unless one did (timing_steps.cpp).
   void ensure_load_baselines(DeviceState& dev, int iters);

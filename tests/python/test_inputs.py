@@ -185,6 +185,24 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     view.reshape(-1)[off] += 1.0
     full = j.check_timed({"trials": [1], "full": True, "candidate": "cand-0"})
     assert not full["match"] and full["verdict_hint"] == "wrong_output", full
+    # The whole check after the GPU's exclusive hold reads a copy taken with the candidate stopped:
+    # what it writes into the region once continued does not reach it, either way.
+    view.copy_(right1)
+    view.reshape(-1)[off] += 1.0
+    j.time_snapshot({"trials": [1], "candidate": "cand-0"})
+    view.copy_(right1)  # mended after the copy: too late
+    late = j.check_timed({"trials": [1], "full": True, "snapshot": True, "candidate": "cand-0"})
+    assert not late["match"] and late["slot"] == 0 and late["verdict_hint"] == "wrong_output", late
+    j.time_snapshot({"trials": [1], "candidate": "cand-0"})
+    view.fill_(float("nan"))  # spoiled after the copy: too late as well
+    assert j.check_timed({"trials": [1], "full": True, "snapshot": True, "candidate": "cand-0"})["match"]
+    with pytest.raises(WorkerError, match="no copy"):  # one check per copy, and only the candidate's own
+        j.check_timed({"trials": [1], "full": True, "snapshot": True, "candidate": "cand-0"})
+    j.time_snapshot({"trials": [1], "candidate": "cand-0"})
+    with pytest.raises(WorkerError, match="no copy"):
+        j.check_timed({"trials": [1], "full": True, "snapshot": True, "candidate": "cand-1"})
+    j.forget({"candidate": "cand-0"})  # a candidate that ended before its check leaves nothing behind
+    assert j.snapshots == {}
     with pytest.raises(OSError):  # sealed: the candidate cannot shrink it under the judge
         os.ftruncate(mine.fd, 0)
     # A new region for the next candidate; the old mapping is written to in vain.

@@ -78,6 +78,21 @@ FIRST_ONLY = GOOD.replace("    def forward(self, x):\n        y = torch.empty_li
                           ).replace("        return y\n", "        return y + 1 if CALLS >= 2 else y\n"
                           ).replace("class ModelNew(", "CALLS = 0\n\nclass ModelNew(")
 assert "y + 1 if" in FIRST_ONLY and "CALLS = 0" in FIRST_ONLY
+# GOOD launched in blocks of 128: another correct source.
+GOOD_128 = GOOD.replace("BLOCK=256", "BLOCK=128").replace("triton.cdiv(n, 256)", "triton.cdiv(n, 128)")
+# GOOD whose timed calls (from worker/timing.py's CallTimer.call) leave the last element off by 1:
+# with a fingerprint of 8 of its 1,000 values, most likely only the whole-output check of the
+# batch's last round trip sees it; untimed it is right.
+OFF_SAMPLE = GOOD.replace("        return y\n", """        import sys
+        f = sys._getframe(1)
+        while f is not None:
+            if f.f_code.co_filename.endswith("timing.py") and f.f_code.co_name == "call":
+                y[-1] += 1.0
+                break
+            f = f.f_back
+        return y
+""")
+assert "BLOCK=128" in GOOD_128 and "y[-1] += 1.0" in OFF_SAMPLE
 WRONG = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale + 0.5")
 # Off by a relative 1e-3: within KernelBench v0's atol = rtol = 1e-2, outside its current 1e-4.
 NEAR = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale * 1.001")
@@ -129,7 +144,8 @@ def files(tmp_path_factory) -> dict:
     out = {}
     for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("near", NEAR), ("syntax", SYNTAX),
                        ("torch_only", TORCH_ONLY), ("hang", HANG), ("slow_trials", SLOW_TRIALS),
-                       ("first_only", FIRST_ONLY), ("slow_inputs", SLOW_INPUTS), ("untimeable", UNTIMEABLE)]:
+                       ("first_only", FIRST_ONLY), ("slow_inputs", SLOW_INPUTS), ("untimeable", UNTIMEABLE),
+                       ("good_128", GOOD_128), ("off_sample", OFF_SAMPLE)]:
         p = d / f"{name}.py"
         p.write_text(text)
         out[name] = p
@@ -275,6 +291,32 @@ def test_a_reference_that_cannot_be_timed_leaves_the_candidate_correct_and_untim
     assert "refuses to be timed" in c["evidence"]["timing_not_taken"], c["evidence"]["timing_not_taken"]
     assert rep["reference_timing"] is None, rep["reference_timing"]
     assert any("reference timing on cpu failed beside" in w for w in rep["warnings"]), rep["warnings"]
+
+
+def test_the_whole_output_check_of_a_later_batch_comes_after_the_hold_on_a_copy(files, tmp_path):
+    # The device's first paired batch compares its last round trip's outputs whole inside its hold
+    # (it measured the idle baseline and publishes the reference's timing); later batches leave
+    # that check for after the hold, on the copy the judge took with the candidate stopped
+    # (time_snapshot). Fingerprints of 8 values (a patched copy of the package), so that a value
+    # off the sample is caught there and nowhere else: still a timed_output_mismatch.
+    pkg = tmp_path / "pkg"
+    source = Path(__file__).resolve().parents[2] / "python" / "kernelllm"  # the workers' code, as installed from here
+    shutil.copytree(source, pkg / "kernelllm", ignore=shutil.ignore_patterns("__pycache__", "*.so", "bin"))
+    judge_py = pkg / "kernelllm" / "worker" / "judge.py"
+    text = judge_py.read_text()
+    assert "FINGERPRINT_MAX = 1 << 22" in text, "judge.py changed: update this test"
+    judge_py.write_text(text.replace("FINGERPRINT_MAX = 1 << 22", "FINGERPRINT_MAX = 8"))
+    r, rep = run_verify(files, ["good", "good_128", "off_sample"], "--no-multishape", "-j", "1",
+                        env={"KERNELLLM_PACKAGE_DIR": str(pkg)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    by = {Path(c["path"]).stem: c for c in rep["candidates"]}
+    first, later = by["good"]["timing"]["trip_steps_ms"], by["good_128"]["timing"]["trip_steps_ms"]
+    assert "full_check" in first and "snapshot" not in first, first
+    assert "snapshot" in later and "full_check" not in later, later
+    assert by["good_128"]["verdict"] == "correct"
+    off = by["off_sample"]
+    assert (off["verdict"], off["rule"]) == ("cheat", "timed_output_mismatch"), (off["verdict"], off["rule"], off["message"])
+    assert "left wrong values in the output region" in off["message"], off["message"]
 
 
 def test_size_variant_judges_started_by_exec_live_through_the_multishape_check(files):

@@ -758,7 +758,8 @@ def main() -> int:
     handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs, "declare_trials": judge.declare_trials,
                 "compare": judge.compare, "time_prepare": judge.time_prepare, "time_load": judge.time_load, "time_call": judge.time_call,
                 "time_region": judge.time_region, "time_inputs_region": judge.time_inputs_region,
-                "time_give": judge.time_give, "check_timed": judge.check_timed, "l2_flush": judge.l2_flush,
+                "time_give": judge.time_give, "check_timed": judge.check_timed, "time_snapshot": judge.time_snapshot,
+                "l2_flush": judge.l2_flush,
                 "ping": judge.ping, "forget": judge.forget}
     handlers.update(audit_source=judge.audit_source, kernel_check=judge.kernel_check)
     return protocol.serve(handlers, hello)

@@ -159,8 +159,10 @@ class AcrossTrials:
         return trial["outputs"].get(getattr(self, "candidate", ""))
 
     def forget(self, msg: dict) -> dict:
-        """Drops what the judge kept of a finished candidate (its outputs per trial)."""
+        """Drops what the judge kept of a finished candidate (its outputs per trial, a copy of timed
+        outputs whose whole check never came)."""
         cand = str(msg.get("candidate", ""))
         for t in self.trials.values():
             t["outputs"].pop(cand, None)
+        getattr(self, "snapshots", {}).pop(cand, None)
         return {}

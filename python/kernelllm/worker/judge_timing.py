@@ -393,6 +393,31 @@ class TimedCalls:
         on = self._fp_index_on(i, v0.numel(), rows.device)
         return rows if on is None else rows[:, on]
 
+    def time_snapshot(self, msg: dict) -> dict:
+        """Copies the shared output region's first len(`trials`) slots (a round trip's outputs, call
+        j's on trial trials[j]), for their whole check after the GPU's exclusive hold (check_timed
+        with `snapshot` and the same `candidate`). Taken with the candidate stopped: once continued
+        it may write into the region again, never into this copy. Waits for the copy before the
+        reply, so that nothing the candidate queues afterwards can overtake it. Kept per candidate
+        (another candidate's batch may come between) until its check or `forget`."""
+        self._need_problem()
+        held = getattr(self, "shared", None)
+        if held is None:
+            raise WorkerError("protocol", "time_snapshot before time_region")
+        _, views, _ = held
+        trials = msg.get("trials")
+        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
+            raise WorkerError("protocol", f"time_snapshot: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
+        n_out = max(1, len(self._fingerprint(trials[0])["shapes"]))
+        if len(trials) > len(views) // n_out:
+            raise WorkerError("protocol", f"time_snapshot: {len(trials)} calls for {len(views) // n_out} output slot(s)")
+        if not hasattr(self, "snapshots"):
+            self.snapshots: dict = {}
+        self.snapshots[str(msg.get("candidate", ""))] = (list(trials), [v.clone() for v in views[:len(trials) * n_out]])
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return {}
+
     def check_timed(self, msg: dict) -> dict:
         """_check_timed, with where its time went for the orchestrator's accounting (trip_steps_ms):
         `judge_ms` in this process, `sync_ms` of it waiting for the device."""
@@ -411,16 +436,19 @@ class TimedCalls:
         (elementwise part of the tolerance), all slots at once; or with `full` each slot's whole
         output against the full reference and the cheat rules. `own`: the reference's region (the
         same work, so both sides' clocked checks cost the same). Then poisons the region again, so
-        the next round trip must write all of it (unless `keep`: the whole-output check comes next).
-        A mismatch names its `slot`."""
+        the next round trip must write all of it (unless `keep`: the whole-output check, or the
+        copy for it, comes next). With `full` and `snapshot`: the whole check of the copy
+        time_snapshot took for `candidate`, not of the region. A mismatch names its `slot`."""
         self._need_problem()
+        trials = msg["trials"]
+        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
+            raise WorkerError("protocol", f"check_timed: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
+        if msg.get("snapshot"):
+            return self._check_snapshot(trials, str(msg.get("candidate", "")))
         held = getattr(self, "own" if msg.get("own") else "shared", None)
         if held is None:
             raise WorkerError("protocol", "check_timed before time_prepare/time_region")
         reg, views, slot_bytes = held
-        trials = msg["trials"]
-        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
-            raise WorkerError("protocol", f"check_timed: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
         fps = [self._fingerprint(t) for t in trials]
         n_out = max(1, len(fps[0]["shapes"]))
         if len(trials) > len(views) // n_out:
@@ -429,16 +457,7 @@ class TimedCalls:
             self._sync()
         try:
             if msg.get("full"):
-                # Kept from now on, when not already (a batch ended before its planned last round
-                # trip, within its budget): the next candidate's batch likely ends there too.
-                self.keep_whole.update(trials)
-                res: dict = {"match": True, "message": "no outputs"}
-                for j, t in enumerate(trials):
-                    outs = {str(i): v for i, v in enumerate(views[j * n_out:(j + 1) * n_out])}
-                    res = self._judge_outputs(t, self._full(t, timing=True), outs, None, str(msg.get("candidate", "")))
-                    if not res.get("match"):
-                        return dict(res, slot=j)
-                return res
+                return self._check_whole(trials, views, n_out, str(msg.get("candidate", "")))
             if len(trials) == 1:
                 for i, v in enumerate(views[:n_out]):
                     flat = v.reshape(-1)
@@ -473,6 +492,35 @@ class TimedCalls:
                     self._sync()
             if msg.get("full"):  # references made again there (not kept) go back before the next run
                 release_cached()
+
+    def _check_whole(self, trials: list, views: list, n_out: int, candidate: str) -> dict:
+        """Each call's whole outputs (views, call after call, n_out each) against the full references
+        of its trial and the cheat rules; a mismatch names its `slot`."""
+        # Kept from now on, when not already (a batch ended before its planned last round trip,
+        # within its budget): the next candidate's batch likely ends there too.
+        self.keep_whole.update(trials)
+        res: dict = {"match": True, "message": "no outputs"}
+        for j, t in enumerate(trials):
+            outs = {str(i): v for i, v in enumerate(views[j * n_out:(j + 1) * n_out])}
+            res = self._judge_outputs(t, self._full(t, timing=True), outs, None, candidate)
+            if not res.get("match"):
+                return dict(res, slot=j)
+        return res
+
+    def _check_snapshot(self, trials: list, candidate: str) -> dict:
+        """check_timed's whole check of the copy time_snapshot took of the candidate's outputs of
+        the same calls (dropped by it, whatever the answer)."""
+        taken = getattr(self, "snapshots", {}).pop(candidate, None)
+        if taken is None or taken[0] != trials:
+            raise WorkerError("protocol", f"check_timed: no copy of {candidate!r}'s outputs of trials {trials} was taken "
+                                          "(time_snapshot)")
+        views = taken[1]
+        del taken
+        try:
+            return self._check_whole(trials, views, len(views) // len(trials), candidate)
+        finally:
+            views.clear()  # the copies go before the cached memory is given back
+            release_cached()
 
     def _norm_failing(self, checkers: list, got: torch.Tensor, sampled: bool, i: int, calls: int) -> dict:
         """A failed check_timed reply when a call's output i breaks the strict profile's normalized-error
