@@ -658,16 +658,16 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     }
     // The last round trip's whole outputs against the full references (not clocked): here, or
     // after the exclusive hold on the judge's copy of them, taken now (the candidate stopped
-    // since its check, what it left queued waited out by the flushes after it). The batch that
-    // measured the idle baseline compares here: a baseline is kept only from a complete batch.
+    // since its check, what it left queued waited out by the flushes after it).
     Reply full = chk;
-    if (chk.message.value("match", false) && last && whole_after && paired && baseline_median_ms <= 0) {
+    if (chk.message.value("match", false) && last && whole_after && paired) {
       Reply snap = judge_call(dev, Json{{"op", "time_snapshot"}, {"trials", on_trials}, {"candidate", cand->id()}}, opts_.load_timeout_s);
       if (!snap.ok()) return judge_failed(snap, "copy the last timed output for its whole check");
       step("snapshot");
       whole_after->pending = true;
       whole_after->trials = on_trials;
       whole_after->first_call = first_call;
+      whole_after->measured_baseline = baseline_median_ms > 0;
       whole_after->sets.clear();
       for (int j = 0; j < per; ++j) whole_after->sets.push_back(set_of(i, j));
     } else if (chk.message.value("match", false) && last) {
@@ -710,7 +710,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     t.flush_baseline_ms = dev.flush_baseline_ms;
   }
   baseline_kept.complete = true;
-  t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms : 1e300, &t.flush_excess_ms);
+  t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms.load() : 1e300, &t.flush_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
   if (paired) {
     t.paired_ref_ms = published_call_times(ref_calls, ping_ms, 1e300, nullptr);

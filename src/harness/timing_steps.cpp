@@ -277,15 +277,21 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
       r.evidence["phases"]["timing_wait_ms"] = lock->wait_ms();
     }
     mark("first_timed_batch");
-    // The whole-output check of the last round trip after the hold, once the reference's
-    // published timing is set (by a batch that compared whole in its hold).
-    t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true, false, dev.ref_timing ? &whole : nullptr);
-    // The device's first paired batch is the reference's published timing (still under the
-    // exclusive hold, which orders the batches of every thread on this device).
-    if (t && !dev.ref_timing && !t->paired_ref_ms.empty()) dev.ref_timing = reference_from_paired(*t, r.path);
+    // The whole-output check of the last round trip comes after the hold (on the judge's copy).
+    t = timed_batch(dev, &w, timed_calls(dev), false, &r, 0, /*paired=*/true, false, &whole);
     lock.reset();
   }
-  if (t && whole.pending && !check_whole_after(dev, w, r, whole)) t.reset();
+  if (t && whole.pending && !check_whole_after(dev, w, r, whole)) {
+    // A baseline this batch measured goes with it, as with any batch that ends in the candidate's
+    // own verdict (meanwhile it stood, within the cap every baseline has).
+    if (whole.measured_baseline) dev.flush_baseline_ms = 0;
+    t.reset();
+  }
+  // The device's first paired batch to pass is the reference's published timing.
+  if (t && !t->paired_ref_ms.empty()) {
+    std::lock_guard published(dev.ref_timing_set_mu);
+    if (!dev.ref_timing) dev.ref_timing = reference_from_paired(*t, r.path);
+  }
   if (!t) {  // r holds the verdict
     if (r.evidence.contains("timed_mismatch_set")) recheck_timing_set(w, dev, r);  // outside the timing lock
     return;
@@ -294,7 +300,11 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
   // silently. Not timed again in this worker: it has seen these timing sets and could replay
   // answers it kept from the first batch.
   r.timing = *t;
-  const std::optional<TimingResult>& ref = dev.ref_timing;
+  std::optional<TimingResult> ref;
+  {
+    std::lock_guard published(dev.ref_timing_set_mu);
+    ref = dev.ref_timing;
+  }
   // The speedup is the median of the round trips' paired ratios: a machine that slows for a while
   // (measured: the same process's calls 1.6x slower for several round trips running) slows both
   // sides of a ratio, where a reference timed once per problem set against a candidate timed

@@ -75,12 +75,14 @@ struct DeviceState {
   std::vector<TrialInput> trials;         // correctness trials 0..n_trials-1
   std::vector<TrialInput> timing_inputs;  // fresh inputs (trials n_trials..) never seen by a run
   std::filesystem::path shared_dir;  // init tensors, bound read-only into candidates
-  double flush_baseline_ms = 0;      // the judge's L2 flush round trip with the GPU idle: the first
-                                     // paired batch's first flushes' median (or a reference batch's),
-                                     // capped by the floor (timed_calls.cpp)
+  // The judge's L2 flush round trip with the GPU idle: the first paired batch's first flushes'
+  // median (or a reference batch's), capped by the floor (timed_calls.cpp). Atomic: set in an
+  // exclusive hold, read by shared holders' yield looks, dropped after a batch's whole check.
+  std::atomic<double> flush_baseline_ms{0};
   double flush_floor_ms = 0;         // the quickest of a few at set-up (0: none)
   std::vector<double> load_baseline_ms;  // per round trip: the judge's time_load of its sets from their seeds
   std::optional<TimingResult> ref_timing, compile_timing;
+  std::mutex ref_timing_set_mu;  // ref_timing's publication (after a batch's whole check) and reads
   // ensure_reference_timing has readied it (calls per round trip set, sets made or tried): under
   // ref_timing_mu.
   bool ref_ready = false;
@@ -174,6 +176,7 @@ struct WholeCheckAfter {
   Json trials = Json::array();  // the round trip's trial numbers, call by call
   std::vector<size_t> sets;     // their timing sets (indices into timing_sets)
   int first_call = 0;           // the round trip's first timed call
+  bool measured_baseline = false;  // the batch measured the device's idle flush baseline
 };
 
 class GpuUse {
@@ -317,7 +320,7 @@ class Verifier {
   // of unpaired candidate batches' loads; else it copies the sets it kept as made.
   // `whole_after` (a paired batch's; nullptr: compared in the batch): the whole-output check of
   // the last round trip is left for after the exclusive hold (check_whole_after), on a copy the
-  // judge takes with the candidate stopped, unless this batch measured the idle flush baseline.
+  // judge takes with the candidate stopped.
   // The CPU a timed batch on `dev` runs on (VerifyOptions::timing_cpu); -1: none.
   int timing_cpu(const DeviceState& dev) const;
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,

@@ -293,12 +293,12 @@ def test_a_reference_that_cannot_be_timed_leaves_the_candidate_correct_and_untim
     assert any("reference timing on cpu failed beside" in w for w in rep["warnings"]), rep["warnings"]
 
 
-def test_the_whole_output_check_of_a_later_batch_comes_after_the_hold_on_a_copy(files, tmp_path):
-    # The device's first paired batch compares its last round trip's outputs whole inside its hold
-    # (it measured the idle baseline and publishes the reference's timing); later batches leave
-    # that check for after the hold, on the copy the judge took with the candidate stopped
-    # (time_snapshot). Fingerprints of 8 values (a patched copy of the package), so that a value
-    # off the sample is caught there and nowhere else: still a timed_output_mismatch.
+def test_the_whole_output_check_comes_after_the_hold_on_a_copy(files, tmp_path):
+    # A paired batch leaves the whole-output check of its last round trip's outputs for after its
+    # exclusive hold, on the copy the judge took with the candidate stopped (time_snapshot); the
+    # first batch to pass it publishes the reference's timing. Fingerprints of 8 values (a patched
+    # copy of the package), so that a value off the sample is caught there and nowhere else: still
+    # a timed_output_mismatch.
     pkg = tmp_path / "pkg"
     source = Path(__file__).resolve().parents[2] / "python" / "kernelllm"  # the workers' code, as installed from here
     shutil.copytree(source, pkg / "kernelllm", ignore=shutil.ignore_patterns("__pycache__", "*.so", "bin"))
@@ -310,13 +310,18 @@ def test_the_whole_output_check_of_a_later_batch_comes_after_the_hold_on_a_copy(
                         env={"KERNELLLM_PACKAGE_DIR": str(pkg)})
     assert r.returncode == 0, r.stderr[-3000:]
     by = {Path(c["path"]).stem: c for c in rep["candidates"]}
-    first, later = by["good"]["timing"]["trip_steps_ms"], by["good_128"]["timing"]["trip_steps_ms"]
-    assert "full_check" in first and "snapshot" not in first, first
-    assert "snapshot" in later and "full_check" not in later, later
-    assert by["good_128"]["verdict"] == "correct"
+    for name in ("good", "good_128"):
+        steps = by[name]["timing"]["trip_steps_ms"]
+        assert by[name]["verdict"] == "correct" and "snapshot" in steps and "full_check" not in steps, steps
+    assert rep["reference_timing"]["paired_with"].endswith("good.py"), rep["reference_timing"]
     off = by["off_sample"]
     assert (off["verdict"], off["rule"]) == ("cheat", "timed_output_mismatch"), (off["verdict"], off["rule"], off["message"])
     assert "left wrong values in the output region" in off["message"], off["message"]
+    # Caught there in the device's first batch: its reference side is not the published timing.
+    r, rep = run_verify(files, ["off_sample", "good"], "--no-multishape", "-j", "1", env={"KERNELLLM_PACKAGE_DIR": str(pkg)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [c["rule"] for c in rep["candidates"]] == ["timed_output_mismatch", ""], rep["candidates"]
+    assert rep["reference_timing"]["paired_with"].endswith("good.py"), rep["reference_timing"]
 
 
 def test_size_variant_judges_started_by_exec_live_through_the_multishape_check(files):
