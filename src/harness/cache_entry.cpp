@@ -66,6 +66,7 @@ void result_from_cache(const Json& j, CandidateResult& r) {
     tr.orchestrator_wall_ms = t.value("orchestrator_wall_ms", 0.0);
     tr.ping_ms = t.value("ping_ms", 0.0);
     tr.flush_excess_ms = t.value("flush_excess_ms", 0.0);
+    if (t.contains("check_excess_ms") && t["check_excess_ms"].is_number()) tr.check_excess_ms = t["check_excess_ms"].get<double>();
     tr.load_excess_ms = t.value("load_excess_ms", 0.0);
     tr.calls_per_trip = t.value("calls_per_trip", 1);
     if (t.contains("warmup_trips") && t["warmup_trips"].is_number_integer()) tr.warmup_trips = t["warmup_trips"].get<int>();

@@ -1,4 +1,5 @@
 // Verdict names, result/report JSON, device parsing and the bandwidth table for the roofline floor.
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -39,6 +40,7 @@ Json timing_json(const TimingResult& t) {
               {"orchestrator_wall_ms", t.orchestrator_wall_ms},
               {"ping_ms", t.ping_ms},
               {"flush_excess_ms", t.flush_excess_ms},
+              {"check_excess_ms", t.check_excess_ms},
               {"load_excess_ms", t.load_excess_ms},
               {"calls_per_trip", t.calls_per_trip},
               {"warmup_trips", t.warmup_trips},
@@ -57,6 +59,11 @@ Json timing_json(const TimingResult& t) {
     // The reference's round trips beside this batch's, and the speedup's spread over them.
     const TimingStats s = timing_stats(paired_speedups(t));
     j["paired_reference_ms"] = t.paired_ref_ms;
+    // How much of the published time is the clocked check beyond the reference's (near 1 on a
+    // fast kernel: its time is mostly that, not its calls; docs/verification.md, Timing).
+    double charged = 0;
+    for (const double x : t.times_ms) charged += x * t.calls_per_trip;
+    if (charged > 0) j["check_excess_share"] = std::min(1.0, t.check_excess_ms / charged);
     j["paired_reference_median_ms"] = timing_stats(t.paired_ref_ms).median_ms;
     j["paired_load_ms"] = t.paired_load_ms;
     j["inputs"] = t.inputs;

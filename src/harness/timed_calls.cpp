@@ -149,7 +149,7 @@ int Verifier::timing_cpu(const DeviceState& dev) const {
 }
 
 std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
-                                         double* excess_ms) {
+                                         double* excess_ms, double* check_excess_ms) {
   std::vector<double> out;
   double charged = 0;
   for (const CallClock& c : calls) {
@@ -157,6 +157,7 @@ std::vector<double> published_call_times(const std::vector<CallClock>& calls, do
     // on the profile's tolerances) is not the candidate's; only what its check took beyond the
     // reference's of the same sets is: work the candidate finished after its reply.
     const double check = c.check_baseline_ms >= 0 ? c.check_ms - c.check_baseline_ms : c.check_ms - ping_ms;
+    if (check_excess_ms && c.check_baseline_ms >= 0 && check > 0) *check_excess_ms += check;
     double t = c.call_ms - ping_ms + check + c.load_excess_ms;
     const double wait = c.next_flush_ms - flush_baseline_ms;
     // Only the part beyond the threshold: charging all of a wait just above it made an honest
@@ -660,14 +661,21 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     // after the exclusive hold on the judge's copy of them, taken now (the candidate stopped
     // since its check, what it left queued waited out by the flushes after it).
     Reply full = chk;
+    // (A copy the judge will not take, too large: compared here, as before.)
+    Reply snap;
     if (chk.message.value("match", false) && last && whole_after && paired) {
-      Reply snap = judge_call(dev, Json{{"op", "time_snapshot"}, {"trials", on_trials}, {"candidate", cand->id()}}, opts_.load_timeout_s);
-      if (!snap.ok()) return judge_failed(snap, "copy the last timed output for its whole check");
+      snap = judge_call(dev, Json{{"op", "time_snapshot"}, {"trials", on_trials}, {"candidate", cand->id()}},
+                        opts_.load_timeout_s);
+      if (!snap.ok() && snap.error_kind() != "unsupported") {
+        return judge_failed(snap, "copy the last timed output for its whole check");
+      }
+    }
+    if (snap.ok()) {
       step("snapshot");
       whole_after->pending = true;
       whole_after->trials = on_trials;
       whole_after->first_call = first_call;
-      whole_after->measured_baseline = baseline_median_ms > 0;
+      whole_after->baseline_set_ms = baseline_median_ms > 0 ? dev.flush_baseline_ms.load() : 0.0;
       whole_after->sets.clear();
       for (int j = 0; j < per; ++j) whole_after->sets.push_back(set_of(i, j));
     } else if (chk.message.value("match", false) && last) {
@@ -710,7 +718,8 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     t.flush_baseline_ms = dev.flush_baseline_ms;
   }
   baseline_kept.complete = true;
-  t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms.load() : 1e300, &t.flush_excess_ms);
+  t.times_ms = published_call_times(calls, ping_ms, cand ? dev.flush_baseline_ms.load() : 1e300, &t.flush_excess_ms,
+                                    &t.check_excess_ms);
   for (const CallClock& c : calls) t.load_excess_ms += c.load_excess_ms;
   if (paired) {
     t.paired_ref_ms = published_call_times(ref_calls, ping_ms, 1e300, nullptr);
@@ -732,15 +741,24 @@ bool Verifier::check_whole_after(DeviceState& dev, Worker& w, CandidateResult& r
   Reply full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", whole.trials}, {"full", true}, {"snapshot", true},
                                     {"candidate", w.id()}},
                           opts_.load_timeout_s);
+  // A batch that ends in the candidate's own verdict leaves no baseline (KeptIfComplete): the one
+  // this batch set is dropped, unless another batch has set its own since.
+  auto drop_baseline = [&]() {
+    double mine = whole.baseline_set_ms;
+    if (mine > 0) (void)dev.flush_baseline_ms.compare_exchange_strong(mine, 0.0);
+  };
   if (!full.ok()) {
+    drop_baseline();
     r.verdict = Verdict::not_verified;
     r.message = fmt::format("the judge could not compare the last timed output: {}: {}", full.error_kind(),
                             full.error_message());
     return false;
   }
   if (full.message.value("match", false)) return true;
+  drop_baseline();
   const int slot = std::clamp(full.message.value("slot", 0), 0, static_cast<int>(whole.sets.size()) - 1);
   timed_mismatch(r, whole.first_call + slot, timing_sets(dev), whole.sets[static_cast<size_t>(slot)], full);
+  r.evidence["timed_mismatch_check"] = "whole outputs, after the exclusive hold";
   return false;
 }
 

@@ -176,7 +176,7 @@ struct WholeCheckAfter {
   Json trials = Json::array();  // the round trip's trial numbers, call by call
   std::vector<size_t> sets;     // their timing sets (indices into timing_sets)
   int first_call = 0;           // the round trip's first timed call
-  bool measured_baseline = false;  // the batch measured the device's idle flush baseline
+  double baseline_set_ms = 0;   // the idle flush baseline the batch measured and set (0: none)
 };
 
 class GpuUse {
@@ -328,7 +328,10 @@ class Verifier {
                                           WholeCheckAfter* whole_after = nullptr);
   // The whole-output check timed_batch left for after the hold (under a shared one): the copy of
   // the last round trip's outputs against the full references and the cheat rules. False with
-  // the verdict in r (timed_output_mismatch with evidence timed_mismatch_set, or not_verified).
+  // the verdict in r (timed_output_mismatch with evidence timed_mismatch_set, or not_verified);
+  // then the idle baseline the batch set is dropped too, still under the hold. (On a CPU a shared
+  // hold takes nothing: the check may come between another thread's round trips there, whose
+  // times mean nothing anyway.)
   bool check_whole_after(DeviceState& dev, Worker& w, CandidateResult& r, const WholeCheckAfter& whole);
   // The load baselines select's unpaired batches of `iters` round trips are clocked against: a
   // reference batch that makes its sets from their seeds, unless one did (timing_steps.cpp).
@@ -339,7 +342,8 @@ class Verifier {
   void time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held = nullptr);
   // Readies the reference's timing once per device: the calls per round trip (its kernel time, or
   // a probe of a few round trips under an exclusive taking of its own) and its timing sets. It has
-  // no batch of its own: the device's first paired batch times it (reference_from_paired). With
+  // no batch of its own: the device's first paired batch to pass its whole-output check gives its
+  // published timing (reference_from_paired). With
   // --time-compile, the torch.compile batch, whose exclusive hold is left in `held` when given
   // (empty on entry) for the caller to go on in.
   void ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held = nullptr);

@@ -203,6 +203,22 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
         j.check_timed({"trials": [1], "full": True, "snapshot": True, "candidate": "cand-1"})
     j.forget({"candidate": "cand-0"})  # a candidate that ended before its check leaves nothing behind
     assert j.snapshots == {}
+    # A copy too large (or beyond what the pending ones may hold): "unsupported", so the
+    # orchestrator compares in the hold instead.
+    monkeypatch.setattr(judge_timing, "SNAPSHOT_BYTES", 4 * 32 - 1)
+    with pytest.raises(WorkerError) as e:
+        j.time_snapshot({"trials": [1], "candidate": "cand-0"})
+    assert e.value.kind == "unsupported" and j.snapshots == {}, e.value.message
+    monkeypatch.setattr(judge_timing, "SNAPSHOT_BYTES", 4 * 32)
+    monkeypatch.setattr(judge_timing, "SNAPSHOTS_BYTES", 4 * 32 * 2)
+    j.time_snapshot({"trials": [1], "candidate": "cand-0"})
+    j.time_snapshot({"trials": [1], "candidate": "cand-1"})
+    with pytest.raises(WorkerError) as e:
+        j.time_snapshot({"trials": [1], "candidate": "cand-2"})
+    assert e.value.kind == "unsupported" and sorted(j.snapshots) == ["cand-0", "cand-1"]
+    j.time_snapshot({"trials": [1], "candidate": "cand-1"})  # taken again: replaces its own
+    j.forget({"candidate": "cand-0"})
+    j.forget({"candidate": "cand-1"})
     with pytest.raises(OSError):  # sealed: the candidate cannot shrink it under the judge
         os.ftruncate(mine.fd, 0)
     # A new region for the next candidate; the old mapping is written to in vain.

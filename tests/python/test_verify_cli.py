@@ -81,8 +81,8 @@ assert "y + 1 if" in FIRST_ONLY and "CALLS = 0" in FIRST_ONLY
 # GOOD launched in blocks of 128: another correct source.
 GOOD_128 = GOOD.replace("BLOCK=256", "BLOCK=128").replace("triton.cdiv(n, 256)", "triton.cdiv(n, 128)")
 # GOOD whose timed calls (from worker/timing.py's CallTimer.call) leave the last element off by 1:
-# with a fingerprint of 8 of its 1,000 values, most likely only the whole-output check of the
-# batch's last round trip sees it; untimed it is right.
+# off a fingerprint of its first 8 values, only the whole-output check of the batch's last round
+# trip sees it; untimed it is right.
 OFF_SAMPLE = GOOD.replace("        return y\n", """        import sys
         f = sys._getframe(1)
         while f is not None:
@@ -296,16 +296,17 @@ def test_a_reference_that_cannot_be_timed_leaves_the_candidate_correct_and_untim
 def test_the_whole_output_check_comes_after_the_hold_on_a_copy(files, tmp_path):
     # A paired batch leaves the whole-output check of its last round trip's outputs for after its
     # exclusive hold, on the copy the judge took with the candidate stopped (time_snapshot); the
-    # first batch to pass it publishes the reference's timing. Fingerprints of 8 values (a patched
-    # copy of the package), so that a value off the sample is caught there and nowhere else: still
+    # first batch to pass it publishes the reference's timing. Fingerprints of the first 8 values (a
+    # patched copy of the package), so that the last value is caught there and nowhere else: still
     # a timed_output_mismatch.
     pkg = tmp_path / "pkg"
     source = Path(__file__).resolve().parents[2] / "python" / "kernelllm"  # the workers' code, as installed from here
     shutil.copytree(source, pkg / "kernelllm", ignore=shutil.ignore_patterns("__pycache__", "*.so", "bin"))
     judge_py = pkg / "kernelllm" / "worker" / "judge.py"
     text = judge_py.read_text()
-    assert "FINGERPRINT_MAX = 1 << 22" in text, "judge.py changed: update this test"
-    judge_py.write_text(text.replace("FINGERPRINT_MAX = 1 << 22", "FINGERPRINT_MAX = 8"))
+    sample = "torch.randint(0, numel, (FINGERPRINT_MAX,), generator=g).unique(sorted=True)"
+    assert "FINGERPRINT_MAX = 1 << 22" in text and sample in text, "judge.py changed: update this test"
+    judge_py.write_text(text.replace("FINGERPRINT_MAX = 1 << 22", "FINGERPRINT_MAX = 8").replace(sample, "torch.arange(8)"))
     r, rep = run_verify(files, ["good", "good_128", "off_sample"], "--no-multishape", "-j", "1",
                         env={"KERNELLLM_PACKAGE_DIR": str(pkg)})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -317,6 +318,7 @@ def test_the_whole_output_check_comes_after_the_hold_on_a_copy(files, tmp_path):
     off = by["off_sample"]
     assert (off["verdict"], off["rule"]) == ("cheat", "timed_output_mismatch"), (off["verdict"], off["rule"], off["message"])
     assert "left wrong values in the output region" in off["message"], off["message"]
+    assert off["evidence"]["timed_mismatch_check"] == "whole outputs, after the exclusive hold", off["evidence"]
     # Caught there in the device's first batch: its reference side is not the published timing.
     r, rep = run_verify(files, ["off_sample", "good"], "--no-multishape", "-j", "1", env={"KERNELLLM_PACKAGE_DIR": str(pkg)})
     assert r.returncode == 0, r.stderr[-3000:]

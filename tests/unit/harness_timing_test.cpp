@@ -88,6 +88,13 @@ TEST(TimingClock, APairedRoundTripIsChargedOnlyItsCheckBeyondTheReferencesCheck)
               published_call_times({{0.30, 0.90, 0, 0, 1, 0.90}}, 0.10, 0.05, nullptr)[0], 1e-12);
   // A check faster than the baseline (noise) counts as it is, so noise does not bias the time up.
   EXPECT_NEAR(published_call_times({{0.30, 0.48, 0, 0, 1, 0.50}}, 0.10, 0.05, nullptr)[0], 0.18, 1e-12);
+  // What the checks were charged beyond their baselines is summed (the timing JSON's
+  // check_excess_ms): the positive parts of paired round trips only.
+  double flushes = 0, checks = 0;
+  (void)published_call_times({{0.30, 0.53, 0, 0, 1, 0.50}, {0.30, 0.48, 0, 0, 1, 0.50}, {0.30, 2.50, 0, 0, 22, 0.50},
+                              {0.30, 0.90, 0, 0, 1, -1.0}},
+                             0.10, 0.05, &flushes, &checks);
+  EXPECT_NEAR(checks, 0.03 + 2.00, 1e-12);
 }
 
 TEST(TimingClock, WorkLeftQueuedByAnEarlyReplyIsChargedToItsCall) {

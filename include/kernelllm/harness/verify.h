@@ -103,6 +103,10 @@ struct TimingResult {
   double orchestrator_wall_ms = 0; // our clock around the whole batch, value checks included
   double ping_ms = 0;              // median no-op round trip to the judge, subtracted twice per call
   double flush_excess_ms = 0;      // flush waits charged to the calls before them (work left queued)
+  // Paired: the candidate's clocked checks beyond the reference's of the same sets, summed over the
+  // timed round trips (work finished after its reply, or the GPU slow to come back to the judge
+  // after the candidate's calls: docs/verification.md, Timing).
+  double check_excess_ms = 0;
   // The GPU's idle flush: the idle baseline this batch was held to (a paired batch's; a reference
   // batch's own), the quickest flush at set-up that caps it, and the median it was measured from
   // when this batch measured it (a reference batch's flushes, or the first paired batch's first
@@ -323,9 +327,10 @@ struct CallClock {
 // Published per-call times, one per round trip: (call - ping + the check beyond its baseline (else
 // the check - ping) + load excess, plus the next flush's wait beyond `flush_baseline_ms` when it
 // exceeds max(0.1 ms, half the baseline): work a reply left queued on the GPU delays the judge's
-// flush) / calls; the charged waits are added to *excess_ms. Never below 1 ns.
+// flush) / calls; the charged waits are added to *excess_ms, and the checks charged beyond their
+// baselines (a paired round trip's) to *check_excess_ms. Never below 1 ns.
 std::vector<double> published_call_times(const std::vector<CallClock>& calls, double ping_ms, double flush_baseline_ms,
-                                         double* excess_ms);
+                                         double* excess_ms, double* check_excess_ms = nullptr);
 // Timed calls per round trip (docs/verification.md, Timing): up to kMaxCallsPerTrip on a GPU, as
 // many as make about kTripWorkMs of the reference's own GPU time (a kernel of microseconds gets
 // the most, whatever its run-to-run jitter), each call on its own set and

@@ -25,6 +25,11 @@ PENDING_BYTES = 512 << 20
 
 # Cached, unused GPU memory a judge keeps after a request, at most; more is given back.
 RELEASE_ABOVE_BYTES = 256 << 20
+# time_snapshot's copies: one of at most SNAPSHOT_BYTES, all of a judge's pending ones within
+# SNAPSHOTS_BYTES (one per candidate thread whose whole check waits); beyond, "unsupported" and the
+# orchestrator compares in the exclusive hold, as before the copies.
+SNAPSHOT_BYTES = 256 << 20
+SNAPSHOTS_BYTES = 1 << 30
 
 
 # Tensors the judge keeps for its lifetime (the timing sets' fingerprints and inputs as made) are
@@ -413,7 +418,15 @@ class TimedCalls:
             raise WorkerError("protocol", f"time_snapshot: {len(trials)} calls for {len(views) // n_out} output slot(s)")
         if not hasattr(self, "snapshots"):
             self.snapshots: dict = {}
-        self.snapshots[str(msg.get("candidate", ""))] = (list(trials), [v.clone() for v in views[:len(trials) * n_out]])
+        candidate = str(msg.get("candidate", ""))
+        self.snapshots.pop(candidate, None)
+        taking = views[:len(trials) * n_out]
+        size = sum(v.numel() * v.element_size() for v in taking)
+        pending = sum(v.numel() * v.element_size() for _, vs in self.snapshots.values() for v in vs)
+        if size > SNAPSHOT_BYTES or pending + size > SNAPSHOTS_BYTES:
+            raise WorkerError("unsupported", f"time_snapshot: {size} bytes to copy beside {pending} pending "
+                                             f"(at most {SNAPSHOT_BYTES}, {SNAPSHOTS_BYTES} in all)")
+        self.snapshots[candidate] = (list(trials), [v.clone() for v in taking])
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         return {}
