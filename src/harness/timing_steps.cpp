@@ -195,8 +195,8 @@ void Verifier::ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* 
   // No batch of the reference's own: every candidate's batch times the reference round trip by
   // round trip beside its own; the device's first such batch to pass its whole-output check gives
   // the reference's published time (reference_from_paired), and its first measures the GPU's
-  // idle flush. A batch of its own cost ~0.35 s
-  // of exclusive hold a problem (23 round trips of ~10 ms of its work each) for the same numbers.
+  // idle flush. A batch of its own cost ~0.35 s of exclusive hold a problem (23 round trips of
+  // ~10 ms of its work each) for the same numbers.
   if (dev.ref_batch_per > 0) dev.calls_per_trip = dev.ref_batch_per;  // (the probe answered, or was not needed)
   dev.ref_ready = true;
   if (opts_.time_compile) {
@@ -283,9 +283,11 @@ void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, s
     lock.reset();
   }
   if (t && whole.pending) {
-    const auto t_whole = std::chrono::steady_clock::now();
+    using std::chrono::steady_clock;
+    const auto t_whole = steady_clock::now();
     if (!check_whole_after(dev, w, r, whole)) t.reset();
-    r.evidence["phases"]["timing_whole_check_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_whole).count();
+    r.evidence["phases"]["timing_whole_check_ms"] =
+        std::chrono::duration<double, std::milli>(steady_clock::now() - t_whole).count();
   }
   // The device's first paired batch to pass is the reference's published timing.
   if (t && !t->paired_ref_ms.empty()) {
