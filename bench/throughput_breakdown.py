@@ -39,6 +39,7 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         return out
     multishape = defaultdict(float)  # the problem's longest multi-shape check (one candidate's)
     by_step, batches = defaultdict(float), 0  # the candidates' paired batches' round trips
+    check_heavy = []  # (share of the published time charged as check beyond the reference's, candidate)
     cands = reports / "eval-candidates.jsonl"
     for line in (cands.read_text().splitlines() if cands.is_file() else []):
         c = json.loads(line)
@@ -47,11 +48,17 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         for k, v in (c.get("trip_steps_ms") or {}).items():
             by_step[k] += v
         batches += bool(c.get("trip_steps_ms"))
+        if (c.get("check_excess_share") or 0) > 0.25:
+            check_heavy.append((c["check_excess_share"], f"{name.removesuffix('.py')} #{c.get('sample')}"))
     if by_step:
         # ("check.judge" and the like are parts of their step: not in the total.)
         out.append(f"round trips of candidates' paired batches ({batches}), by step (summed s): " +
                    ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(by_step.items(), key=lambda kv: -kv[1])) +
                    f"; total {s(sum(v for k, v in by_step.items() if '.' not in k)).strip()}")
+    if check_heavy:
+        # Published times mostly the clocked check beyond the reference's (docs/verification.md, Timing).
+        out.append(f"published times over a quarter check beyond the reference's ({len(check_heavy)}): " +
+                   ", ".join(f"{who} {share:.2f}" for share, who in sorted(check_heavy, reverse=True)))
     out.append("per problem, s from its set-up: prep = the reference's preparation; matched = a candidate's first "
                "matched trial; batch = the first timed batch begins")
     out.append(f"  {'problem':30s} n  setup   prep matched  batch    end    multishape")
