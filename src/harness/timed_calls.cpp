@@ -110,8 +110,12 @@ struct PinnedToCpu {
   ~PinnedToCpu() { release(); }
 };
 
-// A timed call that left wrong values in the output region: timing set k's (re-checked untimed
-// after the hold, recheck_timing_set).
+}  // namespace
+
+double capped_flush_baseline(double median_ms, double floor_ms) {
+  return floor_ms > 0 ? std::min(median_ms, kFloorCapFactor * floor_ms + kFloorCapMs) : median_ms;
+}
+
 void timed_mismatch(CandidateResult& r, int call, const std::vector<TrialInput>& sets, size_t k, const Reply& full) {
   r.verdict = Verdict::cheat;
   r.rule = "timed_output_mismatch";
@@ -121,10 +125,10 @@ void timed_mismatch(CandidateResult& r, int call, const std::vector<TrialInput>&
   r.evidence["timed_mismatch_set"] = static_cast<int>(k);
 }
 
-}  // namespace
-
-double capped_flush_baseline(double median_ms, double floor_ms) {
-  return floor_ms > 0 ? std::min(median_ms, kFloorCapFactor * floor_ms + kFloorCapMs) : median_ms;
+void whole_check_failed(CandidateResult& r, const Reply& full) {
+  r.verdict = Verdict::not_verified;
+  r.message = fmt::format("the judge could not compare the last timed output: {}: {}", full.error_kind(),
+                          full.error_message());
 }
 
 const std::vector<TrialInput>& timing_sets(const DeviceState& dev) {
@@ -673,7 +677,6 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     if (snap.ok()) {
       step("snapshot");
       whole_after->pending = true;
-      whole_after->trials = on_trials;
       whole_after->first_call = first_call;
       whole_after->baseline_set_ms = baseline_median_ms > 0 ? dev.flush_baseline_ms.load() : 0.0;
       whole_after->sets.clear();
@@ -682,9 +685,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", on_trials}, {"full", true}, {"candidate", cand->id()}},
                         opts_.load_timeout_s);
       if (!full.ok()) {
-        r->verdict = Verdict::not_verified;
-        r->message = fmt::format("the judge could not compare the last timed output: {}: {}", full.error_kind(),
-                                 full.error_message());
+        whole_check_failed(*r, full);
         return std::nullopt;
       }
       step("full_check");
@@ -734,32 +735,6 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   t.orchestrator_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_batch).count();
   t.trip_steps_ms = std::move(steps);
   return t;
-}
-
-bool Verifier::check_whole_after(DeviceState& dev, Worker& w, CandidateResult& r, const WholeCheckAfter& whole) {
-  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing's whole check");
-  Reply full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", whole.trials}, {"full", true}, {"snapshot", true},
-                                    {"candidate", w.id()}},
-                          opts_.load_timeout_s);
-  // A batch that ends in the candidate's own verdict leaves no baseline (KeptIfComplete): the one
-  // this batch set is dropped, unless another batch has set its own since.
-  auto drop_baseline = [&]() {
-    double mine = whole.baseline_set_ms;
-    if (mine > 0) (void)dev.flush_baseline_ms.compare_exchange_strong(mine, 0.0);
-  };
-  if (!full.ok()) {
-    drop_baseline();
-    r.verdict = Verdict::not_verified;
-    r.message = fmt::format("the judge could not compare the last timed output: {}: {}", full.error_kind(),
-                            full.error_message());
-    return false;
-  }
-  if (full.message.value("match", false)) return true;
-  drop_baseline();
-  const int slot = std::clamp(full.message.value("slot", 0), 0, static_cast<int>(whole.sets.size()) - 1);
-  timed_mismatch(r, whole.first_call + slot, timing_sets(dev), whole.sets[static_cast<size_t>(slot)], full);
-  r.evidence["timed_mismatch_check"] = "whole outputs, after the exclusive hold";
-  return false;
 }
 
 bool timed_trips_done(int timed, int iters, double timed_ms, double budget_ms) {

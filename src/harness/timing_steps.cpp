@@ -1,7 +1,9 @@
-// What is timed, and when (docs/verification.md, Timing): the reference readied once per device (its kernel time
-// or a probe, its timing sets made under shared holds; no batch of its own), each correct candidate
-// in a paired batch under the GPU's exclusive hold, which times the reference too, and the untimed
-// re-check of a set whose timed values were wrong. The clock itself, a batch of round trips, is timed_calls.cpp's timed_batch.
+// What is timed, and when (docs/verification.md, Timing): the reference readied once per device
+// (its kernel time or a probe, its timing sets made under shared holds; no batch of its own), each
+// correct candidate in a paired batch under the GPU's exclusive hold, which times the reference
+// too, the whole-output check of its last round trip after that hold, and the untimed re-check of
+// a set whose timed values were wrong. The clock itself, a batch of round trips, is
+// timed_calls.cpp's timed_batch.
 #include <algorithm>
 #include <optional>
 
@@ -258,6 +260,28 @@ void Verifier::recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& 
     if (c.contains(key)) r.evidence[key] = c[key];
   }
   r.evidence["phase"] = phase;
+}
+
+bool Verifier::check_whole_after(DeviceState& dev, Worker& w, CandidateResult& r, const WholeCheckAfter& whole) {
+  const auto busy = use_gpu(dev, GpuGuard::Mode::shared, "timing's whole check");
+  const std::vector<TrialInput>& sets = timing_sets(dev);
+  Json trials = Json::array();
+  for (size_t k : whole.sets) trials.push_back(sets[k].trial);
+  Reply full = judge_call(dev, Json{{"op", "check_timed"}, {"trials", trials}, {"full", true}, {"snapshot", true},
+                                    {"candidate", w.id()}},
+                          opts_.load_timeout_s);
+  if (full.ok() && full.message.value("match", false)) return true;
+  // A batch that ends in the candidate's own verdict leaves no baseline (KeptIfComplete): the one
+  // this batch set is dropped, unless another batch has set its own since.
+  if (double mine = whole.baseline_set_ms; mine > 0) (void)dev.flush_baseline_ms.compare_exchange_strong(mine, 0.0);
+  if (!full.ok()) {
+    whole_check_failed(r, full);
+    return false;
+  }
+  const int slot = std::clamp(full.message.value("slot", 0), 0, static_cast<int>(whole.sets.size()) - 1);
+  timed_mismatch(r, whole.first_call + slot, sets, whole.sets[static_cast<size_t>(slot)], full);
+  r.evidence["timed_mismatch_check"] = "whole outputs, after the exclusive hold";
+  return false;
 }
 
 void Verifier::time_candidate(Worker& w, DeviceState& dev, CandidateResult& r, std::optional<GpuUse>* held) {

@@ -113,6 +113,11 @@ struct DeviceState {
 // timing sets, else the correctness trials'), and the judge's time_prepare for round trips
 // [first, last) of a reference batch of `per` calls per round trip whose last is `final_trip`.
 const std::vector<TrialInput>& timing_sets(const DeviceState& dev);
+// A timed call (`call`, on timing set k of `sets`) that left wrong values in the output region:
+// the cheat, re-checked untimed after the hold (recheck_timing_set); and the judge's own failure
+// to compare a round trip's whole outputs (not_verified).
+void timed_mismatch(CandidateResult& r, int call, const std::vector<TrialInput>& sets, size_t k, const Reply& full);
+void whole_check_failed(CandidateResult& r, const Reply& full);
 Json reference_prepare_request(const std::vector<TrialInput>& sets, int first, int last, int per, bool compile,
                                int final_trip);
 
@@ -164,21 +169,20 @@ class OpStats {
 enum class GpuIdle { idle, busy, unknown, not_now };
 using IdleLook = std::function<GpuIdle(const std::function<bool()>& stop)>;
 
-// `dev`'s lock taken for `what` until destroyed: shared while work of ours runs on the GPU
-// (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
-// timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
-// hold are added to `stats`.
 // A paired batch's whole-output check of its last round trip, left for after the exclusive hold
 // (Verifier::timed_batch): the judge holds a copy of those outputs (time_snapshot), taken with the
 // candidate stopped, so nothing the candidate does once it is continued reaches what is compared.
 struct WholeCheckAfter {
   bool pending = false;
-  Json trials = Json::array();  // the round trip's trial numbers, call by call
-  std::vector<size_t> sets;     // their timing sets (indices into timing_sets)
+  std::vector<size_t> sets;     // the round trip's timing sets, call by call (indices into timing_sets)
   int first_call = 0;           // the round trip's first timed call
   double baseline_set_ms = 0;   // the idle flush baseline the batch measured and set (0: none)
 };
 
+// `dev`'s lock taken for `what` until destroyed: shared while work of ours runs on the GPU
+// (correctness runs, candidate loads, the judge's set-up and comparisons wait while something is
+// timed; nothing is taken on the CPU), exclusive while something is timed or profiled. Its wait and
+// hold are added to `stats`.
 class GpuUse {
  public:
   GpuUse(DeviceState& dev, GpuGuard::Mode mode, std::string what, GpuUseStats& stats);
@@ -310,6 +314,8 @@ class Verifier {
   void check_gpu_after_fault(DeviceState& dev, CandidateResult& r);
   bool fail_from_reply(const Reply& reply, const std::string& phase, double timeout_s, Worker& w, DeviceState& dev,
                        CandidateResult& r);
+  // The CPU a timed batch on `dev` runs on (VerifyOptions::timing_cpu); -1: none.
+  int timing_cpu(const DeviceState& dev) const;
   // timed_calls.cpp: timing clocked here, one request per round trip of calls (docs/verification.md,
   // Timing). One timed batch of `iters` round trips (after the warmup ones) of dev.calls_per_trip
   // calls each (or `per_trip` when given) over the timing sets on `cand` (nullptr: the reference,
@@ -321,8 +327,6 @@ class Verifier {
   // `whole_after` (a paired batch's; nullptr: compared in the batch): the whole-output check of
   // the last round trip is left for after the exclusive hold (check_whole_after), on a copy the
   // judge takes with the candidate stopped.
-  // The CPU a timed batch on `dev` runs on (VerifyOptions::timing_cpu); -1: none.
-  int timing_cpu(const DeviceState& dev) const;
   std::optional<TimingResult> timed_batch(DeviceState& dev, Worker* cand, int iters, bool compile, CandidateResult* r,
                                           int per_trip = 0, bool paired = false, bool fresh_loads = false,
                                           WholeCheckAfter* whole_after = nullptr);
@@ -343,9 +347,8 @@ class Verifier {
   // Readies the reference's timing once per device: the calls per round trip (its kernel time, or
   // a probe of a few round trips under an exclusive taking of its own) and its timing sets. It has
   // no batch of its own: the device's first paired batch to pass its whole-output check gives its
-  // published timing (reference_from_paired). With
-  // --time-compile, the torch.compile batch, whose exclusive hold is left in `held` when given
-  // (empty on entry) for the caller to go on in.
+  // published timing (reference_from_paired). With --time-compile, the torch.compile batch, whose
+  // exclusive hold is left in `held` when given (empty on entry) for the caller to go on in.
   void ensure_reference_timing(DeviceState& dev, std::optional<GpuUse>* held = nullptr);
   // The sets a reference batch of `iters` timed round trips of `per` calls uses, made by the judge
   // (references, fingerprints, tolerances) under the shared hold, before the exclusive one.

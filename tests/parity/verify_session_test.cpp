@@ -20,25 +20,15 @@ namespace {
 
 namespace fs = std::filesystem;
 using harness::Verdict;
-using test_support::kCorrect;
-using test_support::kProblem;
-using test_support::kWrong;
 using test_support::live_children;
 using test_support::no_children_within;
+using test_support::case_files;
 using test_support::patched_package;
+using test_support::quick_options;
 
 TEST(VerifySession, VerifiesOnceWithTheVerdictsOfVerify) {
-  harness::VerifyOptions o;
-  o.use_cache = false;
-  o.multishape = false;
-  o.timing = false;
-  o.n_trials = 2;
-  const fs::path dir = fs::temp_directory_path() / ("kernelllm-session-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path problem = dir / "problem.py", good = dir / "good.py", bad = dir / "bad.py";
-  { std::ofstream(problem) << kProblem; }
-  { std::ofstream(good) << kCorrect; }
-  { std::ofstream(bad) << kWrong; }
+  harness::VerifyOptions o = quick_options();
+  const auto [dir, problem, good, bad] = case_files("kernelllm-session-test");
   {
     harness::VerifySession session(problem.string(), o, 3);  // fewer candidates come than expected
     std::vector<size_t> announced;
@@ -83,17 +73,9 @@ TEST(VerifyZygote, AForkedJudgeThatDoesNotGreetIsForkedAgainThenStartedByExec) {
   // H200 ("the intermediate process did not exit"): once, the judge is forked again (a warning
   // says why, nothing is started by exec); every time, the judge is started by exec after a second
   // fork, and the report's worker_start says why. Either way the call still verifies.
-  const fs::path dir = fs::temp_directory_path() / ("kernelllm-judge-retry-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const fs::path problem = dir / "problem.py", good = dir / "good.py", failed_once = dir / "failed-once";
-  { std::ofstream(problem) << kProblem; }
-  { std::ofstream(good) << kCorrect; }
-  harness::VerifyOptions o;
-  o.use_cache = false;
-  o.multishape = false;
-  o.timing = false;
-  o.n_trials = 2;
+  const auto [dir, problem, good, bad] = case_files("kernelllm-judge-retry");
+  const fs::path failed_once = dir / "failed-once";
+  harness::VerifyOptions o = quick_options();
   // (A temporary path: no quote in it. Appended: GCC 12 warns of an overlap in "'" + path + "'".)
   const std::string marker = std::string("'").append(failed_once.string()).append("'");
   auto verify_with = [&](const std::string& name, const std::string& when) -> Result<harness::VerifyReport> {
@@ -137,17 +119,9 @@ TEST(VerifyZygote, AWorkerWhoseIntermediateParentExitedBeforeItRanIsStillForked)
   // after B had already exited named the orchestrator, so it waited 10 s for B and gave up (judges
   // then started by exec; CI and an H200 throughput run). Here C sleeps before it reads anything,
   // so B is always gone first: every worker is still forked.
-  const fs::path dir = fs::temp_directory_path() / ("kernelllm-late-c-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const auto [dir, problem, good, bad] = case_files("kernelllm-late-c");
   ASSERT_TRUE(patched_package(dir / "pkg", "\n                _leader(", "\n                time.sleep(0.3)"));
-  const fs::path problem = dir / "problem.py", good = dir / "good.py";
-  { std::ofstream(problem) << kProblem; }
-  { std::ofstream(good) << kCorrect; }
-  harness::VerifyOptions o;
-  o.use_cache = false;
-  o.multishape = false;
-  o.timing = false;
-  o.n_trials = 2;
+  harness::VerifyOptions o = quick_options();
   o.package_dir = (dir / "pkg").string();
   const auto t0 = std::chrono::steady_clock::now();
   auto rep = harness::verify(problem.string(), {good.string()}, o);
@@ -162,17 +136,8 @@ TEST(VerifyZygote, AWorkerWhoseIntermediateParentExitedBeforeItRanIsStillForked)
 }
 
 TEST(VerifySession, VerifiesEachCandidateAsItIsAdded) {
-  harness::VerifyOptions o;
-  o.use_cache = false;
-  o.multishape = false;
-  o.timing = false;
-  o.n_trials = 2;
-  const fs::path dir = fs::temp_directory_path() / ("kernelllm-feed-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path problem = dir / "problem.py", good = dir / "good.py", bad = dir / "bad.py";
-  { std::ofstream(problem) << kProblem; }
-  { std::ofstream(good) << kCorrect; }
-  { std::ofstream(bad) << kWrong; }
+  harness::VerifyOptions o = quick_options();
+  const auto [dir, problem, good, bad] = case_files("kernelllm-feed-test");
   {
     harness::VerifySession session(problem.string(), o, 3);
     std::mutex mu;
@@ -235,16 +200,9 @@ TEST(VerifySession, VerifiesEachCandidateAsItIsAdded) {
 TEST(VerifySession, ACorrectCandidateIsCheckedOnOtherSizesBeforeTheNextArrives) {
   // The multi-shape check runs on the candidate's worker thread right after its own verdict: the
   // result announced for it carries the check, while the session still waits for more.
-  harness::VerifyOptions o;
-  o.use_cache = false;
-  o.timing = false;
-  o.n_trials = 2;
-  const fs::path dir = fs::temp_directory_path() / ("kernelllm-feed-shapes-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path problem = dir / "problem.py", good = dir / "good.py", bad = dir / "bad.py";
-  { std::ofstream(problem) << kProblem; }
-  { std::ofstream(good) << kCorrect; }
-  { std::ofstream(bad) << kWrong; }
+  harness::VerifyOptions o = quick_options();
+  o.multishape = true;
+  const auto [dir, problem, good, bad] = case_files("kernelllm-feed-shapes-test");
   {
     harness::VerifySession session(problem.string(), o, 2);
     std::mutex mu;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "harness/workers.h"
+#include "kernelllm/harness/verify.h"
 #include "harness/zygote.h"
 #include "kernelllm/base/file.h"
 
@@ -31,6 +32,35 @@ inline std::string case_file(const fs::path& p) {
 inline const std::string kCorrect = case_file(kCases / "add" / "correct_basic.py");
 inline const std::string kWrong = case_file(kCases / "add" / "wrong_first_input_twice.py");
 inline const std::string kProblem = case_file(kCases / "problems" / "add.py");
+
+// A test's own directory under /tmp (emptied first), with the add problem and its correct and
+// wrong candidates written in it: problem.py, good.py, bad.py.
+struct CaseFiles {
+  fs::path dir, problem, good, bad;
+};
+inline CaseFiles case_files(const std::string& name) {
+  CaseFiles f;
+  f.dir = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  fs::remove_all(f.dir);
+  fs::create_directories(f.dir);
+  f.problem = f.dir / "problem.py";
+  f.good = f.dir / "good.py";
+  f.bad = f.dir / "bad.py";
+  std::ofstream(f.problem) << kProblem;
+  std::ofstream(f.good) << kCorrect;
+  std::ofstream(f.bad) << kWrong;
+  return f;
+}
+
+// A quick verify on the CPU: no result cache, two trials, no multi-shape check, no timing.
+inline harness::VerifyOptions quick_options() {
+  harness::VerifyOptions o;
+  o.use_cache = false;
+  o.multishape = false;
+  o.timing = false;
+  o.n_trials = 2;
+  return o;
+}
 
 // The live direct children of this process (every thread's), from /proc, but its zygotes: they
 // outlive every verifier by design (harness/zygote.h).

@@ -410,12 +410,8 @@ class TimedCalls:
         if held is None:
             raise WorkerError("protocol", "time_snapshot before time_region")
         _, views, _ = held
-        trials = msg.get("trials")
-        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
-            raise WorkerError("protocol", f"time_snapshot: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
-        n_out = max(1, len(self._fingerprint(trials[0])["shapes"]))
-        if len(trials) > len(views) // n_out:
-            raise WorkerError("protocol", f"time_snapshot: {len(trials)} calls for {len(views) // n_out} output slot(s)")
+        trials = self._trials_of(msg, "time_snapshot")
+        n_out = self._outputs_per_call(trials, views, "time_snapshot")
         if not hasattr(self, "snapshots"):
             self.snapshots: dict = {}
         candidate = str(msg.get("candidate", ""))
@@ -453,9 +449,7 @@ class TimedCalls:
         copy for it, comes next). With `full` and `snapshot`: the whole check of the copy
         time_snapshot took for `candidate`, not of the region. A mismatch names its `slot`."""
         self._need_problem()
-        trials = msg["trials"]
-        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
-            raise WorkerError("protocol", f"check_timed: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
+        trials = self._trials_of(msg, "check_timed")
         if msg.get("snapshot"):
             return self._check_snapshot(trials, str(msg.get("candidate", "")))
         held = getattr(self, "own" if msg.get("own") else "shared", None)
@@ -463,9 +457,7 @@ class TimedCalls:
             raise WorkerError("protocol", "check_timed before time_prepare/time_region")
         reg, views, slot_bytes = held
         fps = [self._fingerprint(t) for t in trials]
-        n_out = max(1, len(fps[0]["shapes"]))
-        if len(trials) > len(views) // n_out:
-            raise WorkerError("protocol", f"check_timed: {len(trials)} calls for {len(views) // n_out} output slot(s)")
+        n_out = self._outputs_per_call(trials, views, "check_timed")
         if self.device.startswith("cuda"):
             self._sync()
         try:
@@ -505,6 +497,22 @@ class TimedCalls:
                     self._sync()
             if msg.get("full"):  # references made again there (not kept) go back before the next run
                 release_cached()
+
+    @staticmethod
+    def _trials_of(msg: dict, op: str) -> list:
+        """A round trip's `trials` (the trial of each call, in slot order): a non-empty list of ints."""
+        trials = msg.get("trials")
+        if not isinstance(trials, list) or not trials or not all(type(t) is int for t in trials):
+            raise WorkerError("protocol", f"{op}: 'trials' must be a non-empty list of trial numbers, found {trials!r}")
+        return trials
+
+    def _outputs_per_call(self, trials: list, views: list, op: str) -> int:
+        """How many outputs each call has (the views hold them call after call), when the region has
+        a slot for every call of `trials`."""
+        n_out = max(1, len(self._fingerprint(trials[0])["shapes"]))
+        if len(trials) > len(views) // n_out:
+            raise WorkerError("protocol", f"{op}: {len(trials)} calls for {len(views) // n_out} output slot(s)")
+        return n_out
 
     def _check_whole(self, trials: list, views: list, n_out: int, candidate: str) -> dict:
         """Each call's whole outputs (views, call after call, n_out each) against the full references
