@@ -301,6 +301,7 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
   };
   bool given = false;      // the candidate's inputs come in the judge's input region
   std::string inputs_note;  // else why not (paired batches)
+  Json ref_given;           // given: the reference's own input slots (its time_load indices), one per call
   if (paired) {
     // The reference again, round trip by round trip beside this candidate's (its sets made anew,
     // so its loads are this batch's load baseline).
@@ -341,6 +342,13 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
           return std::nullopt;
         }
         prepare["region"]["inputs"] = in.message.value("inputs", Json(nullptr));
+        ref_given = in.message.value("reference_sets", Json(nullptr));
+        if (!ref_given.is_array() || ref_given.size() != static_cast<size_t>(per) ||
+            !std::all_of(ref_given.begin(), ref_given.end(), [](const Json& x) { return x.is_number_integer(); })) {
+          in.status = ReceiveStatus::protocol_error;
+          in.error = fmt::format("time_inputs_region reply without a list of {} integer 'reference_sets'", per);
+          return judge_failed(in, "make the timed calls' input region");
+        }
         given = true;
       } else if (in.error_kind() != "unsupported") {
         return judge_failed(in, "make the timed calls' input region");
@@ -398,10 +406,9 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     Json which = Json::array();
     for (size_t k : ks) which.push_back(on_judge ? Json(sets[k].trial) : sets[k].spec());
     Json req{{"op", "time_load"}, {on_judge ? "trials" : "inputs", which}};
-    // Handed-over inputs (or the reference's batch, no baselines made): no candidate load is
-    // clocked against the judge's, which may copy sets it made for an earlier batch instead of
-    // making them again.
-    if (on_judge && (given || (!cand && !baselines))) req["reuse"] = true;
+    // The reference's own batch, no baselines made: no candidate load is clocked against the
+    // judge's, which may copy sets it made for an earlier batch instead of making them again.
+    if (on_judge && !cand && !baselines) req["reuse"] = true;
     Reply l = on_judge ? judge_call(dev, req, timeout) : cand->request(req, timeout);
     if (l.ok() && !on_judge && base > 0) {
       // The part beyond the margin (as for the flush wait): work under it hid before too.
@@ -533,11 +540,11 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
     t_step = t_trip;
     // Known before the judge's check: it keeps the last round trip's outputs for the full compare.
     last = i >= warm && timed_trips_done(i - warm + 1, iters, timed_ms, budget_ms);
+    // Given inputs: neither side loads anything (time_give copies the sets into both sides' slots).
     std::vector<size_t> fresh;
-    const std::vector<Json>& held = given ? ref_loaded : loaded;  // given: the candidate loads nothing
-    for (int j = 0; j < per; ++j) {
+    for (int j = 0; j < per && !given; ++j) {
       const size_t k = set_of(i, j);
-      if (held[k].is_null() && std::find(fresh.begin(), fresh.end(), k) == fresh.end()) fresh.push_back(k);
+      if (loaded[k].is_null() && std::find(fresh.begin(), fresh.end(), k) == fresh.end()) fresh.push_back(k);
     }
     double load_ms = 0, ref_load_ms = 0;
     if (!fresh.empty()) {
@@ -552,26 +559,26 @@ std::optional<TimingResult> Verifier::timed_batch(DeviceState& dev, Worker* cand
       } else if (cand && static_cast<size_t>(i) < dev.load_baseline_ms.size()) {
         base = dev.load_baseline_ms[static_cast<size_t>(i)];
       }
-      if (!given) {
-        idle.go();  // (a paired candidate that makes its own sets, clocked against the judge's load)
-        Reply l = load(cand == nullptr, fresh, loaded, base, &load_excess_ms);
-        if (!idle.stop()) return not_stopped();
-        if (!l.ok()) return failed(l, "timing (loading input sets)");
-        load_ms = l.elapsed_ms;
-        if (baselines) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
-        step("load");
-      }
+      idle.go();  // (a paired candidate that makes its own sets, clocked against the judge's load)
+      Reply l = load(cand == nullptr, fresh, loaded, base, &load_excess_ms);
+      if (!idle.stop()) return not_stopped();
+      if (!l.ok()) return failed(l, "timing (loading input sets)");
+      load_ms = l.elapsed_ms;
+      if (baselines) dev.load_baseline_ms[static_cast<size_t>(i)] = load_ms;
+      step("load");
     }
     Json on_sets = Json::array(), on_trials = Json::array(), ref_sets = Json::array();
     for (int j = 0; j < per; ++j) {
       on_sets.push_back(given ? given_sets[static_cast<size_t>(j)] : loaded[set_of(i, j)]);
       on_trials.push_back(sets[set_of(i, j)].trial);
-      if (paired) ref_sets.push_back(ref_loaded[set_of(i, j)]);
+      if (paired) ref_sets.push_back(given ? ref_given[static_cast<size_t>(j)] : ref_loaded[set_of(i, j)]);
     }
     if (given) {
-      // This round trip's sets into the candidate's input slots (the judge's copies, not clocked).
-      Reply g = judge_call(dev, Json{{"op", "time_give"}, {"sets", ref_sets}}, timeout);
+      // This round trip's sets into the candidate's input slots and the reference's own, copied
+      // at once from the sets the judge kept as made (not clocked: each side's load).
+      Reply g = judge_call(dev, Json{{"op", "time_give"}, {"trials", on_trials}}, timeout);
       if (!g.ok()) return judge_failed(g, "hand the round trip's input sets over");
+      ref_load_ms = g.elapsed_ms;
       step("give");
     }
     bool idle_gpu = true;

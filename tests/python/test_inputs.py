@@ -488,32 +488,54 @@ def test_every_round_trip_is_held_to_the_normalized_error_bound(tmp_path, monkey
 
 
 def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_path, monkeypatch):
-    # A paired candidate makes no inputs while timed: the judge copies its own sets into an input
-    # region the candidate maps, set j into slot j, before every round trip (timed_calls.cpp).
+    # A paired candidate makes no inputs while timed: the judge copies its sets into an input
+    # region the candidate maps, set j into slot j, before every round trip (timed_calls.cpp), and
+    # the same sets into the reference's own slots (`reference_sets`, its timer's indices).
     j = _judge(tmp_path, source=TENSORS_ONLY)
     sets = [3, 4, 5, 6]
     for t in range(7):
         j.make_inputs({"trial": t, "lazy": t >= 3})
+    with pytest.raises(WorkerError):
+        j.time_inputs_region({"trial": 3, "slots": 2})  # no timer yet: the reference's slots go in it
     j.time_prepare({"trial": 3, "compile": False, "slots": 2, "trials": sets, "trips": [sets[:2], sets[2:]]})
     sent = []
     monkeypatch.setattr(region, "send_fd", sent.append)
-    given = j.time_inputs_region({"trial": 3, "slots": 2})["inputs"]
-    assert len(sent) == 1 and len(given["slots"]) == 2
+    got = j.time_inputs_region({"trial": 3, "slots": 2})
+    given, ref_sets = got["inputs"], got["reference_sets"]
+    assert len(sent) == 1 and len(given["slots"]) == 2 and len(ref_sets) == 2
     assert [p["shape"] for p in given["slots"][1]] == [[4, 8], [4, 8]]
     assert [p["dtype"] for p in given["slots"][1]] == ["float32", "bool"]
     mine = region.Region.attach(os.dup(sent[0]), given["bytes"], "cpu")
     views = [mine.views(places) for places in given["slots"]]
+    kept = {t: [a.clone() for a in j._make(t)] for t in sets}
     for trip in (sets[:2], sets[2:]):
-        j.time_give({"sets": j.time_load({"trials": trip})["sets"]})
+        j.time_give({"trials": trip})
         for slot, t in enumerate(trip):
-            for v, want in zip(views[slot], j._make(t)):
-                assert torch.equal(v, want), (trip, slot)
+            for v, own, want in zip(views[slot], j.timer.sets[ref_sets[slot]], kept[t]):
+                assert torch.equal(v, want) and torch.equal(own, want), (trip, slot)
+        # Either side spoiling its slots leaves the kept set as made: the next copy is right again.
+        for v in views[0] + j.timer.sets[ref_sets[0]]:
+            v.zero_()
+        j.time_give({"trials": trip})
+        assert all(torch.equal(v, want) for v, want in zip(views[0], kept[trip[0]]))
+        assert all(torch.equal(v, want) for v, want in zip(j.timer.sets[ref_sets[0]], kept[trip[0]]))
+    # A set not kept as made (over REUSE_BYTES) is made from its seed right there, the same.
+    monkeypatch.setattr(j, "made_sets", {})
+    monkeypatch.setattr(j, "made_bytes", 1 << 40)
+    j.time_give({"trials": [6, 5]})
+    assert all(torch.equal(v, want) for v, want in zip(views[1], kept[5])) and j.made_sets == {}
     with pytest.raises(WorkerError):
-        j.time_give({"sets": [0, 1, 2]})  # more sets than slots
+        j.time_give({"trials": [3, 4, 5]})  # more sets than slots
     with pytest.raises(WorkerError):
-        j.time_give({"sets": [99]})
+        j.time_give({"trials": [99]})  # no such trial
+    with pytest.raises(WorkerError):
+        j.time_give({"sets": [0]})  # the old form: indices of the judge's loads
     del views
     assert mine.close() == []
+    # A new batch's reference (time_prepare) drops the slots of the one before.
+    j.time_prepare({"trial": 3, "compile": False, "slots": 2, "trials": sets, "trips": [sets[:2], sets[2:]]})
+    with pytest.raises(WorkerError):
+        j.time_give({"trials": sets[:2]})
     # A set with a non-tensor argument cannot travel that way: `unsupported`, no descriptor sent,
     # and the candidate makes its own sets.
     other = tmp_path / "other"

@@ -173,7 +173,7 @@ def test_a_timed_candidate_runs_on_the_inputs_the_judge_hands_over(add_session):
         prep = cand.request("time_prepare", region=dict(reg["region"], inputs=given["inputs"]))
         assert prep["ok"] and prep["given"] == [0, 1], prep
         for trip in (trials[:2], trials[2:]):
-            assert j.request("time_give", sets=j.request("time_load", trials=trip)["sets"])["ok"]
+            assert j.request("time_give", trials=trip)["ok"]
             call = cand.request("time_call", sets=prep["given"])
             assert call["ok"] and call["output_bound"], call
             chk = j.request("check_timed", trials=trip)

@@ -15,8 +15,11 @@ from .protocol import WorkerError
 # Calls per round trip at most (docs/verification.md, Timing): the output region holds one slot each.
 MAX_SLOTS = 64
 # Timing sets kept made across a problem's timing batches, the reference's own and every paired one
-# (time_load with `reuse`), at most this many bytes of them.
-REUSE_BYTES = 1 << 30
+# (time_load with `reuse`, time_give), at most this many bytes of them: every set of a problem's
+# (its inputs are under kTimingSetBytes, verifier.h), so that none is made again from its seed
+# inside an exclusive hold (at 1 GiB, 47_Sum_reduction's sets beyond it took 1.8 s of one on an
+# H200). A paired batch copies one round trip's sets at a time into its slots (time_give).
+REUSE_BYTES = 2 << 30
 
 
 # References of timing sets made in one time_prepare that wait for their one read-back, at most
@@ -127,7 +130,8 @@ class TimedCalls:
         return reg, flat, reg.views(flat), slot_bytes
 
     def _release(self, name: str) -> None:
-        """Drops the (region, views, slot bytes) held as `name` ("own", "shared" or "given") and releases the region."""
+        """Drops the (region, views, slot bytes) held as `name` ("own", "shared", "given" or "own_given")
+        and releases the region."""
         pair = getattr(self, name, None)
         setattr(self, name, None)
         if pair is not None:
@@ -161,6 +165,7 @@ class TimedCalls:
             fn = torch.compile(self.model) if msg.get("compile") else self.model
             self.timer = None
             self._release("own")
+            self._release("own_given")  # (the reference's input slots of the timer before)
             reg, _, views, slot_bytes = self._new_region(int(msg["trial"]), slots)
             self.own = (reg, views, slot_bytes)
             self.timer = timing.CallTimer(fn, self.device, views, slots)
@@ -278,12 +283,12 @@ class TimedCalls:
     def time_load(self, msg: dict) -> dict:
         """A round trip's timing sets made on the device from their trials' seeds (`trials`): the
         round trip is the baseline of a candidate's load, which makes the same sets the same way.
-        With `reuse` (the reference's own batch, or one whose inputs are handed over: no candidate
-        load is clocked against this one) a kept set is copied instead of made again: the reference
-        and every candidate's paired reference run on the same timing sets, and making them from
-        their seeds cost 0.25-0.6 ms a set on the H200 (64 sets a round trip of relu). They are kept
-        as made when their references are (time_prepare), else by the first batch. A copy, so that
-        a reference that writes into its inputs leaves the kept set as made."""
+        With `reuse` (the reference's own batch: no candidate load is clocked against this one) a
+        kept set is copied instead of made again: making them from their seeds cost 0.25-0.6 ms a
+        set on the H200 (64 sets a round trip of relu). They are kept as made when their references
+        are (time_prepare), else by the first batch. A copy, so that a reference that writes into
+        its inputs leaves the kept set as made. (A paired batch whose inputs are handed over loads
+        nothing: time_give copies each round trip's sets into both sides' slots.)"""
         if getattr(self, "timer", None) is None:
             raise WorkerError("protocol", "time_load before time_prepare")
         trials = msg["trials"]
@@ -352,37 +357,51 @@ class TimedCalls:
         """A fresh input region for the next candidate's timed batch: `slots` input sets laid out as
         `trial`'s, one per call of a round trip. Its descriptor goes to the orchestrator over fd 5
         before this reply (none when the sets cannot travel this way: an `unsupported` error says
-        why, and the candidate makes its own sets). `time_give` fills it before each round trip."""
+        why, and the candidate makes its own sets). The paired reference gets input slots of its
+        own, laid out the same in a region of the judge's alone, added to its timer: their indices
+        are `reference_sets`, the same every round trip. `time_give` fills both before each."""
         self._need_problem()
         self._release("given")
+        self._release("own_given")
         if getattr(self, "given_layout", None) is None:
             self._handed_over(self._make(int(msg["trial"])))
         places, slot_bytes = self.given_layout
         if places is None:
             raise WorkerError("unsupported", f"the input sets cannot be handed over in a region: {slot_bytes}")
-        reg, per_slot = self._slotted(places, slot_bytes, msg.get("slots", 1), "input")
+        if getattr(self, "timer", None) is None:
+            raise WorkerError("protocol", "time_inputs_region before time_prepare")
+        slots = msg.get("slots", 1)
+        reg, per_slot = self._slotted(places, slot_bytes, slots, "input")
+        own, own_slots = self._slotted(places, slot_bytes, slots, "input")
+        self.own_given = (own, [own.views(ps) for ps in own_slots], slot_bytes)
         self.given = (reg, [reg.views(ps) for ps in per_slot], slot_bytes)
         region.send_fd(reg.fd)
-        return {"inputs": {"bytes": reg.nbytes, "slots": per_slot}}
+        return {"inputs": {"bytes": reg.nbytes, "slots": per_slot}, "reference_sets": self.timer.add_all(self.own_given[1])}
 
     def time_give(self, msg: dict) -> dict:
-        """Copies the judge's own loaded sets `sets` (its time_load indices) into the input region,
-        set j into slot j, and waits for the copies: the candidate's next round trip runs on them."""
-        held = getattr(self, "given", None)
-        if held is None or getattr(self, "timer", None) is None:
-            raise WorkerError("protocol", "time_give before time_inputs_region and time_prepare")
-        _, views, _ = held
-        sets = msg["sets"]
-        if not isinstance(sets, list) or not 1 <= len(sets) <= len(views):
-            raise WorkerError("protocol", f"time_give: 'sets' must list 1..{len(views)} sets, found {sets!r}")
-        for j, k in enumerate(sets):
-            if type(k) is not int or not 0 <= k < len(self.timer.sets):
-                raise WorkerError("protocol", f"time_give: set {k!r} out of range")
-            src = self.timer.sets[k]
+        """Copies timing set `trials`[j] into slot j of the candidate's input region and of the
+        reference's own input slots, and waits for the copies: the next round trip of each side
+        runs on them. A set kept as made is copied (a reference may write into its inputs, and the
+        candidate into its region), else made from its seed here (and kept, within REUSE_BYTES)."""
+        held, own = getattr(self, "given", None), getattr(self, "own_given", None)
+        if held is None or own is None or getattr(self, "timer", None) is None:
+            raise WorkerError("protocol", "time_give before time_prepare and time_inputs_region")
+        views, own_views = held[1], own[1]
+        trials = msg.get("trials")
+        if not isinstance(trials, list) or not 1 <= len(trials) <= len(views):
+            raise WorkerError("protocol", f"time_give: 'trials' must list 1..{len(views)} timing sets, found {trials!r}")
+        for j, t in enumerate(trials):
+            if type(t) is not int or t not in self.trials:
+                raise WorkerError("protocol", f"time_give: no inputs were made for trial {t!r}")
+            src = self._kept_set(t)
+            if src is None:
+                src = self._make(t)
+                self._keep_set(t, src)
             if len(src) != len(views[j]):
-                raise WorkerError("protocol", f"time_give: set {k} has {len(src)} arguments, the region {len(views[j])}")
-            for dst, a in zip(views[j], src):
+                raise WorkerError("protocol", f"time_give: trial {t} has {len(src)} arguments, the region {len(views[j])}")
+            for dst, mine, a in zip(views[j], own_views[j], src):
                 dst.copy_(a)
+                mine.copy_(a)
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         return {}
