@@ -229,6 +229,105 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     assert mine.close() == []  # released cleanly
 
 
+def test_the_whole_check_of_a_round_trips_calls_at_once_decides_as_one_call_at_a_time(tmp_path, monkeypatch):
+    # A timed batch's whole-output check compares every call of the last round trip at once
+    # (_whole_rows_pass, one read-back); only an all-pass is decided there, anything else is judged
+    # call by call as before. Both ways give the same answer and name the same call.
+    j = _judge(tmp_path)
+    n = j.n_trials
+    sets = [n, n + 1, n + 2]
+    for t in range(n + 3):
+        j.make_inputs({"trial": t, "lazy": t >= n})
+    j.time_prepare({"trial": n, "compile": False, "slots": 3, "trials": sets, "trips": [sets]})
+    sent = []
+    monkeypatch.setattr(region, "send_fd", sent.append)
+    reply = j.time_region({"trial": n, "slots": 3})
+    mine = region.Region.attach(os.dup(sent[0]), reply["region"]["bytes"], "cpu")
+    views = mine.views(reply["region"]["outputs"])
+    refs = [j._full(t, timing=True)["ref"][0] for t in sets]
+    r64 = [j._full(t, timing=True)["ref64"][0] for t in sets]
+    checker = j._whole(j._full(sets[1], timing=True), 0)[0]
+    room = (checker.atol + checker.rtol * r64[1].abs()).float()  # the elementwise tolerance per element
+    at_once = []
+    real = judge_timing.TimedCalls._whole_rows_pass
+
+    def spy(self, *a):
+        at_once.append(real(self, *a))
+        return at_once[-1]
+
+    monkeypatch.setattr(judge_timing.TimedCalls, "_whole_rows_pass", spy)
+
+    def both(call1):
+        answers = []
+        for rows in (True, False):
+            for v, r in zip(views, refs):
+                v.copy_(r)
+            views[1].copy_(call1)
+            if not rows:
+                monkeypatch.setattr(judge_timing.TimedCalls, "_whole_rows_pass", lambda *a: False)
+            got = j.check_timed({"trials": sets, "full": True, "candidate": "cand-0"})
+            answers.append((got["match"], got.get("slot"), got.get("verdict_hint")))
+        monkeypatch.setattr(judge_timing.TimedCalls, "_whole_rows_pass", spy)
+        assert answers[0] == answers[1], answers
+        return answers[0]
+
+    assert both(refs[1]) == (True, None, "correct") and at_once[-1] is True
+    assert both(refs[1] + 0.3 * room * torch.sign(r64[1]).float())[0]  # a near miss stays correct
+    one_off = refs[1].clone()
+    one_off.reshape(-1)[5] += 1.0
+    assert both(one_off) == (False, 1, "wrong_output") and at_once[-1] is False
+    spread = refs[1] + 0.95 * room  # within every element's tolerance, all of them near it:
+    assert both(spread)[:2] == (False, 1) and at_once[-1] is False  # over the normalized-error bound
+    nan = refs[1].clone()
+    nan.reshape(-1)[0] = float("nan")
+    assert both(nan)[:2] == (False, 1)
+    assert both(torch.zeros_like(refs[1]))[:2] == (False, 1)
+    # Not a timing set's (a correctness trial's output may still be undiscriminating), or not the
+    # strict profile: call by call only.
+    assert not real(j, [0, 1, 2], [j._full(t) for t in range(3)], views, 1, "cand-0")
+    for v, r in zip(views, refs):
+        v.copy_(r)
+    fulls = [j._full(t, timing=True) for t in sets]
+    assert real(j, sets, fulls, views, 1, "cand-0")
+    monkeypatch.setattr(j, "profile", "kernelbench")
+    assert not real(j, sets, fulls, views, 1, "cand-0")
+    del views
+    assert mine.close() == []
+
+
+def test_the_whole_check_at_once_takes_exact_outputs_too(tmp_path, monkeypatch):
+    # An integer output (compared exactly) beside a float one: a wrong count in one call is found
+    # at once and then named call by call, as before.
+    j = _judge(tmp_path, source=TWO_OUTPUTS)
+    n = j.n_trials
+    sets = [n, n + 1]
+    for t in range(n + 2):
+        j.make_inputs({"trial": t, "lazy": t >= n})
+    j.time_prepare({"trial": n, "compile": False, "slots": 2, "trials": sets, "trips": [sets]})
+    sent = []
+    monkeypatch.setattr(region, "send_fd", sent.append)
+    reply = j.time_region({"trial": n, "slots": 2})
+    mine = region.Region.attach(os.dup(sent[0]), reply["region"]["bytes"], "cpu")
+    views = mine.views(reply["region"]["outputs"])
+    at_once = []
+    real = judge_timing.TimedCalls._whole_rows_pass
+    monkeypatch.setattr(judge_timing.TimedCalls, "_whole_rows_pass", lambda self, *a: at_once.append(real(self, *a)) or at_once[-1])
+
+    def fill():
+        for k, t in enumerate(sets):
+            for i, r in enumerate(j._full(t, timing=True)["ref"]):
+                views[2 * k + i].copy_(r)
+
+    fill()
+    assert j.check_timed({"trials": sets, "full": True, "candidate": "c"})["match"] and at_once == [True]
+    fill()
+    views[3].reshape(-1)[0] += 1  # call 1's count
+    got = j.check_timed({"trials": sets, "full": True, "candidate": "c"})
+    assert not got["match"] and got["slot"] == 1 and at_once == [True, False], got
+    del views
+    assert mine.close() == []
+
+
 @pytest.mark.parametrize("listed", [True, False])
 def test_the_references_timing_checks_build_nothing_when_the_sets_are_prepared(tmp_path, monkeypatch, listed):
     # One timing set per timed call, its references made lazily: unless time_prepare lists the
