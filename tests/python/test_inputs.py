@@ -229,25 +229,20 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     assert mine.close() == []  # released cleanly
 
 
-def test_the_whole_check_of_a_round_trips_calls_at_once_decides_as_one_call_at_a_time(tmp_path, monkeypatch):
-    # A timed batch's whole-output check compares every call of the last round trip at once
-    # (_whole_rows_pass, one read-back); only an all-pass is decided there, anything else is judged
-    # call by call as before. Both ways give the same answer and name the same call.
-    j = _judge(tmp_path)
+def _round_trip_region(tmp_path, monkeypatch, source: str, calls: int) -> tuple:
+    """A judge of `source` prepared for one round trip of `calls` calls on timing sets, its output
+    region mapped as a candidate maps it, and _whole_rows_pass spied on: (judge, the sets' trials,
+    the mapping, its views, each _whole_rows_pass answer, the spy)."""
+    j = _judge(tmp_path, source=source)
     n = j.n_trials
-    sets = [n, n + 1, n + 2]
-    for t in range(n + 3):
+    sets = list(range(n, n + calls))
+    for t in range(n + calls):
         j.make_inputs({"trial": t, "lazy": t >= n})
-    j.time_prepare({"trial": n, "compile": False, "slots": 3, "trials": sets, "trips": [sets]})
+    j.time_prepare({"trial": n, "compile": False, "slots": calls, "trials": sets, "trips": [sets]})
     sent = []
     monkeypatch.setattr(region, "send_fd", sent.append)
-    reply = j.time_region({"trial": n, "slots": 3})
+    reply = j.time_region({"trial": n, "slots": calls})
     mine = region.Region.attach(os.dup(sent[0]), reply["region"]["bytes"], "cpu")
-    views = mine.views(reply["region"]["outputs"])
-    refs = [j._full(t, timing=True)["ref"][0] for t in sets]
-    r64 = [j._full(t, timing=True)["ref64"][0] for t in sets]
-    checker = j._whole(j._full(sets[1], timing=True), 0)[0]
-    room = (checker.atol + checker.rtol * r64[1].abs()).float()  # the elementwise tolerance per element
     at_once = []
     real = judge_timing.TimedCalls._whole_rows_pass
 
@@ -256,6 +251,19 @@ def test_the_whole_check_of_a_round_trips_calls_at_once_decides_as_one_call_at_a
         return at_once[-1]
 
     monkeypatch.setattr(judge_timing.TimedCalls, "_whole_rows_pass", spy)
+    return j, sets, mine, mine.views(reply["region"]["outputs"]), at_once, spy
+
+
+def test_the_whole_check_of_a_round_trips_calls_at_once_decides_as_one_call_at_a_time(tmp_path, monkeypatch):
+    # A timed batch's whole-output check compares every call of the last round trip at once
+    # (_whole_rows_pass, one read-back); only an all-pass is decided there, anything else is judged
+    # call by call as before. Both ways give the same answer and name the same call.
+    j, sets, mine, views, at_once, spy = _round_trip_region(tmp_path, monkeypatch, PROBLEM, 3)
+    real = judge_timing.TimedCalls._whole_rows_pass
+    refs = [j._full(t, timing=True)["ref"][0] for t in sets]
+    r64 = [j._full(t, timing=True)["ref64"][0] for t in sets]
+    checker = j._whole(j._full(sets[1], timing=True), 0)[0]
+    room = (checker.atol + checker.rtol * r64[1].abs()).float()  # the elementwise tolerance per element
 
     def both(call1):
         answers = []
@@ -298,20 +306,7 @@ def test_the_whole_check_of_a_round_trips_calls_at_once_decides_as_one_call_at_a
 def test_the_whole_check_at_once_takes_exact_outputs_too(tmp_path, monkeypatch):
     # An integer output (compared exactly) beside a float one: a wrong count in one call is found
     # at once and then named call by call, as before.
-    j = _judge(tmp_path, source=TWO_OUTPUTS)
-    n = j.n_trials
-    sets = [n, n + 1]
-    for t in range(n + 2):
-        j.make_inputs({"trial": t, "lazy": t >= n})
-    j.time_prepare({"trial": n, "compile": False, "slots": 2, "trials": sets, "trips": [sets]})
-    sent = []
-    monkeypatch.setattr(region, "send_fd", sent.append)
-    reply = j.time_region({"trial": n, "slots": 2})
-    mine = region.Region.attach(os.dup(sent[0]), reply["region"]["bytes"], "cpu")
-    views = mine.views(reply["region"]["outputs"])
-    at_once = []
-    real = judge_timing.TimedCalls._whole_rows_pass
-    monkeypatch.setattr(judge_timing.TimedCalls, "_whole_rows_pass", lambda self, *a: at_once.append(real(self, *a)) or at_once[-1])
+    j, sets, mine, views, at_once, _ = _round_trip_region(tmp_path, monkeypatch, TWO_OUTPUTS, 2)
 
     def fill():
         for k, t in enumerate(sets):
