@@ -5,8 +5,11 @@ references yet decides the history rules and the checks of timed calls (read fro
 output region) the same way."""
 from __future__ import annotations
 
+import math
 import os
+import random
 import types
+import zlib
 
 import pytest
 import torch
@@ -229,11 +232,11 @@ def test_bounded_references_and_fingerprints_decide_as_full_ones(tmp_path, monke
     assert mine.close() == []  # released cleanly
 
 
-def _round_trip_region(tmp_path, monkeypatch, source: str, calls: int) -> tuple:
-    """A judge of `source` prepared for one round trip of `calls` calls on timing sets, its output
-    region mapped as a candidate maps it, and _whole_rows_pass spied on: (judge, the sets' trials,
-    the mapping, its views, each _whole_rows_pass answer, the spy)."""
-    j = _judge(tmp_path, source=source)
+def _round_trip_region(tmp_path, monkeypatch, source: str, calls: int, **fields) -> tuple:
+    """A judge of `source` (load_problem `fields`) prepared for one round trip of `calls` calls on
+    timing sets, its output region mapped as a candidate maps it, and _whole_rows_pass spied on:
+    (judge, the sets' trials, the mapping, its views, each _whole_rows_pass answer, the spy)."""
+    j = _judge(tmp_path, source=source, **fields)
     n = j.n_trials
     sets = list(range(n, n + calls))
     for t in range(n + calls):
@@ -319,6 +322,73 @@ def test_the_whole_check_at_once_takes_exact_outputs_too(tmp_path, monkeypatch):
     views[3].reshape(-1)[0] += 1  # call 1's count
     got = j.check_timed({"trials": sets, "full": True, "candidate": "c"})
     assert not got["match"] and got["slot"] == 1 and at_once == [True, False], got
+    del views
+    assert mine.close() == []
+
+
+ONE_INPUT = """import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return BODY
+def get_inputs():
+    return [INPUT]
+def get_init_inputs():
+    return []
+"""
+WHOLE_FUZZ = {
+    "plain": ("x * 2.5 + 1", "torch.randn(4, 16)"),
+    "nan_inf": ("torch.log(x)", "torch.cat([torch.randn(4, 15), torch.zeros(4, 1)], 1)"),
+    "all_zero": ("x * 0", "torch.randn(4, 16)"),
+    "sum": ("x.sum(dim=1)", "torch.randn(4, 1024)"),
+    "int": ("(x > 0).sum(dim=1)", "torch.randn(4, 16)"),
+    "huge": ("x * 1e30", "torch.randn(4, 16)"),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("case", list(WHOLE_FUZZ))
+def test_the_whole_check_at_once_agrees_with_one_call_at_a_time_on_random_outputs(tmp_path, monkeypatch, case, precision):
+    # Differential: random round trips of right outputs, near misses on either side of the
+    # tolerance, spread errors, NaN and infinities put in or taken out, zeros; the at-once check
+    # passes exactly those that every call's own comparison passes.
+    body, made = WHOLE_FUZZ[case]
+    source = ONE_INPUT.replace("BODY", body).replace("INPUT", made)
+    j, sets, mine, views, _, _ = _round_trip_region(tmp_path, monkeypatch, source, 3, precision=precision)
+    rng = random.Random(zlib.crc32(f"{case}/{precision}".encode()))
+    fulls = [j._full(t, timing=True) for t in sets]
+    seen = set()
+    for _ in range(60):
+        for k, f in enumerate(fulls):
+            ref = f["ref"][0]
+            out = ref.clone()
+            if rng.random() < 0.5 and not ref.is_floating_point():
+                out.reshape(-1)[rng.randrange(out.numel())] += 1
+            elif rng.random() < 0.5:
+                c = j._whole(f, 0)[0]
+                r64 = c.ref64.reshape(ref.shape)
+                room = c.atol + c.rtol * r64.abs()
+                kind = rng.randrange(6)
+                if kind == 0:
+                    r64 = r64 + rng.uniform(-1.2, 1.2) * room * torch.sign(torch.randn_like(r64))
+                elif kind == 1:
+                    r64 = r64 + rng.uniform(0.9, 1.0001) * room
+                elif kind == 2:
+                    r64 = r64.clone()
+                    r64.reshape(-1)[rng.randrange(r64.numel())] = rng.choice([math.nan, math.inf, -math.inf])
+                elif kind == 3:
+                    r64 = torch.where(torch.isfinite(r64), r64 * (1 + rng.uniform(-3, 3) * c.norm_bound), -r64)
+                elif kind == 4:
+                    r64 = torch.zeros_like(r64)
+                else:
+                    r64 = r64 + torch.randn_like(r64) * room * rng.uniform(0, 2)
+                out = r64.to(ref.dtype)
+            views[k].copy_(out)
+        at_once = judge_timing.TimedCalls._whole_rows_pass(j, sets, fulls, views, 1, "c")
+        one_by_one = all(j._judge_outputs(t, f, {"0": v}, None, "c")["match"] for t, f, v in zip(sets, fulls, views))
+        assert at_once == one_by_one, (case, precision, [v.tolist() for v in views])
+        seen.add(at_once)
+    assert seen == {True, False}  # both answers came up
     del views
     assert mine.close() == []
 
@@ -624,6 +694,9 @@ def test_a_round_trips_inputs_are_handed_over_in_the_judges_input_region(tmp_pat
         j.time_give({"trials": [99]})  # no such trial
     with pytest.raises(WorkerError):
         j.time_give({"sets": [0]})  # the old form: indices of the judge's loads
+    with pytest.raises(WorkerError, match="twice"):  # the timer holds the reference's slots until its batch ends
+        j.time_inputs_region({"trial": 3, "slots": 2})
+    assert len(sent) == 1
     del views
     assert mine.close() == []
     # A new batch's reference (time_prepare) drops the slots of the one before.

@@ -490,7 +490,8 @@ def rows_strict(checkers: Sequence[Checker], got: torch.Tensor, limits: Optional
     difference from the fp64 reference is finite (an honest round trip) both come from one
     difference in fewer passes over the rows (a timed round trip's check ran ~25 passes over
     calls x values fp64 copies, twice a paired round trip under the GPU's exclusive hold); the
-    same values, summed the same way. Otherwise the two checks as they are."""
+    same values (summed in another order: the last bit may differ). Otherwise the two checks as
+    they are."""
     c0 = checkers[0]
     if c0.exact or c0.profile != "strict" or got.numel() == 0:
         return rows_pass(checkers, got, limits), rows_norm_failing(checkers, got, sampled)

@@ -138,7 +138,7 @@ class TimedCalls:
         setattr(self, name, None)
         if pair is not None:
             reg = pair[0]
-            del pair  # the output tensors go first: a live view keeps a CPU mapping open
+            del pair  # its views go first: nothing keeps a mapping open for a view read after it
             for f in reg.close():
                 protocol.stderr_note(f"timing region not released cleanly: {f}")
 
@@ -363,8 +363,11 @@ class TimedCalls:
         own, laid out the same in a region of the judge's alone, added to its timer: their indices
         are `reference_sets`, the same every round trip. `time_give` fills both before each."""
         self._need_problem()
+        if getattr(self, "own_given", None) is not None:
+            # (Released now, the reference's slots would leave views in the timer that read
+            # unmapped memory: the next batch's time_prepare releases them with its timer.)
+            raise WorkerError("protocol", "time_inputs_region twice for one time_prepare")
         self._release("given")
-        self._release("own_given")
         if getattr(self, "given_layout", None) is None:
             self._handed_over(self._make(int(msg["trial"])))
         places, slot_bytes = self.given_layout
@@ -554,20 +557,24 @@ class TimedCalls:
 
     def _whole_rows_pass(self, trials: list, fulls: list, views: list, n_out: int, candidate: str) -> bool:
         """Whether every call's whole outputs pass the strict profile's tolerance (elementwise and
-        normalized error against the fp64 reference), all calls of an output checked at once
-        (compare.rows_strict: one read-back) instead of one comparison each with its statistics
-        (a few read-backs a call, each a wait for the GPU that other processes share: 6-8 s of a
-        throughput run's shared holds on an H200). False decides nothing: the calls are then
-        judged one by one as before (_judge_outputs: the first failing call's verdict, rule and
-        evidence). Only where that could not say otherwise of a passing output: the strict profile
-        (the kernelbench one's blind tolerance fails some), no run report (torch_fallback) and
-        timing sets (never the last trial, whose matching output may still be undiscriminating)."""
+        normalized error against the fp64 reference, or the reference in fp64 where there is
+        none), all calls of an output checked at once (compare.rows_strict: two read-backs)
+        instead of one comparison each with its statistics (several read-backs a call, each a wait
+        for the GPU that other processes share: 5-8 s of a throughput run's shared holds on an
+        H200). False decides nothing: the calls are then judged one by one as before
+        (_judge_outputs: the first failing call's verdict, rule and evidence). Only where that
+        could not fail a passing output: the strict profile (the kernelbench one's blind tolerance
+        fails some), no run report (torch_fallback) and timing sets (never the last trial, whose
+        matching output may still be undiscriminating). A pass's reply says only that (no
+        statistics; the orchestrator reads `match` and `slot`). The normalized error is summed in
+        another order than _judge_outputs' (the last bit may differ: only an output exactly at
+        the bound could be decided otherwise)."""
         if self.profile != "strict" or any(t < self.n_trials for t in trials):
             return False
         rows = len(trials)
         for i in range(n_out):
             checkers = [self._whole(f, i)[0] for f in fulls]
-            if any(c.profile != "strict" or (not c.exact and c.ref64 is None) for c in checkers):
+            if any(c.profile != "strict" for c in checkers):
                 return False
             outs = [views[j * n_out + i] for j in range(rows)]
             ref = fulls[0]["ref"][i]

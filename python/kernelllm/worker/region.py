@@ -246,7 +246,7 @@ class Region:
         if self._mm is not None:
             try:
                 self._mm.close()
-            except BufferError:  # a view is still alive somewhere; the mapping goes with it
+            except BufferError:  # a view holding an export of it is alive; the mapping goes with it
                 failed.append("munmap: a view of the region is still alive")
             self._mm = None
         if self._cuda is not None:
