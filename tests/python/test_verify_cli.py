@@ -276,6 +276,11 @@ def test_the_paired_batch_copies_the_timing_sets_made_beforehand(files):
     steps = {k.split(".", 1)[1]: v["ms"] for k, v in ops.items() if k.startswith("time_prepare.")}
     assert set(steps) == {"make", "references", "read_back", "limits", "other"}, ops
     assert steps["make"] > 0.5 * ops["time_prepare"]["ms"] and sum(steps.values()) <= ops["time_prepare"]["ms"], ops
+    # And its load_problem (under a shared hold that timers wait out): here its inputs, made twice
+    # to see that they repeat under a seed (0.2 s each).
+    load = {k.split(".", 1)[1]: v["ms"] for k, v in ops.items() if k.startswith("load_problem.")}
+    assert set(load) == {"module", "to_device", "fp64", "inputs", "degenerate", "other"}, ops
+    assert load["inputs"] > 0.5 * ops["load_problem"]["ms"] and sum(load.values()) <= ops["load_problem"]["ms"], ops
 
 
 def test_a_reference_that_cannot_be_timed_leaves_the_candidate_correct_and_untimed(files):

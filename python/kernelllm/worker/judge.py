@@ -69,6 +69,18 @@ class Judge(TimedCalls, AcrossTrials):
     def load_problem(self, msg: dict) -> dict:
         if self.loaded:
             raise WorkerError("protocol", "load_problem: a judge serves exactly one problem")
+        # Where the request's time goes (the reply's steps_ms; the report's judge_ms adds them as
+        # load_problem.<step>): the problem's module run and its Model built on the host, the model
+        # moved to the device, its fp64 copy, the inputs made and checked for repeating, the
+        # degenerate elements' statistics, and the rest. It runs under a shared hold of the GPU,
+        # which every timer waits out (12 s of a throughput run's timers' waits, H200).
+        steps: Dict[str, float] = {}
+        mark = [time.perf_counter()]
+
+        def step(name: str) -> None:
+            now = time.perf_counter()
+            steps[name] = steps.get(name, 0.0) + (now - mark[0]) * 1e3
+            mark[0] = now
         self.device = msg.get("device", "cpu")
         self.profile = msg.get("profile", "strict")
         if self.profile not in ("strict", "kernelbench"):
@@ -118,7 +130,11 @@ class Judge(TimedCalls, AcrossTrials):
             kw_dev = {k: self._to_device(a, cast=False) for k, a in kwargs.items()}
             torch.manual_seed(self.construct_seed)
             with torch.no_grad():
-                self.model = self.module.Model(*init_dev, **kw_dev).to(self.device)
+                model = self.module.Model(*init_dev, **kw_dev)
+                step("module")
+                self.model = model.to(self.device)
+                del model
+            step("to_device")
         except WorkerError:
             raise
         except BaseException as e:
@@ -132,6 +148,7 @@ class Judge(TimedCalls, AcrossTrials):
                 self.fp64_note = "fp64 copy of the reference"
             except Exception as e:
                 self.fp64_note = f"no fp64 reference: {type(e).__name__}: {e}"
+        step("fp64")
         tensors: List[Any] = []
         init_value = protocol.encode_value({"args": args, "kwargs": kwargs}, tensors, "init.safetensors")
         if tensors:
@@ -156,6 +173,7 @@ class Judge(TimedCalls, AcrossTrials):
             raise WorkerError("problem_error", "get_inputs() made other values on a second call under the same seed: "
                                                "the verifier needs inputs that torch.manual_seed (or random/numpy "
                                                "seeding) determines")
+        step("inputs")
         input_specs = [{"index": i, "kind": "tensor", "shape": list(a.shape), "dtype": str(a.dtype)}
                        if isinstance(a, torch.Tensor) else {"index": i, "kind": "scalar", "type": type(a).__name__}
                        for i, a in enumerate(sample)]
@@ -167,6 +185,7 @@ class Judge(TimedCalls, AcrossTrials):
         self.degenerate = self._degenerate_elements(sample) if self.profile == "strict" else None
         del sample
         _release_cached()
+        step("degenerate")
         self.discrimination: Dict[int, Dict[str, Any]] = {}
         if self.degenerate and self.degenerate["share"] >= compare.DEGENERATE_SHARE and \
                 self.degenerate["zero_passes"] >= compare.DEGENERATE_MIN_COUNT:
@@ -178,7 +197,8 @@ class Judge(TimedCalls, AcrossTrials):
                 "construct_seed": self.construct_seed, "n_trials": self.n_trials, "model_bytes": self._model_bytes(),
                 "trial_distributions": distributions, "input_specs": input_specs, "fp64_reference": self.model64 is not None,
                 "fp64_note": self.fp64_note, "size_globals": self.size_globals,
-                "degenerate_elements": self.degenerate, "inputs_recipe": recipe}
+                "degenerate_elements": self.degenerate, "inputs_recipe": recipe,
+                "steps_ms": dict(steps, other=(time.perf_counter() - mark[0]) * 1e3)}
 
     def _model_bytes(self) -> int:
         """Bytes of the reference Model's parameters and buffers: a candidate that builds the same
