@@ -499,6 +499,12 @@ class Judge(TimedCalls, AcrossTrials):
         on = self._fp_index_on(i, flat.numel(), flat.device)
         return flat if on is None else flat[on]
 
+    def _keep_outputs(self, rec: Dict[str, Any], outs: List[torch.Tensor], ref: List[torch.Tensor]) -> None:
+        """What the history rules keep of self.candidate's outputs `outs` of trial record `rec`: each
+        output's fingerprint (where its shape is the reference's)."""
+        rec["outputs"][self.candidate] = [self._fp(o, i) if tuple(o.shape) == tuple(r.shape) else None
+                                          for i, (o, r) in enumerate(zip(outs, ref))]
+
     def _fp(self, x: torch.Tensor, i: int, kept: bool = False) -> torch.Tensor:
         """Output i's values at its fingerprint positions (flat), on the judge's device (a copy).
         `kept`: a trial's own, kept for the judge's lifetime (placed in its kept blocks)."""
@@ -562,9 +568,7 @@ class Judge(TimedCalls, AcrossTrials):
             rewritten = _rewritten_outputs(report.get("output_checksums"), [outs[str(i)] for i in range(len(ref))])
             if rewritten:
                 return self._fail("cheat", rewritten, rule="output_rewritten", evidence=rewritten)
-        # What the history rules keep of this run: each output's fingerprint (where its shape is right).
-        t["outputs"][self.candidate] = [self._fp(outs[str(i)], i) if tuple(outs[str(i)].shape) == tuple(r.shape) else None
-                                        for i, r in enumerate(ref)]
+        self._keep_outputs(t, [outs[str(i)] for i in range(len(ref))], ref)
         all_stats, trusted, passing_baselines = [], True, {}
         # References live on the judge's device; outputs are compared there (on the CPU the fp64
         # arithmetic over every element dominated the correctness phase of large problems).

@@ -589,10 +589,10 @@ class TimedCalls:
                 first, (bad_norm, _, _) = compare.rows_strict(checkers[a:a + step], got, None, False)
                 if first >= 0 or bad_norm >= 0:
                     return False
-        # What the history rules keep of each call (as _judge_outputs does for a matching output).
+        # What the history rules keep of each call (as _judge_outputs does).
         self.candidate = candidate
-        for j, t in enumerate(trials):
-            self.trials[t]["outputs"][candidate] = [self._fp(views[j * n_out + i], i) for i in range(n_out)]
+        for j, (t, f) in enumerate(zip(trials, fulls)):
+            self._keep_outputs(self.trials[t], views[j * n_out:(j + 1) * n_out], f["ref"])
         return True
 
     def _check_snapshot(self, trials: list, candidate: str) -> dict:
