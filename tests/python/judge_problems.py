@@ -6,7 +6,13 @@ import types
 
 import worker_harness as wh
 
+# The worker modules these tests drive in this process.
+inputs = wh.import_worker("inputs")
 judge = wh.import_worker("judge")
+judge_timing = wh.import_worker("judge_timing")
+protocol = wh.import_worker("protocol")
+region = wh.import_worker("region")
+WorkerError = protocol.WorkerError
 
 
 PROBLEM = """import torch

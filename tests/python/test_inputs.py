@@ -12,14 +12,8 @@ import pytest
 import torch
 
 import worker_harness as wh
-from judge_problems import PROBLEM, make_judge as _judge, module_of as _module
-
-inputs = wh.import_worker("inputs")
-judge = wh.import_worker("judge")
-judge_timing = wh.import_worker("judge_timing")
-protocol = wh.import_worker("protocol")
-region = wh.import_worker("region")
-WorkerError = protocol.WorkerError
+from judge_problems import (PROBLEM, WorkerError, inputs, judge, judge_timing, make_judge as _judge, module_of as _module,
+                            protocol, region)
 
 
 def test_a_recipe_makes_the_same_set_from_a_seed_in_any_state():

@@ -12,14 +12,8 @@ import pytest
 import torch
 
 import worker_harness as wh
-from judge_problems import PROBLEM, TENSORS_ONLY, TWO_OUTPUTS, make_judge as _judge, module_of as _module
-
-inputs = wh.import_worker("inputs")
-judge = wh.import_worker("judge")
-judge_timing = wh.import_worker("judge_timing")
-protocol = wh.import_worker("protocol")
-region = wh.import_worker("region")
-WorkerError = protocol.WorkerError
+from judge_problems import (PROBLEM, TENSORS_ONLY, TWO_OUTPUTS, WorkerError, inputs, judge, judge_timing, make_judge as _judge,
+                            module_of as _module, protocol, region)
 
 
 def _round_trip_region(tmp_path, monkeypatch, source: str, calls: int, **fields) -> tuple:
