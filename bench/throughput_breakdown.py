@@ -39,6 +39,7 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         return out
     multishape = defaultdict(float)  # the problem's longest multi-shape check (one candidate's)
     by_step, batches = defaultdict(float), 0  # the candidates' paired batches' round trips
+    profiled, n_profiled = defaultdict(float), 0  # the profiled runs and their checks, by step
     check_heavy = []  # (share of the published time charged as check beyond the reference's, candidate)
     cands = reports / "eval-candidates.jsonl"
     for line in (cands.read_text().splitlines() if cands.is_file() else []):
@@ -48,6 +49,9 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         for k, v in (c.get("trip_steps_ms") or {}).items():
             by_step[k] += v
         batches += bool(c.get("trip_steps_ms"))
+        for k, v in (c.get("profiled_steps_ms") or {}).items():
+            profiled[k] += v
+        n_profiled += bool(c.get("profiled_steps_ms"))
         if (c.get("check_excess_share") or 0) > 0.25:
             check_heavy.append((c["check_excess_share"], f"{name.removesuffix('.py')} #{c.get('sample')}"))
     if by_step:
@@ -55,6 +59,10 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         out.append(f"round trips of candidates' paired batches ({batches}), by step (summed s): " +
                    ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(by_step.items(), key=lambda kv: -kv[1])) +
                    f"; total {s(sum(v for k, v in by_step.items() if '.' not in k)).strip()}")
+    if profiled:
+        # run.* are the candidate's own account of its request (untrusted), check.* the judge's.
+        out.append(f"profiled runs and their checks ({n_profiled}), by step (summed s): " +
+                   ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(profiled.items(), key=lambda kv: -kv[1])))
     if check_heavy:
         # Published times mostly the clocked check beyond the reference's (docs/verification.md, Timing).
         out.append(f"published times over a quarter check beyond the reference's ({len(check_heavy)}): " +

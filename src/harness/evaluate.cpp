@@ -325,6 +325,26 @@ Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, 
   return w.request(req, timeout_s, yield_hook(busy, w, dev));
 }
 
+void Verifier::note_profiled_steps(CandidateResult& r, const Reply& run, const Reply& cmp) {
+  // Where the profiled run and its check went (GPU held exclusively when timing is on): the two
+  // requests' round trips, the judge's steps of its comparison, and the candidate's own account
+  // of its run (untrusted: shown in reports, never used for a verdict or a time).
+  Json steps{{"run", run.elapsed_ms}, {"check", cmp.elapsed_ms}};
+  auto add = [&steps](const Reply& rep, const std::string& side) {
+    if (!rep.ok() || !rep.message.contains("steps_ms") || !rep.message["steps_ms"].is_object()) return;
+    int n = 0;
+    for (const auto& [step, ms] : rep.message["steps_ms"].items()) {
+      if (++n > 16) break;
+      if (step.size() <= 32 && ms.is_number() && ms.get<double>() >= 0 && ms.get<double>() < 1e9) {
+        steps[side + "." + step] = ms.get<double>();
+      }
+    }
+  };
+  add(run, "run");
+  add(cmp, "check");
+  r.evidence["profiled_steps_ms"] = std::move(steps);
+}
+
 void Verifier::check_kernel_profile(DeviceState& dev, CandidateResult& r, const Json& facts) {
   // The last trial's run was profiled (torch.profiler / CUPTI in the candidate process, over the
   // whole request: making the inputs, forward, the checksums); its outputs matched. The judge
@@ -412,6 +432,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
                                  {"run_report", facts}, {"require_triton", true}},
                        opts_.load_timeout_s);
     }
+    if (profile) note_profiled_steps(r, run, cmp);
     std::error_code ec;
     fs::remove(out, ec);
     if (!cmp.ok()) {

@@ -303,9 +303,11 @@ class Verifier {
   // The judge's static audit of the source (compile_error before any candidate code runs;
   // r.evidence["source_audit"] keeps its kernel names and after-correctness finding), then load.
   bool load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r);
-  // GPU only: one profiled forward on trial 0's inputs; the judge classifies its kernels against the
+  // GPU only: the profiled run's kernels (the last trial's); the judge classifies them against the
   // audit's @triton.jit names (no_triton_kernel / torch_fallback in strict; shares reported).
   void check_kernel_profile(DeviceState& dev, CandidateResult& r, const Json& facts);
+  // The profiled run's and its check's round trips and steps, as r.evidence["profiled_steps_ms"].
+  static void note_profiled_steps(CandidateResult& r, const Reply& run, const Reply& cmp);
   // After a timed_output_mismatch: the failing timing set once more, untimed, compared in full
   // (timing_steps.cpp).
   void recheck_timing_set(Worker& w, DeviceState& dev, CandidateResult& r);

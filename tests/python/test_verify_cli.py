@@ -281,6 +281,11 @@ def test_the_paired_batch_copies_the_timing_sets_made_beforehand(files):
     load = {k.split(".", 1)[1]: v["ms"] for k, v in ops.items() if k.startswith("load_problem.")}
     assert set(load) == {"module", "to_device", "fp64", "inputs", "degenerate", "other"}, ops
     assert load["inputs"] > 0.5 * ops["load_problem"]["ms"] and sum(load.values()) <= ops["load_problem"]["ms"], ops
+    # And its comparisons: a trial's references are made when first compared (slow_inputs: 0.2 s a
+    # set, made again for each of the 5 trials).
+    cmp = {k.split(".", 1)[1]: v["ms"] for k, v in ops.items() if k.startswith("compare.")}
+    assert {"rules", "reference", "load", "to_device", "keep", "stats", "passes", "fallback", "release", "other"} <= set(cmp), ops
+    assert cmp["reference"] > 0.5 * ops["compare"]["ms"] and sum(cmp.values()) <= ops["compare"]["ms"], ops
 
 
 def test_a_reference_that_cannot_be_timed_leaves_the_candidate_correct_and_untimed(files):

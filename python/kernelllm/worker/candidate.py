@@ -401,10 +401,14 @@ class Candidate:
         # returned is counted; the judge takes off what making and checksumming the inputs costs.
         profiler = accounting.KernelProfiler(self.device) if msg.get("profile_kernels") else None
         aten = accounting.AtenCompute()
+        # Where the request's time goes (the reply's steps_ms): this process's own account, shown
+        # in reports to take a run's time apart and never used for a verdict or a time.
+        steps = protocol.Steps()
         with (profiler or contextlib.nullcontext()), aten:
             args = self._make_inputs(msg["inputs"])
             sums = inputs.checksums(args)
             inputs_checksum = inputs.combine(sums)
+            steps.mark("inputs")
             tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
             hashes_before = [s for s in sums if s is not None]
             poisoned = 0
@@ -412,6 +416,7 @@ class Candidate:
                 in_bytes = sum(t.numel() * t.element_size() for t in tensors_in)
                 sizes = [int(x) for x in msg.get("poison_sizes") or [t.numel() * t.element_size() for t in tensors_in]]
                 poisoned = self._poison(int(msg.get("poison_bytes", 2 * in_bytes + (16 << 20))), sizes)
+            steps.mark("poison")
             threads_before = threading.active_count()
             launches_before = _COUNTER.count
             names_before = dict(_COUNTER.names)
@@ -427,6 +432,7 @@ class Candidate:
                 self._check_sandbox("in ModelNew.forward")
                 raise self._candidate_error(e, "run", "running ModelNew.forward") from None
             run_ms = (time.perf_counter() - t0) * 1e3
+            steps.mark("forward")
             launches = _COUNTER.count - launches_before
             input_ptrs = {}
             for i, a in enumerate(args):
@@ -441,6 +447,8 @@ class Candidate:
             output_checksums = [inputs.checksum(o) for o in outputs] if plain else None
             if self.device.startswith("cuda"):
                 torch.cuda.synchronize()
+            steps.mark("checksums")
+        steps.mark("profile_stop")
         launched_names = {k: v - names_before.get(k, 0) for k, v in _COUNTER.names.items() if v != names_before.get(k, 0)}
         threads = threading.enumerate()
         new_threads = [f"{t.name} ({type(t).__name__})" for t in threads if t.ident not in self.baseline_threads]
@@ -466,6 +474,7 @@ class Candidate:
         }
         if profiler is not None:
             report["kernel_profile"] = profiler.result()
+            steps.mark("profile_read")
         # Cumulative since the hook was installed, so attempts made while loading show here too.
         report.update(GUARD.facts())
         report["violations"] = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
@@ -474,12 +483,16 @@ class Candidate:
             saved = {str(i): o.detach().to("cpu", copy=True) for i, o in enumerate(outputs)}
             n_out = len(outputs)
             del out, outputs, args, tensors_in
+            steps.mark("copies")
             saved.update(self._run_probe(n_out, report))
+            steps.mark("probe")
             protocol.save_tensors(msg["outputs_file"], saved)
             del saved
+            steps.mark("save")
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()  # the judge compares next, on the same GPU
         report["outputs_written"] = plain
+        report["steps_ms"] = steps.ms()
         return report
 
     def _run_probe(self, n_outputs: int, report: dict) -> Dict[str, torch.Tensor]:

@@ -65,6 +65,7 @@ class Judge(TimedCalls, AcrossTrials):
         self.private_key = secrets.token_hex(32)  # see _private_int
         self.kept_blocks = Blocks(KEPT_BLOCK_FIRST, KEPT_BLOCK_MOST)  # fingerprints, timing sets as made
         self.keep_whole: set = set()  # timing sets whose whole references are kept (time_prepare)
+        self._steps: Optional[protocol.Steps] = None  # a compare request's breakdown (its steps_ms)
 
     def load_problem(self, msg: dict) -> dict:
         if self.loaded:
@@ -74,13 +75,8 @@ class Judge(TimedCalls, AcrossTrials):
         # moved to the device, its fp64 copy, the inputs made and checked for repeating, the
         # degenerate elements' statistics, and the rest. It runs under a shared hold of the GPU,
         # which every timer waits out (12 s of a throughput run's timers' waits, H200).
-        steps: Dict[str, float] = {}
-        mark = [time.perf_counter()]
-
-        def step(name: str) -> None:
-            now = time.perf_counter()
-            steps[name] = steps.get(name, 0.0) + (now - mark[0]) * 1e3
-            mark[0] = now
+        steps = protocol.Steps()
+        step = steps.mark
         self.device = msg.get("device", "cpu")
         self.profile = msg.get("profile", "strict")
         if self.profile not in ("strict", "kernelbench"):
@@ -198,7 +194,7 @@ class Judge(TimedCalls, AcrossTrials):
                 "trial_distributions": distributions, "input_specs": input_specs, "fp64_reference": self.model64 is not None,
                 "fp64_note": self.fp64_note, "size_globals": self.size_globals,
                 "degenerate_elements": self.degenerate, "inputs_recipe": recipe,
-                "steps_ms": dict(steps, other=(time.perf_counter() - mark[0]) * 1e3)}
+                "steps_ms": steps.ms()}
 
     def _model_bytes(self) -> int:
         """Bytes of the reference Model's parameters and buffers: a candidate that builds the same
@@ -515,10 +511,19 @@ class Judge(TimedCalls, AcrossTrials):
         return self.kept_blocks.copy(flat) if kept else flat.clone()
 
     def compare(self, msg: dict) -> dict:
+        self._steps = steps = protocol.Steps()
         try:
-            return self._compare(msg)
+            reply = self._compare(msg)
         finally:
+            self._steps = None
             _release_cached()
+        steps.mark("release")
+        return dict(reply, steps_ms=steps.ms())
+
+    def _mark(self, step: str) -> None:
+        """A step of the compare request under way, if any (its steps_ms)."""
+        if self._steps is not None:
+            self._steps.mark(step)
 
     def _compare(self, msg: dict) -> dict:
         self._need_problem()
@@ -529,10 +534,12 @@ class Judge(TimedCalls, AcrossTrials):
         report = msg.get("run_report")
         if report is not None:
             found = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
+            self._mark("rules")
             if found:
                 return {"match": False, "verdict_hint": rules.verdict_of_rule(found[0]["rule"]), "rule": found[0]["rule"],
                         "evidence": found[0]["evidence"], "violations": found, "message": found[0]["evidence"]}
         full = self._full(trial)
+        self._mark("reference")
         if report is not None and report.get("inputs_checksum") != t["checksum"]:
             # Made in the candidate's process from this trial's seed (inputs.py): other values mean
             # its code changed how they are made (a default device or dtype, a patched generator).
@@ -548,6 +555,7 @@ class Judge(TimedCalls, AcrossTrials):
             return self._fail("cheat", f"outputs: {e.message}", rule="output_file_tampered", evidence=e.message)
         except WorkerError as e:
             return self._fail("wrong_shape", f"outputs: {e.message}")
+        self._mark("load")
         return self._judge_outputs(trial, full, outs, report, str(msg.get("candidate", "")))
 
     def _judge_outputs(self, trial: int, full: Dict[str, Any], outs: Dict[str, Any], report: Optional[Dict[str, Any]],
@@ -562,6 +570,7 @@ class Judge(TimedCalls, AcrossTrials):
         on = self._on_compare_device
         outs = {k: on(v) for k, v in outs.items()}  # onto the judge's device once
         probe_outs = {k: on(v) for k, v in probe_outs.items()}
+        self._mark("to_device")
         if sorted(outs) != [str(i) for i in range(len(ref))]:
             return self._fail("wrong_shape", f"expected {len(ref)} output(s) named 0..{len(ref) - 1}, found {sorted(outs)}")
         if report is not None:
@@ -569,6 +578,7 @@ class Judge(TimedCalls, AcrossTrials):
             if rewritten:
                 return self._fail("cheat", rewritten, rule="output_rewritten", evidence=rewritten)
         self._keep_outputs(t, [outs[str(i)] for i in range(len(ref))], ref)
+        self._mark("keep")
         all_stats, trusted, passing_baselines = [], True, {}
         # References live on the judge's device; outputs are compared there (on the CPU the fp64
         # arithmetic over every element dominated the correctness phase of large problems).
@@ -579,13 +589,16 @@ class Judge(TimedCalls, AcrossTrials):
             if o.dtype != r.dtype:
                 return self._fail("wrong_output", f"output {i}: expected dtype {r.dtype}, found {o.dtype}", rule="dtype")
             checker, base = self._whole(full, i)
+            self._mark("whole")
             s = compare.stats(o, r, ref64[i] if ref64 else None, checker.ref_norm_error) if not checker.exact else {"exact": True}
+            self._mark("stats")
             s["tolerance"] = checker.describe
             if base:
                 trusted = False
                 passing_baselines[str(i)] = list(base)  # its own: a note below may be added to it
             all_stats.append(s)
             passes = checker.passes(o)
+            self._mark("passes")
             if passes and checker.profile == "kernelbench":
                 # A blind tolerance (trivial outputs pass it) decides nothing: the output's own
                 # distance from the reference does, the same in every run.
@@ -616,6 +629,7 @@ class Judge(TimedCalls, AcrossTrials):
             fallback = [v for v in rules.evaluate_run(self._beyond_baseline(report, t, full), require_triton=False,
                                                       torch_fallback=True)
                         if v["rule"] == "torch_fallback"]
+            self._mark("fallback")
             if fallback:
                 return {"match": False, "verdict_hint": "cheat", "rule": "torch_fallback", "evidence": fallback[0]["evidence"],
                         "violations": fallback, "message": fallback[0]["evidence"], "stats": all_stats}

@@ -12,6 +12,7 @@ import os
 import stat
 import struct
 import sys
+import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
@@ -240,6 +241,24 @@ def tensor_list(tensors: Dict[str, Any], n: int, what: str) -> List[Any]:
 
 
 # ---- request loop -------------------------------------------------------------------------
+
+
+class Steps:
+    """Where a request's time goes, for its reply's `steps_ms` (the report's judge_ms shows a
+    judge's as "<op>.<step>"): `mark(name)` adds the time since the last mark to `name`; `ms()` is
+    the breakdown, the time since the last mark as `other`."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self._ms: Dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self._ms[name] = self._ms.get(name, 0.0) + (now - self._last) * 1e3
+        self._last = now
+
+    def ms(self) -> Dict[str, float]:
+        return dict(self._ms, other=(time.perf_counter() - self._last) * 1e3)
 
 
 def error_reply(kind: str, message: str, tb: str = "", **extra: Any) -> dict:
