@@ -108,15 +108,15 @@ std::vector<std::string> worker_env(const fs::path& work_dir, const std::string&
   return env;
 }
 
-std::vector<std::string> worker_launch_env(const fs::path& work_dir, const std::string& device, int threads) {
+std::vector<std::string> worker_launch_env(const std::string& kind, const fs::path& work_dir, const std::string& device,
+                                           int threads) {
   std::error_code ec;
   fs::create_directories(work_dir, ec);
   std::vector<std::string> env = worker_env(work_dir, device, threads);
-  // A worker starts on its GPU before its greeting, which is awaited without holding the GPU: its
-  // CUDA context (~0.5 s, longer with a dozen processes making theirs at once), the profiler's
-  // start-up, the first use of the kernels of every problem's sets (and a judge's comparisons, a
-  // candidate's first Triton compile): worker/warm.py.
-  if (device.starts_with("cuda")) env.push_back("KERNELLLM_WORKER_DEVICE=" + device);
+  // The judge makes its CUDA context before its greeting, which is awaited without holding the
+  // GPU (a context takes ~0.5 s, longer with a dozen processes making theirs at once); a
+  // candidate's process makes its own when its code loads.
+  if (kind == "judge" && device.starts_with("cuda")) env.push_back("KERNELLLM_JUDGE_DEVICE=" + device);
   return env;
 }
 
@@ -452,7 +452,7 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
   w->device = device;
   w->kind = kind;
   std::vector<std::string> argv = {py.executable, "-I", "-B", (package_dir / "kernelllm" / "worker" / "launch.py").string(), kind};
-  std::vector<std::string> env = worker_launch_env(work_dir, device, threads);
+  std::vector<std::string> env = worker_launch_env(kind, work_dir, device, threads);
   SpawnOptions opts;
   if (sandbox) {
     std::vector<fs::path> readable = readable_dirs;

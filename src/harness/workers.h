@@ -44,8 +44,9 @@ Result<std::filesystem::path> find_package_dir(const std::string& option);
 
 // The allow-listed environment of a worker whose private dir is `work_dir`.
 std::vector<std::string> worker_env(const std::filesystem::path& work_dir, const std::string& device, int threads);
-// worker_env with the GPU a worker starts on before its greeting (KERNELLLM_WORKER_DEVICE), its work dir made.
-std::vector<std::string> worker_launch_env(const std::filesystem::path& work_dir, const std::string& device, int threads);
+// worker_env for a `kind` worker ("judge" or "candidate"; the judge's device added), its work dir made.
+std::vector<std::string> worker_launch_env(const std::string& kind, const std::filesystem::path& work_dir,
+                                           const std::string& device, int threads);
 
 // Replies are read from processes that run code we do not trust (a candidate can write frames
 // of its own to the reply pipe; a problem module runs in the judge): every member the

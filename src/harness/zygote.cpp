@@ -287,7 +287,7 @@ Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& k
   w->kind = kind;
   ZygoteFork f;
   f.kind = kind;
-  f.env = worker_launch_env(work_dir, device, threads);
+  f.env = worker_launch_env(kind, work_dir, device, threads);
   f.cwd = work_dir.string();
   if (kind == "candidate" && sandbox) {
     if (std::string why = zygote.candidate_refusal(*sandbox, package_dir); !why.empty()) {

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import struct
-import sys
 
 import pytest
 import torch
@@ -268,20 +267,3 @@ def test_cuda_that_cannot_start_is_an_environment_error_not_the_candidates(tmp_p
         assert not marker.exists()  # decided before any candidate code ran
     finally:
         w.close()
-
-
-def test_warm_up_runs_the_stand_in_problem_and_leaves_torch_as_it_was(monkeypatch):
-    # Before a GPU worker's greeting (worker/warm.py): the stand-in problem's sets in every
-    # distribution, a comparison, a Triton kernel (here the interpreter's, as a CPU worker's
-    # kernels are), on the CPU; torch's defaults are the worker's own afterwards. For a CPU
-    # worker the greeting waits for nothing.
-    warm = wh.import_worker("warm")
-    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
-    warm.warm_inputs("cpu")
-    warm.warm_compare("cpu")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernel's module is imported
-    for name in [m for m in sys.modules if m.endswith("warm_kernel")]:
-        monkeypatch.delitem(sys.modules, name)
-    warm.warm_triton("cpu")
-    assert torch.get_default_dtype() == dtype and torch.get_num_threads() == threads
-    assert warm.before_greeting("cpu", "judge") == "" and warm.before_greeting("", "candidate") == ""

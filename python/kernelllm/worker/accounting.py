@@ -80,17 +80,13 @@ def ops_beyond(measured: Any, baseline: Dict[str, int]) -> Dict[str, int]:
     return out
 
 
-_PROFILER_WARM: set = set()  # the devices warm_profiler has started the profiler on, in this process
-
-
 def warm_profiler(device: str) -> None:
     """Starts and stops torch.profiler's CUDA tracing once, on nothing: kineto's and CUPTI's
     one-time start-up in a process (4.8 s in a fresh one on a cold H200 machine, ms afterwards) is
-    then paid here, before the profiled run, which holds the GPU to itself. Once per device and
-    process. Never raises: a profiler that cannot start fails again in KernelProfiler, which says why."""
-    if not device.startswith("cuda") or device in _PROFILER_WARM:
+    then paid here, before the profiled run, which holds the GPU to itself. Never raises: a
+    profiler that cannot start fails again in KernelProfiler, which says why."""
+    if not device.startswith("cuda"):
         return
-    _PROFILER_WARM.add(device)
     try:
         from torch.profiler import ProfilerActivity, profile
         with warnings.catch_warnings():

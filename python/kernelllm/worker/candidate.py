@@ -25,7 +25,7 @@ import torch
 torch.use_deterministic_algorithms(True, warn_only=True)
 torch.use_deterministic_algorithms(False)
 
-from . import accounting, inputs, protocol, region, rules, timing, warm
+from . import accounting, inputs, protocol, region, rules, timing
 from .guard import GUARD
 from .protocol import WorkerError
 
@@ -287,13 +287,14 @@ class Candidate:
         if self.device == "cpu":
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
         elif self.device.startswith("cuda"):
-            # The CUDA context, before any candidate code: a failure is the GPU's or this machine's
-            # (no driver, all memory held by other processes), not the candidate's. Made before the
-            # greeting when the orchestrator named the device then (warm.py); else now, under the
-            # load's shared hold, with the profiler's start-up (the last trial's run is profiled
-            # holding the GPU to itself).
+            # The CUDA context is made here, before any candidate code: a failure is the GPU's or
+            # this machine's (no driver, all memory held by other processes), not the candidate's.
             try:
-                warm.start_device(self.device)
+                torch.cuda.set_device(self.device)
+                torch.empty(1, device=self.device)
+                # The last trial's run is profiled holding the GPU to itself: the profiler's start-up
+                # in this process now, under the load's shared hold, before any candidate code.
+                accounting.warm_profiler(self.device)
             except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
                 raise WorkerError("environment_error",
                                   f"this process could not start CUDA on {self.device} before the candidate ran: "
@@ -595,11 +596,6 @@ def _describe_output(o: Any, input_ptrs: Dict[int, int]) -> Dict[str, Any]:
 
 
 def main() -> int:
-    # Before the greeting and before any candidate code: the CUDA context, the profiler's start-up
-    # and the first use of the input sets' kernels and of Triton's compiler (warm.py).
-    note = warm.before_greeting(os.environ.get("KERNELLLM_WORKER_DEVICE", ""), "candidate")
-    if note:
-        protocol.stderr_note(note)
     cand = Candidate()
     hello = {
         "pid": os.getpid(),

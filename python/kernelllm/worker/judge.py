@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import accounting, compare, inputs, protocol, rules, warm
+from . import accounting, compare, inputs, protocol, rules
 from .judge_history import AcrossTrials, as_list as _as_list
 from .judge_timing import KEPT_BLOCK_FIRST, KEPT_BLOCK_MOST, Blocks, TimedCalls, release_cached as _release_cached
 from .protocol import WorkerError
@@ -777,12 +777,18 @@ def _rewritten_outputs(bound: Any, outs: List[torch.Tensor]) -> Optional[str]:
 
 def main() -> int:
     import numpy
-    # The CUDA context, the profiler's start-up and the first use of the kernels of every problem's
-    # sets and comparisons, before the greeting: the orchestrator waits for that without holding
-    # the GPU, and for load_problem with it held (worker/warm.py). A failure shows again there.
-    note = warm.before_greeting(os.environ.get("KERNELLLM_WORKER_DEVICE", ""), "judge")
-    if note:
-        protocol.stderr_note(note)
+    device = os.environ.get("KERNELLLM_JUDGE_DEVICE", "")
+    if device.startswith("cuda"):
+        # The CUDA context now, before the greeting: the orchestrator waits for that without
+        # holding the GPU, and for load_problem with it held. A failure shows again there.
+        try:
+            torch.cuda.set_device(device)
+            torch.empty(1, device=device)
+            # And the profiler's start-up: the judge profiles its reference inside a candidate's
+            # exclusive hold of the GPU (the profiled run's check), the first time of the problem.
+            accounting.warm_profiler(device)
+        except Exception as e:
+            protocol.stderr_note(f"CUDA context on {device} not made before the greeting: {type(e).__name__}: {e}")
     judge = Judge()
     hello = {"pid": os.getpid(), "python": sys.version.split()[0], "torch": torch.__version__,
              "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
