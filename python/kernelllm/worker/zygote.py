@@ -77,7 +77,7 @@ def _preload() -> Dict[str, Any]:
         from triton.runtime.jit import JITFunction  # noqa: F401
     except Exception as e:  # reported by the candidate's own hello, as without a zygote
         triton_error = f"{type(e).__name__}: {e}"
-    from . import accounting, compare, guard, inputs, judge_history, judge_timing, region, rules, timing  # noqa: F401
+    from . import accounting, compare, guard, inputs, judge_history, judge_kernels, judge_timing, region, rules, timing  # noqa: F401
     if torch.cuda.is_initialized():
         raise RuntimeError("CUDA was initialised while importing: a forked worker could not use the GPU")
     return {"import_s": round(time.perf_counter() - t0, 3), "triton_error": triton_error}
