@@ -1,7 +1,8 @@
 """Where an `eval`-driven throughput run's time went, from its record and reports
 (bench/verify_throughput.py --driver eval --reports-dir DIR): the GPU lock's wall split, the lock's
 holds by purpose (with how long each kind went on while a timer waited), the judges' requests by op
-(time_prepare's own steps included), and each problem's timeline from its set-up.
+(time_prepare's own steps included), the candidates' paired round trips and profiled runs by step,
+and each problem's timeline from its set-up.
 
 Usage: python3 bench/throughput_breakdown.py RECORD.json [REPORTS_DIR]
 (REPORTS_DIR defaults to `reports` beside RECORD.json; verify-calls.jsonl and eval-candidates.jsonl.)"""
@@ -38,31 +39,38 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         out.append(f"(no {calls}: no per-problem timelines)")
         return out
     multishape = defaultdict(float)  # the problem's longest multi-shape check (one candidate's)
-    by_step, batches = defaultdict(float), 0  # the candidates' paired batches' round trips
-    profiled, n_profiled = defaultdict(float), 0  # the profiled runs and their checks, by step
+    # Summed over candidates, by step: the paired batches' round trips (trip_steps_ms) and the
+    # profiled runs with their checks (profiled_steps_ms); with how many candidates had each.
+    steps: dict[str, list[dict]] = {"trip_steps_ms": [], "profiled_steps_ms": []}
     check_heavy = []  # (share of the published time charged as check beyond the reference's, candidate)
     cands = reports / "eval-candidates.jsonl"
     for line in (cands.read_text().splitlines() if cands.is_file() else []):
         c = json.loads(line)
         name = c["problem"].split("/")[-1]
         multishape[name] = max(multishape[name], (c.get("phases") or {}).get("multishape_ms", 0.0))
-        for k, v in (c.get("trip_steps_ms") or {}).items():
-            by_step[k] += v
-        batches += bool(c.get("trip_steps_ms"))
-        for k, v in (c.get("profiled_steps_ms") or {}).items():
-            profiled[k] += v
-        n_profiled += bool(c.get("profiled_steps_ms"))
+        for key, rows in steps.items():
+            if c.get(key):
+                rows.append(c[key])
         if (c.get("check_excess_share") or 0) > 0.25:
             check_heavy.append((c["check_excess_share"], f"{name.removesuffix('.py')} #{c.get('sample')}"))
-    if by_step:
+    def summed(key: str) -> dict[str, float]:
+        out_ms: dict[str, float] = defaultdict(float)
+        for row in steps[key]:
+            for k, v in row.items():
+                out_ms[k] += v
+        return out_ms
+
+    def by_step(key: str, what: str) -> str:
+        return (f"{what} ({len(steps[key])}), by step (summed s): " +
+                ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(summed(key).items(), key=lambda kv: -kv[1])))
+
+    if steps["trip_steps_ms"]:
         # ("check.judge" and the like are parts of their step: not in the total.)
-        out.append(f"round trips of candidates' paired batches ({batches}), by step (summed s): " +
-                   ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(by_step.items(), key=lambda kv: -kv[1])) +
-                   f"; total {s(sum(v for k, v in by_step.items() if '.' not in k)).strip()}")
-    if profiled:
+        total = sum(v for k, v in summed("trip_steps_ms").items() if "." not in k)
+        out.append(by_step("trip_steps_ms", "round trips of candidates' paired batches") + f"; total {s(total).strip()}")
+    if steps["profiled_steps_ms"]:
         # run.* are the candidate's own account of its request (untrusted), check.* the judge's.
-        out.append(f"profiled runs and their checks ({n_profiled}), by step (summed s): " +
-                   ", ".join(f"{k} {s(v).strip()}" for k, v in sorted(profiled.items(), key=lambda kv: -kv[1])))
+        out.append(by_step("profiled_steps_ms", "profiled runs and their checks"))
     if check_heavy:
         # Published times mostly the clocked check beyond the reference's (docs/verification.md, Timing).
         out.append(f"published times over a quarter check beyond the reference's ({len(check_heavy)}): " +
