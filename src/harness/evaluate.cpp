@@ -258,6 +258,11 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   r.evidence = Json::object();
   r.evidence["worker_pid"] = w.hello.value("pid", 0);
   r.evidence["worker_start"] = w.started_by;
+  // How many of Triton's modules the zygote built were placed in its cache (its greeting, sent
+  // before any candidate code ran): 0 by exec, in the interpreter, or where the zygote could not.
+  if (const Json& placed = w.hello.value("triton_warm_placed", Json(0)); placed.is_number_integer()) {
+    r.evidence["triton_warm_placed"] = placed.get<int64_t>();
+  }
   // Wall time per phase as the orchestrator saw it (waits for the GPU lock included), for
   // throughput accounting; start_ms (waiting for a pre-warmed worker) is added by the caller.
   Json& phases = r.evidence["phases"] = Json::object();

@@ -294,6 +294,10 @@ Status Verifier::setup() {
     if (Status s = zygote_->ready(kZygoteStartS, opts_.cancel); !s.ok()) {
       note_exec_start(s.message());
       zygote_.reset();
+    } else if (const Json warm = zygote_->hello().value("triton_warm", Json::object());
+               warm.is_object() && warm.contains("error") && warm["error"].is_string()) {
+      // Candidates then build Triton's helper module and launchers themselves (~1 s each, as without a zygote).
+      report_.warnings.push_back("the zygote could not warm Triton up: " + warm["error"].get<std::string>());
     }
   }
   report_.timeline_ms["zygote_ready"] = ms_from_start();

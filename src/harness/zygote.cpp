@@ -117,6 +117,11 @@ std::string Zygote::failure() const {
   return failed_;
 }
 
+Json Zygote::hello() const {
+  std::lock_guard lock(mu_);
+  return worker_ ? worker_->hello : Json();
+}
+
 Status Zygote::ready(double timeout_s, const std::atomic<bool>* cancel) {
   std::lock_guard lock(mu_);
   if (!failed_.empty()) return error(ErrorCode::io_error, "zygote: " + failed_);

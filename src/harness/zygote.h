@@ -55,6 +55,8 @@ class Zygote {
   std::string candidate_refusal(const Sandbox& sandbox, const std::filesystem::path& package_dir);
   // Why it cannot fork ("" while it can).
   std::string failure() const;
+  // Its greeting (null before it greeted): what it imported and warmed (`triton_warm`).
+  Json hello() const;
 
  private:
   Zygote() = default;

@@ -312,3 +312,21 @@ def test_no_file_escaped_and_secret_not_leaked(verify_problem):
         assert not run["escaped"], f"candidates of {problem} wrote outside their sandbox: {run['escaped']}"
         assert SECRET not in run["text"], f"{SECRET_VAR}'s value appears in the report of {problem}"
         assert SECRET not in run["stdout"] + run["stderr"], f"{SECRET_VAR}'s value appears in the output for {problem}"
+
+
+@needs_verify
+def test_forked_candidates_start_with_tritons_first_use_made(verify_problem):
+    """A candidate forked by the zygote finds Triton's helper module and common launchers built in
+    its own cache (worker/triton_warm.py) on a GPU; in the interpreter nothing is built."""
+    placed = {}
+    for problem in sorted({p for p, _, _ in ALL_CASES}):
+        for case, entry in verify_problem(problem)["entries"].items():
+            evidence = entry.get("evidence") or {}
+            if evidence.get("worker_start") == "zygote":
+                placed[f"{problem}/{case.name}"] = evidence.get("triton_warm_placed")
+    assert placed, "no candidate was started by the zygote"
+    if DEVICE.startswith("cuda"):
+        cold = {k: v for k, v in placed.items() if not (isinstance(v, int) and v >= 1)}
+        assert not cold, f"forked candidates without Triton's modules placed: {cold}"
+    else:
+        assert set(placed.values()) == {0}, placed

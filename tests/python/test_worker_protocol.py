@@ -4,6 +4,7 @@ KernelBench's trial seeds, the comparison profiles, the rules and exception clas
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 import pytest
@@ -267,3 +268,54 @@ def test_cuda_that_cannot_start_is_an_environment_error_not_the_candidates(tmp_p
         assert not marker.exists()  # decided before any candidate code ran
     finally:
         w.close()
+
+
+def test_triton_warm_places_the_zygotes_modules_in_a_fresh_cache_only(tmp_path, monkeypatch):
+    """What the zygote built of Triton's goes into a forked candidate's own, empty cache, where
+    Triton finds it by its key; a file already there (the candidate's own) is left as it is."""
+    warm = wh.import_worker("triton_warm")
+    assert warm.place(str(tmp_path / "none")) == 0  # nothing built: nothing written
+    monkeypatch.setattr(warm, "BUILT", [("k1/cuda_utils.so", b"\x7fELF utils"), ("k2/__triton_launcher.so", b"launcher")])
+    cache = tmp_path / "triton"
+    cache.mkdir()
+    (cache / "k2").mkdir()
+    (cache / "k2" / "__triton_launcher.so").write_bytes(b"its own")
+    assert warm.place(str(cache)) == 1
+    assert (cache / "k1" / "cuda_utils.so").read_bytes() == b"\x7fELF utils"
+    assert (cache / "k2" / "__triton_launcher.so").read_bytes() == b"its own"
+    assert sorted(p.name for p in cache.rglob("*")) == ["__triton_launcher.so", "cuda_utils.so", "k1", "k2"]
+    assert warm.place("") == 0
+
+
+@pytest.mark.parametrize("interpret", [True, False])
+def test_triton_warm_up_never_initialises_cuda_and_says_why_it_built_nothing(tmp_path, interpret):
+    """prepare() runs in the zygote before any fork: it must not initialise CUDA, and where it
+    cannot build (the interpreter, no CUDA driver to link against) it says why and keeps nothing,
+    so that workers start cold instead of failing."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, os, sys, types\n"
+            f"pkg = types.ModuleType('kernelllm'); pkg.__path__ = [{str(wh.ROOT / 'python' / 'kernelllm')!r}]\n"
+            "sys.modules['kernelllm'] = pkg\n"
+            "import torch\n"
+            "from kernelllm.worker import triton_warm as w\n"
+            "info = w.prepare()\n"
+            "print(json.dumps({'info': info, 'cuda': torch.cuda.is_initialized(), 'built': [r for r, _ in w.BUILT]}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["cuda"] is False
+    info = got["info"]
+    if interpret:
+        assert info == {"built": 0, "skipped": "Triton's interpreter compiles nothing"} and got["built"] == []
+    elif info.get("error"):
+        assert info["built"] == 0 and got["built"] == []  # e.g. no libcuda on a CPU-only host
+    else:  # a GPU host: the helper module at least, every file from this process's own cache
+        names = [r.rsplit("/", 1)[-1] for r in got["built"]]
+        assert info["built"] == len(names) >= 1 and any(n.startswith("cuda_utils") for n in names), info
+        assert all((tmp_path / r).is_file() for r in got["built"])

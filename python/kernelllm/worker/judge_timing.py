@@ -11,6 +11,7 @@ import torch
 
 from . import accounting, compare, inputs, protocol, region, timing
 from .protocol import WorkerError
+from .timing import RELEASE_ABOVE_BYTES, release_cached  # noqa: F401 (judge.py's, and the tests')
 
 # Calls per round trip at most (docs/verification.md, Timing): the output region holds one slot each.
 MAX_SLOTS = 64
@@ -26,8 +27,6 @@ REUSE_BYTES = 2 << 30
 # this many bytes (then read back, and the next sets wait for the next).
 PENDING_BYTES = 512 << 20
 
-# Cached, unused GPU memory a judge keeps after a request, at most; more is given back.
-RELEASE_ABOVE_BYTES = 256 << 20
 # time_snapshot's copies: one of at most SNAPSHOT_BYTES, all of a judge's pending ones within
 # SNAPSHOTS_BYTES (one per candidate thread whose whole check waits); beyond, "unsupported" and the
 # orchestrator compares in the exclusive hold, as before the copies.
@@ -94,16 +93,6 @@ def _copied(x):
     if isinstance(x, dict):
         return {k: _copied(v) for k, v in x.items()}
     return x
-
-
-def release_cached() -> None:
-    """Gives the judge's cached, unused GPU memory back to the device when it is more than
-    RELEASE_ABOVE_BYTES: the fp64 references and comparisons of a large problem peak far above
-    what the judge keeps, and the candidate shares the GPU. A small problem's few MiB stay cached:
-    giving them back (cudaFree) and taking them again in the next request (cudaMalloc) on every
-    comparison and every made reference cost more than the memory is worth."""
-    if torch.cuda.is_initialized() and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > RELEASE_ABOVE_BYTES:
-        torch.cuda.empty_cache()
 
 
 class TimedCalls:
