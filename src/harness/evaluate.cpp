@@ -272,11 +272,12 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
   if (!loaded) return;
   t0 = Clock::now();
   Json profiled;  // on a GPU: the facts of the profiled run (the last trial's)
-  // The profiled run's exclusive hold of the GPU, kept through the kernel check into the timing:
-  // one taking of the GPU per candidate instead of two, each of which waits for every shared
-  // hold under way to end and stops everything else of ours on the GPU meanwhile.
+  // The profiled run's exclusive hold of the GPU, kept through its comparison and the kernel
+  // check (where the judge profiles its own baseline and reference, the problem's first time)
+  // into the timing: one taking of the GPU per candidate instead of two, each of which waits for
+  // every shared hold under way to end and stops everything else of ours on the GPU meanwhile.
   std::optional<GpuUse> held;
-  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr, opts_.timing ? &held : nullptr);
+  run_trials(w, dev, r, dev.cuda() ? &profiled : nullptr, opts_.timing || dev.cuda() ? &held : nullptr);
   phases["correctness_ms"] = ms_since(t0) - phases.value("reference_timing_ms", 0.0);
   if ((r.verdict == Verdict::correct || r.verdict == Verdict::cheat) && r.evidence.contains("source_audit")) {
     // What the judge's audit found that only matters for a passing candidate: no @triton.jit kernel
@@ -300,7 +301,7 @@ void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& 
     check_kernel_profile(dev, r, profiled);
     phases["kernel_profile_ms"] = ms_since(t0);
   }
-  if (r.verdict != Verdict::correct) held.reset();  // (held only with timing on: run_trials' argument)
+  if (r.verdict != Verdict::correct || !opts_.timing) held.reset();
   if (r.verdict == Verdict::correct && opts_.timing) {
     t0 = Clock::now();
     time_candidate(w, dev, r, &held);
@@ -396,7 +397,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
     double timeout = run_timeout_s(dev) + (t == 0 ? opts_.load_timeout_s : 0);
     const bool profile = profiled != nullptr && t + 1 == dev.trials.size();
     if (profile) timeout += opts_.load_timeout_s;  // CUPTI's start-up
-    if (profile && held) {  // (held: timing is on)
+    if (profile && held && opts_.timing) {
       // The reference's timing is ready before the profiled run: the calls per round trip and
       // its timing sets, made in the background from set-up on (by the problem's first candidate
       // to get here; the others find it done). The reference has no batch of its own: it is timed

@@ -293,7 +293,7 @@ class Verifier {
   // `profiled` (a GPU's main trials): the last trial's run is profiled and its facts kept there.
   // `held` (with `profiled`; empty on entry): the profiled run's exclusive hold of the GPU is
   // taken into it and left there, for the caller's kernel check and timing to go on in without
-  // letting the GPU go; with timing on, the reference is timed first, its last batch in that hold.
+  // letting the GPU go; with timing on, the reference's timing is made ready first.
   void run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json* profiled = nullptr,
                   std::optional<GpuUse>* held = nullptr);
   // One `run` of the candidate on trial `in` (its process makes the inputs from the trial's seed;
@@ -361,6 +361,8 @@ class Verifier {
                               bool whole_last = true);
   // Everything of the reference's timing before its last batch (timing_steps.cpp).
   bool prepare_reference_timing(DeviceState& dev, const std::atomic<bool>* stop);
+  // The judge makes the profiled (last) trial's references under a shared hold.
+  void premake_profiled_trial(DeviceState& dev, const std::atomic<bool>* stop);
   std::optional<double> reference_kernel_ms(DeviceState& dev, const std::atomic<bool>* stop);
   // That preparation on a thread of its own, once per device (its first candidate not answered from the cache).
   void start_reference_timing(DeviceState& dev);

@@ -283,46 +283,38 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
             return self.kept[trial]
         # What a candidate's process does in its accounted span besides forward (make the inputs,
         # checksum them before and after, checksum the outputs), measured here on the same trial:
-        # the baseline taken off its report (accounting.py). Torch's compute ops on every trial;
-        # on a GPU also the kernels, for the trial the orchestrator profiles (the last), together
-        # with the reference forward's own kernels.
+        # the baseline taken off its report (accounting.py). Torch's compute ops here; on a GPU
+        # also the kernels, for the trial the orchestrator profiles (the last), together with the
+        # reference forward's own kernels: those are profiled by kernel_check, which the
+        # orchestrator sends under its exclusive hold of the GPU (_profile_baseline), not here,
+        # so the references may be made before, under a shared hold, beside other work.
         measure = "baseline" not in rec and not timing
-        profile_kernels = measure and self.device.startswith("cuda") and trial == self.n_trials - 1 and self.kernel_baseline
         acc_make, acc_sums, acc_out = accounting.AtenCompute(), accounting.AtenCompute(), accounting.AtenCompute()
         nothing = contextlib.nullcontext
-        prof_base = accounting.KernelProfiler(self.device) if profile_kernels else None
         steps = getattr(self, "prep_steps", None) if timing else None  # time_prepare's breakdown
         t_make = time.perf_counter()
-        with (prof_base or nothing()):
-            with (acc_make if measure else nothing()):
-                args = self._make(trial)
-            if timing and self._handed_over(args):
-                # Kept as made (the reference below may write into its inputs) for the batches
-                # whose inputs are handed over: the first one then copies them too instead of
-                # making them again under its exclusive hold of the GPU.
-                self._keep_set(trial, args, copy=True)
-            if steps is not None:
-                steps["make"] += time.perf_counter() - t_make
-            defer = pending is not None and timing and "fp" not in rec  # (timing: nothing measured)
-            with (acc_sums if measure else nothing()):
-                if defer:
-                    started = [inputs.checksum_begin(a) if isinstance(a, torch.Tensor) else None for a in args]
-                else:
-                    sums = inputs.checksums(args)
-            if prof_base is not None:
-                inputs.checksums(args)  # the candidate's second pass (inputs after forward)
-                torch.cuda.synchronize()
+        with (acc_make if measure else nothing()):
+            args = self._make(trial)
+        if timing and self._handed_over(args):
+            # Kept as made (the reference below may write into its inputs) for the batches
+            # whose inputs are handed over: the first one then copies them too instead of
+            # making them again under its exclusive hold of the GPU.
+            self._keep_set(trial, args, copy=True)
+        if steps is not None:
+            steps["make"] += time.perf_counter() - t_make
+        defer = pending is not None and timing and "fp" not in rec  # (timing: nothing measured)
+        with (acc_sums if measure else nothing()):
+            if defer:
+                started = [inputs.checksum_begin(a) if isinstance(a, torch.Tensor) else None for a in args]
+            else:
+                sums = inputs.checksums(args)
         n_inputs, input_bytes = len(args), inputs.nbytes(args)
         with torch.no_grad():
             # The fp64 copy first: the fp32 reference may change its inputs in place, and they are
             # not needed after it (no clone of a set that may be most of the device's memory).
             a64 = [(a.to(torch.float64, copy=True) if a.is_floating_point() else a.clone()) if isinstance(a, torch.Tensor)
                    else a for a in args] if self.model64 is not None else None
-            prof_ref = accounting.KernelProfiler(self.device) if profile_kernels else None
-            with (prof_ref or nothing()):
-                ref = _as_list(self.model(*args))
-                if prof_ref is not None:
-                    torch.cuda.synchronize()
+            ref = _as_list(self.model(*args))
             del args
             if not all(isinstance(r, torch.Tensor) for r in ref):
                 raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
@@ -335,18 +327,12 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
                                                    "of them from the problem's Model instead")
             ref = [r.detach() for r in ref]
             if measure:
-                prof_out = accounting.KernelProfiler(self.device) if profile_kernels else None
-                with (prof_out or nothing()), acc_out:
+                with acc_out:
                     for r in ref:
                         inputs.checksum(r)
-                baseline: Dict[str, Any] = {"ops": accounting.merge_ops(acc_make.ops, acc_sums.ops, acc_out.ops,
-                                                                         times=[1, 2, 1])}
-                if profile_kernels:
-                    made = [p.result(allow_empty=True) for p in (prof_base, prof_out)]
-                    if all(m.get("available") for m in made):
-                        baseline["kernels"] = accounting.kernel_counts(*made)
-                    baseline["reference"] = prof_ref.result()
-                rec["baseline"] = baseline
+                rec["baseline"] = {"ops": accounting.merge_ops(acc_make.ops, acc_sums.ops, acc_out.ops, times=[1, 2, 1])}
+                if self.device.startswith("cuda") and trial == self.n_trials - 1 and self.kernel_baseline:
+                    rec["kernels_pending"] = True
             ref64 = None
             if a64 is not None:
                 try:
@@ -425,6 +411,38 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
         own64 = sum(c.ref64.nbytes for i, c in enumerate(whole) if r64s[i] is None and c.profile == "strict" and not c.exact)
         pending.append((reads, finish_read, full["bytes"] + own64))
         return None
+
+    def _profile_baseline(self, trial: int) -> None:
+        """The last trial's kernels on a GPU, for kernel_check: what a candidate's process launches
+        in its profiled run besides forward (the inputs made from the seed, their checksums before
+        and after, the outputs' checksums), taken off its profile, and the reference forward's own
+        (the yardstick of its torch work), each under the profiler. Made once, when the first
+        kernel_check of the trial asks, which the orchestrator sends under its exclusive hold of the
+        GPU: kernel times beside other processes' work would say little."""
+        rec = self.trials[trial]
+        rec.pop("kernels_pending", None)
+        prof_base, prof_ref, prof_out = (accounting.KernelProfiler(self.device) for _ in range(3))
+        with prof_base:
+            args = self._make(trial)
+            inputs.checksums(args)
+            inputs.checksums(args)  # the candidate's second pass (inputs after forward)
+            torch.cuda.synchronize()
+        with torch.no_grad():
+            with prof_ref:
+                ref = _as_list(self.model(*args))
+                torch.cuda.synchronize()
+            del args
+            with prof_out:
+                for r in ref:
+                    if isinstance(r, torch.Tensor):
+                        inputs.checksum(r)
+        del ref
+        baseline = rec.setdefault("baseline", {})
+        made = [p.result(allow_empty=True) for p in (prof_base, prof_out)]
+        if all(m.get("available") for m in made):
+            baseline["kernels"] = accounting.kernel_counts(*made)
+        baseline["reference"] = prof_ref.result()
+        _release_cached()
 
     def finish_pending(self, pending: list) -> None:
         """Reads back what the timing sets made with `_full(..., pending=...)` left on the device, all

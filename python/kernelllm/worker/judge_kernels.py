@@ -45,6 +45,8 @@ class KernelChecks:
         # forward launched on the same trial are taken off (accounting.py), and the reference
         # forward's kernels measure how much torch work the problem is.
         rec = self.trials.get(int(msg["trial"])) if isinstance(msg.get("trial"), int) else None
+        if rec is not None and rec.get("kernels_pending"):
+            self._profile_baseline(int(msg["trial"]))
         base = (rec or {}).get("baseline") or {}
         if isinstance(profile, dict) and profile.get("available") and "kernels" in base:
             profile = dict(profile, kernels=accounting.kernels_beyond(profile.get("kernels"), base["kernels"]),
