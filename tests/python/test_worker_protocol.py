@@ -319,3 +319,13 @@ def test_triton_warm_up_never_initialises_cuda_and_says_why_it_built_nothing(tmp
         names = [r.rsplit("/", 1)[-1] for r in got["built"]]
         assert info["built"] == len(names) >= 1 and any(n.startswith("cuda_utils") for n in names), info
         assert all((tmp_path / r).is_file() for r in got["built"])
+
+
+def test_triton_warm_placement_that_cannot_write_stops_without_failing(tmp_path, monkeypatch):
+    """A cache the worker cannot write to (a full disk) must not stop the worker from starting."""
+    warm = wh.import_worker("triton_warm")
+    monkeypatch.setattr(warm, "BUILT", [("k1/cuda_utils.so", b"utils")])
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert warm.place(str(blocked)) == 0
+    assert blocked.read_text() == "not a directory"

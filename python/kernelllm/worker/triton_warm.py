@@ -4,7 +4,7 @@ A fresh process's first Triton kernel on an H200 host took 1.2-1.9 s, of which b
 C helper module (`cuda_utils`, gcc) took 0.3-0.5 s, the compiler's own first use (its imports,
 MLIR's set-up, ptxas's version) ~0.5 s and the kernel's launcher (gcc, one per argument layout in
 Triton 3.6) 0.2-0.3 s; the same kernel in a process forked after these were made in its parent
-took 55-80 ms (.vdev probe, 8 processes at once as in a throughput run).
+took 55-80 ms (a probe on an H200 host, 8 processes at once as in a throughput run).
 
 The zygote (trusted, never runs problem or candidate code, never initialises CUDA) calls
 `prepare` once before its greeting: it compiles two kernels of the commonest layouts (unary and
@@ -116,7 +116,8 @@ def prepare() -> Dict[str, Any]:
 
 def place(cache_dir: str) -> int:
     """In a forked candidate worker, before its code runs: the zygote's built modules into this
-    process's own Triton cache. Returns how many were written; an existing file is left as it is."""
+    process's own Triton cache. Returns how many were written; an existing file is left as it is.
+    A write that fails (a full disk) stops here: Triton then builds the rest itself, as without."""
     n = 0
     if not BUILT or not cache_dir:
         return 0
@@ -124,10 +125,17 @@ def place(cache_dir: str) -> int:
         path = os.path.join(cache_dir, rel)
         if os.path.exists(path):
             continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            break
         n += 1
     return n
