@@ -651,3 +651,53 @@ def test_a_round_trips_strict_check_in_one_pass_answers_as_its_two_checks():
     got[0] = r64[0].float()
     want = (compare.rows_pass(checkers, got, limits), compare.rows_norm_failing(checkers, got, False))
     assert compare.rows_strict(checkers, got, limits, False) == want
+
+
+def test_the_profiled_trials_kernels_are_profiled_by_its_first_kernel_check_not_with_its_references(tmp_path, monkeypatch):
+    """The last trial's references may be made early, under a shared hold of the GPU (make_inputs
+    from the reference's preparation): its kernel profile (the judge's baseline and the reference
+    forward's kernels) is made by the first kernel_check, which the orchestrator sends under its
+    exclusive hold, once. On the CPU nothing is profiled."""
+    accounting = wh.import_worker("accounting")
+
+    class Profiler:
+        made = []
+
+        def __init__(self, device):
+            Profiler.made.append(device)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def result(self, allow_empty=False):
+            return {"available": True, "kernels": [{"name": "void at::native::normal_kernel", "us": 2.0, "count": 1}]}
+
+    monkeypatch.setattr(accounting, "KernelProfiler", Profiler)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "gpu").mkdir()
+    on_cpu = _judge(tmp_path / "cpu")
+    last = on_cpu.n_trials - 1
+    on_cpu.make_inputs({"trial": last, "distribution": "normal"})
+    assert "kernels_pending" not in on_cpu.trials[last] and Profiler.made == []
+
+    j = _judge(tmp_path / "gpu")
+    # As on a GPU for the profiling's bookkeeping; its tensors stay on the CPU.
+    monkeypatch.setattr(j, "_profiled_trial", lambda trial: trial == j.n_trials - 1)
+    j.make_inputs({"trial": last - 1, "distribution": "normal"})
+    j.make_inputs({"trial": last, "distribution": "normal"})
+    rec = j.trials[last]
+    assert "kernels_pending" not in j.trials[last - 1]
+    assert rec["kernels_pending"] and set(rec["baseline"]) == {"ops"} and Profiler.made == []
+    profile = {"available": True, "kernels": [{"name": "relu_kernel", "us": 5.0, "count": 1},
+                                              {"name": "void at::native::normal_kernel", "us": 2.0, "count": 1}]}
+    check = {"trial": last, "kernel_names": ["relu_kernel"], "kernel_profile": profile, "triton_launches": 1}
+    first = j.kernel_check(check)
+    assert Profiler.made == ["cpu"] * 3 and "kernels_pending" not in rec
+    assert rec["baseline"]["kernels"] and rec["baseline"]["reference"]["available"]
+    assert first["violation"] is None and first["summary"]["baseline_taken_off"] is True
+    j.kernel_check(check)
+    assert len(Profiler.made) == 3  # once per trial

@@ -331,7 +331,7 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
                     for r in ref:
                         inputs.checksum(r)
                 rec["baseline"] = {"ops": accounting.merge_ops(acc_make.ops, acc_sums.ops, acc_out.ops, times=[1, 2, 1])}
-                if self.device.startswith("cuda") and trial == self.n_trials - 1 and self.kernel_baseline:
+                if self._profiled_trial(trial):
                     rec["kernels_pending"] = True
             ref64 = None
             if a64 is not None:
@@ -411,6 +411,11 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
         own64 = sum(c.ref64.nbytes for i, c in enumerate(whole) if r64s[i] is None and c.profile == "strict" and not c.exact)
         pending.append((reads, finish_read, full["bytes"] + own64))
         return None
+
+    def _profiled_trial(self, trial: int) -> bool:
+        """Whether the orchestrator profiles the kernels of candidates' runs on this trial: the
+        last, on a GPU, of the main problem (not a multi-shape variant)."""
+        return self.device.startswith("cuda") and trial == self.n_trials - 1 and self.kernel_baseline
 
     def _profile_baseline(self, trial: int) -> None:
         """The last trial's kernels on a GPU, for kernel_check: what a candidate's process launches
