@@ -17,8 +17,8 @@ stays in its own cache. Where Triton differs (another version, no CUDA driver to
 the interpreter), `prepare` notes why and workers start cold, as before."""
 from __future__ import annotations
 
-import json
 import os
+import threading
 import time
 from typing import Any, Dict, List, Tuple
 
@@ -28,7 +28,6 @@ BUILT: List[Tuple[str, bytes]] = []
 # ptxas knows will do, and the helper modules and launchers do not depend on it.
 WARM_TARGET = ("cuda", 90, 32)
 MAX_BYTES = 64 << 20  # what `place` may write: far above the few hundred KiB measured
-BUILDER_TIMEOUT_S = 120.0  # the builder child's gcc builds, ~0.6 s measured
 
 
 def _kernels() -> List[Tuple[Any, Dict[str, str], Dict[str, int]]]:
@@ -52,142 +51,58 @@ def _kernels() -> List[Tuple[Any, Dict[str, str], Dict[str, int]]]:
              {"BLOCK": 1024})]
 
 
-def _compile_all() -> List[Any]:
-    """The warm-up kernels compiled in this process, for WARM_TARGET (no device call)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    return [triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget(*WARM_TARGET))
-            for fn, sig, const in _kernels()]
-
-
-def _build_modules(compiled: List[Any]) -> None:
-    """cuda_utils and the compiled kernels' launchers, built into this process's Triton cache."""
-    import threading
-    from triton.backends.nvidia import driver as nv
-
-    nv.CudaUtils()  # builds and loads cuda_utils (no device call)
-    if not hasattr(nv, "make_launcher"):
-        return  # later versions launch through cuda_utils: no launcher to build
-    # One C launcher per argument layout (Triton 3.6); each build is a gcc process, so at once.
-    errors: List[BaseException] = []
-
-    def build(ck: Any) -> None:
-        try:
-            nv.CudaLauncher(ck.src, ck.metadata)
-        except BaseException as e:  # noqa: BLE001 (re-raised below)
-            errors.append(e)
-
-    threads = [threading.Thread(target=build, args=(ck,)) for ck in compiled]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
-
-
-def _skip_reason() -> str:
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "Triton's interpreter compiles nothing"
-    cache_dir = os.environ.get("TRITON_CACHE_DIR", "")
-    if not cache_dir or not os.path.isdir(cache_dir):
-        return "no Triton cache directory of the zygote's own"
-    return ""
-
-
-_builder: Dict[str, Any] = {}  # the builder child's pid and directory, while it runs
-
-
-def start_builder() -> None:
-    """In the zygote, first thing, before its imports: forks a child that builds cuda_utils and
-    the launchers (gcc, ~0.6 s on an H200 host) in a directory of its own beside the zygote's
-    Triton cache, while the zygote imports torch. The child closes the zygote's descriptors, dies
-    with it and leaves a status file; `prepare` collects what it built. Without it, `prepare`
-    builds them itself."""
-    if _skip_reason():
-        return
-    build_dir = os.environ["TRITON_CACHE_DIR"].rstrip("/") + "-build"
-    try:
-        os.makedirs(build_dir, exist_ok=True)
-        pid = os.fork()
-    except OSError:
-        return
-    if pid == 0:
-        status: Dict[str, Any] = {}
-        try:
-            os.closerange(3, 1 << 16)  # the zygote's protocol ends are not the builder's
-            import ctypes
-            import signal
-            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-            os.environ["TRITON_CACHE_DIR"] = build_dir
-            _build_modules(_compile_all())
-            status["ok"] = True
-        except BaseException as e:  # noqa: BLE001 (reported through the status file)
-            status["error"] = f"{type(e).__name__}: {e}"[:400]
-        try:
-            with open(os.path.join(build_dir, "status.json.tmp"), "w") as fh:
-                json.dump(status, fh)
-            os.replace(os.path.join(build_dir, "status.json.tmp"), os.path.join(build_dir, "status.json"))
-        finally:
-            os._exit(0)
-    _builder.update(pid=pid, dir=build_dir)
-
-
-def _collect_builder(timeout_s: float = BUILDER_TIMEOUT_S) -> str:
-    """Waits for the builder child (killed past `timeout_s`) and returns the directory it built
-    into; raises with its error."""
-    pid, build_dir = _builder.pop("pid"), _builder.pop("dir")
-    deadline = time.monotonic() + timeout_s
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise RuntimeError(f"the builder did not finish in {timeout_s:.0f} s")
-        time.sleep(0.005)
-    try:
-        with open(os.path.join(build_dir, "status.json")) as fh:
-            status = json.load(fh)
-    except (OSError, ValueError) as e:
-        raise RuntimeError(f"the builder left no status: {e}") from None
-    if not status.get("ok"):
-        raise RuntimeError(f"the builder: {status.get('error', 'failed')}")
-    return build_dir
-
-
 def prepare() -> Dict[str, Any]:
-    """In the zygote, before any fork: compiles the warm-up kernels in this process (the
-    compiler's first use, which the forked workers inherit) and keeps the modules the builder child
-    built (`start_builder`), or builds them here, in this process's Triton cache (TRITON_CACHE_DIR,
-    the zygote's own). Never initialises CUDA (no `triton.runtime.driver.active`: its check of the
-    device would). Any failure leaves BUILT empty and says why; the workers then start as without it."""
+    """In the zygote, before any fork: builds what a candidate's first kernels would, in this
+    process's Triton cache (TRITON_CACHE_DIR, the zygote's own), and keeps the built modules.
+    Never initialises CUDA (no `triton.runtime.driver.active`: its check of the device would). Any
+    failure leaves BUILT empty and says why; the workers then start as without it."""
     t0 = time.perf_counter()
     info: Dict[str, Any] = {"built": 0}
-    skip = _skip_reason()
-    if skip:
-        return dict(info, skipped=skip)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return dict(info, skipped="Triton's interpreter compiles nothing")
+    cache_dir = os.environ.get("TRITON_CACHE_DIR", "")
+    if not cache_dir or not os.path.isdir(cache_dir):
+        return dict(info, skipped="no Triton cache directory of the zygote's own")
     try:
         import torch
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.backends.nvidia import driver as nv
+        from triton.compiler import ASTSource
 
-        compiled = _compile_all()
-        if _builder:
-            source = _collect_builder()
-            info["builder"] = True
-        else:
-            _build_modules(compiled)
-            source = os.environ["TRITON_CACHE_DIR"]
+        nv.CudaUtils()  # builds and loads cuda_utils (no device call)
+        compiled = [triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget(*WARM_TARGET))
+                    for fn, sig, const in _kernels()]
+        if hasattr(nv, "make_launcher"):
+            # One C launcher per argument layout (Triton 3.6); each build is a gcc process, so at once.
+            # Later versions launch through cuda_utils and have no make_launcher: nothing to build.
+            errors: List[BaseException] = []
+
+            def build(ck: Any) -> None:
+                try:
+                    nv.CudaLauncher(ck.src, ck.metadata)
+                except BaseException as e:  # noqa: BLE001 (re-raised below)
+                    errors.append(e)
+
+            threads = [threading.Thread(target=build, args=(ck,)) for ck in compiled]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            if errors:
+                raise errors[0]
         if torch.cuda.is_initialized():
             raise RuntimeError("CUDA was initialised by the warm-up")
         built = []
         total = 0
-        for root, _, files in os.walk(source):
+        for root, _, files in os.walk(cache_dir):
             for f in sorted(files):
                 if f.endswith(".so"):
                     path = os.path.join(root, f)
                     with open(path, "rb") as fh:
                         data = fh.read()
                     total += len(data)
-                    built.append((os.path.relpath(path, source), data))
+                    built.append((os.path.relpath(path, cache_dir), data))
         if total > MAX_BYTES:
             raise RuntimeError(f"the built modules take {total} bytes")
         BUILT[:] = built
@@ -195,12 +110,6 @@ def prepare() -> Dict[str, Any]:
     except Exception as e:  # noqa: BLE001 (a warm-up: the workers start cold instead)
         BUILT.clear()
         info["error"] = f"{type(e).__name__}: {e}"[:400]
-    finally:
-        if _builder:  # (a failure before the builder was collected)
-            try:
-                _collect_builder(0)
-            except Exception:  # noqa: BLE001
-                pass
     info["s"] = round(time.perf_counter() - t0, 3)
     return info
 

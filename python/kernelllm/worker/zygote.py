@@ -66,9 +66,6 @@ def _preload() -> Dict[str, Any]:
     device context manager would import lazily), NumPy, Triton and the worker's modules other than
     the two entry points (judge.py and candidate.py run as __main__ in the child, as launch.py would)."""
     t0 = time.perf_counter()
-    from . import triton_warm
-    # Triton's helper module and launchers are built by a child of ours (gcc) while we import.
-    triton_warm.start_builder()
     import numpy  # noqa: F401
     import torch
     import torch._dynamo  # noqa: F401
@@ -81,12 +78,13 @@ def _preload() -> Dict[str, Any]:
     except Exception as e:  # reported by the candidate's own hello, as without a zygote
         triton_error = f"{type(e).__name__}: {e}"
     from . import accounting, compare, guard, inputs, judge_history, judge_kernels, judge_timing, region, rules, timing  # noqa: F401
+    from . import triton_warm
     import_s = time.perf_counter() - t0
     if torch.cuda.is_initialized():
         raise RuntimeError("CUDA was initialised while importing: a forked worker could not use the GPU")
     # Triton's helper module, its launchers of the commonest layouts and its compiler's first use,
     # made once here instead of in each candidate (~1 s of CPU each): triton_warm.py.
-    warm = triton_warm.prepare()
+    warm = triton_warm.prepare() if triton_error is None else {"built": 0, "skipped": "Triton did not import"}
     return {"import_s": round(import_s, 3), "triton_error": triton_error, "triton_warm": warm}
 
 
