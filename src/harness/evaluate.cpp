@@ -332,7 +332,7 @@ Reply Verifier::run_on_trial(Worker& w, DeviceState& dev, const TrialInput& in, 
 }
 
 void Verifier::note_profiled_steps(CandidateResult& r, const Reply& run, const Reply& cmp) {
-  // Where the profiled run and its check went (GPU held exclusively when timing is on): the two
+  // Where the profiled run and its check went (the GPU held exclusively): the two
   // requests' round trips, the judge's steps of its comparison, and the candidate's own account
   // of its run (untrusted: shown in reports, never used for a verdict or a time).
   Json steps{{"run", run.elapsed_ms}, {"check", cmp.elapsed_ms}};

@@ -18,8 +18,8 @@ the interpreter), `prepare` notes why and workers start cold, as before."""
 from __future__ import annotations
 
 import os
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Tuple
 
 # (path relative to a Triton cache directory, contents): the modules the zygote built.
@@ -27,7 +27,7 @@ BUILT: List[Tuple[str, bytes]] = []
 # Only the compiler's warm-up is built for it: the kernels are never run, so any target the bundled
 # ptxas knows will do, and the helper modules and launchers do not depend on it.
 WARM_TARGET = ("cuda", 90, 32)
-MAX_BYTES = 64 << 20  # what `place` may write: far above the few hundred KiB measured
+MAX_BYTES = 64 << 20  # what `prepare` keeps for `place`: far above the few hundred KiB measured
 
 
 def _kernels() -> List[Tuple[Any, Dict[str, str], Dict[str, int]]]:
@@ -74,23 +74,11 @@ def prepare() -> Dict[str, Any]:
         compiled = [triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget(*WARM_TARGET))
                     for fn, sig, const in _kernels()]
         if hasattr(nv, "make_launcher"):
-            # One C launcher per argument layout (Triton 3.6); each build is a gcc process, so at once.
-            # Later versions launch through cuda_utils and have no make_launcher: nothing to build.
-            errors: List[BaseException] = []
-
-            def build(ck: Any) -> None:
-                try:
-                    nv.CudaLauncher(ck.src, ck.metadata)
-                except BaseException as e:  # noqa: BLE001 (re-raised below)
-                    errors.append(e)
-
-            threads = [threading.Thread(target=build, args=(ck,)) for ck in compiled]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            if errors:
-                raise errors[0]
+            # One C launcher per argument layout (Triton 3.6); each build is a gcc process, so at once
+            # (the pool's threads end before any fork). Later versions launch through cuda_utils and
+            # have no make_launcher: nothing to build.
+            with ThreadPoolExecutor(len(compiled)) as pool:
+                list(pool.map(lambda ck: nv.CudaLauncher(ck.src, ck.metadata), compiled))
         if torch.cuda.is_initialized():
             raise RuntimeError("CUDA was initialised by the warm-up")
         built = []
