@@ -701,3 +701,46 @@ def test_the_profiled_trials_kernels_are_profiled_by_its_first_kernel_check_not_
     assert first["violation"] is None and first["summary"]["baseline_taken_off"] is True
     j.kernel_check(check)
     assert len(Profiler.made) == 3  # once per trial
+
+
+def test_a_failed_profile_of_the_judges_baseline_is_made_again_by_the_next_kernel_check(tmp_path, monkeypatch):
+    """A candidate that fills the GPU's memory before its kernel check makes the judge's profile of
+    the trial fail: its own check fails, and the next candidate's check profiles again instead of
+    classifying its kernels with nothing taken off (which read honest Triton kernels as torch_fallback)."""
+    accounting = wh.import_worker("accounting")
+
+    class Profiler:
+        def __init__(self, device):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def result(self, allow_empty=False):
+            return {"available": True, "kernels": [{"name": "void at::native::normal_kernel", "us": 2.0, "count": 1}]}
+
+    monkeypatch.setattr(accounting, "KernelProfiler", Profiler)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    j = _judge(tmp_path)
+    monkeypatch.setattr(j, "_profiled_trial", lambda trial: trial == j.n_trials - 1)
+    last = j.n_trials - 1
+    j.make_inputs({"trial": last, "distribution": "normal"})
+    make = j._make
+
+    def out_of_memory(trial):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (the candidate holds the rest)")
+
+    monkeypatch.setattr(j, "_make", out_of_memory)
+    check = {"trial": last, "kernel_names": ["relu_kernel"], "triton_launches": 1,
+             "kernel_profile": {"available": True, "kernels": [{"name": "relu_kernel", "us": 5.0, "count": 1}]}}
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        j.kernel_check(check)
+    rec = j.trials[last]
+    assert rec["kernels_pending"] and "kernels" not in rec["baseline"]
+    monkeypatch.setattr(j, "_make", make)
+    again = j.kernel_check(check)
+    assert "kernels_pending" not in rec and rec["baseline"]["kernels"]
+    assert again["summary"]["baseline_taken_off"] is True
