@@ -41,7 +41,7 @@ def breakdown(record: dict, reports: Path) -> list[str]:
     multishape = defaultdict(float)  # the problem's longest multi-shape check (one candidate's)
     # Summed over candidates, by step: the paired batches' round trips (trip_steps_ms) and the
     # profiled runs with their checks (profiled_steps_ms); with how many candidates had each.
-    steps: dict[str, list[dict]] = {"trip_steps_ms": [], "profiled_steps_ms": []}
+    steps: dict[str, list[dict]] = {"trip_steps_ms": [], "profiled_steps_ms": [], "load_steps_ms": []}
     check_heavy = []  # (share of the published time charged as check beyond the reference's, candidate)
     cands = reports / "eval-candidates.jsonl"
     for line in (cands.read_text().splitlines() if cands.is_file() else []):
@@ -71,6 +71,10 @@ def breakdown(record: dict, reports: Path) -> list[str]:
     if steps["profiled_steps_ms"]:
         # run.* are the candidate's own account of its request (untrusted), check.* the judge's.
         out.append(by_step("profiled_steps_ms", "profiled runs and their checks"))
+    if steps["load_steps_ms"]:
+        # Candidates' loads: the judge's audit (its wait for the judge included), the wait for a
+        # shared hold, the request, and worker.* the candidate's own account of it (untrusted).
+        out.append(by_step("load_steps_ms", "candidates' loads"))
     if check_heavy:
         # Published times mostly the clocked check beyond the reference's (docs/verification.md, Timing).
         out.append(f"published times over a quarter check beyond the reference's ({len(check_heavy)}): " +

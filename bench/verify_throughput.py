@@ -206,7 +206,8 @@ def eval_pass(args, work: dict[Path, list[Path]], env: dict, tmp: str) -> dict:
                                     "phases": ev.get("phases"), "worker_start": ev.get("worker_start"),
                                     "trip_steps_ms": (res.get("timing") or {}).get("trip_steps_ms"),
                                     "check_excess_share": (res.get("timing") or {}).get("check_excess_share"),
-                                    "profiled_steps_ms": ev.get("profiled_steps_ms")}) + "\n")
+                                    "profiled_steps_ms": ev.get("profiled_steps_ms"),
+                                    "load_steps_ms": ev.get("load_steps_ms")}) + "\n")
     for line in (calls.read_text().splitlines() if calls.is_file() else []):
         add_use(gpu_use, judge_ms, json.loads(line))
     # Where the GPU lock's time went in the run (exclusive, draining for a timer, shared, free).

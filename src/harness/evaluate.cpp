@@ -16,6 +16,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A worker's own account of a request's time (its reply's steps_ms), as "<side>.<step>" in
+// `steps`: at most 16 steps of sane names and values (untrusted; reports only).
+void add_steps(const Json& steps_ms, const std::string& side, Json& steps) {
+  if (!steps_ms.is_object()) return;
+  int n = 0;
+  for (const auto& [step, ms] : steps_ms.items()) {
+    if (++n > 16) break;
+    if (step.size() <= 32 && ms.is_number() && ms.get<double>() >= 0 && ms.get<double>() < 1e9) {
+      steps[side + "." + step] = ms.get<double>();
+    }
+  }
+}
+
+void add_reply_steps(const Reply& rep, const std::string& side, Json& steps) {
+  if (rep.ok()) add_steps(rep.message.value("steps_ms", Json()), side, steps);
+}
+
 // Errors that mean the candidate ran into a sandbox wall rather than a bug of its own.
 bool looks_like_sandbox_wall(const std::string& text) {
   static const std::regex re(
@@ -175,6 +192,7 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
       return false;
     }
     const std::string b64 = base64_encode(src);
+    const auto t_audit = Clock::now();
     Reply audit = judge_call(dev,
                              Json{{"op", "audit_source"}, {"source_b64", b64}, {"require_triton", true},
                                   {"path", fs::path(candidate_paths_[i]).filename().string()}},
@@ -184,6 +202,9 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
       r.message = fmt::format("the judge could not audit the source: {}: {}", audit.error_kind(), audit.error_message());
       return false;
     }
+    // The audit's wait for the judge (busy with the problem's other requests) and its own time.
+    r.evidence["load_steps_ms"] = Json{{"audit", std::chrono::duration<double, std::milli>(Clock::now() - t_audit).count()},
+                                       {"audit.judge", audit.elapsed_ms}};
     const Json& a = audit.message;
     Json kept{{"kernels", a.value("kernel_names", Json::array())},
               {"after_correct", a.value("after_correct", Json(nullptr))},
@@ -237,12 +258,25 @@ Json Verifier::load_request(const DeviceState& dev, const char* op) const {
 
 bool Verifier::send_load(Worker& w, DeviceState& dev, const Json& req, const std::string& phase, CandidateResult& r) {
   Reply reply;
+  double wait_ms = 0;
   {
     // Construction and the first compiles run on the GPU: not while something is timed there.
+    const auto t_wait = Clock::now();
     auto busy = use_gpu(dev, GpuGuard::Mode::shared, "load");
+    wait_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_wait).count();
     reply = w.request(req, opts_.load_timeout_s, yield_hook(busy, w, dev));
   }
   r.evidence["load_ms"] = reply.elapsed_ms;
+  if (phase == "load") {
+    // Where the load went: the wait for a shared hold, the request (its yields to a timer
+    // included) and the worker's own account of it.
+    Json& steps = r.evidence["load_steps_ms"];
+    if (!steps.is_object()) steps = Json::object();
+    steps["hold_wait"] = wait_ms;
+    steps["request"] = reply.elapsed_ms;
+    add_reply_steps(reply, "worker", steps);
+    add_steps(w.warm_steps_ms, "warm", steps);  // made before the candidate came (spare_worker)
+  }
   if (fail_from_reply(reply, phase, opts_.load_timeout_s, w, dev, r)) return false;
   if (flood_from_cgroup(w, opts_.max_tasks, r)) {
     r.evidence["phase"] = phase;
@@ -336,18 +370,8 @@ void Verifier::note_profiled_steps(CandidateResult& r, const Reply& run, const R
   // requests' round trips, the judge's steps of its comparison, and the candidate's own account
   // of its run (untrusted: shown in reports, never used for a verdict or a time).
   Json steps{{"run", run.elapsed_ms}, {"check", cmp.elapsed_ms}};
-  auto add = [&steps](const Reply& rep, const std::string& side) {
-    if (!rep.ok() || !rep.message.contains("steps_ms") || !rep.message["steps_ms"].is_object()) return;
-    int n = 0;
-    for (const auto& [step, ms] : rep.message["steps_ms"].items()) {
-      if (++n > 16) break;
-      if (step.size() <= 32 && ms.is_number() && ms.get<double>() >= 0 && ms.get<double>() < 1e9) {
-        steps[side + "." + step] = ms.get<double>();
-      }
-    }
-  };
-  add(run, "run");
-  add(cmp, "check");
+  add_reply_steps(run, "run", steps);
+  add_reply_steps(cmp, "check", steps);
   r.evidence["profiled_steps_ms"] = std::move(steps);
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ protocol = wh.import_worker("protocol")
 judge = wh.import_worker("judge")
 compare = wh.import_worker("compare")
 rules = wh.import_worker("rules")
+
+CASES = Path(__file__).resolve().parents[1] / "cases"
 
 
 def test_live_worker_refuses_bad_version_unknown_op_and_oversize_frame():
@@ -268,6 +271,36 @@ def test_cuda_that_cannot_start_is_an_environment_error_not_the_candidates(tmp_p
         assert not marker.exists()  # decided before any candidate code ran
     finally:
         w.close()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA cannot start")
+def test_a_candidate_warmed_ahead_starts_cuda_only_and_before_its_load(tmp_path):
+    """`warm` (sent while the worker waits for its candidate) starts CUDA and nothing else: on
+    the CPU it is refused, where CUDA cannot start that is the machine's error, and once the
+    candidate is loaded it is refused."""
+    w = wh.Worker("candidate")
+    try:
+        for device in ("cpu", None):
+            refused = w.request("warm", device=device)
+            assert refused["error"]["kind"] == "protocol" and "a CUDA device is expected" in refused["error"]["message"]
+        failed = w.request("warm", device="cuda:0")
+        assert failed["error"]["kind"] == "environment_error", failed
+        assert "could not start CUDA on cuda:0 before the candidate ran" in failed["error"]["message"]
+    finally:
+        w.close()
+    s = wh.Session(CASES / "problems" / "add.py", tmp_path)
+    w = wh.Worker("candidate")
+    try:
+        loaded = w.request("load", module_path=str(CASES / "add" / "correct_basic.py"), init=s.problem["init"],
+                           construct_seed=s.problem["construct_seed"], device="cpu", work_dir=str(tmp_path),
+                           problem=s.problem_field())
+        assert loaded.get("ok"), loaded
+        assert {"problem", "import", "construct"} <= set(loaded["steps_ms"]), loaded["steps_ms"]
+        late = w.request("warm", device="cuda:0")
+        assert late["error"]["kind"] == "protocol" and "only before the candidate's load" in late["error"]["message"]
+    finally:
+        w.close()
+        s.close()
 
 
 def test_triton_warm_places_the_zygotes_modules_in_a_fresh_cache_only(tmp_path, monkeypatch):

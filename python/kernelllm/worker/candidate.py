@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -199,6 +199,7 @@ class Candidate:
         self.recipe: Any = None
         self.model_cls: Any = None
         self.variant = ""
+        self._cuda_started: Optional[str] = None  # the device of this process's CUDA context (_start_cuda)
         _COUNTER.install()
         _STREAMS.install()
         self.trusted = _guarded()
@@ -279,29 +280,57 @@ class Candidate:
 
     # ---- ops --------------------------------------------------------------------------
 
+    def _start_cuda(self, device: str, steps: "protocol.Steps") -> None:
+        """This process's CUDA context on `device` and the profiler's one-time start-up, before any
+        candidate code: a failure is the GPU's or this machine's (no driver, all memory held by
+        other processes), not the candidate's. Once per process."""
+        if self._cuda_started is not None:
+            if self._cuda_started != device:
+                raise WorkerError("protocol", f"this process started CUDA on {self._cuda_started}, not {device}")
+            return
+        try:
+            torch.cuda.set_device(device)
+            torch.empty(1, device=device)
+            steps.mark("cuda")
+            # The last trial's run is profiled holding the GPU to itself: the profiler's start-up in
+            # this process now, under a shared hold, before any candidate code.
+            accounting.warm_profiler(device)
+            steps.mark("profiler")
+        except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
+            raise WorkerError("environment_error",
+                              f"this process could not start CUDA on {device} before the candidate ran: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                              " (the GPU's memory held by other processes, or no usable GPU)") from None
+        self._cuda_started = device
+
+    def warm(self, msg: dict) -> dict:
+        """CUDA and the profiler started ahead, while this process waits for its candidate (the
+        orchestrator asks right after its greeting): the load then finds them made."""
+        if self.model is not None or self.model_cls is not None:
+            raise WorkerError("protocol", "warm: only before the candidate's load")
+        device = msg.get("device")
+        if not isinstance(device, str) or not device.startswith("cuda"):
+            raise WorkerError("protocol", f"warm: a CUDA device is expected, not {device!r}")
+        steps = protocol.Steps()
+        self._start_cuda(device, steps)
+        return {"steps_ms": steps.ms()}
+
     def load(self, msg: dict) -> dict:
         if self.model is not None or self.model_cls is not None:
             raise WorkerError("protocol", "load: a candidate process loads exactly one candidate")
         t0 = time.perf_counter()
+        # Where the load's time goes (the reply's steps_ms, shown in reports, never used for a verdict).
+        steps = protocol.Steps()
         self.device = msg.get("device", "cpu")
         if self.device == "cpu":
+            if self._cuda_started is not None:
+                raise WorkerError("protocol", f"load on the CPU in a process that started CUDA on {self._cuda_started}")
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
         elif self.device.startswith("cuda"):
-            # The CUDA context is made here, before any candidate code: a failure is the GPU's or
-            # this machine's (no driver, all memory held by other processes), not the candidate's.
-            try:
-                torch.cuda.set_device(self.device)
-                torch.empty(1, device=self.device)
-                # The last trial's run is profiled holding the GPU to itself: the profiler's start-up
-                # in this process now, under the load's shared hold, before any candidate code.
-                accounting.warm_profiler(self.device)
-            except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
-                raise WorkerError("environment_error",
-                                  f"this process could not start CUDA on {self.device} before the candidate ran: "
-                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                                  " (the GPU's memory held by other processes, or no usable GPU)") from None
+            self._start_cuda(self.device, steps)
         args, kwargs = self._init_args(msg, os.path.dirname(msg["module_path"]))
         self._load_problem(msg["problem"])
+        steps.mark("problem")
         path = msg["module_path"]
         digest = hashlib.sha256(path.encode()).hexdigest()[:12]
         self.module_name = f"kllm_candidate_{digest}_{os.getpid()}"
@@ -319,14 +348,17 @@ class Candidate:
             self._check_sandbox("while importing the candidate")
             raise self._candidate_error(e, "load", "importing the candidate") from None
         self._check_patched("while importing the candidate")
+        steps.mark("import")
         model_cls = getattr(module, "ModelNew", None)
         if model_cls is None:
             raise WorkerError("compile_error", f"{path} defines no ModelNew (found: "
                                                f"{sorted(n for n in vars(module) if not n.startswith('_'))[:12]})")
         self.model_cls = model_cls
         self.model = self._construct(args, kwargs, int(msg["construct_seed"]))
+        steps.mark("construct")
         n_params = sum(p.numel() for p in self.model.parameters()) if isinstance(self.model, torch.nn.Module) else 0
-        return {"load_ms": (time.perf_counter() - t0) * 1e3, "n_params": n_params, "module": self.module_name}
+        return {"load_ms": (time.perf_counter() - t0) * 1e3, "n_params": n_params, "module": self.module_name,
+                "steps_ms": steps.ms()}
 
     def load_variant(self, msg: dict) -> dict:
         """The same candidate on a size variant of the problem (the multi-shape check, after its
@@ -610,7 +642,7 @@ def main() -> int:
         "launch_hook": sorted(_COUNTER.wrappers),
         "triton_warm_placed": warm_placed,
     }
-    return protocol.serve({"load": cand.load, "run": cand.run, "load_variant": cand.load_variant,
+    return protocol.serve({"warm": cand.warm, "load": cand.load, "run": cand.run, "load_variant": cand.load_variant,
                            "time_prepare": cand.time_prepare, "time_load": cand.time_load,
                            "time_call": cand.time_call}, hello)
 
