@@ -68,6 +68,9 @@ struct DeviceState {
   std::string hardware;  // "cpu" or the GPU's name
   std::unique_ptr<Worker> judge;
   std::mutex judge_mu;   // one judge request at a time
+  // The judge has greeted and loaded the problem: only then may a yield's look at the GPU
+  // (gpu_idle_for_yield) send it a flush (a warm-up's hold begins before, spare_worker).
+  std::atomic<bool> judge_ready{false};
   // Timing takes it exclusively; correctness runs on a GPU take it shared, so that nothing
   // else runs on the GPU while a candidate or the reference is timed.
   GpuMutex gpu_mu;

@@ -415,8 +415,13 @@ Verifier::SpareWorker Verifier::spare_worker(Result<std::unique_ptr<Worker>> sta
     KLLM_RETURN_IF_ERROR(await_hello(w, opts_.start_timeout_s));
     // CUDA's context and the profiler's start-up (~1-5 s of a fresh process) now, while the
     // worker waits for its candidate, instead of in its load; a shared hold, as for a load.
+    // It yields to a waiting timer once stopped, without the judge's look at the GPU (the judge
+    // may still be starting): only our own code runs in it, whose GPU work (a context, a kernel
+    // of one element) has ended by then.
     auto busy = use_gpu(dev, GpuGuard::Mode::shared, "warm");
-    Reply r = w.request(Json{{"op", "warm"}, {"device", dev.name}}, opts_.load_timeout_s, yield_hook(busy, w, dev));
+    auto stopped_is_idle = [](const std::function<bool()>& stop) { return stop() ? GpuIdle::idle : GpuIdle::busy; };
+    Reply r = w.request(Json{{"op", "warm"}, {"device", dev.name}}, opts_.load_timeout_s,
+                        [&busy, &w, &stopped_is_idle] { return busy.yield_for_timer(w.proc, stopped_is_idle); });
     if (!r.ok()) {
       return error(ErrorCode::internal, fmt::format("warm-up on {}: {}: {}", dev.name, r.error_kind(), r.error_message()));
     }
