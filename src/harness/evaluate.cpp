@@ -18,19 +18,15 @@ namespace {
 
 // A worker's own account of a request's time (its reply's steps_ms), as "<side>.<step>" in
 // `steps`: at most 16 steps of sane names and values (untrusted; reports only).
-void add_steps(const Json& steps_ms, const std::string& side, Json& steps) {
-  if (!steps_ms.is_object()) return;
+void add_reply_steps(const Reply& rep, const std::string& side, Json& steps) {
+  if (!rep.ok() || !rep.message.contains("steps_ms") || !rep.message["steps_ms"].is_object()) return;
   int n = 0;
-  for (const auto& [step, ms] : steps_ms.items()) {
+  for (const auto& [step, ms] : rep.message["steps_ms"].items()) {
     if (++n > 16) break;
     if (step.size() <= 32 && ms.is_number() && ms.get<double>() >= 0 && ms.get<double>() < 1e9) {
       steps[side + "." + step] = ms.get<double>();
     }
   }
-}
-
-void add_reply_steps(const Reply& rep, const std::string& side, Json& steps) {
-  if (rep.ok()) add_steps(rep.message.value("steps_ms", Json()), side, steps);
 }
 
 // Errors that mean the candidate ran into a sandbox wall rather than a bug of its own.
@@ -275,7 +271,6 @@ bool Verifier::send_load(Worker& w, DeviceState& dev, const Json& req, const std
     steps["hold_wait"] = wait_ms;
     steps["request"] = reply.elapsed_ms;
     add_reply_steps(reply, "worker", steps);
-    add_steps(w.warm_steps_ms, "warm", steps);  // made before the candidate came (spare_worker)
   }
   if (fail_from_reply(reply, phase, opts_.load_timeout_s, w, dev, r)) return false;
   if (flood_from_cgroup(w, opts_.max_tasks, r)) {

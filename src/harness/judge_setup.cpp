@@ -73,7 +73,6 @@ Status Verifier::setup_device(DeviceState& dev) {
                                                           r.error_message()));
   }
   dev.problem = r.message;
-  dev.judge_ready = true;
   busy.reset();  // (a timer that waits goes before trial 0)
   if (dev.parent) {
     // A judge that ignores size_scale would re-check the same sizes: only its own report counts.

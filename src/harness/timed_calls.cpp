@@ -762,9 +762,6 @@ int calls_per_trip_for(bool cuda, size_t n_sets, int trips, uint64_t output_byte
 
 GpuIdle Verifier::gpu_idle_for_yield(DeviceState& dev, const std::function<bool()>& stop) {
   DeviceState& root = dev.root();
-  // A judge still starting (a spare worker's warm-up holds the GPU from the call's set-up on) is
-  // not sent anything before its greeting and the problem's load: looked at again later.
-  if (!root.judge_ready) return GpuIdle::not_now;
   // The judge first, without waiting for it (a comparison or a chunk of timing sets may hold it for
   // seconds, and the candidate would wait stopped, uncounted).
   std::unique_lock lock(root.judge_mu, std::try_to_lock);

@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,9 +67,6 @@ struct DeviceState {
   std::string hardware;  // "cpu" or the GPU's name
   std::unique_ptr<Worker> judge;
   std::mutex judge_mu;   // one judge request at a time
-  // The judge has greeted and loaded the problem: only then may a yield's look at the GPU
-  // (gpu_idle_for_yield) send it a flush (a warm-up's hold begins before, spare_worker).
-  std::atomic<bool> judge_ready{false};
   // Timing takes it exclusively; correctness runs on a GPU take it shared, so that nothing
   // else runs on the GPU while a candidate or the reference is timed.
   GpuMutex gpu_mu;
@@ -269,22 +265,6 @@ class Verifier {
   Status setup_device(DeviceState& dev);
   void worker_thread(size_t thread);
   Result<std::unique_ptr<Worker>> start_candidate_worker(DeviceState& dev, size_t thread);
-  // A candidate worker started ahead of its candidate, with its warm-up under way on a thread of
-  // its own (on a GPU: its greeting awaited, then CUDA and the profiler started in it under a
-  // shared hold, before any candidate code), so that its load finds them made.
-  struct SpareWorker {
-    std::unique_ptr<Worker> w;
-    std::future<Status> warm;  // declared after `w`: destroyed (awaited) before it
-    // The worker once its warm-up ended; a worker whose warm-up failed is stopped and none is
-    // returned (the caller starts another, whose load says what fails).
-    std::unique_ptr<Worker> take();
-    explicit operator bool() const { return w != nullptr; }
-    SpareWorker() = default;
-    SpareWorker(SpareWorker&&) = default;
-    SpareWorker& operator=(SpareWorker&& o) noexcept;
-    ~SpareWorker();
-  };
-  SpareWorker spare_worker(Result<std::unique_ptr<Worker>> started, DeviceState& dev);
   DeviceState* pick_device(size_t hint);
   // Raises a candidate worker's memory limit to what the problem needs (setup_device's sizes).
   void size_memory_limit(Worker& w, const DeviceState& dev);
@@ -458,7 +438,7 @@ class Verifier {
   std::atomic<uint64_t> worker_seq_{0};
   std::atomic<int> judges_started_{0};  // report_.judges_started
   int jobs_ = 1;
-  std::vector<SpareWorker> prewarmed_;  // per worker thread, started during setup
+  std::vector<std::unique_ptr<Worker>> prewarmed_;  // per worker thread, started during setup
   std::mutex warn_mu_;
   std::mutex notify_mutex_;
   std::once_flag variants_once_;

@@ -115,7 +115,6 @@ Verifier::~Verifier() {
   }
   feed_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
-  prewarmed_.clear();  // their warm-ups awaited: they use the devices and the GPU lock
   stop_reference_timing();
   release_variants();
   devices_.clear();
@@ -318,7 +317,8 @@ Status Verifier::setup() {
     dev->shared_dir = run_dir_ / fmt::format("shared-{}", dev->tag());
     std::error_code ec;
     fs::create_directories(dev->shared_dir, ec);
-    prewarmed_[t] = spare_worker(start_candidate_worker(*dev, t), *dev);
+    auto w = start_candidate_worker(*dev, t);
+    if (w.ok()) prewarmed_[t] = std::move(*w);
   }
   for (auto& dev : devices_) {
     log(fmt::format("judge: loading the problem on {}", dev->name));
@@ -384,56 +384,9 @@ Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& de
   return w;
 }
 
-Verifier::SpareWorker::~SpareWorker() {
-  if (warm.valid()) warm.wait();
-}
-
-Verifier::SpareWorker& Verifier::SpareWorker::operator=(SpareWorker&& o) noexcept {
-  if (this != &o) {
-    if (warm.valid()) warm.wait();  // its thread uses *w until then
-    warm = std::move(o.warm);
-    w = std::move(o.w);
-  }
-  return *this;
-}
-
-std::unique_ptr<Worker> Verifier::SpareWorker::take() {
-  if (warm.valid() && !warm.get().ok() && w) {
-    w->proc.kill_tree();
-    w.reset();
-  }
-  return std::move(w);
-}
-
-Verifier::SpareWorker Verifier::spare_worker(Result<std::unique_ptr<Worker>> started, DeviceState& dev) {
-  SpareWorker s;
-  if (!started.ok()) return s;
-  s.w = std::move(*started);
-  if (!dev.cuda()) return s;  // nothing to start ahead on the CPU
-  Worker& w = *s.w;
-  s.warm = std::async(std::launch::async, [this, &w, &dev]() -> Status {
-    KLLM_RETURN_IF_ERROR(await_hello(w, opts_.start_timeout_s));
-    // CUDA's context and the profiler's start-up (~1-5 s of a fresh process) now, while the
-    // worker waits for its candidate, instead of in its load; a shared hold, as for a load.
-    // It yields to a waiting timer once stopped, without the judge's look at the GPU (the judge
-    // may still be starting): only our own code runs in it, whose GPU work (a context, a kernel
-    // of one element) has ended by then.
-    auto busy = use_gpu(dev, GpuGuard::Mode::shared, "warm");
-    auto stopped_is_idle = [](const std::function<bool()>& stop) { return stop() ? GpuIdle::idle : GpuIdle::busy; };
-    Reply r = w.request(Json{{"op", "warm"}, {"device", dev.name}}, opts_.load_timeout_s,
-                        [&busy, &w, &stopped_is_idle] { return busy.yield_for_timer(w.proc, stopped_is_idle); });
-    if (!r.ok()) {
-      return error(ErrorCode::internal, fmt::format("warm-up on {}: {}: {}", dev.name, r.error_kind(), r.error_message()));
-    }
-    w.warm_steps_ms = r.message.value("steps_ms", Json::object());
-    return {};
-  });
-  return s;
-}
-
 void Verifier::worker_thread(size_t thread) {
   // The next worker is spawned while the current candidate runs and imports torch meanwhile.
-  SpareWorker next = thread < prewarmed_.size() ? std::move(prewarmed_[thread]) : SpareWorker{};
+  std::unique_ptr<Worker> next = thread < prewarmed_.size() ? std::move(prewarmed_[thread]) : nullptr;
   for (;;) {
     const std::optional<size_t> taken = take_candidate();
     if (!taken) break;
@@ -482,12 +435,10 @@ void Verifier::worker_thread(size_t thread) {
     std::string start_error;
     const auto t_wait = std::chrono::steady_clock::now();
     for (int attempt = 0; attempt < 2 && !w; ++attempt) {  // one retry: start-up can fail for unrelated reasons
-      if (next && next.w->device == dev->name) {
-        w = next.take();
+      if (next && next->device == dev->name) {
+        w = std::move(next);
       } else {
-        next = SpareWorker{};
-      }
-      if (!w) {
+        next.reset();
         auto s = start_candidate_worker(*dev, thread);
         if (!s.ok()) {
           start_error = s.status().to_string();
@@ -507,7 +458,10 @@ void Verifier::worker_thread(size_t thread) {
       notify(i, r);
       continue;
     }
-    if (more_may_come()) next = spare_worker(start_candidate_worker(*dev, thread), *dev);
+    if (more_may_come()) {
+      auto s = start_candidate_worker(*dev, thread);
+      if (s.ok()) next = std::move(*s);
+    }
     const double start_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_wait).count();
     size_memory_limit(*w, *dev);
@@ -576,7 +530,7 @@ void Verifier::open_feed(size_t capacity, std::function<void(size_t, const Candi
   // Fewer candidates than the set-up expected: fewer threads (the spare workers started ahead
   // are stopped with the verifier). More: the threads take turns.
   jobs_ = std::max(1, std::min(jobs_, static_cast<int>(capacity_)));
-  for (size_t t = static_cast<size_t>(jobs_); t < prewarmed_.size(); ++t) prewarmed_[t] = SpareWorker{};
+  for (size_t t = static_cast<size_t>(jobs_); t < prewarmed_.size(); ++t) prewarmed_[t].reset();
   log(fmt::format("{}; up to {} candidate(s), {} worker(s)", report_.sandbox, capacity_, jobs_));
   for (int t = 0; t < jobs_; ++t) threads_.emplace_back([this, t] { worker_thread(static_cast<size_t>(t)); });
 }

@@ -78,7 +78,6 @@ class Worker {
   std::string kind;  // "judge" or "candidate"
   std::string started_by = "exec";  // or "zygote"
   long base_processes = 3;  // the worker's own processes in its cgroup: never counted as spawns
-  Json warm_steps_ms;       // a candidate started ahead: its warm-up's own account (Verifier::spare_worker)
 
   // `between`, when given, is called every kSliceMs while the reply is awaited; the seconds it
   // returns are added to the deadline (the time the process was stopped: GpuUse::yield_for_timer).

@@ -330,24 +330,3 @@ def test_forked_candidates_start_with_tritons_first_use_made(verify_problem):
         assert not cold, f"forked candidates without Triton's modules placed: {cold}"
     else:
         assert set(placed.values()) == {0}, placed
-
-
-def test_candidates_start_cuda_while_they_wait_for_their_candidate(verify_problem):
-    """On a GPU every candidate worker is started ahead and warmed (its CUDA context and the
-    profiler's start-up, Verifier::spare_worker) before its candidate comes: its load starts
-    none of them. On the CPU nothing is warmed."""
-    loads = {}
-    for problem in sorted({p for p, _, _ in ALL_CASES}):
-        for case, entry in verify_problem(problem)["entries"].items():
-            steps = (entry.get("evidence") or {}).get("load_steps_ms") or {}
-            if "request" in steps:  # its load ran (the source audit let it through)
-                loads[f"{problem}/{case.name}"] = sorted(k for k in steps if k.startswith(("warm.", "worker.")))
-    assert loads, "no candidate was loaded"
-    if DEVICE.startswith("cuda"):
-        cold = {k: v for k, v in loads.items() if "warm.cuda" not in v or "worker.cuda" in v}
-        assert not cold, f"candidates whose load started CUDA: {cold}"
-    else:
-        warmed = {k: v for k, v in loads.items() if any(s.startswith("warm.") for s in v)}
-        assert not warmed, warmed
-        # A load that ended in the candidate's error has no account of its own.
-        assert any("worker.construct" in v for v in loads.values()), loads

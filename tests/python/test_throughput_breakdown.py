@@ -32,7 +32,8 @@ def test_a_runs_time_is_taken_apart(tmp_path):
          "trip_steps_ms": {"call": 1500, "flush": 500, "check.sync": 200}},
         {"problem": "level1/19_ReLU.py", "sample": 1, "phases": {"multishape_ms": 3000},
          "trip_steps_ms": {"call": 1000, "stop": 3000}, "check_excess_share": 0.93,
-         "profiled_steps_ms": {"run": 250, "check": 120, "run.forward": 40, "check.reference": 90}},
+         "profiled_steps_ms": {"run": 250, "check": 120, "run.forward": 40, "check.reference": 90},
+         "load_steps_ms": {"audit": 30, "hold_wait": 700, "request": 1200, "worker.cuda": 900}},
         {"problem": "level1/1_Square.py", "sample": 0, "phases": {}}]) + "\n")
     r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "rec.json")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -52,6 +53,9 @@ def test_a_runs_time_is_taken_apart(tmp_path):
     # The profiled runs and their checks by step, summed, the longest first.
     prof = next(x for x in lines if x.startswith("profiled runs and their checks (1)"))
     assert prof.endswith("by step (summed s): run 0.2, check 0.1, check.reference 0.1, run.forward 0.0"), prof
+    # The candidates' loads by step, summed, the longest first.
+    loads = next(x for x in lines if x.startswith("candidates' loads (1)"))
+    assert loads.endswith("by step (summed s): request 1.2, worker.cuda 0.9, hold_wait 0.7, audit 0.0"), loads
     # A candidate whose published time is mostly its clocked check beyond the reference's is named.
     heavy = next(x for x in lines if x.startswith("published times over a quarter check"))
     assert heavy.endswith("(1): 19_ReLU #1 0.93"), heavy

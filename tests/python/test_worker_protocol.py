@@ -273,21 +273,9 @@ def test_cuda_that_cannot_start_is_an_environment_error_not_the_candidates(tmp_p
         w.close()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA cannot start")
-def test_a_candidate_warmed_ahead_starts_cuda_only_and_before_its_load(tmp_path):
-    """`warm` (sent while the worker waits for its candidate) starts CUDA and nothing else: on
-    the CPU it is refused, where CUDA cannot start that is the machine's error, and once the
-    candidate is loaded it is refused."""
-    w = wh.Worker("candidate")
-    try:
-        for device in ("cpu", None):
-            refused = w.request("warm", device=device)
-            assert refused["error"]["kind"] == "protocol" and "a CUDA device is expected" in refused["error"]["message"]
-        failed = w.request("warm", device="cuda:0")
-        assert failed["error"]["kind"] == "environment_error", failed
-        assert "could not start CUDA on cuda:0 before the candidate ran" in failed["error"]["message"]
-    finally:
-        w.close()
+def test_a_candidates_load_says_where_its_time_went(tmp_path):
+    """The load's reply takes its time apart (steps_ms: the problem, the candidate's import, its
+    construction; CUDA and the profiler on a GPU), for the report's load_steps_ms."""
     s = wh.Session(CASES / "problems" / "add.py", tmp_path)
     w = wh.Worker("candidate")
     try:
@@ -295,9 +283,8 @@ def test_a_candidate_warmed_ahead_starts_cuda_only_and_before_its_load(tmp_path)
                            construct_seed=s.problem["construct_seed"], device="cpu", work_dir=str(tmp_path),
                            problem=s.problem_field())
         assert loaded.get("ok"), loaded
-        assert {"problem", "import", "construct"} <= set(loaded["steps_ms"]), loaded["steps_ms"]
-        late = w.request("warm", device="cuda:0")
-        assert late["error"]["kind"] == "protocol" and "only before the candidate's load" in late["error"]["message"]
+        assert set(loaded["steps_ms"]) == {"problem", "import", "construct", "other"}, loaded["steps_ms"]
+        assert all(ms >= 0 for ms in loaded["steps_ms"].values())
     finally:
         w.close()
         s.close()

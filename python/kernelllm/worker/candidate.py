@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 
@@ -199,7 +199,6 @@ class Candidate:
         self.recipe: Any = None
         self.model_cls: Any = None
         self.variant = ""
-        self._cuda_started: Optional[str] = None  # the device of this process's CUDA context (_start_cuda)
         _COUNTER.install()
         _STREAMS.install()
         self.trusted = _guarded()
@@ -280,41 +279,6 @@ class Candidate:
 
     # ---- ops --------------------------------------------------------------------------
 
-    def _start_cuda(self, device: str, steps: "protocol.Steps") -> None:
-        """This process's CUDA context on `device` and the profiler's one-time start-up, before any
-        candidate code: a failure is the GPU's or this machine's (no driver, all memory held by
-        other processes), not the candidate's. Once per process."""
-        if self._cuda_started is not None:
-            if self._cuda_started != device:
-                raise WorkerError("protocol", f"this process started CUDA on {self._cuda_started}, not {device}")
-            return
-        try:
-            torch.cuda.set_device(device)
-            torch.empty(1, device=device)
-            steps.mark("cuda")
-            # The last trial's run is profiled holding the GPU to itself: the profiler's start-up in
-            # this process now, under a shared hold, before any candidate code.
-            accounting.warm_profiler(device)
-            steps.mark("profiler")
-        except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
-            raise WorkerError("environment_error",
-                              f"this process could not start CUDA on {device} before the candidate ran: "
-                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                              " (the GPU's memory held by other processes, or no usable GPU)") from None
-        self._cuda_started = device
-
-    def warm(self, msg: dict) -> dict:
-        """CUDA and the profiler started ahead, while this process waits for its candidate (the
-        orchestrator asks right after its greeting): the load then finds them made."""
-        if self.model is not None or self.model_cls is not None:
-            raise WorkerError("protocol", "warm: only before the candidate's load")
-        device = msg.get("device")
-        if not isinstance(device, str) or not device.startswith("cuda"):
-            raise WorkerError("protocol", f"warm: a CUDA device is expected, not {device!r}")
-        steps = protocol.Steps()
-        self._start_cuda(device, steps)
-        return {"steps_ms": steps.ms()}
-
     def load(self, msg: dict) -> dict:
         if self.model is not None or self.model_cls is not None:
             raise WorkerError("protocol", "load: a candidate process loads exactly one candidate")
@@ -323,11 +287,23 @@ class Candidate:
         steps = protocol.Steps()
         self.device = msg.get("device", "cpu")
         if self.device == "cpu":
-            if self._cuda_started is not None:
-                raise WorkerError("protocol", f"load on the CPU in a process that started CUDA on {self._cuda_started}")
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
         elif self.device.startswith("cuda"):
-            self._start_cuda(self.device, steps)
+            # The CUDA context is made here, before any candidate code: a failure is the GPU's or
+            # this machine's (no driver, all memory held by other processes), not the candidate's.
+            try:
+                torch.cuda.set_device(self.device)
+                torch.empty(1, device=self.device)
+                steps.mark("cuda")
+                # The last trial's run is profiled holding the GPU to itself: the profiler's start-up
+                # in this process now, under the load's shared hold, before any candidate code.
+                accounting.warm_profiler(self.device)
+                steps.mark("profiler")
+            except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
+                raise WorkerError("environment_error",
+                                  f"this process could not start CUDA on {self.device} before the candidate ran: "
+                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                                  " (the GPU's memory held by other processes, or no usable GPU)") from None
         args, kwargs = self._init_args(msg, os.path.dirname(msg["module_path"]))
         self._load_problem(msg["problem"])
         steps.mark("problem")
@@ -642,7 +618,7 @@ def main() -> int:
         "launch_hook": sorted(_COUNTER.wrappers),
         "triton_warm_placed": warm_placed,
     }
-    return protocol.serve({"warm": cand.warm, "load": cand.load, "run": cand.run, "load_variant": cand.load_variant,
+    return protocol.serve({"load": cand.load, "run": cand.run, "load_variant": cand.load_variant,
                            "time_prepare": cand.time_prepare, "time_load": cand.time_load,
                            "time_call": cand.time_call}, hello)
 
