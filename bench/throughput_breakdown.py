@@ -79,24 +79,22 @@ def breakdown(record: dict, reports: Path) -> list[str]:
         # Published times mostly the clocked check beyond the reference's (docs/verification.md, Timing).
         out.append(f"published times over a quarter check beyond the reference's ({len(check_heavy)}): " +
                    ", ".join(f"{who} {share:.2f}" for share, who in sorted(check_heavy, reverse=True)))
-    out.append("per problem, s from its set-up (or, set up ahead, from its candidates' arrival: feed_opened): "
-               "prep = the reference's preparation; matched = a candidate's first matched trial; batch = the first "
-               "timed batch begins; ahead = how long it waited set up")
-    out.append(f"  {'problem':30s} n  setup   prep matched  batch    end    multishape  ahead")
+    out.append("per problem, s from its set-up: prep = the reference's preparation; matched = a candidate's first "
+               "matched trial; batch = the first timed batch begins")
+    out.append(f"  {'problem':30s} n  setup   prep matched  batch    end    multishape")
     total = 0.0
     for line in calls.read_text().splitlines():
         c = json.loads(line)
         tl = c.get("timeline_ms") or {}
         setup = tl.get("setup", 0.0)
-        base = max(setup, tl.get("feed_opened", 0.0))
         prep = tl.get("reference_prepared", 0.0) - tl.get("reference_prepare_started", 0.0)
         # The first timed batch (its key before the reference lost its own batch: reference_batch_started).
         tl.setdefault("first_timed_batch", tl.get("reference_batch_started", float("nan")))
-        rel = {k: (tl[k] - base if k in tl else float("nan")) for k in ("variants_started", "first_timed_batch", "total")}
-        total += tl.get("total", 0.0) - (base - setup)
+        rel = {k: (tl[k] - setup if k in tl else float("nan")) for k in ("variants_started", "first_timed_batch", "total")}
+        total += tl.get("total", 0.0)
         name = c["problem"].split("/")[-1]
         out.append(f"  {name[:30]:30s} {c.get('samples', 0):1d} {s(setup)} {s(prep)} {s(rel['variants_started'])} "
-                   f"{s(rel['first_timed_batch'])} {s(rel['total'])} {s(multishape.get(name, 0.0)):>10s} {s(base - setup)}")
+                   f"{s(rel['first_timed_batch'])} {s(rel['total'])} {s(multishape.get(name, 0.0)):>10s}")
     out.append(f"summed problem walls {s(total)} s; their longest multi-shape checks {s(sum(multishape.values()))} s")
     return out
 

@@ -388,44 +388,16 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   for (const std::string& d : all_devices) spread = spread && d != "cuda" && d != "cpu";
   std::mutex device_mu;
   std::vector<int> in_flight(all_devices.size(), 0);
-  // The GPU a problem verifies on (spread): the one with the fewest problems under way or made
-  // ready ahead, counted from now until the problem ends.
-  auto take_device = [&](EvalOptions& mine) -> size_t {
-    if (!spread) return 0;
-    std::lock_guard<std::mutex> lock(device_mu);
-    const size_t device = static_cast<size_t>(std::min_element(in_flight.begin(), in_flight.end()) - in_flight.begin());
-    ++in_flight[device];
-    mine = opts;
-    mine.verify.devices = {all_devices[device]};
-    return device;
-  };
-  // A problem made ready ahead (pre-generated candidates, several problems at once): its first
-  // profile's verifier set up (judge started, problem loaded, candidate workers started) while
-  // the problems before it still verify, so that a slot that frees up begins with candidates
-  // instead of a set-up (1-5 s a problem in an H200 throughput run).
-  struct Ahead {
-    size_t device = 0;
-    EvalOptions mine;
-    std::unique_ptr<harness::VerifySession> session;
-  };
-  std::mutex ahead_mu;
-  std::map<size_t, Ahead> ahead;  // by problem index
   auto one_problem = [&](size_t i) -> Status {
     const Problem& p = problems[i];
     EvalOptions mine;
     size_t device = 0;
-    std::unique_ptr<harness::VerifySession> ready;
-    {
-      std::unique_lock<std::mutex> lock(ahead_mu);
-      if (auto it = ahead.find(i); it != ahead.end()) {
-        device = it->second.device;
-        mine = std::move(it->second.mine);
-        ready = std::move(it->second.session);
-        ahead.erase(it);
-      } else {
-        lock.unlock();
-        device = take_device(mine);
-      }
+    if (spread) {
+      std::lock_guard<std::mutex> lock(device_mu);
+      device = static_cast<size_t>(std::min_element(in_flight.begin(), in_flight.end()) - in_flight.begin());
+      ++in_flight[device];
+      mine = opts;
+      mine.verify.devices = {all_devices[device]};
     }
     struct Release {
       std::mutex& mu;
@@ -444,6 +416,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> existing, store.samples(p.id));
     held.unlock();
     // Generated samples: the first profile's verifier gets ready meanwhile (harness::VerifySession).
+    std::unique_ptr<harness::VerifySession> ready;
     if (existing.empty()) {
       std::vector<NewSample> samples;
       if (!options.candidates.empty()) {
@@ -469,36 +442,14 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     if (po.on_tick) po.on_tick(EvalTick{done, problems.size(), p.id, "done", 0, 0, 0});
     return {};
   };
-  // The problems with the most samples first: in a throughput run on an H200 (8 at once) the last
-  // problems begun set the wall, 6 s past the busy time of the 8 slots.
-  const std::vector<size_t> order = problem_start_order(work, problem_jobs);
-  // With pre-generated candidates, a slot that takes a problem past the first wave (one problem at
-  // a time: past the first) makes the next kProblemsAhead in the start order ready (see Ahead).
-  // Not for the first wave: its set-ups already run at once, and more judges making CUDA contexts
-  // beside them slowed them down.
-  constexpr size_t kProblemsAhead = 2;
-  auto make_ready_ahead = [&](size_t n) {
-    if (options.candidates.empty() || n < static_cast<size_t>(problem_jobs)) return;
-    std::lock_guard<std::mutex> lock(ahead_mu);
-    for (size_t m = n + 1; m < std::min(problems.size(), n + 1 + kProblemsAhead); ++m) {
-      const size_t i = order[m];
-      if (ahead.count(i)) continue;
-      Ahead a;
-      a.device = take_device(a.mine);
-      const EvalOptions& po = spread ? a.mine : opts;
-      a.session = std::make_unique<harness::VerifySession>(problems[i].file.string(),
-                                                           group_options(po, store, options.profiles.front(), false), work[i]);
-      ahead.emplace(i, std::move(a));
-    }
-  };
   if (problem_jobs == 1) {
-    for (size_t n = 0; n < problems.size(); ++n) {
-      make_ready_ahead(n);
-      KLLM_RETURN_IF_ERROR(one_problem(order[n]));
-    }
+    for (size_t i = 0; i < problems.size(); ++i) KLLM_RETURN_IF_ERROR(one_problem(i));
   } else {
     // The first error stops the taking of problems; those under way finish (their verdicts are
     // committed), then the error is returned.
+    // The problems with the most samples first: in a throughput run on an H200 (8 at once) the
+    // last problems begun set the wall, 6 s past the busy time of the 8 slots.
+    const std::vector<size_t> order = problem_start_order(work, problem_jobs);
     std::atomic<size_t> next{0};
     std::mutex error_mu;
     Status first_error;
@@ -506,7 +457,6 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     for (int t = 0; t < problem_jobs; ++t) {
       threads.emplace_back([&] {
         for (size_t n = next++; n < problems.size(); n = next++) {
-          make_ready_ahead(n);
           Status s = one_problem(order[n]);
           if (s.ok()) continue;
           std::lock_guard<std::mutex> lock(error_mu);

@@ -521,7 +521,6 @@ Result<VerifyReport> Verifier::finish() {
 void Verifier::open_feed(size_t capacity, std::function<void(size_t, const CandidateResult&)> on_result) {
   if (on_result) opts_.on_result = std::move(on_result);
   capacity_ = std::max<size_t>(1, capacity);
-  mark("feed_opened");  // after the set-up, or later for a session set up ahead of its candidates
   candidate_paths_.assign(capacity_, std::string());
   sources_.assign(capacity_, std::string());
   source_errors_.assign(capacity_, std::string());

@@ -237,19 +237,6 @@ def test_problems_verified_at_once_give_the_same_report(cli, full_run, problem_s
     assert "killed" not in r.stderr and "orphan" not in r.stderr, r.stderr[-2000:]
 
 
-def test_the_next_problem_is_set_up_while_one_verifies(full_run):
-    # One problem at a time with pre-generated candidates: from the second problem on, the next
-    # ones' first-profile verifiers are set up ahead (judge started, problem loaded), so the third
-    # problem's candidates arrive long after its set-up ended; the first two are set up when taken.
-    # (Same report as three at once, where none is set up ahead: the test above.)
-    calls = [json.loads(line) for line in (full_run["out"] / "verify-calls.jsonl").read_text().splitlines()]
-    waited = {c["problem"]: c["timeline_ms"]["feed_opened"] - c["timeline_ms"]["setup"]
-              for c in calls if c["profile"] == PROFILES[0]}
-    assert list(waited) == list(MIX), waited
-    first, second, third = waited.values()
-    assert first < 50 and second < 50 and third > 200, waited
-
-
 def test_multishape_results_are_stored_beside_the_verdicts(cli, problem_set, tmp_path):
     # --multishape: each correct sample's multi-shape result is in its stored result (add's
     # correct_fixed_grid hard-codes its grid: fail; correct_basic: pass), and the option is part of
