@@ -16,6 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
 // A worker's own account of a request's time (its reply's steps_ms), as "<side>.<step>" in
 // `steps`: at most 16 steps of sane names and values (untrusted; reports only).
 void add_reply_steps(const Reply& rep, const std::string& side, Json& steps) {
@@ -198,9 +200,9 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
       r.message = fmt::format("the judge could not audit the source: {}: {}", audit.error_kind(), audit.error_message());
       return false;
     }
-    // The audit's wait for the judge (busy with the problem's other requests) and its own time.
-    r.evidence["load_steps_ms"] = Json{{"audit", std::chrono::duration<double, std::milli>(Clock::now() - t_audit).count()},
-                                       {"audit.judge", audit.elapsed_ms}};
+    // Where the load went (evidence.load_steps_ms): the audit's wait for the judge (busy with the
+    // problem's other requests) and its own time; send_load adds the load's.
+    r.evidence["load_steps_ms"] = Json{{"audit", ms_since(t_audit)}, {"audit.judge", audit.elapsed_ms}};
     const Json& a = audit.message;
     Json kept{{"kernels", a.value("kernel_names", Json::array())},
               {"after_correct", a.value("after_correct", Json(nullptr))},
@@ -230,7 +232,10 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
   Json req = load_request(dev, "load");
   req["module_path"] = module.string();
   req["device"] = dev.name;
-  return send_load(w, dev, req, "load", r);
+  Json steps = r.evidence["load_steps_ms"];
+  const bool loaded = send_load(w, dev, req, "load", r, &steps);
+  r.evidence["load_steps_ms"] = std::move(steps);
+  return loaded;
 }
 
 // The multi-shape check's load: ModelNew of size variant `v` constructed in a candidate's process
@@ -252,25 +257,22 @@ Json Verifier::load_request(const DeviceState& dev, const char* op) const {
               {"max_tensor_bytes", kMaxTensorBytes}};
 }
 
-bool Verifier::send_load(Worker& w, DeviceState& dev, const Json& req, const std::string& phase, CandidateResult& r) {
+bool Verifier::send_load(Worker& w, DeviceState& dev, const Json& req, const std::string& phase, CandidateResult& r,
+                         Json* steps) {
   Reply reply;
-  double wait_ms = 0;
   {
     // Construction and the first compiles run on the GPU: not while something is timed there.
     const auto t_wait = Clock::now();
     auto busy = use_gpu(dev, GpuGuard::Mode::shared, "load");
-    wait_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_wait).count();
+    // Where the load went: the wait for a shared hold, the request (its yields to a timer
+    // included) and the worker's own account of it.
+    if (steps) (*steps)["hold_wait"] = ms_since(t_wait);
     reply = w.request(req, opts_.load_timeout_s, yield_hook(busy, w, dev));
   }
   r.evidence["load_ms"] = reply.elapsed_ms;
-  if (phase == "load") {
-    // Where the load went: the wait for a shared hold, the request (its yields to a timer
-    // included) and the worker's own account of it.
-    Json& steps = r.evidence["load_steps_ms"];
-    if (!steps.is_object()) steps = Json::object();
-    steps["hold_wait"] = wait_ms;
-    steps["request"] = reply.elapsed_ms;
-    add_reply_steps(reply, "worker", steps);
+  if (steps) {
+    (*steps)["request"] = reply.elapsed_ms;
+    add_reply_steps(reply, "worker", *steps);
   }
   if (fail_from_reply(reply, phase, opts_.load_timeout_s, w, dev, r)) return false;
   if (flood_from_cgroup(w, opts_.max_tasks, r)) {
@@ -281,9 +283,6 @@ bool Verifier::send_load(Worker& w, DeviceState& dev, const Json& req, const std
 }
 
 void Verifier::evaluate(size_t i, Worker& w, DeviceState& dev, CandidateResult& r) {
-  auto ms_since = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  };
   r.evidence = Json::object();
   r.evidence["worker_pid"] = w.hello.value("pid", 0);
   r.evidence["worker_start"] = w.started_by;
@@ -423,8 +422,7 @@ void Verifier::run_trials(Worker& w, DeviceState& dev, CandidateResult& r, Json*
       // round trip by round trip in each candidate's paired batch.
       const auto t_ref = Clock::now();
       ensure_reference_timing(dev, held);
-      r.evidence["phases"]["reference_timing_ms"] =
-          std::chrono::duration<double, std::milli>(Clock::now() - t_ref).count();
+      r.evidence["phases"]["reference_timing_ms"] = ms_since(t_ref);
     }
     const Reply run = run_on_trial(w, dev, in, out, timeout, profile, profile ? held : nullptr);
     // A failed run ends the candidate: the GPU is let go before its clean-up (the worker's exit

@@ -404,7 +404,9 @@ class Verifier {
   bool load_variant(Worker& w, DeviceState& v, CandidateResult& r);
   Json load_request(const DeviceState& dev, const char* op) const;
   // Sends a load request under the GPU's shared hold; false with the verdict in r when it failed.
-  bool send_load(Worker& w, DeviceState& dev, const Json& req, const std::string& phase, CandidateResult& r);
+  // With `steps`, adds where its time went (the hold's wait, the request, the worker's steps).
+  bool send_load(Worker& w, DeviceState& dev, const Json& req, const std::string& phase, CandidateResult& r,
+                 Json* steps = nullptr);
 
   // select.cpp
   void select();

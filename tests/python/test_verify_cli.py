@@ -203,6 +203,11 @@ def test_report_carries_evidence_and_the_sandbox_line(full_run):
     assert "SyntaxError" in by["syntax"]["message"]
     assert by["good"]["timing"]["meaningful"] is False  # CPU: interpreter timings mean nothing
     assert by["good"]["speedup"] is None
+    # Where its load went: the judge's audit, the hold's wait, the request, the worker's own steps
+    # (no CUDA on the CPU).
+    steps = by["good"]["evidence"]["load_steps_ms"]
+    assert {"audit", "audit.judge", "hold_wait", "request", "worker.problem", "worker.import", "worker.construct"} <= set(steps)
+    assert "worker.cuda" not in steps, steps
     assert report["selected_path"] == str(by["good"]["path"])
     assert report["sandbox"].startswith("sandbox: ")
     assert report["sandbox"] in r.stdout
