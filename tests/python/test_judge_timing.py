@@ -653,11 +653,9 @@ def test_a_round_trips_strict_check_in_one_pass_answers_as_its_two_checks():
     assert compare.rows_strict(checkers, got, limits, False) == want
 
 
-def test_the_profiled_trials_kernels_are_profiled_by_its_first_kernel_check_not_with_its_references(tmp_path, monkeypatch):
-    """The last trial's references may be made early, under a shared hold of the GPU (make_inputs
-    from the reference's preparation): its kernel profile (the judge's baseline and the reference
-    forward's kernels) is made by the first kernel_check, which the orchestrator sends under its
-    exclusive hold, once. On the CPU nothing is profiled."""
+def _stub_profiler(monkeypatch):
+    """torch.profiler's stand-in for the judge's kernel profiles on the CPU: each profile made
+    (its device in `made`) sees one kernel of the inputs' making."""
     accounting = wh.import_worker("accounting")
 
     class Profiler:
@@ -677,6 +675,15 @@ def test_the_profiled_trials_kernels_are_profiled_by_its_first_kernel_check_not_
 
     monkeypatch.setattr(accounting, "KernelProfiler", Profiler)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    return Profiler
+
+
+def test_the_profiled_trials_kernels_are_profiled_by_its_first_kernel_check_not_with_its_references(tmp_path, monkeypatch):
+    """The last trial's references may be made early, under a shared hold of the GPU (make_inputs
+    from the reference's preparation): its kernel profile (the judge's baseline and the reference
+    forward's kernels) is made by the first kernel_check, which the orchestrator sends under its
+    exclusive hold, once. On the CPU nothing is profiled."""
+    Profiler = _stub_profiler(monkeypatch)
     (tmp_path / "cpu").mkdir()
     (tmp_path / "gpu").mkdir()
     on_cpu = _judge(tmp_path / "cpu")
@@ -707,23 +714,7 @@ def test_a_failed_profile_of_the_judges_baseline_is_made_again_by_the_next_kerne
     """A candidate that fills the GPU's memory before its kernel check makes the judge's profile of
     the trial fail: its own check fails, and the next candidate's check profiles again instead of
     classifying its kernels with nothing taken off (which read honest Triton kernels as torch_fallback)."""
-    accounting = wh.import_worker("accounting")
-
-    class Profiler:
-        def __init__(self, device):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def result(self, allow_empty=False):
-            return {"available": True, "kernels": [{"name": "void at::native::normal_kernel", "us": 2.0, "count": 1}]}
-
-    monkeypatch.setattr(accounting, "KernelProfiler", Profiler)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    _stub_profiler(monkeypatch)
     j = _judge(tmp_path)
     monkeypatch.setattr(j, "_profiled_trial", lambda trial: trial == j.n_trials - 1)
     last = j.n_trials - 1
