@@ -23,7 +23,9 @@ std::optional<ShapeVerdict> merge_variant_verdicts(const std::vector<ShapeVarian
       case Verdict::correct:
       case Verdict::undiscriminating: conclusive = true; break;
       case Verdict::not_verified:
-      case Verdict::environment_error: break;
+      case Verdict::environment_error:
+        if (v.ran) return ShapeVerdict::fail;
+        break;
       default: return ShapeVerdict::fail;
     }
   }
@@ -167,17 +169,34 @@ void Verifier::check_shapes(Worker& w, DeviceState& dev, CandidateResult& r) {
       results.push_back(std::move(out));
       continue;
     }
-    if (!ended.empty() || !w.proc.running()) {
+    if (!ended.empty()) {
       // A crash or a timeout in an earlier variant killed the process: that variant failed, so
       // the merged verdict is fail whatever this one would say.
       out.verdict = Verdict::not_verified;
-      out.message = ended.empty() ? "not run: the candidate's process had ended"
-                                  : fmt::format("not run: the candidate's process ended in the '{}' variant", ended);
+      out.message = fmt::format("not run: the candidate's process ended in the '{}' variant", ended);
+      results.push_back(std::move(out));
+      continue;
+    }
+    if (!w.proc.running()) {
+      // Ended after its correct verdict and timing, before any variant: its own doing (a process
+      // that exits once timed would otherwise leave the check without evidence; red team).
+      out.verdict = Verdict::crash;
+      out.message = "the candidate's process ended after its timing, before its size variants ran (" +
+                    w.describe_exit() + ")";
+      out.ran = true;
+      results.push_back(std::move(out));
+      continue;
+    }
+    if (!v->healthy) {
+      // Its judge was lost in an earlier candidate's check: not this candidate's doing.
+      out.verdict = Verdict::not_verified;
+      out.message = "not run: the variant's judge was lost in an earlier check";
       results.push_back(std::move(out));
       continue;
     }
     CandidateResult vr;
     vr.evidence = Json::object();
+    out.ran = true;
     if (load_variant(w, *v, vr)) run_trials(w, *v, vr);
     if (vr.verdict == Verdict::environment_error) {
       // Said by the candidate's process after its own code ran (the CUDA context, the one thing
@@ -192,6 +211,9 @@ void Verifier::check_shapes(Worker& w, DeviceState& dev, CandidateResult& r) {
     (void)judge_call(*v, Json{{"op", "forget"}, {"candidate", w.id()}}, opts_.load_timeout_s);
     out.verdict = vr.verdict;
     out.message = vr.rule.empty() ? vr.message : vr.rule + ": " + vr.message;
+    if (vr.verdict == Verdict::not_verified) {
+      out.message = "the check could not finish once the candidate's process took part: " + out.message;
+    }
     results.push_back(std::move(out));
   }
   std::optional<ShapeVerdict> merged = merge_variant_verdicts(results);

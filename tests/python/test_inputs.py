@@ -85,6 +85,19 @@ def test_inputs_made_otherwise_by_the_candidate_are_named(tmp_path):
     assert not c["match"] and c["verdict_hint"] == "wrong_output" and c["rule"] == "inputs_differ", c
 
 
+@pytest.mark.parametrize("garbled", [[], {"output_types": [1]}, {"patched": 5}, {"new_threads": "t"},
+                                     {"process_spawns": "9"}, {"sandbox_events": ["x"]}, {"triton_launches": True}])
+def test_a_run_reply_the_rules_cannot_read_fails_the_trial_as_the_candidates_doing(tmp_path, garbled):
+    # The reply is written in the candidate's process, which its code can rewrite: once an
+    # internal error of the judge, which left a size variant without a result (red team).
+    j = _judge(tmp_path)
+    j.make_inputs({"trial": 0})
+    protocol.save_tensors(str(tmp_path / "out.safetensors"), {"0": j._full(0)["ref"][0].clone()})
+    report = garbled if isinstance(garbled, list) else dict({"run_ms": 1.0, "triton_launches": 1}, **garbled)
+    c = j.compare({"trial": 0, "outputs_file": str(tmp_path / "out.safetensors"), "run_report": report})
+    assert not c["match"] and c["verdict_hint"] == "cheat" and c["rule"] == "malformed_report", c
+
+
 @pytest.mark.parametrize("profile", ["strict", "kernelbench"])
 def test_a_problem_with_complex_outputs_is_refused_with_why(tmp_path, profile):
     # Neither profile can compare complex values yet: the problem is refused at its load with what

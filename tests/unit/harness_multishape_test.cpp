@@ -41,6 +41,18 @@ TEST(MultishapeMerge, InconclusiveVariantsDoNotDecide) {
   EXPECT_EQ(*m, ShapeVerdict::pass);
 }
 
+TEST(MultishapeMerge, AVariantTheCandidateTookPartInCannotBeInconclusive) {
+  // A judge that could not compare the candidate's outputs (an error the candidate's reply
+  // provoked), or a process that ended before its variants: the candidate's doing, so a failure.
+  for (Verdict v : {Verdict::not_verified, Verdict::environment_error}) {
+    ShapeVariantResult ran = variant("odd", v);
+    ran.ran = true;
+    auto m = merge_variant_verdicts({variant("half", Verdict::correct), ran});
+    ASSERT_TRUE(m.has_value()) << verdict_name(v);
+    EXPECT_EQ(*m, ShapeVerdict::fail) << verdict_name(v);
+  }
+}
+
 TEST(MultishapeMerge, DefaultVariantsChangeSizes) {
   auto vs = default_shape_variants();
   ASSERT_GE(vs.size(), 2u);

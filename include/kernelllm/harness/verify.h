@@ -22,7 +22,7 @@
 
 namespace kernelllm::harness {
 
-inline constexpr std::string_view kVerifierVersion = "verify-8";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU, a candidate charged its check only beyond the reference's; 8: GPU work a paired candidate left queued waited out before the reference's round trip
+inline constexpr std::string_view kVerifierVersion = "verify-9";  // 3: several timed calls per round trip; 4: up to 64, waits charged beyond their thresholds; 5: speedups paired round trip by round trip; 6: every round trip held to the normalized-error bound, inputs handed over, blind_tolerance; 7: timing pinned to one CPU, a candidate charged its check only beyond the reference's; 8: GPU work a paired candidate left queued waited out before the reference's round trip; 9: a size variant the candidate's process took part in cannot end without a result, a run reply the rules cannot read fails the trial
 
 enum class Verdict {
   correct,
@@ -161,11 +161,16 @@ struct ShapeVariantResult {
   Verdict verdict = Verdict::not_verified;
   std::string message;
   Json sizes = Json::object();  // {global: [old, new]} as the judge reported them
+  // The candidate's process took part in this variant (its load was asked for): a result it did
+  // not reach from then on (a judge that could not compare its outputs, an error it provoked)
+  // fails the check instead of leaving it without evidence.
+  bool ran = false;
 };
 
 // The merged multi-shape result: fail when any variant failed (any verdict other than correct,
-// undiscriminating or an inconclusive one: not_verified, environment_error); pass when no
-// variant failed and at least one was conclusive; nullopt when none was conclusive.
+// undiscriminating or an inconclusive one, not_verified or environment_error, of a variant the
+// candidate's process did not take part in); pass when no variant failed and at least one was
+// conclusive; nullopt when none was conclusive.
 enum class ShapeVerdict { pass, fail };
 std::string_view shape_verdict_name(ShapeVerdict v);
 std::optional<ShapeVerdict> merge_variant_verdicts(const std::vector<ShapeVariantResult>& variants);

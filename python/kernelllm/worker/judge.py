@@ -562,6 +562,9 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
         t = self.trials[trial]
         report = msg.get("run_report")
         if report is not None:
+            bad = rules.malformed_report(report)
+            if bad:
+                return self._fail("cheat", bad, rule="malformed_report", evidence=bad)
             found = rules.evaluate_run(report, require_triton=bool(msg.get("require_triton", True)))
             self._mark("rules")
             if found:

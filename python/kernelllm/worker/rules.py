@@ -69,6 +69,49 @@ def violation(rule: str, evidence: str) -> Dict[str, str]:
 CPU_TORCH_READ_SHARE = 0.5
 
 
+# The run reply's fields the rules and the judge read, by the type the candidate worker writes
+# (candidate.py, guard.py). A field may be absent; present, it must have its type.
+_REPORT_FIELDS = {
+    "patched": "str_list", "new_threads": "str_list", "unjoined_streams": "str_list",
+    "output_types": "dict_list", "sandbox_events": "dict_list",
+    "triton_launches": "int", "process_spawns": "int", "threads_before": "int", "threads_after": "int",
+    "n_outputs": "int",
+    "inputs_checksum": "str", "input_hash_before": "str", "input_hash_after": "str",
+    "input_hashes_before": "list", "input_hashes_after": "list", "output_checksums": "list", "violations": "list",
+    "aten_compute": "dict", "kernel_profile": "dict", "triton_launched_kernels": "dict",
+}
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "dict":
+        return isinstance(value, dict)
+    if not isinstance(value, list):
+        return False
+    if kind == "str_list":
+        return all(isinstance(x, str) for x in value)
+    if kind == "dict_list":
+        return all(isinstance(x, dict) for x in value)
+    return True
+
+
+def malformed_report(report: Any) -> Optional[str]:
+    """Why a candidate's run reply cannot be read by the rules, or None. The reply is written in
+    the candidate's process, which its code can rewrite: a field of another type must fail the
+    trial as the candidate's doing, not stop the judge (an error there once left a size variant
+    without a result, which the multi-shape check counted as no evidence)."""
+    if not isinstance(report, dict):
+        return f"the run reply is {type(report).__name__}, not an object"
+    for name, kind in _REPORT_FIELDS.items():
+        value = report.get(name)
+        if value is not None and not _has_type(value, kind):
+            return f"the run reply's {name} is not a {kind.replace('_', ' of ')}: {str(value)[:80]}"
+    return None
+
+
 def evaluate_run(report: Dict[str, Any], require_triton: bool = True, torch_fallback: bool = False) -> List[Dict[str, str]]:
     """Violations shown by a candidate `run` reply (see the protocol's run reply fields).
     `torch_fallback` (the strict profile) applies the CPU counterpart of the GPU kernel profile:
