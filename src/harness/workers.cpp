@@ -109,7 +109,7 @@ std::vector<std::string> worker_env(const fs::path& work_dir, const std::string&
 }
 
 std::vector<std::string> worker_launch_env(const std::string& kind, const fs::path& work_dir, const std::string& device,
-                                           int threads) {
+                                           int threads, const std::vector<std::string>& extra) {
   std::error_code ec;
   fs::create_directories(work_dir, ec);
   std::vector<std::string> env = worker_env(work_dir, device, threads);
@@ -117,6 +117,7 @@ std::vector<std::string> worker_launch_env(const std::string& kind, const fs::pa
   // GPU (a context takes ~0.5 s, longer with a dozen processes making theirs at once); a
   // candidate's process makes its own when its code loads.
   if (kind == "judge" && device.starts_with("cuda")) env.push_back("KERNELLLM_JUDGE_DEVICE=" + device);
+  env.insert(env.end(), extra.begin(), extra.end());
   return env;
 }
 
@@ -441,9 +442,9 @@ std::string Worker::describe_exit() const {
 Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const PythonEnv& py, const fs::path& package_dir,
                                              const fs::path& work_dir, const std::vector<fs::path>& readable_dirs,
                                              const std::string& device, const Sandbox* sandbox, int threads, Zygote* zygote,
-                                             std::string* exec_note) {
+                                             std::string* exec_note, const std::vector<std::string>& extra_env) {
   if (zygote) {
-    auto forked = fork_worker(*zygote, kind, package_dir, work_dir, readable_dirs, device, sandbox, threads);
+    auto forked = fork_worker(*zygote, kind, package_dir, work_dir, readable_dirs, device, sandbox, threads, extra_env);
     if (forked.ok()) return forked;
     if (exec_note) *exec_note = forked.status().message();
   }
@@ -452,7 +453,7 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
   w->device = device;
   w->kind = kind;
   std::vector<std::string> argv = {py.executable, "-I", "-B", (package_dir / "kernelllm" / "worker" / "launch.py").string(), kind};
-  std::vector<std::string> env = worker_launch_env(kind, work_dir, device, threads);
+  std::vector<std::string> env = worker_launch_env(kind, work_dir, device, threads, extra_env);
   SpawnOptions opts;
   if (sandbox) {
     std::vector<fs::path> readable = readable_dirs;

@@ -45,8 +45,10 @@ Result<std::filesystem::path> find_package_dir(const std::string& option);
 // The allow-listed environment of a worker whose private dir is `work_dir`.
 std::vector<std::string> worker_env(const std::filesystem::path& work_dir, const std::string& device, int threads);
 // worker_env for a `kind` worker ("judge" or "candidate"; the judge's device added), its work dir made.
+// `extra`: more NAME=value entries (a size variant's judge: CUDA_DEVICE_MAX_CONNECTIONS).
 std::vector<std::string> worker_launch_env(const std::string& kind, const std::filesystem::path& work_dir,
-                                           const std::string& device, int threads);
+                                           const std::string& device, int threads,
+                                           const std::vector<std::string>& extra = {});
 
 // Replies are read from processes that run code we do not trust (a candidate can write frames
 // of its own to the reply pipe; a problem module runs in the judge): every member the
@@ -116,7 +118,7 @@ Result<std::unique_ptr<Worker>> spawn_worker(const std::string& kind, const Pyth
                                              const std::filesystem::path& package_dir, const std::filesystem::path& work_dir,
                                              const std::vector<std::filesystem::path>& readable_dirs, const std::string& device,
                                              const Sandbox* sandbox, int threads, Zygote* zygote = nullptr,
-                                             std::string* exec_note = nullptr);
+                                             std::string* exec_note = nullptr, const std::vector<std::string>& extra_env = {});
 // Waits for the worker's hello; kills it on failure.
 Status await_hello(Worker& w, double start_timeout_s);
 // One wait of at most `slice_s` for it: ok with w.hello still null when none came yet.

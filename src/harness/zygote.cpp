@@ -285,14 +285,15 @@ std::string Zygote::candidate_refusal(const Sandbox& sandbox, const fs::path& pa
 
 Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& kind, const fs::path& package_dir,
                                             const fs::path& work_dir, const std::vector<fs::path>& readable_dirs,
-                                            const std::string& device, const Sandbox* sandbox, int threads) {
+                                            const std::string& device, const Sandbox* sandbox, int threads,
+                                            const std::vector<std::string>& extra_env) {
   auto w = std::make_unique<Worker>();
   w->work_dir = work_dir;
   w->device = device;
   w->kind = kind;
   ZygoteFork f;
   f.kind = kind;
-  f.env = worker_launch_env(kind, work_dir, device, threads);
+  f.env = worker_launch_env(kind, work_dir, device, threads, extra_env);
   f.cwd = work_dir.string();
   if (kind == "candidate" && sandbox) {
     if (std::string why = zygote.candidate_refusal(*sandbox, package_dir); !why.empty()) {

@@ -80,6 +80,6 @@ Result<Holder> start_holder(const PreparedSpawn& prepared);
 Result<std::unique_ptr<Worker>> fork_worker(Zygote& zygote, const std::string& kind, const std::filesystem::path& package_dir,
                                             const std::filesystem::path& work_dir,
                                             const std::vector<std::filesystem::path>& readable_dirs, const std::string& device,
-                                            const Sandbox* sandbox, int threads);
+                                            const Sandbox* sandbox, int threads, const std::vector<std::string>& extra_env = {});
 
 }  // namespace kernelllm::harness

@@ -92,6 +92,21 @@ fs::path fresh_dir(const std::string& name) {
   return d;
 }
 
+TEST(Zygote, LaunchEnvironmentCarriesTheDeviceAndExtraEntries) {
+  const fs::path dir = fresh_dir("env");
+  // A size variant's judge gets one hardware queue (judge_setup.cpp); the main judge does not.
+  const auto has = [](const std::vector<std::string>& env, const std::string& e) {
+    return std::find(env.begin(), env.end(), e) != env.end();
+  };
+  const auto variant = worker_launch_env("judge", dir / "v", "cuda:0", 2, {"CUDA_DEVICE_MAX_CONNECTIONS=1"});
+  EXPECT_TRUE(has(variant, "KERNELLLM_JUDGE_DEVICE=cuda:0"));
+  EXPECT_TRUE(has(variant, "CUDA_DEVICE_MAX_CONNECTIONS=1"));
+  const auto main_judge = worker_launch_env("judge", dir / "m", "cuda:0", 2);
+  EXPECT_FALSE(std::any_of(main_judge.begin(), main_judge.end(),
+                           [](const std::string& e) { return e.starts_with("CUDA_DEVICE_MAX_CONNECTIONS="); }));
+  fs::remove_all(dir);
+}
+
 TEST(Zygote, ForkedJudgeGreetsServesAndExits) {
   Fixture& f = fixture();
   if (!f.skip.empty()) GTEST_SKIP() << f.skip;
