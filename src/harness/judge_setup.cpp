@@ -26,7 +26,7 @@ uint64_t variant_secret(uint64_t secret, const std::string& variant) {
 }  // namespace
 
 Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
-  if (dev.judge) return {};
+  if (dev.judge || dev.judge_host) return {};  // (a variant served by another's process: setup_variants)
   std::string note;
   // A size variant's judge only compares (it times nothing): one hardware queue for its CUDA
   // context, which the driver then makes in ~0.08 s instead of ~0.2 s of the time it makes
@@ -45,6 +45,10 @@ Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
 }
 
 Status Verifier::start_judge(DeviceState& dev) {
+  if (dev.judge_host) {  // its host variant's process, started (and greeted) by setup_variants
+    if (dev.judge_host->judge && !dev.judge_host->judge->hello.is_null()) return {};
+    return error(ErrorCode::internal, "the size variants' judge did not start: " + dev.judge_host->unusable);
+  }
   KLLM_RETURN_IF_ERROR(spawn_judge(dev).with_context("judge on " + dev.name));
   // A forked judge that did not greet (seen in CI and on an H200: "the intermediate process did
   // not exit" within 10 s): forked once more, then started by exec (seconds of imports on a loaded

@@ -72,6 +72,8 @@ void Verifier::declare_variants(DeviceState& dev) {
     v->hardware = dev.hardware;
     v->parent = &dev;
     v->variant = spec;
+    v->judge_slot = spec.name;
+    if (!dev.variants.empty()) v->judge_host = dev.variants.front().get();
     // Named now: candidate processes for the variant may start (binding it) while its judge loads.
     v->shared_dir = run_dir_ / fmt::format("shared-{}", v->tag());
     std::error_code ec;
@@ -86,15 +88,22 @@ void Verifier::declare_variants(DeviceState& dev) {
 void Verifier::setup_variants(DeviceState& dev) {
   if (dev.variants_ready) return;
   dev.variants_ready = true;
+  // One process for them all (DeviceState::judge_host): the first variant's, started here; the
+  // others' slots in it are loaded beside the first's below.
   for (auto& v : dev.variants) {
+    if (v->judge_host) continue;
     if (Status s = spawn_judge(*v); !s.ok()) v->unusable = s.to_string();  // every one started before any is waited for
   }
   for (auto& v : dev.variants) {
+    if (v->judge_host) continue;
     if (!v->unusable.empty()) continue;
     if (Status s = start_judge(*v); !s.ok()) {
       v->unusable = s.message();
       if (v->judge) v->judge->proc.kill_tree();
     }
+  }
+  for (auto& v : dev.variants) {
+    if (v->judge_host && !v->judge_host->unusable.empty()) v->unusable = v->judge_host->unusable;
   }
   std::vector<std::thread> threads;
   for (auto& v : dev.variants) {
@@ -103,8 +112,9 @@ void Verifier::setup_variants(DeviceState& dev) {
       log(fmt::format("judge: loading the problem's '{}' size variant on {}", vs->variant.name, vs->name));
       const Status s = setup_device(*vs);  // the GPU's lock held for its GPU work (the parent's)
       if (!s.ok()) {
+        // Its slot unusable; the process stays for the other variants' slots (a process that
+        // failed was stopped by judge_call_locked) and ends with them (release_variants).
         vs->unusable = s.message();
-        if (vs->judge) vs->judge->proc.kill_tree();
       }
     });
   }

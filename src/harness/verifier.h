@@ -103,6 +103,13 @@ struct DeviceState {
   std::string unusable;           // why this variant cannot be checked (empty: usable)
   std::vector<std::unique_ptr<DeviceState>> variants;
   bool variants_ready = false;     // setup_variants has loaded the problem in them
+  // One judge process serves all of a device's size variants (a CUDA context each costs the
+  // driver's one-at-a-time work): the first variant's. Each variant is a slot of it (`slot` in
+  // every request: the variant's name); judge_host is that first variant, null for it and for a
+  // device's own judge.
+  DeviceState* judge_host = nullptr;
+  std::string judge_slot;
+  DeviceState& judge_owner() { return judge_host ? *judge_host : *this; }
   bool cuda() const { return name != "cpu"; }
   DeviceState& root() { return parent ? *parent : *this; }
   const DeviceState& root() const { return parent ? *parent : *this; }

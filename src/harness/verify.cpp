@@ -140,17 +140,25 @@ void Verifier::warn(const std::string& line) {
 }
 
 Reply Verifier::judge_call(DeviceState& dev, const Json& request, double timeout_s, int* fd_out) {
-  std::lock_guard<std::mutex> lock(dev.judge_mu);
+  std::lock_guard<std::mutex> lock(dev.judge_owner().judge_mu);
   return judge_call_locked(dev, request, timeout_s, fd_out);
 }
 
 Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double timeout_s, int* fd_out) {
-  if (!dev.judge || !dev.judge->proc.running()) {
+  DeviceState& owner = dev.judge_owner();
+  if (!owner.judge || !owner.judge->proc.running()) {
     Reply r;
     r.error = "the judge process is gone";
     return r;
   }
-  Reply r = dev.judge->request(request, timeout_s);
+  Reply r;
+  if (dev.judge_slot.empty()) {
+    r = owner.judge->request(request, timeout_s);
+  } else {
+    Json slotted = request;
+    slotted["slot"] = dev.judge_slot;
+    r = owner.judge->request(slotted, timeout_s);
+  }
   const std::string op = request.value("op", std::string("?"));
   judge_ops_.add(op, r.elapsed_ms);
   // A request's own breakdown (time_prepare: steps_ms), as "<op>.<step>".
@@ -162,7 +170,7 @@ Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double 
   if (r.ok() && fd_out) {
     // The descriptor the judge sent over fd 5 before its reply (under the same lock, so no
     // other request's descriptor can come between).
-    Result<int> fd = dev.judge->proc.receive_fd(deadline_in(10));
+    Result<int> fd = owner.judge->proc.receive_fd(deadline_in(10));
     if (fd.ok()) {
       *fd_out = *fd;
     } else {
@@ -171,9 +179,9 @@ Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double 
     }
   }
   if (r.status != ReceiveStatus::ok) {
-    dev.judge->proc.kill_tree();
+    owner.judge->proc.kill_tree();
     dev.healthy = false;
-    warn(fmt::format("judge on {} failed ({}): {}; {}", dev.name, r.error_kind(), r.error, dev.judge->proc.stderr_tail()));
+    warn(fmt::format("judge on {} failed ({}): {}; {}", dev.name, r.error_kind(), r.error, owner.judge->proc.stderr_tail()));
   }
   return r;
 }

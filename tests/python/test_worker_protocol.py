@@ -45,6 +45,34 @@ def test_live_worker_refuses_bad_version_unknown_op_and_oversize_frame():
         w.close()
 
 
+def test_one_judge_process_serves_each_size_variant_in_its_own_slot(tmp_path):
+    # The size variants' judge (DeviceState::judge_host): each slot loads the problem at its own
+    # sizes into its own module, and a request goes to its slot's problem only.
+    w = wh.Worker("judge")
+    try:
+        problem = str(CASES / "problems" / "add.py")
+        loads = {}
+        for slot, scale, odd in (("half", 0.5, False), ("half_odd", 0.5, True)):
+            (tmp_path / slot).mkdir()
+            loads[slot] = w.request("load_problem", slot=slot, problem_path=problem, device="cpu", profile="strict",
+                                    secret_seed=7, work_dir=str(tmp_path / slot), size_scale=scale, size_odd=odd)
+            assert loads[slot]["ok"], loads[slot]
+        assert loads["half"]["size_globals"] != loads["half_odd"]["size_globals"]
+        shapes = {slot: w.request("make_inputs", slot=slot, trial=0) for slot in loads}
+        assert all(r["ok"] for r in shapes.values()), shapes
+        assert shapes["half"]["output_sizes"] != shapes["half_odd"]["output_sizes"], shapes
+        unloaded = w.request("make_inputs", slot="full", trial=0)
+        assert unloaded["error"]["kind"] == "protocol" and "load_problem must come first" in unloaded["error"]["message"]
+        bad = w.request("ping", slot="../x")
+        assert bad["error"]["kind"] == "protocol" and "slot" in bad["error"]["message"]
+        assert w.request("ping")["ok"]  # the default slot: a problem's own judge
+        again = w.request("load_problem", slot="half", problem_path=problem, device="cpu", profile="strict",
+                          secret_seed=7, work_dir=str(tmp_path / "half"))
+        assert again["error"]["kind"] == "protocol" and "exactly one problem" in again["error"]["message"]
+    finally:
+        w.close()
+
+
 def test_values_round_trip_and_refuse_objects(tmp_path):
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     value = {"args": [3, 0.5, float("nan"), float("-inf"), True, None, "s", (1, 2), x], "kwargs": {"k": [x]}}

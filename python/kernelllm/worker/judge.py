@@ -60,7 +60,8 @@ def split_init(init: Any) -> tuple:
 
 
 class Judge(TimedCalls, AcrossTrials, KernelChecks):
-    def __init__(self) -> None:
+    def __init__(self, slot: str = "") -> None:
+        self.slot = slot  # "" for a problem's own judge; a size variant's name in the variants' shared process
         self.loaded = False
         self.trials: Dict[int, Dict[str, Any]] = {}
         self.private_key = secrets.token_hex(32)  # see _private_int
@@ -109,7 +110,8 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
         path = msg["problem_path"]
-        name = f"kllm_problem_{hashlib.sha256(path.encode()).hexdigest()[:12]}"
+        # Each slot's own module object: a size variant changes its size globals.
+        name = f"kllm_problem_{hashlib.sha256(path.encode()).hexdigest()[:12]}" + (f"_{self.slot}" if self.slot else "")
         try:
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:
@@ -774,18 +776,41 @@ def main() -> int:
             accounting.warm_profiler(device)
         except Exception as e:
             protocol.stderr_note(f"CUDA context on {device} not made before the greeting: {type(e).__name__}: {e}")
-    judge = Judge()
     hello = {"pid": os.getpid(), "python": sys.version.split()[0], "torch": torch.__version__,
              "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
              "started": time.time()}
-    handlers = {"load_problem": judge.load_problem, "make_inputs": judge.make_inputs, "declare_trials": judge.declare_trials,
-                "compare": judge.compare, "time_prepare": judge.time_prepare, "time_load": judge.time_load, "time_call": judge.time_call,
-                "time_region": judge.time_region, "time_inputs_region": judge.time_inputs_region,
-                "time_give": judge.time_give, "check_timed": judge.check_timed, "time_snapshot": judge.time_snapshot,
-                "l2_flush": judge.l2_flush,
-                "ping": judge.ping, "forget": judge.forget}
-    handlers.update(audit_source=judge.audit_source, kernel_check=judge.kernel_check)
-    return protocol.serve(handlers, hello)
+    return protocol.serve(slot_handlers(), hello)
+
+
+OPS = ("load_problem", "make_inputs", "declare_trials", "compare", "time_prepare", "time_load", "time_call",
+       "time_region", "time_inputs_region", "time_give", "check_timed", "time_snapshot", "l2_flush", "ping", "forget",
+       "audit_source", "kernel_check")
+MAX_SLOTS = 4  # a problem's own judge, or its size variants in one process
+
+
+def slot_handlers() -> Dict[str, Any]:
+    """Each request goes to the Judge of its `slot` (default ""): one process serves a problem
+    ("" only) or all of its size variants (one slot each, made by its load_problem), so that they
+    share one CUDA context."""
+    judges: Dict[str, Judge] = {"": Judge()}
+
+    def judge_for(msg: dict, op: str) -> Judge:
+        slot = msg.get("slot", "")
+        if not isinstance(slot, str) or len(slot) > 32 or not all(c.isalnum() or c in "_-" for c in slot):
+            raise WorkerError("protocol", f"slot: expected a short name, found {slot!r}")
+        j = judges.get(slot)
+        if j is None:
+            if op != "load_problem":
+                raise WorkerError("protocol", f"slot {slot!r}: load_problem must come first")
+            if len(judges) >= MAX_SLOTS:
+                raise WorkerError("protocol", f"slot {slot!r}: a judge serves at most {MAX_SLOTS} slots")
+            j = judges[slot] = Judge(slot)
+        return j
+
+    def handler(op: str) -> Any:
+        return lambda msg: getattr(judge_for(msg, op), op)(msg)
+
+    return {op: handler(op) for op in OPS}
 
 
 if __name__ == "__main__":
