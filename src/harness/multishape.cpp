@@ -1,6 +1,6 @@
 // The multi-shape check: after a candidate's `correct` verdict and its timing, its correctness is
-// re-run on problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), one judge
-// per variant, in the candidate's own process (ModelNew constructed again for each variant); the
+// re-run on problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), each in a
+// slot of one judge process for them all, in the candidate's own process (ModelNew constructed again for each variant); the
 // merged result is reported beside the verdict. A candidate's check runs on its worker thread,
 // beside the other candidates' main phases.
 #include <thread>
@@ -82,7 +82,7 @@ void Verifier::declare_variants(DeviceState& dev) {
   }
 }
 
-// Starts every variant judge and loads the problem in each, all variants at once. Runs on
+// Starts the variants' judge process and loads the problem in each variant's slot, all at once. Runs on
 // variants_thread_, which started them (spawn_judge, start_judge: a judge started by exec dies with
 // the thread that forked it) and outlives them (release_variants); the loading threads start none.
 void Verifier::setup_variants(DeviceState& dev) {
