@@ -1,8 +1,8 @@
 // The multi-shape check: after a candidate's `correct` verdict and its timing, its correctness is
-// re-run on problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), each in a
-// slot of one judge process for them all, in the candidate's own process (ModelNew constructed again for each variant); the
-// merged result is reported beside the verdict. A candidate's check runs on its worker thread,
-// beside the other candidates' main phases.
+// re-run on problem variants whose size globals the judge changed (×0.5, ×0.5 made odd), each
+// judged in a slot of one judge process for them all, in the candidate's own process (ModelNew
+// constructed again for each variant); the merged result is reported beside the verdict. A
+// candidate's check runs on its worker thread, beside the other candidates' main phases.
 #include <thread>
 
 #include <fmt/format.h>
@@ -82,9 +82,10 @@ void Verifier::declare_variants(DeviceState& dev) {
   }
 }
 
-// Starts the variants' judge process and loads the problem in each variant's slot, all at once. Runs on
-// variants_thread_, which started them (spawn_judge, start_judge: a judge started by exec dies with
-// the thread that forked it) and outlives them (release_variants); the loading threads start none.
+// Starts the variants' judge process and loads the problem in each variant's slot, all at once.
+// Runs on variants_thread_, which started it (spawn_judge, start_judge: a judge started by exec
+// dies with the thread that forked it) and outlives it (release_variants); the loading threads
+// start none.
 void Verifier::setup_variants(DeviceState& dev) {
   if (dev.variants_ready) return;
   dev.variants_ready = true;
