@@ -95,8 +95,9 @@ struct DeviceState {
   bool ref_started = false;  // start_reference_timing ran (under Verifier::ref_threads_mu_)
   int calls_per_trip = 1;  // timed calls per round trip, chosen with the reference's timing
   std::atomic<bool> healthy{true};
-  // Multi-shape check: a variant is a DeviceState of its own (judge, inputs, shared dir) on the
-  // same device; its GPU lock and health are its parent's.
+  // Multi-shape check: a variant is a DeviceState of its own (inputs, shared dir, health; its
+  // judge a slot of the variants' one process, below) on the same device; its GPU lock is its
+  // parent's.
   DeviceState* parent = nullptr;
   ShapeVariant variant;
   Json size_globals;              // the variant judge's {global: [old, new]}

@@ -181,6 +181,13 @@ Reply Verifier::judge_call_locked(DeviceState& dev, const Json& request, double 
   if (r.status != ReceiveStatus::ok) {
     owner.judge->proc.kill_tree();
     dev.healthy = false;
+    // Every size variant the process served is lost with it (a later candidate's check of them is
+    // then not run, not failed).
+    if (dev.parent) {
+      for (auto& v : dev.parent->variants) {
+        if (&v->judge_owner() == &owner) v->healthy = false;
+      }
+    }
     warn(fmt::format("judge on {} failed ({}): {}; {}", dev.name, r.error_kind(), r.error, owner.judge->proc.stderr_tail()));
   }
   return r;

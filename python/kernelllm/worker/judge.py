@@ -1,4 +1,5 @@
-"""The trusted side: one process per problem x device. Loads the problem file as its own
+"""The trusted side: one process per problem x device, and one more for all of the problem's
+size variants, each a slot of its own (slot_handlers). Loads the problem file as its own
 module, derives the construct and trial seeds from the secret per-run seed (which never
 leaves this process, except under the opt-in exact KernelBench seed scheme), makes each
 trial's inputs, runs the reference (and an fp64 copy in the strict profile), compares
@@ -785,7 +786,7 @@ def main() -> int:
 OPS = ("load_problem", "make_inputs", "declare_trials", "compare", "time_prepare", "time_load", "time_call",
        "time_region", "time_inputs_region", "time_give", "check_timed", "time_snapshot", "l2_flush", "ping", "forget",
        "audit_source", "kernel_check")
-MAX_SLOTS = 4  # a problem's own judge, or its size variants in one process
+MAX_SLOTS = 4  # size variants' slots in one process, beside the default slot "" (a problem's own judge)
 
 
 def slot_handlers() -> Dict[str, Any]:
@@ -802,7 +803,7 @@ def slot_handlers() -> Dict[str, Any]:
         if j is None:
             if op != "load_problem":
                 raise WorkerError("protocol", f"slot {slot!r}: load_problem must come first")
-            if len(judges) >= MAX_SLOTS:
+            if len(judges) - 1 >= MAX_SLOTS:
                 raise WorkerError("protocol", f"slot {slot!r}: a judge serves at most {MAX_SLOTS} slots")
             j = judges[slot] = Judge(slot)
         return j
