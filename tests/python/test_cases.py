@@ -218,7 +218,7 @@ RULES = {"no_triton_kernel", "stale_memory", "zeros_pass", "cached_result", "sid
          "input_mutation", "globals_rebinding", "reads_reference", "output_not_plain_tensor", "output_aliases_input",
          "precision_downgrade", "background_thread", "closed_form", "timing_implausible", "timed_output_mismatch", "network", "file_escape",
          "env_escape", "process_flood", "kill_parent", "torch_fallback", "output_file_tampered", "inputs_differ",
-         "output_rewritten", "cpu_affinity_changed"}
+         "output_rewritten", "cpu_affinity_changed", "malformed_report"}
 # Rules only a GPU run can catch: their `# device: cuda` cases are not discovered on CPU, so only
 # their near-misses are required there (torch_fallback has a CPU counterpart: candidate.py's
 # accounting.AtenCompute).
