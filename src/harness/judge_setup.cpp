@@ -11,20 +11,6 @@
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
 
-namespace {
-
-// A size variant's judge gets a secret of its own, derived from the run's: with the run's own, a
-// variant's trial t had the seed of the main judge's trial t, whose inputs the candidate was shown
-// (at the main sizes: the same random stream, cut shorter).
-uint64_t variant_secret(uint64_t secret, const std::string& variant) {
-  uint64_t x = secret ^ (std::hash<std::string>{}(variant) * 0x9E3779B97F4A7C15ULL);
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;  // splitmix64's finalizer
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return (x ^ (x >> 31)) & ((uint64_t{1} << 62) - 1);
-}
-
-}  // namespace
-
 Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
   if (dev.judge || dev.judge_host) return {};  // (a variant served by another's process: setup_variants)
   std::string note;
@@ -84,7 +70,7 @@ Status Verifier::setup_device(DeviceState& dev) {
   int n_requested = dev.parent ? std::max(1, std::min(opts_.n_trials, opts_.multishape_trials)) : opts_.n_trials;
   Json req{{"op", "load_problem"},  {"problem_path", fs::absolute(problem_path_).string()},
            {"device", dev.name},    {"profile", opts_.profile},
-           {"secret_seed", dev.parent ? variant_secret(secret_seed_, dev.variant.name) : secret_seed_}, {"work_dir", dev.shared_dir.string()},
+           {"secret_seed", secret_seed_}, {"work_dir", dev.shared_dir.string()},
            {"n_trials", n_requested}, {"kernelbench_tolerance", opts_.kernelbench_tolerance}};
   if (dev.parent) {
     req["size_scale"] = dev.variant.size_scale;

@@ -194,7 +194,6 @@ void Verifier::check_shapes(Worker& w, DeviceState& dev, CandidateResult& r) {
       out.verdict = Verdict::crash;
       out.message = "the candidate's process ended after its timing, before its size variants ran (" +
                     w.describe_exit() + ")";
-      out.ran = true;
       results.push_back(std::move(out));
       continue;
     }

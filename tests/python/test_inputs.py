@@ -75,6 +75,17 @@ def test_trial_seeds_are_independent_and_the_recipe_reaches_the_candidate(tmp_pa
     assert inputs.combine(inputs.checksums(cand.make(seeds[0]))) == full["input_checksum"] == j.trials[0]["checksum"]
 
 
+def test_a_size_variants_seeds_are_not_the_main_trials(tmp_path):
+    # Same run secret: a size variant's trial t and construction get seeds of their own, not the
+    # main judge's, whose inputs the candidate was shown.
+    (tmp_path / "main").mkdir()
+    (tmp_path / "half").mkdir()
+    main, half = _judge(tmp_path / "main"), _judge(tmp_path / "half", size_scale=0.5)
+    seeds = [[j.make_inputs({"trial": t, "lazy": True})["seed"] for t in range(3)] for j in (main, half)]
+    assert not set(seeds[0]) & set(seeds[1]), seeds
+    assert main.construct_seed != half.construct_seed
+
+
 def test_inputs_made_otherwise_by_the_candidate_are_named(tmp_path):
     j = _judge(tmp_path)
     j.make_inputs({"trial": 0})

@@ -63,6 +63,7 @@ def split_init(init: Any) -> tuple:
 class Judge(TimedCalls, AcrossTrials, KernelChecks):
     def __init__(self, slot: str = "") -> None:
         self.slot = slot  # "" for a problem's own judge; a size variant's name in the variants' shared process
+        self.seed_label = ""  # derived seeds' label prefix (load_problem)
         self.loaded = False
         self.trials: Dict[int, Dict[str, Any]] = {}
         self.private_key = secrets.token_hex(32)  # see _private_int
@@ -101,7 +102,11 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
         if self.seed_scheme == "kernelbench":
             self.construct_seed, self.trial_base = secret, secret
         elif self.seed_scheme == "derived":
-            self.construct_seed, self.trial_base = derive_seed(secret, "construct"), secret
+            # A size variant's seeds have labels of their own: with the main judge's, a variant's
+            # trial t had the seed of main trial t, whose inputs the candidate was shown.
+            self.seed_label = ("" if msg.get("size_scale") is None and not msg.get("size_odd")
+                               else f"size {msg.get('size_scale')} odd {bool(msg.get('size_odd'))}:")
+            self.construct_seed, self.trial_base = derive_seed(secret, self.seed_label + "construct"), secret
         else:
             raise WorkerError("protocol", f"seed_scheme: expected derived or kernelbench, found {self.seed_scheme!r}")
         self.n_trials = int(msg.get("n_trials", DEFAULT_TRIALS))
@@ -221,7 +226,7 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
         if self.seed_scheme == "kernelbench":
             return kernelbench_trial_seeds(self.trial_base, max(trial + 1, self.n_trials))[trial]
         # One sha256 of the secret per trial: a candidate shown one trial's seed learns nothing of another's.
-        return derive_seed(self.trial_base, f"trial:{trial}")
+        return derive_seed(self.trial_base, f"{self.seed_label}trial:{trial}")
 
     def make_inputs(self, msg: dict) -> dict:
         """Declares a trial: its seed (for the candidate's process to make the same inputs) and
