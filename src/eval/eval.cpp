@@ -136,6 +136,9 @@ harness::VerifyOptions group_options(const EvalOptions& options, const RunStore&
   o.cache_path = (store.dir() / "verify-cache.sqlite").string();
   o.select = false;
   o.multishape = options.multishape;
+  // A problem's judges serve the next problem (each a process with its CUDA context made): ended
+  // at the end of run_eval.
+  o.reuse_judges = true;
   if (share) o.timing = false;
   return o;
 }
@@ -158,7 +161,7 @@ Status append_verify_call(const fs::path& run_dir, const std::string& problem, c
                           Json{{"problem", problem}, {"profile", profile}, {"samples", samples},
                                {"timing_shared", timing_shared}, {"at", utc_now()}, {"worker_start", r.worker_start},
                                {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use}, {"judge_ms", r.judge_ms},
-                               {"judges_started", r.judges_started}});
+                               {"judges_started", r.judges_started}, {"judges_reused", r.judges_reused}});
 }
 
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
@@ -327,6 +330,10 @@ std::vector<size_t> problem_start_order(const std::vector<size_t>& work, int pro
 }
 
 Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_source) {
+  // The judges the problems' verify calls kept for one another (group_options) end with the run.
+  struct EndKeptJudges {
+    ~EndKeptJudges() { harness::end_kept_judges(); }
+  } end_kept_judges;
   Progress progress(options.progress);
   if (options.profiles.empty()) return error(ErrorCode::invalid_argument, "eval: expected at least one verifier profile");
   if (options.problem_jobs > 1 && options.candidates.empty() && !options.endpoint) {

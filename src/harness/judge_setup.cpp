@@ -11,15 +11,31 @@
 namespace kernelllm::harness {
 namespace fs = std::filesystem;
 
+std::string Verifier::judge_pool_key(const DeviceState& dev) const {
+  return fmt::format("{}\n{}\n{}\n{}", py_.executable, package_dir_.string(), dev.name, dev.parent ? "variants" : "problem");
+}
+
 Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
   if (dev.judge || dev.judge_host) return {};  // (a variant served by another's process: setup_variants)
+  fs::path work_dir = run_dir_ / fmt::format("judge-{}", dev.tag());
+  if (opts_.reuse_judges && zygote_ && !by_exec) {
+    // One an earlier call released (greeted, its CUDA context made): no start at all.
+    if (std::unique_ptr<Worker> kept = JudgePool::shared().take(judge_pool_key(dev))) {
+      kept->proc.set_cancel(opts_.cancel);
+      dev.judge = std::move(kept);
+      ++judges_reused_;
+      return {};
+    }
+    // A judge that may be kept works in the pool's directory, which outlives this call's.
+    if (auto kept_dir = JudgePool::shared().work_dir(dev.tag()); kept_dir.ok()) work_dir = *kept_dir;
+  }
   std::string note;
   // A size variant's judge only compares (it times nothing): one hardware queue for its CUDA
   // context, which the driver then makes in ~0.08 s instead of ~0.2 s of the time it makes
   // contexts one at a time (16 at once on an H200: 1.3-1.6 s against 3.6 s in all).
   std::vector<std::string> extra_env;
   if (dev.parent) extra_env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS=1");
-  auto judge = spawn_worker("judge", py_, package_dir_, run_dir_ / fmt::format("judge-{}", dev.tag()), {}, dev.name, nullptr,
+  auto judge = spawn_worker("judge", py_, package_dir_, work_dir, {}, dev.name, nullptr,
                             std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2),
                             by_exec ? nullptr : zygote_.get(), &note, extra_env);
   note_exec_start(note);
@@ -28,6 +44,30 @@ Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
   dev.judge->proc.set_cancel(opts_.cancel);
   ++judges_started_;
   return {};
+}
+
+void Verifier::end_or_keep_judge(DeviceState& dev) {
+  if (!dev.judge) return;
+  std::unique_ptr<Worker> judge = std::move(dev.judge);
+  // Every device it served must be healthy: a lost slot's process, or one whose GPU was taken out
+  // of use, is ended.
+  bool healthy = dev.healthy && dev.root().healthy;
+  for (auto& v : dev.root().variants) {
+    if (&v->judge_owner() == &dev && !v->healthy) healthy = false;
+  }
+  if (opts_.reuse_judges && healthy && judge->started_by == "zygote" && judge->proc.running() &&
+      !judge->hello.is_null()) {
+    // (No hold of the GPU: what the release frees, the process's exit freed before, without one.)
+    std::lock_guard lock(dev.judge_mu);
+    Reply r = judge->request(Json{{"op", "release"}}, 30);
+    if (r.ok() && r.message.value("reusable", false) == true) {
+      JudgePool::shared().put(judge_pool_key(dev), std::move(judge));
+      return;
+    }
+    const std::string why = r.ok() ? r.message.value("why", std::string("(no reason given)")) : r.error_kind() + ": " + r.error_message();
+    warn(fmt::format("the judge on {} was ended, not kept for the next problem: {}", dev.name, why.substr(0, 400)));
+  }
+  JudgePool::shared().end(std::move(judge));
 }
 
 Status Verifier::start_judge(DeviceState& dev) {

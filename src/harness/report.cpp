@@ -122,6 +122,7 @@ Json VerifyReport::to_json() const {
   j["gpu_use"] = gpu_use;
   j["judge_ms"] = judge_ms;
   j["judges_started"] = judges_started;
+  j["judges_reused"] = judges_reused;
   return j;
 }
 

@@ -22,6 +22,7 @@
 #include "kernelllm/harness/sandbox.h"
 #include "kernelllm/harness/verify.h"
 #include "gpu_lock.h"
+#include "judge_pool.h"
 #include "workers.h"
 #include "zygote.h"
 
@@ -395,6 +396,12 @@ class Verifier {
   // started by exec. On the thread that is to outlive the judge.
   Status start_judge(DeviceState& dev);
   void note_exec_start(const std::string& why);  // keeps the first reason a worker started by exec
+  // With reuse_judges: the pool's key for dev's judge (the interpreter, the package, the device,
+  // and whether it serves size variants: their process has other settings).
+  std::string judge_pool_key(const DeviceState& dev) const;
+  // At the end of a call: dev's judge released into the pool when it may be kept (reuse_judges,
+  // forked, every device it served healthy, its release reusable), else ended.
+  void end_or_keep_judge(DeviceState& dev);
   static constexpr double kZygoteStartS = 180;   // its imports, on a loaded host
   void setup_variants(DeviceState& dev);
   // The variant judges start and load the problem on a thread of their own, started by the first
@@ -447,6 +454,7 @@ class Verifier {
   std::vector<std::thread> threads_;
   std::atomic<uint64_t> worker_seq_{0};
   std::atomic<int> judges_started_{0};  // report_.judges_started
+  std::atomic<int> judges_reused_{0};   // report_.judges_reused
   int jobs_ = 1;
   std::vector<std::unique_ptr<Worker>> prewarmed_;  // per worker thread, started during setup
   std::mutex warn_mu_;

@@ -610,21 +610,12 @@ Result<VerifyReport> Verifier::close_feed() {
     select();
     report_.timeline_ms["selection"] = ms_from_start();
   }
+  // Each judge ended, or released into the pool for the next call (reuse_judges).
   for (auto& dev : devices_) {
-    for (auto& v : dev->variants) {
-      // A variant judge that was never used may still be importing torch: no exit request.
-      if (dev->variants_ready && v->judge && v->judge->proc.running()) v->judge->request(Json{{"op", "exit"}}, 5);
-      if (v->judge) v->judge->proc.kill_tree();
-    }
+    for (auto& v : dev->variants) end_or_keep_judge(*v);
   }
   release_variants();  // the thread that started the variant judges, kept until they are gone
-  for (auto& dev : devices_) {
-    if (dev->judge && dev->judge->proc.running()) {
-      dev->judge->request(Json{{"op", "exit"}}, 5);
-      dev->judge->proc.wait(deadline_in(5));
-      dev->judge->proc.kill_tree();
-    }
-  }
+  for (auto& dev : devices_) end_or_keep_judge(*dev);
   devices_.clear();
   int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));
@@ -639,7 +630,14 @@ Result<VerifyReport> Verifier::close_feed() {
   report_.gpu_use = gpu_use_.to_json();
   report_.judge_ms = judge_ops_.to_json();
   report_.judges_started = judges_started_.load();
+  report_.judges_reused = judges_reused_.load();
   return std::move(report_);
+}
+
+int end_kept_judges() {
+  const int n = static_cast<int>(JudgePool::shared().idle());
+  JudgePool::shared().clear();
+  return n;
 }
 
 VerifierPrewarm::VerifierPrewarm(const VerifyOptions& options) {

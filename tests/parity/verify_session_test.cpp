@@ -113,6 +113,49 @@ TEST(VerifyZygote, AForkedJudgeThatDoesNotGreetIsForkedAgainThenStartedByExec) {
   fs::remove_all(dir);
 }
 
+TEST(VerifyJudgePool, AReleasedJudgeServesTheNextCallUnlessItsProblemChangedTorch) {
+  // reuse_judges (an eval's problems): a call's judge, released at its end, serves the next call
+  // with the same verdicts; a problem that sets torch up otherwise at import gets its judge ended
+  // (a warning names the change), and the call after it starts a fresh one.
+  const auto [dir, problem, good, bad] = case_files("kernelllm-judge-pool");
+  harness::VerifyOptions o = quick_options();
+  o.reuse_judges = true;
+  EXPECT_EQ(harness::end_kept_judges(), 0);
+  auto first = harness::verify(problem.string(), {good.string()}, o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->judges_started, 1);
+  EXPECT_EQ(first->judges_reused, 0);
+  auto second = harness::verify(problem.string(), {bad.string(), good.string()}, o);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(second->judges_started, 0);
+  EXPECT_EQ(second->judges_reused, 1);
+  ASSERT_EQ(second->candidates.size(), 2u);
+  EXPECT_EQ(second->candidates[0].verdict, Verdict::wrong_output);
+  EXPECT_EQ(second->candidates[1].verdict, Verdict::correct);
+  const fs::path sloppy = dir / "sloppy.py";
+  {
+    std::ifstream in(problem);
+    std::ofstream out(sloppy);
+    out << in.rdbuf() << "\ntorch.backends.cuda.matmul.allow_tf32 = True\n";
+  }
+  auto third = harness::verify(sloppy.string(), {good.string()}, o);
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(third->judges_reused, 1);
+  std::string warned;
+  for (const std::string& w : third->warnings) warned += w + "\n";
+  EXPECT_NE(warned.find("not kept for the next problem: "), std::string::npos) << warned;
+  EXPECT_NE(warned.find("matmul_tf32: False -> True"), std::string::npos) << warned;
+  auto fourth = harness::verify(problem.string(), {good.string()}, o);
+  ASSERT_TRUE(fourth.ok()) << fourth.status().to_string();
+  EXPECT_EQ(fourth->judges_started, 1);
+  EXPECT_EQ(fourth->judges_reused, 0);
+  ASSERT_EQ(fourth->candidates.size(), 1u);
+  EXPECT_EQ(fourth->candidates[0].verdict, Verdict::correct);
+  EXPECT_EQ(harness::end_kept_judges(), 1);
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+  fs::remove_all(dir);
+}
+
 TEST(VerifyZygote, AWorkerWhoseIntermediateParentExitedBeforeItRanIsStillForked) {
   // The zygote forks B, B forks the worker C and exits at once. C waits for B's exit to have made
   // it the orchestrator's child; it used to read B's pid with os.getppid() when it first ran, which

@@ -224,6 +224,18 @@ def test_shards_merged_equal_the_unsharded_run(cli, full_run, problem_set):
     assert again.returncode == 1 and "already holds a run store" in again.stderr
 
 
+def test_a_problems_judges_serve_the_next_problems(full_run):
+    # One verify call after another in one eval process: the first starts its judges, each later
+    # one takes the judges an earlier call released (VerifyOptions::reuse_judges), and the verdicts
+    # stay the labels' (test_verdicts_match_the_labels on the same run).
+    calls = [json.loads(line) for line in (full_run["out"] / "verify-calls.jsonl").read_text().splitlines()]
+    assert len(calls) == len(MIX) * len(PROFILES)
+    assert calls[0]["judges_started"] >= 1 and calls[0]["judges_reused"] == 0, calls[0]
+    assert all(c["judges_started"] == 0 and c["judges_reused"] >= 1 for c in calls[1:]), \
+        [(c["problem"], c["judges_started"], c["judges_reused"]) for c in calls]
+    assert "not kept for the next problem" not in full_run["stderr"]
+
+
 def test_problems_verified_at_once_give_the_same_report(cli, full_run, problem_set, tmp_path):
     # --problem-jobs 3: the three problems' verify calls run at once in one process (each with its
     # own judges; one ending reaps orphans while the others' workers run). Same report bytes as the

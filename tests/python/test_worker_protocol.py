@@ -73,6 +73,46 @@ def test_one_judge_process_serves_each_size_variant_in_its_own_slot(tmp_path):
         w.close()
 
 
+def test_a_released_judge_serves_another_problem_and_one_that_changed_torch_is_retired(tmp_path):
+    # The orchestrator's judge pool (JudgePool): `release` drops every slot; the process then loads
+    # another problem as a fresh one would, unless a problem left torch otherwise than it greeted.
+    w = wh.Worker("judge")
+    try:
+        def load(problem, slot=""):
+            d = tmp_path / f"{Path(problem).stem}-{slot or 'main'}"
+            d.mkdir(exist_ok=True)
+            r = w.request("load_problem", slot=slot, problem_path=str(problem), device="cpu", profile="strict",
+                          secret_seed=7, work_dir=str(d))
+            assert r["ok"], r
+            return r
+
+        first = load(CASES / "problems" / "add.py")
+        load(CASES / "problems" / "add.py", slot="half")
+        assert w.request("make_inputs", trial=0)["ok"]
+        out = w.request("release")
+        assert out["ok"] and out["reusable"] is True and out["why"] == "", out
+        gone = w.request("make_inputs", slot="half", trial=0)  # every slot went with the release
+        assert gone["error"]["kind"] == "protocol" and "load_problem must come first" in gone["error"]["message"]
+        second = load(CASES / "problems" / "relu.py")  # another problem in the default slot
+        assert second["input_specs"] != first["input_specs"]
+        again = load(CASES / "problems" / "add.py", slot="half")  # and a slot freed by the release
+        assert again["ok"]
+        assert w.request("release")["reusable"] is True
+        # A problem that sets torch up otherwise at import: the next problem's reference would be
+        # made under its settings, so the process is not to be reused (the reasons are named).
+        for n, (change, named) in enumerate((("torch.backends.cuda.matmul.allow_tf32 = True", "matmul_tf32"),
+                                             ("torch.set_default_dtype(torch.float64)", "default_dtype"),
+                                             ("torch.nn.ReLU.forward = lambda self, x: x", "torch.nn.ReLU.forward"),
+                                             ("torch.relu = torch.abs", "torch.relu was replaced"))):
+            sloppy = tmp_path / f"sloppy{n}.py"
+            sloppy.write_text((CASES / "problems" / "relu.py").read_text() + f"\n{change}\n")
+            load(sloppy)
+            retired = w.request("release")
+            assert retired["ok"] and retired["reusable"] is False and named in retired["why"], retired
+    finally:
+        w.close()
+
+
 def test_values_round_trip_and_refuse_objects(tmp_path):
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     value = {"args": [3, 0.5, float("nan"), float("-inf"), True, None, "s", (1, 2), x], "kwargs": {"k": [x]}}

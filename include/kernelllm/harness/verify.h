@@ -64,6 +64,10 @@ struct VerifyOptions {
   // the size globals changed (a judge per variant, a fresh candidate process per variant).
   bool multishape = true;
   int multishape_trials = 2;
+  // Keep this call's judge processes for the next calls of this process (an `eval` run's
+  // problems): each then starts from a judge another call released instead of a fresh process
+  // (docs/verification.md, "Judges across problems"). end_kept_judges() ends the ones kept.
+  bool reuse_judges = false;
   double start_timeout_s = 180;    // worker start (torch import) until hello
   double load_timeout_s = 120;     // import + construct ModelNew (includes Triton JIT at first run? no: run)
   double run_timeout_min_s = 30;   // per run: max(this, factor × reference forward time)
@@ -234,8 +238,14 @@ struct VerifyReport {
   // per size variant once a candidate matched its first trial; a judge that did not greet and was
   // started again counts again.
   int judges_started = 0;
+  // Judge processes it took from earlier calls instead (VerifyOptions::reuse_judges).
+  int judges_reused = 0;
   Json to_json() const;
 };
+
+// Ends the judge processes that calls with VerifyOptions::reuse_judges kept for later ones (each
+// holds a CUDA context and its memory); returns how many.
+int end_kept_judges();
 
 Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,
                             const VerifyOptions& options);

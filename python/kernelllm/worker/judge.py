@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import accounting, compare, inputs, protocol, rules
+from . import accounting, compare, inputs, judge_reuse, protocol, rules
 from .judge_history import AcrossTrials, as_list as _as_list
 from .judge_kernels import KernelChecks
 from .judge_timing import KEPT_BLOCK_FIRST, KEPT_BLOCK_MOST, Blocks, TimedCalls, release_cached as _release_cached
@@ -750,6 +750,11 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
             self._full(trial, timing)
         return self.trials[trial]["fp"]
 
+    def close(self) -> None:
+        """Gives back the output and input regions this slot holds (release: its process goes on)."""
+        for name in ("own", "shared", "given", "own_given"):
+            self._release(name)
+
     def _need_problem(self) -> None:
         if not self.loaded:
             raise WorkerError("protocol", "load_problem must come first")
@@ -785,7 +790,7 @@ def main() -> int:
     hello = {"pid": os.getpid(), "python": sys.version.split()[0], "torch": torch.__version__,
              "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
              "started": time.time()}
-    return protocol.serve(slot_handlers(), hello)
+    return protocol.serve(slot_handlers(judge_reuse.ProcessState()), hello)
 
 
 OPS = ("load_problem", "make_inputs", "declare_trials", "compare", "time_prepare", "time_load", "time_call",
@@ -794,11 +799,22 @@ OPS = ("load_problem", "make_inputs", "declare_trials", "compare", "time_prepare
 MAX_SLOTS = 4  # size variants' slots in one process, beside the default slot "" (a problem's own judge)
 
 
-def slot_handlers() -> Dict[str, Any]:
+def slot_handlers(state: Optional[judge_reuse.ProcessState] = None) -> Dict[str, Any]:
     """Each request goes to the Judge of its `slot` (default ""): one process serves a problem
     ("" only) or all of its size variants (one slot each, made by its load_problem), so that they
-    share one CUDA context."""
+    share one CUDA context. `release` drops every slot (the process then serves another problem,
+    from load_problem on) and says whether the process is as it greeted (`state`, judge_reuse.py):
+    the orchestrator ends it when not."""
     judges: Dict[str, Judge] = {"": Judge()}
+
+    def release(msg: dict) -> dict:
+        for j in judges.values():
+            j.close()
+        judges.clear()
+        judges[""] = Judge()
+        if state is None:
+            return {"reusable": False, "why": "no snapshot of the process to compare with"}
+        return judge_reuse.released(state)
 
     def judge_for(msg: dict, op: str) -> Judge:
         slot = msg.get("slot", "")
@@ -816,7 +832,7 @@ def slot_handlers() -> Dict[str, Any]:
     def handler(op: str) -> Any:
         return lambda msg: getattr(judge_for(msg, op), op)(msg)
 
-    return {op: handler(op) for op in OPS}
+    return dict({op: handler(op) for op in OPS}, release=release)
 
 
 if __name__ == "__main__":
