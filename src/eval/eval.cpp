@@ -161,7 +161,8 @@ Status append_verify_call(const fs::path& run_dir, const std::string& problem, c
                           Json{{"problem", problem}, {"profile", profile}, {"samples", samples},
                                {"timing_shared", timing_shared}, {"at", utc_now()}, {"worker_start", r.worker_start},
                                {"timeline_ms", r.timeline_ms}, {"gpu_use", r.gpu_use}, {"judge_ms", r.judge_ms},
-                               {"judges_started", r.judges_started}, {"judges_reused", r.judges_reused}});
+                               {"judges_started", r.judges_started}, {"judges_reused", r.judges_reused},
+                               {"warnings", r.warnings}});
 }
 
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
@@ -238,6 +239,7 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
     };
     auto report = ready && !share ? ready->verify(paths, o.on_result) : harness::verify(p.file.string(), paths, o);
     if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
+    for (const std::string& w : report->warnings) progress(fmt::format("{} [{}]: warning: {}", p.id, profile, w));
     std::lock_guard<std::mutex> lock(store_mu);
     *environment = report->environment;
     if (!commit_error.ok()) return commit_error;

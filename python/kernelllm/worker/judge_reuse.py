@@ -21,8 +21,8 @@ import torch
 # (nn.Linear.forward, Tensor.add). Entries added later (lazy imports) are not compared.
 WATCHED_EXTRA = ("builtins", "math", "operator", "numpy", "triton", "triton.language")
 CLASS_OWNERS = ("torch", "torch.nn", "torch.nn.functional")
-# GPU memory a released judge may still hold allocated (not cached): more is something of the
-# problem still alive.
+# GPU memory a released judge may hold allocated (not cached) beyond what it held at its greeting:
+# more is something of the problem still alive.
 MAX_LEFT_ALLOCATED = 64 << 20
 
 
@@ -105,6 +105,7 @@ class ProcessState:
         self.flags = _flags()
         self.objects = _objects()
         self.threads = {t.ident for t in threading.enumerate()}
+        self.allocated = torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
 
     def changes(self) -> List[str]:
         """What differs from the snapshot, in words (empty: nothing)."""
@@ -134,10 +135,14 @@ def released(state: ProcessState) -> Dict[str, Any]:
     if torch.cuda.is_initialized():
         try:
             torch.cuda.synchronize()
+            try:  # cuBLAS's workspaces, kept per handle and stream once a GEMM ran
+                torch._C._cuda_clearCublasWorkspaces()
+            except AttributeError:
+                pass
             torch.cuda.empty_cache()
-            left = torch.cuda.memory_allocated()
+            left = torch.cuda.memory_allocated() - state.allocated
             if left > MAX_LEFT_ALLOCATED:
-                why.append(f"{left >> 20} MiB of GPU memory still allocated")
+                why.append(f"{left >> 20} MiB more GPU memory allocated than at the greeting")
         except RuntimeError as e:  # a sticky CUDA error: this context is done
             why.append(f"CUDA: {e}")
     return {"reusable": not why, "why": "; ".join(why)}
