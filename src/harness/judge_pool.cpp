@@ -85,15 +85,15 @@ Result<fs::path> JudgePool::work_dir(const std::string& tag) {
   return dir_ / fmt::format("judge-{}-{}", tag, made_++);
 }
 
+bool JudgePool::made(const fs::path& work_dir) const {
+  std::lock_guard lock(mu_);
+  return !dir_.empty() && work_dir.parent_path() == dir_;
+}
+
 void JudgePool::end(std::unique_ptr<Worker> judge) {
   if (!judge) return;
   end_judge(*judge);
-  fs::path base;
-  {
-    std::lock_guard lock(mu_);
-    base = dir_;
-  }
-  if (!base.empty() && judge->work_dir.parent_path() == base) {
+  if (made(judge->work_dir)) {
     std::error_code ec;
     fs::remove_all(judge->work_dir, ec);
   }

@@ -34,6 +34,9 @@ class JudgePool {
   // `tag`, in a directory of the pool's that outlives each verify call's run directory (named like
   // one, so that a later run removes it once this process is gone).
   Result<std::filesystem::path> work_dir(const std::string& tag);
+  // Whether `work_dir` is one work_dir() made (only such a judge may be kept: another's goes
+  // with its call's run directory).
+  bool made(const std::filesystem::path& work_dir) const;
   // Ends a judge; its work directory goes too when it is one of the pool's.
   void end(std::unique_ptr<Worker> judge);
   static constexpr size_t kMaxIdle = 16;

@@ -56,7 +56,7 @@ void Verifier::end_or_keep_judge(DeviceState& dev) {
     if (&v->judge_owner() == &dev && !v->healthy) healthy = false;
   }
   if (opts_.reuse_judges && healthy && judge->started_by == "zygote" && judge->proc.running() &&
-      !judge->hello.is_null()) {
+      !judge->hello.is_null() && JudgePool::shared().made(judge->work_dir)) {
     // (No hold of the GPU: what the release frees, the process's exit freed before, without one.)
     std::lock_guard lock(dev.judge_mu);
     Reply r = judge->request(Json{{"op", "release"}}, 30);

@@ -610,12 +610,27 @@ Result<VerifyReport> Verifier::close_feed() {
     select();
     report_.timeline_ms["selection"] = ms_from_start();
   }
+  // The variants' judges may still be starting or loading the problem on their own thread (a
+  // candidate matched its first trial, then failed): stopped so that the thread ends at its next
+  // wait, then that thread joined before any judge is touched here.
+  bool variants_loaded = false;
+  {
+    std::lock_guard lock(variants_mu_);
+    variants_loaded = variants_loaded_;
+  }
+  if (!variants_loaded) {
+    for (auto& dev : devices_) {
+      for (auto& v : dev->variants) {
+        if (v->judge) v->judge->proc.kill_tree();
+      }
+    }
+  }
+  release_variants();
   // Each judge ended, or released into the pool for the next call (reuse_judges).
   for (auto& dev : devices_) {
     for (auto& v : dev->variants) end_or_keep_judge(*v);
+    end_or_keep_judge(*dev);
   }
-  release_variants();  // the thread that started the variant judges, kept until they are gone
-  for (auto& dev : devices_) end_or_keep_judge(*dev);
   devices_.clear();
   int orphans = reap_orphans();
   if (orphans > 0) report_.warnings.push_back(fmt::format("killed {} orphaned worker process(es)", orphans));

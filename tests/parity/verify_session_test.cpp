@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,41 @@ TEST(VerifyJudgePool, AReleasedJudgeServesTheNextCallUnlessItsProblemChangedTorc
   ASSERT_EQ(fourth->candidates.size(), 1u);
   EXPECT_EQ(fourth->candidates[0].verdict, Verdict::correct);
   EXPECT_EQ(harness::end_kept_judges(), 1);
+  EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
+  fs::remove_all(dir);
+}
+
+TEST(VerifyJudgePool, ACallThatEndsWhileItsVariantJudgesStartEndsCleanly) {
+  // A candidate right on its first trial starts the size variants' judges (on a thread of their
+  // own), then fails a later trial: the call ends while they may still be starting. The end of
+  // the call must wait for that thread before it ends (or keeps) any judge (red team: a segfault
+  // in start_judge, 6 times in 6, when the judges were taken first).
+  const auto [dir, problem, good, bad] = case_files("kernelllm-variants-midway");
+  const fs::path late = dir / "late.py";
+  {
+    std::ifstream in(good);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string src = text.str();
+    const std::string forward = "    def forward(self, ";
+    ASSERT_NE(src.find(forward), std::string::npos) << src;
+    src += "\n_calls = [0]\n_forward = ModelNew.forward\n\n\ndef _later_wrong(self, *args):\n"
+           "    _calls[0] += 1\n    out = _forward(self, *args)\n    return out * 1.5 if _calls[0] > 2 else out\n\n\n"
+           "ModelNew.forward = _later_wrong\n";
+    std::ofstream(late) << src;
+  }
+  for (bool reuse : {false, true}) {
+    harness::VerifyOptions o = quick_options();
+    o.multishape = true;
+    o.reuse_judges = reuse;
+    for (int k = 0; k < 2; ++k) {
+      auto rep = harness::verify(problem.string(), {late.string()}, o);
+      ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+      ASSERT_EQ(rep->candidates.size(), 1u);
+      EXPECT_EQ(rep->candidates[0].verdict, Verdict::wrong_output) << rep->candidates[0].message;
+    }
+  }
+  harness::end_kept_judges();
   EXPECT_TRUE(no_children_within(10)) << "left running: " << live_children().size();
   fs::remove_all(dir);
 }

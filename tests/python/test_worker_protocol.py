@@ -98,12 +98,43 @@ def test_a_released_judge_serves_another_problem_and_one_that_changed_torch_is_r
         again = load(CASES / "problems" / "add.py", slot="half")  # and a slot freed by the release
         assert again["ok"]
         assert w.request("release")["reusable"] is True
+        # What can be put back exactly is put back: the random generators (a problem drawing from
+        # NumPy's at set-up gets what a fresh judge gets), warnings filters, NumPy's error handling,
+        # the working directory (red team: each changed the next problem's verdict or stopped it).
+        drawn = tmp_path / "drawn.py"
+        drawn.write_text("import os, random, warnings\nimport numpy, torch\n"
+                         "class Model(torch.nn.Module):\n    def __init__(self, a, b):\n        super().__init__()\n"
+                         "        self.s = a + b\n    def forward(self, x):\n        return torch.relu(x) * self.s\n"
+                         "def get_inputs():\n    return [torch.randn(4, 8)]\n"
+                         "def get_init_inputs():\n    return [float(numpy.random.rand()), random.random()]\n"
+                         "warnings.simplefilter('error')\nnumpy.seterr(all='raise')\nos.chdir('/')\n")
+        # (A judge forked from the zygote starts from the zygote's generators, as its candidates do;
+        # these test judges start by exec, each from its own: compared within one process here.)
+        want = load(drawn)["init"]
+        assert w.request("make_inputs", trial=0)["ok"]  # (seeds NumPy and random from the trial's seed)
+        assert w.request("release")["reusable"] is True
+        assert load(drawn)["init"] == want
+        assert w.request("release")["reusable"] is True
+        implicit = tmp_path / "implicit_dim.py"  # a UserWarning at every forward: an error under the filter above
+        implicit.write_text((CASES / "problems" / "softmax.py").read_text().replace("torch.softmax(x, dim=1)",
+                                                                                   "torch.nn.functional.softmax(x)"))
+        assert "functional.softmax(x)" in implicit.read_text()
+        load(implicit)
+        assert w.request("make_inputs", trial=0)["ok"]
+        assert w.request("release")["reusable"] is True
         # A problem that sets torch up otherwise at import: the next problem's reference would be
         # made under its settings, so the process is not to be reused (the reasons are named).
         for n, (change, named) in enumerate((("torch.backends.cuda.matmul.allow_tf32 = True", "matmul_tf32"),
                                              ("torch.set_default_dtype(torch.float64)", "default_dtype"),
-                                             ("torch.nn.ReLU.forward = lambda self, x: x", "torch.nn.ReLU.forward"),
-                                             ("torch.relu = torch.abs", "torch.relu was replaced"))):
+                                             ("torch.nn.ReLU.forward = lambda self, x: x", "ReLU.forward was replaced"),
+                                             ("torch.relu = torch.abs", "torch.relu was replaced"),
+                                             ("torch.Tensor.__matmul__ = lambda a, b: a", "Tensor gained ['__matmul__']"),
+                                             ("torch.nn.modules.conv._ConvNd.reset_parameters = lambda self: None",
+                                              "conv._ConvNd.reset_parameters was replaced"),
+                                             ("torch.backends.mkldnn.enabled = False", "mkldnn_enabled"),
+                                             ("torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o)",
+                                              "module_global_hooks"),
+                                             ("import os; os.environ['KLLM_TEST_SLOPPY'] = '1'", "KLLM_TEST_SLOPPY"))):
             sloppy = tmp_path / f"sloppy{n}.py"
             sloppy.write_text((CASES / "problems" / "relu.py").read_text() + f"\n{change}\n")
             load(sloppy)

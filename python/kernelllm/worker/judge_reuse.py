@@ -2,73 +2,93 @@
 judge pool, docs/verification.md "Judges across problems"): a fresh process costs a fork, a CUDA
 context the driver makes one at a time, and the first use of every kernel, while a process that
 served a problem holds nothing of it once released. A problem's own code runs in the judge,
-though, and it could leave torch set up otherwise for the next one (TF32 allowed, a default
-dtype, a function replaced): a reference made under another problem's settings could change a
-verdict. So the process is snapshotted at its greeting and compared at each release; any change
-retires it (the orchestrator ends it and starts a fresh one). Trusted: no candidate code runs here.
+though, and it could leave the process set up otherwise for the next one (TF32 allowed, a default
+dtype, a function replaced, a warnings filter): a reference made under another problem's settings
+could change a verdict. So the process is snapshotted at its greeting; at each release what can be
+put back exactly is put back (random generators, warnings filters, NumPy's error handling, the
+working directory), and everything else is compared: any change retires the process (the
+orchestrator ends it and starts a fresh one). Trusted: no candidate code runs here.
 """
 from __future__ import annotations
 
 import gc
+import os
+import random
 import sys
 import threading
+import warnings
 from typing import Any, Dict, List, Tuple
 
+import numpy
 import torch
 
-# Modules whose functions and classes a problem could replace for the next one; with every
-# class they name from torch, torch.nn and torch.nn.functional, the methods of those classes
-# (nn.Linear.forward, Tensor.add). Entries added later (lazy imports) are not compared.
+# Modules whose functions a problem could replace for the next one (torch's every module besides).
 WATCHED_EXTRA = ("builtins", "math", "operator", "numpy", "triton", "triton.language")
-CLASS_OWNERS = ("torch", "torch.nn", "torch.nn.functional")
 # GPU memory a released judge may hold allocated (not cached) beyond what it held at its greeting:
 # more is something of the problem still alive.
 MAX_LEFT_ALLOCATED = 64 << 20
+DESCRIPTORS = (staticmethod, classmethod, property)
 
 
 def _watched(name: str) -> bool:
     return name == "torch" or name.startswith("torch.") or name in WATCHED_EXTRA
 
 
+def _read(f: Dict[str, Any], name: str, read: Any) -> None:
+    try:
+        f[name] = read()
+    except Exception as e:  # not in this torch, or not readable now: compared as what it says
+        f[name] = f"unreadable: {type(e).__name__}"
+
+
 def _flags() -> Dict[str, Any]:
     """The process-wide settings a reference's values or a judge's requests depend on."""
-    f: Dict[str, Any] = {
-        "default_dtype": str(torch.get_default_dtype()),
-        "num_threads": torch.get_num_threads(),
-        "grad_enabled": torch.is_grad_enabled(),
-        "inference_mode": torch.is_inference_mode_enabled(),
-        "deterministic": torch.are_deterministic_algorithms_enabled(),
-        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "anomaly": torch.is_anomaly_enabled(),
-        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "matmul_fp16_reduced": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-        "matmul_bf16_reduced": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-        "cudnn_enabled": torch.backends.cudnn.enabled,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "cudnn_deterministic": torch.backends.cudnn.deterministic,
-        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-        "flash_sdp": torch.backends.cuda.flash_sdp_enabled(),
-        "mem_efficient_sdp": torch.backends.cuda.mem_efficient_sdp_enabled(),
-        "math_sdp": torch.backends.cuda.math_sdp_enabled(),
-        "sys_path": list(sys.path),
-    }
-    for name, read in (("default_device", lambda: str(torch.get_default_device())),
-                       ("function_modes", lambda: torch._C._len_torch_function_stack()),
-                       ("dispatch_modes", lambda: torch._C._len_torch_dispatch_mode(None))):
-        try:
-            f[name] = read()
-        except Exception as e:  # not in this torch: compared as what it says
-            f[name] = f"unreadable: {type(e).__name__}"
+    f: Dict[str, Any] = {}
+    cuda, sdp = torch.backends.cuda, torch.backends.cuda
+    for name, read in (
+            ("default_dtype", lambda: str(torch.get_default_dtype())),
+            ("default_device", lambda: str(torch.get_default_device())),
+            ("num_threads", torch.get_num_threads),
+            ("grad_enabled", torch.is_grad_enabled),
+            ("inference_mode", torch.is_inference_mode_enabled),
+            ("deterministic", torch.are_deterministic_algorithms_enabled),
+            ("deterministic_warn_only", torch.is_deterministic_algorithms_warn_only_enabled),
+            ("float32_matmul_precision", torch.get_float32_matmul_precision),
+            ("anomaly", torch.is_anomaly_enabled),
+            ("matmul_tf32", lambda: cuda.matmul.allow_tf32),
+            ("matmul_fp16_reduced", lambda: cuda.matmul.allow_fp16_reduced_precision_reduction),
+            ("matmul_bf16_reduced", lambda: cuda.matmul.allow_bf16_reduced_precision_reduction),
+            ("matmul_fp16_accumulation", lambda: cuda.matmul.allow_fp16_accumulation),
+            ("cudnn_enabled", lambda: torch.backends.cudnn.enabled),
+            ("cudnn_benchmark", lambda: torch.backends.cudnn.benchmark),
+            ("cudnn_deterministic", lambda: torch.backends.cudnn.deterministic),
+            ("cudnn_tf32", lambda: torch.backends.cudnn.allow_tf32),
+            ("mkldnn_enabled", lambda: torch.backends.mkldnn.enabled),
+            ("opt_einsum", lambda: torch.backends.opt_einsum.enabled),
+            ("flash_sdp", sdp.flash_sdp_enabled),
+            ("mem_efficient_sdp", sdp.mem_efficient_sdp_enabled),
+            ("math_sdp", sdp.math_sdp_enabled),
+            ("cudnn_sdp", sdp.cudnn_sdp_enabled),
+            ("math_sdp_reduced", sdp.fp16_bf16_reduction_math_sdp_allowed),
+            ("function_modes", lambda: torch._C._len_torch_function_stack()),
+            ("dispatch_modes", lambda: torch._C._len_torch_dispatch_mode(None)),
+            ("module_global_hooks", lambda: {k: len(v) for k, v in vars(torch.nn.modules.module).items()
+                                             if k.startswith("_global_") and isinstance(v, dict)}),
+            ("sys_path", lambda: list(sys.path)),
+            ("environment", lambda: dict(os.environ))):
+        _read(f, name, read)
     if torch.cuda.is_initialized():
-        f["cuda_device"] = torch.cuda.current_device()
+        _read(f, "cuda_device", torch.cuda.current_device)
     return f
 
 
-def _objects() -> Dict[Tuple[str, ...], Any]:
-    """Every callable (and class attribute) of the watched modules, kept by reference so that
-    a replaced one cannot come back with a reused id."""
+def _objects() -> Tuple[Dict[Tuple[str, ...], Any], Dict[Tuple[str, str], frozenset]]:
+    """Every function and class of the watched modules, and every method and descriptor of the
+    classes torch defines (each in its own module, private bases included), kept by reference so
+    that a replaced one cannot come back with a reused id; and each such class's method names, so
+    that one added over an inherited method (Tensor.__matmul__ lives on the C base) shows too."""
     out: Dict[Tuple[str, ...], Any] = {}
+    names: Dict[Tuple[str, str], frozenset] = {}
     for name, mod in list(sys.modules.items()):
         if mod is None or not _watched(name):
             continue
@@ -80,11 +100,12 @@ def _objects() -> Dict[Tuple[str, ...], Any]:
             if not callable(v):
                 continue
             out[(name, k)] = v
-            if isinstance(v, type) and name in CLASS_OWNERS and str(getattr(v, "__module__", "")).startswith("torch"):
-                for ck, cv in list(vars(v).items()):
-                    if callable(cv) or isinstance(cv, (staticmethod, classmethod, property)):
-                        out[(name, k, ck)] = cv
-    return out
+            if isinstance(v, type) and name.startswith("torch") and getattr(v, "__module__", None) == name:
+                methods = [(ck, cv) for ck, cv in list(vars(v).items()) if callable(cv) or isinstance(cv, DESCRIPTORS)]
+                for ck, cv in methods:
+                    out[(name, k, ck)] = cv
+                names[(name, k)] = frozenset(ck for ck, _ in methods)
+    return out, names
 
 
 def _member(key: Tuple[str, ...]) -> Any:
@@ -99,13 +120,35 @@ def _member(key: Tuple[str, ...]) -> Any:
 
 
 class ProcessState:
-    """The judge process as it greeted: compared after each problem it served."""
+    """The judge process as it greeted: put back or compared after each problem it served."""
 
     def __init__(self) -> None:
         self.flags = _flags()
-        self.objects = _objects()
+        self.objects, self.methods = _objects()
         self.threads = {t.ident for t in threading.enumerate()}
         self.allocated = torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
+        # Put back at each release (a fresh judge forked from the zygote starts from these).
+        self.random = random.getstate()
+        self.numpy_random = numpy.random.get_state()
+        self.numpy_err = numpy.geterr()
+        self.torch_random = torch.get_rng_state()
+        self.cuda_random = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.warning_filters = list(warnings.filters)
+        self.cwd = os.getcwd()
+
+    def restore(self) -> None:
+        random.setstate(self.random)
+        numpy.random.set_state(self.numpy_random)
+        numpy.seterr(**self.numpy_err)
+        torch.set_rng_state(self.torch_random)
+        if self.cuda_random is not None:
+            torch.cuda.set_rng_state_all(self.cuda_random)
+        warnings.filters[:] = self.warning_filters
+        for name in ("_filters_mutated", "_filters_mutated_lock_held"):  # the caches of earlier decisions
+            if callable(getattr(warnings, name, None)):
+                getattr(warnings, name)()
+                break
+        os.chdir(self.cwd)
 
     def changes(self) -> List[str]:
         """What differs from the snapshot, in words (empty: nothing)."""
@@ -113,24 +156,60 @@ class ProcessState:
         now = _flags()
         for k, v in self.flags.items():
             if now.get(k) != v:
-                found.append(f"{k}: {v!r} -> {now.get(k)!r}")
+                if k == "environment" and isinstance(now.get(k), dict) and isinstance(v, dict):
+                    keys = sorted(n for n in set(v) | set(now[k]) if v.get(n) != now[k].get(n))
+                    found.append(f"environment variables changed: {keys[:4]}")
+                else:
+                    found.append(f"{k}: {v!r} -> {now.get(k)!r}")
         for key, obj in self.objects.items():
             if _member(key) is not obj:
                 found.append(f"{'.'.join(key)} was replaced")
                 if len(found) >= 8:
-                    break
+                    return found
+        for (mod, cls), had in self.methods.items():
+            c = _member((mod, cls))
+            if not isinstance(c, type):
+                continue  # (the class itself replaced: named above)
+            added = [k for k, v in list(vars(c).items()) if k not in had and (callable(v) or isinstance(v, DESCRIPTORS))]
+            if added:
+                found.append(f"{mod}.{cls} gained {added[:3]}")
+                if len(found) >= 8:
+                    return found
         extra = [t.name for t in threading.enumerate() if t.ident not in self.threads]
         if extra:
             found.append(f"threads started since the greeting: {extra[:4]}")
         return found
 
 
+def _left_on_gpu(limit: int = 3) -> str:
+    """The largest GPU tensors still alive and what holds them, for the reason a judge is retired."""
+    found = []
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, torch.Tensor) and o.is_cuda:
+                found.append(o)
+        except Exception:
+            continue
+    found.sort(key=lambda t: -t.untyped_storage().nbytes())
+    parts = []
+    for t in found[:limit]:
+        holders = [type(r).__name__ for r in gc.get_referrers(t) if r is not found][:4]
+        parts.append(f"{tuple(t.shape)} {t.dtype} held by {holders}")
+    del found
+    return f"{'; '.join(parts)}" if parts else "no tensor object found"
+
+
 def released(state: ProcessState) -> Dict[str, Any]:
-    """After every slot's judge was dropped: the memory they held given back, then whether this
-    process can serve another problem as it served the first ({reusable, why})."""
+    """After every slot's judge was dropped: the memory they held given back and the process put
+    back as it greeted where it can be, then whether it can serve another problem as it served
+    the first ({reusable, why})."""
     for name in [n for n in sys.modules if n.startswith("kllm_problem_")]:
         del sys.modules[name]
     gc.collect()
+    try:
+        state.restore()
+    except Exception as e:
+        return {"reusable": False, "why": f"could not put the process back as it greeted: {type(e).__name__}: {e}"}
     why = state.changes()
     if torch.cuda.is_initialized():
         try:
@@ -142,7 +221,7 @@ def released(state: ProcessState) -> Dict[str, Any]:
             torch.cuda.empty_cache()
             left = torch.cuda.memory_allocated() - state.allocated
             if left > MAX_LEFT_ALLOCATED:
-                why.append(f"{left >> 20} MiB more GPU memory allocated than at the greeting")
+                why.append(f"{left >> 20} MiB more GPU memory allocated than at the greeting ({_left_on_gpu()})")
         except RuntimeError as e:  # a sticky CUDA error: this context is done
             why.append(f"CUDA: {e}")
     return {"reusable": not why, "why": "; ".join(why)}
