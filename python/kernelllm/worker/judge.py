@@ -15,6 +15,7 @@ import os
 import secrets
 import sys
 import time
+import weakref
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -808,13 +809,16 @@ def slot_handlers(state: Optional[judge_reuse.ProcessState] = None) -> Dict[str,
     judges: Dict[str, Judge] = {"": Judge()}
 
     def release(msg: dict) -> dict:
+        dropped = []
         for j in judges.values():
             j.close()
+            dropped.append(weakref.ref(j))
+        del j
         judges.clear()
         judges[""] = Judge()
         if state is None:
             return {"reusable": False, "why": "no snapshot of the process to compare with"}
-        return judge_reuse.released(state)
+        return judge_reuse.released(state, dropped)
 
     def judge_for(msg: dict, op: str) -> Judge:
         slot = msg.get("slot", "")

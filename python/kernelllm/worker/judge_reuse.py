@@ -17,7 +17,7 @@ import random
 import sys
 import threading
 import warnings
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy
 import torch
@@ -199,13 +199,25 @@ def _left_on_gpu(limit: int = 3) -> str:
     return f"{'; '.join(parts)}" if parts else "no tensor object found"
 
 
-def released(state: ProcessState) -> Dict[str, Any]:
-    """After every slot's judge was dropped: the memory they held given back and the process put
-    back as it greeted where it can be, then whether it can serve another problem as it served
-    the first ({reusable, why})."""
+def _holders(obj: Any) -> List[str]:
+    """What still refers to `obj` (two levels up), in words."""
+    out = []
+    for r in gc.get_referrers(obj)[:4]:
+        up = [f"{type(u).__name__}:{str(u)[:60]}" for u in gc.get_referrers(r)[:3]]
+        out.append(f"{type(r).__name__}:{str(r)[:80]}{'<' + ','.join(up) + '>' if up else ''}")
+    return out
+
+
+def released(state: ProcessState, dropped: Sequence[Any] = ()) -> Dict[str, Any]:
+    """After every slot's judge was dropped (`dropped`: weak references to them): the memory they
+    held given back and the process put back as it greeted where it can be, then whether it can
+    serve another problem as it served the first ({reusable, why})."""
     for name in [n for n in sys.modules if n.startswith("kllm_problem_")]:
         del sys.modules[name]
     gc.collect()
+    for ref in dropped:
+        if ref() is not None:
+            return {"reusable": False, "why": f"a dropped judge is still referenced by {_holders(ref())}"}
     try:
         state.restore()
     except Exception as e:
