@@ -1,5 +1,6 @@
-"""The trusted side: one process per problem x device, and one more for all of the problem's
-size variants, each a slot of its own (slot_handlers). Loads the problem file as its own
+"""The trusted side: one process per device for a problem, and one more for all of the problem's
+size variants, each a slot of its own (slot_handlers); released, a process serves the next problem
+(judge_reuse.py). Loads the problem file as its own
 module, derives the construct and trial seeds from the secret per-run seed (which never
 leaves this process, except under the opt-in exact KernelBench seed scheme), makes each
 trial's inputs, runs the reference (and an fp64 copy in the strict profile), compares
@@ -794,6 +795,16 @@ def main() -> int:
     return protocol.serve(slot_handlers(judge_reuse.ProcessState()), hello)
 
 
+def _close_all(judges: Dict[str, Judge]) -> List[Any]:
+    """Closes every slot's judge; weak references to them (a function of its own: no local name of
+    its caller's still holds the last one when the release checks that they are gone)."""
+    out = []
+    for j in judges.values():
+        j.close()
+        out.append(weakref.ref(j))
+    return out
+
+
 OPS = ("load_problem", "make_inputs", "declare_trials", "compare", "time_prepare", "time_load", "time_call",
        "time_region", "time_inputs_region", "time_give", "check_timed", "time_snapshot", "l2_flush", "ping", "forget",
        "audit_source", "kernel_check")
@@ -809,11 +820,7 @@ def slot_handlers(state: Optional[judge_reuse.ProcessState] = None) -> Dict[str,
     judges: Dict[str, Judge] = {"": Judge()}
 
     def release(msg: dict) -> dict:
-        dropped = []
-        for j in judges.values():
-            j.close()
-            dropped.append(weakref.ref(j))
-        del j
+        dropped = _close_all(judges)
         judges.clear()
         judges[""] = Judge()
         if state is None:
