@@ -262,6 +262,8 @@ Result<std::optional<size_t>> take_report(int round, Result<harness::VerifyRepor
   result.reference_timing = report->reference_timing;
   result.selection_reason = report->selection_reason;
   result.verify_timelines_ms.push_back(report->timeline_ms);
+  result.verify_judges_started += report->judges_started;
+  result.verify_judges_reused += report->judges_reused;
 
   std::optional<size_t> selected = report->selected;
   if (!selected) {
@@ -324,6 +326,16 @@ Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& 
       progress(e);
     };
   }
+  // Each round verifies the same problem: its verify call takes the judges the round before
+  // released. They end with this call unless the caller keeps them for its own next calls (the
+  // REPL sets verify.reuse_judges and ends them when it ends).
+  const bool keep_judges = o.verify.reuse_judges || o.rounds > 1;
+  struct EndKeptJudges {
+    bool on;
+    ~EndKeptJudges() {
+      if (on) harness::end_kept_judges();
+    }
+  } end_kept{keep_judges && !o.verify.reuse_judges};
   for (int round = 1; round <= o.rounds && !requests.empty(); ++round) {
     result.rounds_run = round;
     // The verifier gets ready (judges, the problem, workers) while the round's candidates are
@@ -333,6 +345,7 @@ Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& 
     for (const Request& r : requests) expected += r.samples.size();
     harness::VerifyOptions vo = o.verify;
     vo.select = true;
+    vo.reuse_judges = keep_judges;
     // Declared before the session: its workers call round_progress (which reads `handed`) until
     // the session is gone, also when generation fails midway.
     RoundCandidates handed{std::vector<OptimizeCandidate>(expected), 0};
@@ -433,6 +446,8 @@ Json OptimizeResult::to_json() const {
       {"verify_setup_overlap_ms", verify_setup_overlap_ms},
       {"verify_while_generating_ms", verify_while_generating_ms},
       {"verify_timelines_ms", verify_timelines_ms},
+      {"verify_judges_started", verify_judges_started},
+      {"verify_judges_reused", verify_judges_reused},
       {"tokens", generation.generated_tokens},
       {"tokens_per_s", generate_ms > 0 ? tokens * 1000.0 / generate_ms : 0.0},
       {"generation",

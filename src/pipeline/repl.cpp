@@ -487,6 +487,8 @@ class Repl {
     o.prompt_template = tmpl;
     o.work_dir = work_dir;
     o.verify = options_.verify;
+    // The judges of one module's verification serve the next module's (ended when the REPL ends).
+    o.verify.reuse_judges = true;
     // Sample 0 is printed as it is written: verdict lines of samples verified meanwhile would cut
     // into it, so the REPL verifies once every sample is written.
     o.verify_while_generating = false;
@@ -641,6 +643,10 @@ Status run_repl(CompletionSource& source, const ReplOptions& options, LineReader
   if (options.k < 1) return error(ErrorCode::invalid_argument, fmt::format("k: expected at least 1, found {}", options.k));
   if (Status s = validate(options.sampling); !s.ok()) return s;
   SigintGuard guard(options.handle_sigint);
+  // The judges the modules' verifications kept for one another end with the session.
+  struct EndKeptJudges {
+    ~EndKeptJudges() { harness::end_kept_judges(); }
+  } end_kept_judges;
   Repl repl(source, options, in, out);
   return repl.run();
 }

@@ -209,6 +209,10 @@ TEST_F(OptimizeTest, RefinementFeedsEachFailureBackAndStopsOnceCorrect) {
   EXPECT_NE(source.seeds[1], source.seeds[2]);
   EXPECT_EQ(read(work / "round2" / "sample0.prompt.txt"), fix_wrong);
   EXPECT_TRUE(r->failure_reasons.empty());
+  // Round 2 verified with the judge round 1 released (the same problem), ended with the call.
+  EXPECT_EQ(r->verify_judges_started, 1);
+  EXPECT_GE(r->verify_judges_reused, 1);
+  EXPECT_EQ(harness::end_kept_judges(), 0);
 }
 
 TEST_F(OptimizeTest, BadInputIsAnErrorBeforeAnythingRuns) {

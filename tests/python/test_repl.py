@@ -227,6 +227,39 @@ def test_cli_repl_on_a_terminal_takes_one_input_after_another(cli, tiny_model, t
     assert "nothing to save: no verified correct candidate yet (the last module had none)" in text
 
 
+def test_cli_repl_keeps_one_modules_judges_for_the_next(cli, tiny_model, tmp_path):
+    # Two modules in one session, each verified: the second's verification takes the judge the
+    # first released (harness::JudgePool) instead of starting one; the session's end ends it.
+    master, slave = pty.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[3] &= ~termios.ECHO
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    proc = subprocess.Popen(repl_cmd(cli, tiny_model, tmp_path, "-k", "1", "--verify-device", "cpu"), stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(slave)
+    try:
+        out = _Output(proc.stdout.fileno())
+        out.until(b">>> ", 60)
+        os.write(master, MODULE.encode() + b"\x04")
+        out.until(b"rule / message", 300)
+        out.until(b">>> ", 120)
+        os.write(master, MODULE.replace("3.0", "4.0").encode() + b"\x04")
+        out.until(b"rule / message", 300)
+        out.until(b">>> ", 120)
+        os.write(master, b":quit\n")
+        rest, _ = proc.communicate(timeout=120)
+        text = (out.buf + rest).decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert proc.returncode == 0, text
+    first = json.loads((tmp_path / "module-1" / "report.json").read_text())
+    second = json.loads((tmp_path / "module-2" / "report.json").read_text())
+    assert first["verify_judges_started"] >= 1 and first["verify_judges_reused"] == 0, first
+    assert second["verify_judges_started"] == 0 and second["verify_judges_reused"] >= 1, second
+
+
 def test_cli_repl_on_a_terminal_edits_lines_and_keeps_history(cli, tiny_model, tmp_path):
     if b"libedit" not in subprocess.run(["ldd", cli], capture_output=True).stdout:
         pytest.skip("this kernelllm was built without libedit")

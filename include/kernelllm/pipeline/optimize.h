@@ -156,6 +156,9 @@ struct OptimizeResult {
   // Each round's verifier timeline (VerifyReport::timeline_ms: set-up steps, candidates, total),
   // in ms from that round's set-up start.
   Json verify_timelines_ms = Json::array();
+  // Judge processes the rounds' verify calls started, and those they took from an earlier call
+  // (a round before, or the REPL's module before) instead: summed over rounds.
+  int verify_judges_started = 0, verify_judges_reused = 0;
   std::string sandbox;
   Json environment;
   std::optional<harness::TimingResult> reference_timing;
