@@ -122,6 +122,13 @@ def test_a_released_judge_serves_another_problem_and_one_that_changed_torch_is_r
         load(implicit)
         assert w.request("make_inputs", trial=0)["ok"]
         assert w.request("release")["reusable"] is True
+        # (Under that filter a fresh judge stops there: the reference's own error is the problem's.)
+        strict = tmp_path / "strict_warnings.py"
+        strict.write_text(implicit.read_text() + "\nimport warnings\nwarnings.simplefilter('error')\n")
+        load(strict)
+        raised = w.request("make_inputs", trial=0)
+        assert raised["error"]["kind"] == "problem_error" and "UserWarning" in raised["error"]["message"], raised
+        assert w.request("release")["reusable"] is True
         # A problem that sets torch up otherwise at import: the next problem's reference would be
         # made under its settings, so the process is not to be reused (the reasons are named).
         for n, (change, named) in enumerate((("torch.backends.cuda.matmul.allow_tf32 = True", "matmul_tf32"),

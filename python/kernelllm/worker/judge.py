@@ -250,7 +250,14 @@ class Judge(TimedCalls, AcrossTrials, KernelChecks):
             raise WorkerError("protocol", f"make_inputs: trial {trial} was declared with distribution {rec['distribution']!r}")
         reply = {"seed": rec["seed"], "distribution": dist, "probe": rec["probe"], "seed_index": trial}
         if not msg.get("lazy"):
-            reply.update(self._full(trial)["meta"])
+            try:
+                reply.update(self._full(trial)["meta"])
+            except WorkerError:
+                raise
+            except Exception as e:  # the problem's own forward on its own inputs: the problem's error
+                import traceback
+                raise WorkerError("problem_error", f"the reference on trial {trial}'s inputs: {type(e).__name__}: {e}",
+                                  traceback.format_exc()) from None
         return reply
 
     def declare_trials(self, msg: dict) -> dict:
