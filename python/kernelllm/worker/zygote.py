@@ -77,7 +77,7 @@ def _preload() -> Dict[str, Any]:
         from triton.runtime.jit import JITFunction  # noqa: F401
     except Exception as e:  # reported by the candidate's own hello, as without a zygote
         triton_error = f"{type(e).__name__}: {e}"
-    from . import accounting, compare, guard, inputs, judge_history, judge_kernels, judge_reuse, judge_timing, region, rules, timing  # noqa: F401
+    from . import accounting, compare, guard, inputs, judge_compare, judge_history, judge_kernels, judge_reuse, judge_timing, region, rules, timing  # noqa: F401
     from . import triton_warm
     import_s = time.perf_counter() - t0
     if torch.cuda.is_initialized():
