@@ -70,10 +70,17 @@ class Progress {
     std::lock_guard<std::mutex> lock(mu_);
     sink_(line);
   }
+  // `line` unless it was given before (a warning every problem's verify call repeats).
+  void once(const std::string& line) const {
+    if (!sink_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seen_.insert(line).second) sink_(line);
+  }
 
  private:
   std::function<void(const std::string&)> sink_;
   mutable std::mutex mu_;
+  mutable std::set<std::string> seen_;
 };
 
 struct Generator {
@@ -239,7 +246,7 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
     };
     auto report = ready && !share ? ready->verify(paths, o.on_result) : harness::verify(p.file.string(), paths, o);
     if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
-    for (const std::string& w : report->warnings) progress(fmt::format("{} [{}]: warning: {}", p.id, profile, w));
+    for (const std::string& w : report->warnings) progress.once("warning: " + w);
     std::lock_guard<std::mutex> lock(store_mu);
     *environment = report->environment;
     if (!commit_error.ok()) return commit_error;

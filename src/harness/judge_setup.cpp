@@ -65,7 +65,8 @@ void Verifier::end_or_keep_judge(DeviceState& dev) {
       return;
     }
     const std::string why = r.ok() ? r.message.value("why", std::string("(no reason given)")) : r.error_kind() + ": " + r.error_message();
-    warn(fmt::format("the judge on {} was ended, not kept for the next problem: {}", dev.name, why.substr(0, 400)));
+    warn(fmt::format("the judge on {} was ended after {}, not kept for the next problem: {}", dev.name,
+                     fs::path(problem_path_).filename().string(), why.substr(0, 400)));
   }
   JudgePool::shared().end(std::move(judge));
 }
