@@ -84,8 +84,7 @@ Status Verifier::start_judge(DeviceState& dev) {
     Status hello = await_hello(*dev.judge, opts_.start_timeout_s);
     if (hello.ok()) break;
     if (dev.judge->started_by != "zygote" || attempt == 2) return hello.with_context("judge on " + dev.name);
-    dev.judge->proc.kill_tree();
-    dev.judge.reset();
+    JudgePool::shared().end(std::move(dev.judge));  // (never greeted: killed, its directory removed)
     const std::string why = "a judge the zygote forked did not greet: " + hello.message().substr(0, 300);
     if (attempt == 0) warn(why + "; forked again");
     if (attempt == 1) note_exec_start(why);

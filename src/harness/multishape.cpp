@@ -140,7 +140,8 @@ void Verifier::start_variants() {
       std::unique_lock lock(variants_mu_);
       variants_loaded_ = true;
       variants_cv_.notify_all();
-      // Kept until the variant judges are gone: one started by exec dies with this thread.
+      // Kept until the call's end (close_feed): a variant judge started by exec dies with this
+      // thread, and none is needed after that.
       variants_cv_.wait(lock, [this] { return variants_released_; });
     });
   });

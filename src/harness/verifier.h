@@ -409,7 +409,8 @@ class Verifier {
   // waits for it.
   void start_variants();
   void wait_variants();
-  // Lets variants_thread_ end and joins it: once the variant judges are killed (or at destruction).
+  // Lets variants_thread_ end and joins it: at the call's end, before any judge is ended or kept
+  // (or at destruction).
   void release_variants();
   // The check of a candidate just found correct (and timed) on `dev`, in its own process `w`: each
   // size variant's ModelNew constructed there in turn (load_variant) and its trials judged by the

@@ -117,6 +117,12 @@ Verifier::~Verifier() {
   for (std::thread& t : threads_) t.join();
   stop_reference_timing();
   release_variants();
+  // (After close_feed none is left; after a failed set-up, ended here: a judge that may have been
+  // kept works in the pool's directory, which goes with it.)
+  for (auto& dev : devices_) {
+    for (auto& v : dev->variants) JudgePool::shared().end(std::move(v->judge));
+    JudgePool::shared().end(std::move(dev->judge));
+  }
   devices_.clear();
   if (!run_dir_.empty()) {
     std::error_code ec;

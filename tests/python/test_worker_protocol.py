@@ -68,7 +68,7 @@ def test_one_judge_process_serves_each_size_variant_in_its_own_slot(tmp_path):
         assert w.request("ping")["ok"]  # the default slot: a problem's own judge
         again = w.request("load_problem", slot="half", problem_path=problem, device="cpu", profile="strict",
                           secret_seed=7, work_dir=str(tmp_path / "half"))
-        assert again["error"]["kind"] == "protocol" and "exactly one problem" in again["error"]["message"]
+        assert again["error"]["kind"] == "protocol" and "one problem until `release`" in again["error"]["message"]
     finally:
         w.close()
 
@@ -141,7 +141,12 @@ def test_a_released_judge_serves_another_problem_and_one_that_changed_torch_is_r
                                              ("torch.backends.mkldnn.enabled = False", "mkldnn_enabled"),
                                              ("torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o)",
                                               "module_global_hooks"),
-                                             ("import os; os.environ['KLLM_TEST_SLOPPY'] = '1'", "KLLM_TEST_SLOPPY"))):
+                                             ("import os; os.environ['KLLM_TEST_SLOPPY'] = '1'", "KLLM_TEST_SLOPPY"),
+                                             ("from torch.utils._python_dispatch import TorchDispatchMode\n"
+                                              "class Passing(TorchDispatchMode):\n"
+                                              "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+                                              "        return func(*args, **(kwargs or {}))\n"
+                                              "Passing().__enter__()", "dispatch_modes: 0 -> 1"))):
             sloppy = tmp_path / f"sloppy{n}.py"
             sloppy.write_text((CASES / "problems" / "relu.py").read_text() + f"\n{change}\n")
             load(sloppy)
@@ -149,6 +154,16 @@ def test_a_released_judge_serves_another_problem_and_one_that_changed_torch_is_r
             assert retired["ok"] and retired["reusable"] is False and named in retired["why"], retired
     finally:
         w.close()
+
+
+def test_the_release_reads_every_setting_it_compares():
+    # A setting this torch cannot read would read the same "unreadable" before and after, and so
+    # never catch a change (the dispatch-mode stack was read through a name torch does not have).
+    reuse = wh.import_worker("judge_reuse")
+    flags = reuse._flags()
+    unreadable = sorted(k for k, v in flags.items() if isinstance(v, str) and v.startswith("unreadable"))
+    assert unreadable == [], flags
+    assert flags["dispatch_modes"] == 0 and flags["function_modes"] == 0
 
 
 def test_values_round_trip_and_refuse_objects(tmp_path):

@@ -65,7 +65,8 @@ struct VerifyOptions {
   bool multishape = true;
   int multishape_trials = 2;
   // Keep this call's judge processes for the next calls of this process (an `eval` run's
-  // problems): each then starts from a judge another call released instead of a fresh process
+  // problems, an optimize call's rounds, a REPL session's modules): each then starts from a
+  // judge another call released instead of a fresh process
   // (docs/verification.md, "Judges across problems"). end_kept_judges() ends the ones kept.
   bool reuse_judges = false;
   double start_timeout_s = 180;    // worker start (torch import) until hello

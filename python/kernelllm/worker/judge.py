@@ -76,7 +76,7 @@ class Judge(Comparisons, TimedCalls, AcrossTrials, KernelChecks):
 
     def load_problem(self, msg: dict) -> dict:
         if self.loaded:
-            raise WorkerError("protocol", "load_problem: a judge serves exactly one problem")
+            raise WorkerError("protocol", "load_problem: a slot serves one problem until `release`")
         # Where the request's time goes (the reply's steps_ms; the report's judge_ms adds them as
         # load_problem.<step>): the problem's module run and its Model built on the host, the model
         # moved to the device, its fp64 copy, the inputs made and checked for repeating, the
@@ -251,14 +251,7 @@ class Judge(Comparisons, TimedCalls, AcrossTrials, KernelChecks):
             raise WorkerError("protocol", f"make_inputs: trial {trial} was declared with distribution {rec['distribution']!r}")
         reply = {"seed": rec["seed"], "distribution": dist, "probe": rec["probe"], "seed_index": trial}
         if not msg.get("lazy"):
-            try:
-                reply.update(self._full(trial)["meta"])
-            except WorkerError:
-                raise
-            except Exception as e:  # the problem's own forward on its own inputs: the problem's error
-                import traceback
-                raise WorkerError("problem_error", f"the reference on trial {trial}'s inputs: {type(e).__name__}: {e}",
-                                  traceback.format_exc()) from None
+            reply.update(self._full(trial)["meta"])
         return reply
 
     def declare_trials(self, msg: dict) -> dict:
@@ -332,7 +325,14 @@ class Judge(Comparisons, TimedCalls, AcrossTrials, KernelChecks):
             # not needed after it (no clone of a set that may be most of the device's memory).
             a64 = [(a.to(torch.float64, copy=True) if a.is_floating_point() else a.clone()) if isinstance(a, torch.Tensor)
                    else a for a in args] if self.model64 is not None else None
-            ref = _as_list(self.model(*args))
+            try:
+                ref = _as_list(self.model(*args))
+            except torch.OutOfMemoryError:
+                raise  # (the GPU's memory, which other processes share: not the problem's fault)
+            except Exception as e:  # the problem's own forward on its own inputs
+                import traceback
+                raise WorkerError("problem_error", f"the reference's forward on trial {trial}'s inputs: {type(e).__name__}: {e}",
+                                  traceback.format_exc()) from None
             del args
             if not all(isinstance(r, torch.Tensor) for r in ref):
                 raise WorkerError("problem_error", f"reference output must be tensors, found {[type(r).__name__ for r in ref]}")
@@ -601,7 +601,12 @@ def main() -> int:
     hello = {"pid": os.getpid(), "python": sys.version.split()[0], "torch": torch.__version__,
              "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
              "started": time.time()}
-    return protocol.serve(slot_handlers(judge_reuse.ProcessState()), hello)
+    try:
+        state: Optional[judge_reuse.ProcessState] = judge_reuse.ProcessState()
+    except Exception as e:  # (the judge then serves, but is never kept: its release says why)
+        protocol.stderr_note(f"no snapshot of the judge process for its reuse: {type(e).__name__}: {e}")
+        state = None
+    return protocol.serve(slot_handlers(state), hello)
 
 
 def _close_all(judges: Dict[str, Judge]) -> List[Any]:

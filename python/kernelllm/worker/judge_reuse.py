@@ -1,14 +1,8 @@
-"""Whether a judge process may serve another problem once it is done with one (the orchestrator's
-judge pool, docs/verification.md "Judges across problems"): a fresh process costs a fork, a CUDA
-context the driver makes one at a time, and the first use of every kernel, while a process that
-served a problem holds nothing of it once released. A problem's own code runs in the judge,
-though, and it could leave the process set up otherwise for the next one (TF32 allowed, a default
-dtype, a function replaced, a warnings filter): a reference made under another problem's settings
-could change a verdict. So the process is snapshotted at its greeting; at each release what can be
-put back exactly is put back (random generators, warnings filters, NumPy's error handling, the
-working directory), and everything else is compared: any change retires the process (the
-orchestrator ends it and starts a fresh one). Trusted: no candidate code runs here.
-"""
+"""Whether a released judge process may serve another problem (the orchestrator's judge pool,
+docs/verification.md "Judges across problems"). A problem's code runs in the judge and could leave
+it set up otherwise for the next one (TF32, a default dtype, a function replaced): the process is
+snapshotted at its greeting; each release puts back what can be put back exactly and compares the
+rest, and any difference retires the process. Trusted: no candidate code runs here."""
 from __future__ import annotations
 
 import gc
@@ -21,6 +15,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy
 import torch
+import torch.utils.deterministic  # noqa: F401 (read by _flags)
 
 # Modules whose functions a problem could replace for the next one (torch's every module besides).
 WATCHED_EXTRA = ("builtins", "math", "operator", "numpy", "triton", "triton.language")
@@ -44,7 +39,7 @@ def _read(f: Dict[str, Any], name: str, read: Any) -> None:
 def _flags() -> Dict[str, Any]:
     """The process-wide settings a reference's values or a judge's requests depend on."""
     f: Dict[str, Any] = {}
-    cuda, sdp = torch.backends.cuda, torch.backends.cuda
+    cuda = torch.backends.cuda
     for name, read in (
             ("default_dtype", lambda: str(torch.get_default_dtype())),
             ("default_device", lambda: str(torch.get_default_device())),
@@ -65,13 +60,19 @@ def _flags() -> Dict[str, Any]:
             ("cudnn_tf32", lambda: torch.backends.cudnn.allow_tf32),
             ("mkldnn_enabled", lambda: torch.backends.mkldnn.enabled),
             ("opt_einsum", lambda: torch.backends.opt_einsum.enabled),
-            ("flash_sdp", sdp.flash_sdp_enabled),
-            ("mem_efficient_sdp", sdp.mem_efficient_sdp_enabled),
-            ("math_sdp", sdp.math_sdp_enabled),
-            ("cudnn_sdp", sdp.cudnn_sdp_enabled),
-            ("math_sdp_reduced", sdp.fp16_bf16_reduction_math_sdp_allowed),
+            ("flash_sdp", cuda.flash_sdp_enabled),
+            ("mem_efficient_sdp", cuda.mem_efficient_sdp_enabled),
+            ("math_sdp", cuda.math_sdp_enabled),
+            ("cudnn_sdp", cuda.cudnn_sdp_enabled),
+            ("math_sdp_reduced", cuda.fp16_bf16_reduction_math_sdp_allowed),
+            ("mha_fastpath", torch.backends.mha.get_fastpath_enabled),
+            ("blas_library", lambda: str(cuda.preferred_blas_library())),
+            ("linalg_library", lambda: str(cuda.preferred_linalg_library())),
+            ("fill_uninitialized_memory", lambda: torch.utils.deterministic.fill_uninitialized_memory),
+            ("matmul_fp32_precision", lambda: cuda.matmul.fp32_precision),
+            ("cudnn_fp32_precision", lambda: torch.backends.cudnn.fp32_precision),
             ("function_modes", lambda: torch._C._len_torch_function_stack()),
-            ("dispatch_modes", lambda: torch._C._len_torch_dispatch_mode(None)),
+            ("dispatch_modes", lambda: torch._C._len_torch_dispatch_stack()),
             ("module_global_hooks", lambda: {k: len(v) for k, v in vars(torch.nn.modules.module).items()
                                              if k.startswith("_global_") and isinstance(v, dict)}),
             ("sys_path", lambda: list(sys.path)),
@@ -143,6 +144,7 @@ class ProcessState:
         torch.set_rng_state(self.torch_random)
         if self.cuda_random is not None:
             torch.cuda.set_rng_state_all(self.cuda_random)
+        torch.set_flush_denormal(False)  # (it cannot be read; the judge never sets it)
         warnings.filters[:] = self.warning_filters
         for name in ("_filters_mutated", "_filters_mutated_lock_held"):  # the caches of earlier decisions
             if callable(getattr(warnings, name, None)):
