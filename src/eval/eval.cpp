@@ -340,9 +340,7 @@ std::vector<size_t> problem_start_order(const std::vector<size_t>& work, int pro
 
 Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_source) {
   // The judges the problems' verify calls kept for one another (group_options) end with the run.
-  struct EndKeptJudges {
-    ~EndKeptJudges() { harness::end_kept_judges(); }
-  } end_kept_judges;
+  harness::EndKeptJudgesAtExit end_kept_judges;
   Progress progress(options.progress);
   if (options.profiles.empty()) return error(ErrorCode::invalid_argument, "eval: expected at least one verifier profile");
   if (options.problem_jobs > 1 && options.candidates.empty() && !options.endpoint) {

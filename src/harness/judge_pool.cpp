@@ -13,6 +13,9 @@ JudgePool& JudgePool::shared() {
   return *pool;
 }
 
+namespace {
+
+// Asks a judge that greeted to exit, then kills what is left.
 void end_judge(Worker& judge) {
   if (judge.proc.running() && !judge.hello.is_null()) {  // (one still importing gets no request)
     judge.request(Json{{"op", "exit"}}, 5);
@@ -20,6 +23,8 @@ void end_judge(Worker& judge) {
   }
   judge.proc.kill_tree();
 }
+
+}  // namespace
 
 std::unique_ptr<Worker> JudgePool::take(const std::string& key) {
   std::unique_ptr<Worker> found;
@@ -54,25 +59,21 @@ void JudgePool::put(const std::string& key, std::unique_ptr<Worker> judge) {
   end(std::move(judge));
 }
 
-void JudgePool::clear() {
+size_t JudgePool::clear() {
   std::map<std::string, std::deque<std::unique_ptr<Worker>>> all;
   {
     std::lock_guard lock(mu_);
     all.swap(idle_);
   }
+  size_t n = 0;
   for (auto& [key, q] : all) {
     for (auto& w : q) end(std::move(w));
+    n += q.size();
   }
   // The pool's directory goes too once no judge works in it (one still serving a call keeps it).
   std::lock_guard lock(mu_);
   std::error_code ec;
   if (!dir_.empty() && fs::is_empty(dir_, ec) && fs::remove(dir_, ec)) dir_.clear();
-}
-
-size_t JudgePool::idle() const {
-  std::lock_guard lock(mu_);
-  size_t n = 0;
-  for (const auto& [key, q] : idle_) n += q.size();
   return n;
 }
 

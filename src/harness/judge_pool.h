@@ -27,9 +27,9 @@ class JudgePool {
   std::unique_ptr<Worker> take(const std::string& key);
   // Keeps a released judge for a later call; beyond kMaxIdle of one key it is ended instead.
   void put(const std::string& key, std::unique_ptr<Worker> judge);
-  // Ends every judge kept (each holds a CUDA context and its memory): `eval` once its problems are done.
-  void clear();
-  size_t idle() const;
+  // Ends every judge kept (each holds a CUDA context and its memory): `eval` once its problems
+  // are done. Returns how many.
+  size_t clear();
   // A work directory (HOME, TMPDIR and cwd) of its own for a judge that may be kept, named by
   // `tag`, in a directory of the pool's that outlives each verify call's run directory (named like
   // one, so that a later run removes it once this process is gone).
@@ -47,8 +47,5 @@ class JudgePool {
   std::filesystem::path dir_;
   uint64_t made_ = 0;
 };
-
-// Ends a judge: asks one that greeted to exit, then kills what is left.
-void end_judge(Worker& judge);
 
 }  // namespace kernelllm::harness

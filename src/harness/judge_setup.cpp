@@ -16,8 +16,9 @@ std::string Verifier::judge_pool_key(const DeviceState& dev) const {
 }
 
 Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
-  if (dev.judge || dev.judge_host) return {};  // (a variant served by another's process: setup_variants)
+  if (dev.judge) return {};
   fs::path work_dir = run_dir_ / fmt::format("judge-{}", dev.tag());
+  std::vector<std::string> extra_env;
   if (opts_.reuse_judges && zygote_ && !by_exec) {
     // One an earlier call released (greeted, its CUDA context made): no start at all.
     if (std::unique_ptr<Worker> kept = JudgePool::shared().take(judge_pool_key(dev))) {
@@ -26,14 +27,17 @@ Status Verifier::spawn_judge(DeviceState& dev, bool by_exec) {
       ++judges_reused_;
       return {};
     }
-    // A judge that may be kept works in the pool's directory, which outlives this call's.
-    if (auto kept_dir = JudgePool::shared().work_dir(dev.tag()); kept_dir.ok()) work_dir = *kept_dir;
+    // A judge that may be kept works in the pool's directory, which outlives this call's, and
+    // snapshots its process at its greeting for its release to compare with (judge_reuse.py).
+    if (auto kept_dir = JudgePool::shared().work_dir(dev.tag()); kept_dir.ok()) {
+      work_dir = *kept_dir;
+      extra_env.emplace_back("KERNELLLM_JUDGE_KEEPABLE=1");
+    }
   }
   std::string note;
   // A size variant's judge only compares (it times nothing): one hardware queue for its CUDA
   // context, which the driver then makes in ~0.08 s instead of ~0.2 s of the time it makes
   // contexts one at a time (16 at once on an H200: 1.3-1.6 s against 3.6 s in all).
-  std::vector<std::string> extra_env;
   if (dev.parent) extra_env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS=1");
   auto judge = spawn_worker("judge", py_, package_dir_, work_dir, {}, dev.name, nullptr,
                             std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2),

@@ -83,28 +83,19 @@ void Verifier::declare_variants(DeviceState& dev) {
 }
 
 // Starts the variants' judge process and loads the problem in each variant's slot, all at once.
-// Runs on variants_thread_, which started it (spawn_judge, start_judge: a judge started by exec
+// Runs on variants_thread_, which started it (start_judge: a judge started by exec
 // dies with the thread that forked it) and outlives it (release_variants); the loading threads
 // start none.
 void Verifier::setup_variants(DeviceState& dev) {
   if (dev.variants_ready) return;
   dev.variants_ready = true;
-  // One process for them all (DeviceState::judge_host): the first variant's, started here; the
-  // others' slots in it are loaded beside the first's below.
-  for (auto& v : dev.variants) {
-    if (v->judge_host) continue;
-    if (Status s = spawn_judge(*v); !s.ok()) v->unusable = s.to_string();  // every one started before any is waited for
-  }
-  for (auto& v : dev.variants) {
-    if (v->judge_host) continue;
-    if (!v->unusable.empty()) continue;
-    if (Status s = start_judge(*v); !s.ok()) {
-      v->unusable = s.message();
-      if (v->judge) v->judge->proc.kill_tree();
-    }
-  }
-  for (auto& v : dev.variants) {
-    if (v->judge_host && !v->judge_host->unusable.empty()) v->unusable = v->judge_host->unusable;
+  if (dev.variants.empty()) return;
+  // One process for them all (DeviceState::judge_host): the first variant's, started here; every
+  // variant's slot in it is loaded below.
+  DeviceState& host = *dev.variants.front();
+  if (Status s = start_judge(host); !s.ok()) {
+    if (host.judge) host.judge->proc.kill_tree();
+    for (auto& v : dev.variants) v->unusable = s.message();
   }
   std::vector<std::thread> threads;
   for (auto& v : dev.variants) {

@@ -655,11 +655,7 @@ Result<VerifyReport> Verifier::close_feed() {
   return std::move(report_);
 }
 
-int end_kept_judges() {
-  const int n = static_cast<int>(JudgePool::shared().idle());
-  JudgePool::shared().clear();
-  return n;
-}
+int end_kept_judges() { return static_cast<int>(JudgePool::shared().clear()); }
 
 VerifierPrewarm::VerifierPrewarm(const VerifyOptions& options) {
   const bool cuda = options.devices.empty() || options.devices.front() != "cpu";

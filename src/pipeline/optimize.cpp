@@ -330,12 +330,7 @@ Result<OptimizeResult> optimize(std::string_view module_code, CompletionSource& 
   // released. They end with this call unless the caller keeps them for its own next calls (the
   // REPL sets verify.reuse_judges and ends them when it ends).
   const bool keep_judges = o.verify.reuse_judges || o.rounds > 1;
-  struct EndKeptJudges {
-    bool on;
-    ~EndKeptJudges() {
-      if (on) harness::end_kept_judges();
-    }
-  } end_kept{keep_judges && !o.verify.reuse_judges};
+  harness::EndKeptJudgesAtExit end_kept(!o.verify.reuse_judges && o.rounds > 1);
   for (int round = 1; round <= o.rounds && !requests.empty(); ++round) {
     result.rounds_run = round;
     // The verifier gets ready (judges, the problem, workers) while the round's candidates are

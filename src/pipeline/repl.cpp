@@ -644,9 +644,7 @@ Status run_repl(CompletionSource& source, const ReplOptions& options, LineReader
   if (Status s = validate(options.sampling); !s.ok()) return s;
   SigintGuard guard(options.handle_sigint);
   // The judges the modules' verifications kept for one another end with the session.
-  struct EndKeptJudges {
-    ~EndKeptJudges() { harness::end_kept_judges(); }
-  } end_kept_judges;
+  harness::EndKeptJudgesAtExit end_kept_judges;
   Repl repl(source, options, in, out);
   return repl.run();
 }

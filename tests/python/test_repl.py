@@ -196,32 +196,40 @@ class _Output:
         self.pos = self.buf.find(marker, self.pos) + len(marker)
 
 
-def test_cli_repl_on_a_terminal_takes_one_input_after_another(cli, tiny_model, tmp_path):
+def _on_terminal(args: list, steps: list, last: bytes) -> tuple:
+    """Runs `args` with a terminal as stdin (no echo of what we type, so stdout holds only the
+    REPL's output): waits for the prompt, then for each (text, markers) writes `text` and waits for
+    each (marker, timeout) in turn; writes `last` and waits for the end. (returncode, output)."""
     master, slave = pty.openpty()
     attrs = termios.tcgetattr(slave)
-    attrs[3] &= ~termios.ECHO  # no echo of what we type, so stdout holds only the REPL's output
+    attrs[3] &= ~termios.ECHO
     termios.tcsetattr(slave, termios.TCSANOW, attrs)
-    proc = subprocess.Popen(repl_cmd(cli, tiny_model, tmp_path, "-k", "1", "--no-verify"), stdin=slave,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(slave)
     try:
         out = _Output(proc.stdout.fileno())
         out.until(b">>> ", 60)
-        os.write(master, MODULE.encode() + b"\x04")  # Ctrl+D at the start of a line: end of this input
-        out.until(b"verification is off", 120)
-        out.until(b">>> ", 60)
-        # A second input after the first EOF: a command, then another module.
-        os.write(master, b":k 3\n" + MODULE.replace("3.0", "4.0").encode() + b"\x04")
-        out.until(b"generating 3 samples", 120)
-        out.until(b">>> ", 120)
-        os.write(master, b":save x.py\n:quit\n")
+        for text, markers in steps:
+            os.write(master, text)
+            for marker, timeout in markers:
+                out.until(marker, timeout)
+        os.write(master, last)
         rest, _ = proc.communicate(timeout=120)
-        text = (out.buf + rest).decode(errors="replace")
+        return proc.returncode, (out.buf + rest).decode(errors="replace")
     finally:
         if proc.poll() is None:
             proc.kill()
         os.close(master)
-    assert proc.returncode == 0, text
+
+
+def test_cli_repl_on_a_terminal_takes_one_input_after_another(cli, tiny_model, tmp_path):
+    code, text = _on_terminal(repl_cmd(cli, tiny_model, tmp_path, "-k", "1", "--no-verify"), [
+        # Ctrl+D at the start of a line: end of this input.
+        (MODULE.encode() + b"\x04", [(b"verification is off", 120), (b">>> ", 60)]),
+        # A second input after the first EOF: a command, then another module.
+        (b":k 3\n" + MODULE.replace("3.0", "4.0").encode() + b"\x04", [(b"generating 3 samples", 120), (b">>> ", 120)]),
+    ], b":save x.py\n:quit\n")
+    assert code == 0, text
     assert (tmp_path / "module-1" / "problem.py").read_text().strip() == MODULE.strip()
     assert "* 4.0" in (tmp_path / "module-2" / "problem.py").read_text()
     assert "nothing to save: no verified correct candidate yet (the last module had none)" in text
@@ -230,30 +238,11 @@ def test_cli_repl_on_a_terminal_takes_one_input_after_another(cli, tiny_model, t
 def test_cli_repl_keeps_one_modules_judges_for_the_next(cli, tiny_model, tmp_path):
     # Two modules in one session, each verified: the second's verification takes the judge the
     # first released (harness::JudgePool) instead of starting one; the session's end ends it.
-    master, slave = pty.openpty()
-    attrs = termios.tcgetattr(slave)
-    attrs[3] &= ~termios.ECHO
-    termios.tcsetattr(slave, termios.TCSANOW, attrs)
-    proc = subprocess.Popen(repl_cmd(cli, tiny_model, tmp_path, "-k", "1", "--verify-device", "cpu"), stdin=slave,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    os.close(slave)
-    try:
-        out = _Output(proc.stdout.fileno())
-        out.until(b">>> ", 60)
-        os.write(master, MODULE.encode() + b"\x04")
-        out.until(b"rule / message", 300)
-        out.until(b">>> ", 120)
-        os.write(master, MODULE.replace("3.0", "4.0").encode() + b"\x04")
-        out.until(b"rule / message", 300)
-        out.until(b">>> ", 120)
-        os.write(master, b":quit\n")
-        rest, _ = proc.communicate(timeout=120)
-        text = (out.buf + rest).decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(master)
-    assert proc.returncode == 0, text
+    code, text = _on_terminal(repl_cmd(cli, tiny_model, tmp_path, "-k", "1", "--verify-device", "cpu"), [
+        (MODULE.encode() + b"\x04", [(b"rule / message", 300), (b">>> ", 120)]),
+        (MODULE.replace("3.0", "4.0").encode() + b"\x04", [(b"rule / message", 300), (b">>> ", 120)]),
+    ], b":quit\n")
+    assert code == 0, text
     first = json.loads((tmp_path / "module-1" / "report.json").read_text())
     second = json.loads((tmp_path / "module-2" / "report.json").read_text())
     assert first["verify_judges_started"] >= 1 and first["verify_judges_reused"] == 0, first

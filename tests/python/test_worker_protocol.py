@@ -76,7 +76,13 @@ def test_one_judge_process_serves_each_size_variant_in_its_own_slot(tmp_path):
 def test_a_released_judge_serves_another_problem_and_one_that_changed_torch_is_retired(tmp_path):
     # The orchestrator's judge pool (JudgePool): `release` drops every slot; the process then loads
     # another problem as a fresh one would, unless a problem left torch otherwise than it greeted.
-    w = wh.Worker("judge")
+    # (Only a judge started to be kept snapshots itself at its greeting: KERNELLLM_JUDGE_KEEPABLE.)
+    plain = wh.Worker("judge")
+    try:
+        assert plain.request("release")["reusable"] is False
+    finally:
+        plain.close()
+    w = wh.Worker("judge", env={"KERNELLLM_JUDGE_KEEPABLE": "1"})
     try:
         def load(problem, slot=""):
             d = tmp_path / f"{Path(problem).stem}-{slot or 'main'}"

@@ -247,6 +247,20 @@ struct VerifyReport {
 // Ends the judge processes that calls with VerifyOptions::reuse_judges kept for later ones (each
 // holds a CUDA context and its memory); returns how many.
 int end_kept_judges();
+// end_kept_judges() when it goes out of scope (unless made with false): held by whoever lets its
+// verify calls keep judges (eval's run, the REPL's session, optimize's rounds).
+class EndKeptJudgesAtExit {
+ public:
+  explicit EndKeptJudgesAtExit(bool on = true) : on_(on) {}
+  ~EndKeptJudgesAtExit() {
+    if (on_) end_kept_judges();
+  }
+  EndKeptJudgesAtExit(const EndKeptJudgesAtExit&) = delete;
+  EndKeptJudgesAtExit& operator=(const EndKeptJudgesAtExit&) = delete;
+
+ private:
+  bool on_;
+};
 
 Result<VerifyReport> verify(const std::string& problem_path, const std::vector<std::string>& candidate_paths,
                             const VerifyOptions& options);

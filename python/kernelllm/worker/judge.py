@@ -601,11 +601,13 @@ def main() -> int:
     hello = {"pid": os.getpid(), "python": sys.version.split()[0], "torch": torch.__version__,
              "numpy": numpy.__version__, "cuda_initialized": torch.cuda.is_initialized(),
              "started": time.time()}
-    try:
-        state: Optional[judge_reuse.ProcessState] = judge_reuse.ProcessState()
-    except Exception as e:  # (the judge then serves, but is never kept: its release says why)
-        protocol.stderr_note(f"no snapshot of the judge process for its reuse: {type(e).__name__}: {e}")
-        state = None
+    # The snapshot a release compares with (~40 ms), for a judge the orchestrator may keep only.
+    state: Optional[judge_reuse.ProcessState] = None
+    if os.environ.get("KERNELLLM_JUDGE_KEEPABLE") == "1":
+        try:
+            state = judge_reuse.ProcessState()
+        except Exception as e:  # (the judge then serves, but is never kept: its release says why)
+            protocol.stderr_note(f"no snapshot of the judge process for its reuse: {type(e).__name__}: {e}")
     return protocol.serve(slot_handlers(state), hello)
 
 
