@@ -173,6 +173,8 @@ Status append_verify_call(const fs::path& run_dir, const std::string& problem, c
 }
 
 // Verifies the samples of `p` that have no `profile` verdict; commits each as it is reported.
+// A verify call that fails (the problem's reference raises or cannot fit this machine, its judge
+// cannot load it, ...) sets *unverifiable and returns: the run goes on with the other problems.
 // A sample's timing belongs to the candidate on this GPU, not to a profile: one timed under an
 // earlier profile of this run is verified here without timing and shares that measurement, so
 // its speedup is the same number in every profile. Returns how many came back not_verified (not
@@ -181,7 +183,7 @@ Status append_verify_call(const fs::path& run_dir, const std::string& problem, c
 // generated; it verifies the samples to time, if there are any, else it is left unused.
 Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOptions& options, const Problem& p,
                            const std::string& profile, const Progress& progress, EvalTick tick, Json* environment,
-                           harness::VerifySession* ready = nullptr) {
+                           Status* unverifiable, harness::VerifySession* ready = nullptr) {
   std::unique_lock<std::mutex> held(store_mu);
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
   KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
@@ -245,11 +247,18 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
       if (options.on_tick) options.on_tick(tick);
     };
     auto report = ready && !share ? ready->verify(paths, o.on_result) : harness::verify(p.file.string(), paths, o);
-    if (!report.ok()) return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
+    if (!commit_error.ok()) return commit_error;
+    if (!report.ok()) {
+      // Stopping (SIGINT/SIGTERM): the verifier's workers were killed under it, not the problem's fault.
+      if (harness::making_run_dirs_stopped()) {
+        return report.status().with_context(fmt::format("verifying {} [{}]", p.id, profile));
+      }
+      *unverifiable = report.status();
+      return not_verified;
+    }
     for (const std::string& w : report->warnings) progress.once("warning: " + w);
     std::lock_guard<std::mutex> lock(store_mu);
     *environment = report->environment;
-    if (!commit_error.ok()) return commit_error;
     KLLM_RETURN_IF_ERROR(append_verify_call(store.dir(), p.id, profile, paths.size(), share, *report));
   }
   return not_verified;
@@ -392,6 +401,20 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   std::mutex store_mu, gen_mu;
   std::atomic<int> not_verified{0};
   std::atomic<size_t> finished{0};
+  // Problems whose verify call failed: the run goes on without them (a rerun retries them), unless
+  // the first kGiveUpAfter problems all fail (then the cause is this machine or these options).
+  struct Unverifiable {
+    std::string problem, profile;
+    Status status;
+  };
+  std::mutex failed_mu;
+  std::vector<Unverifiable> failed;
+  std::atomic<int> verified_problems{0};
+  constexpr int kGiveUpAfter = 3;
+  const auto give_up = [&] {
+    std::lock_guard<std::mutex> lock(failed_mu);
+    return verified_problems.load() == 0 && static_cast<int>(failed.size()) >= kGiveUpAfter;
+  };
   Json environment = nullptr;  // the verifier's, for this invocation's line in invocations.jsonl
   // Several problems at once on several GPUs named one by one: each problem verifies on the GPU
   // with the fewest problems under way, its judge on the GPU that times its candidates, instead of
@@ -447,20 +470,35 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     } else {
       progress(fmt::format("{}: {} sample(s) from the store", p.id, existing.size()));
     }
+    bool verified = true;
     for (const std::string& profile : options.profiles) {
       harness::VerifySession* session = profile == options.profiles.front() ? ready.get() : nullptr;
-      KLLM_ASSIGN_OR_RETURN(int missed, verify_pending(store, store_mu, po, p, profile, progress, tick, &environment, session));
+      Status unverifiable;
+      KLLM_ASSIGN_OR_RETURN(int missed,
+                            verify_pending(store, store_mu, po, p, profile, progress, tick, &environment, &unverifiable, session));
       not_verified += missed;
+      if (unverifiable.ok()) continue;
+      progress(fmt::format("{} [{}]: could not be verified ({}); the run goes on without it, a rerun retries it", p.id,
+                           profile, unverifiable.to_string()));
+      std::lock_guard<std::mutex> lock(failed_mu);
+      KLLM_RETURN_IF_ERROR(append_json_line(store.dir() / "problem-errors.jsonl",
+                                            Json{{"problem", p.id}, {"profile", profile}, {"at", utc_now()},
+                                                 {"error", unverifiable.to_string()}}));
+      failed.push_back(Unverifiable{p.id, profile, std::move(unverifiable)});
+      verified = false;
+      break;  // (its other profiles would fail the same way)
     }
+    if (verified) ++verified_problems;
     const size_t done = ++finished;
     if (po.on_tick) po.on_tick(EvalTick{done, problems.size(), p.id, "done", 0, 0, 0});
     return {};
   };
   if (problem_jobs == 1) {
-    for (size_t i = 0; i < problems.size(); ++i) KLLM_RETURN_IF_ERROR(one_problem(i));
+    for (size_t i = 0; i < problems.size() && !give_up(); ++i) KLLM_RETURN_IF_ERROR(one_problem(i));
   } else {
-    // The first error stops the taking of problems; those under way finish (their verdicts are
-    // committed), then the error is returned.
+    // The first error (not a problem's failed verify call: one_problem records those and returns
+    // ok) stops the taking of problems; those under way finish (their verdicts are committed),
+    // then the error is returned.
     // The problems with the most samples first: in a throughput run on an H200 (8 at once) the
     // last problems begun set the wall, 6 s past the busy time of the 8 slots.
     const std::vector<size_t> order = problem_start_order(work, problem_jobs);
@@ -472,7 +510,10 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       threads.emplace_back([&] {
         for (size_t n = next++; n < problems.size(); n = next++) {
           Status s = one_problem(order[n]);
-          if (s.ok()) continue;
+          if (s.ok()) {
+            if (give_up()) next = problems.size();
+            continue;
+          }
           std::lock_guard<std::mutex> lock(error_mu);
           if (first_error.ok()) first_error = s;
           next = problems.size();
@@ -483,6 +524,25 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     KLLM_RETURN_IF_ERROR(first_error);
   }
   KLLM_RETURN_IF_ERROR(append_invocation(store.dir(), environment));
+  if (!failed.empty()) {
+    std::string list;
+    constexpr size_t kListed = 5;
+    for (size_t i = 0; i < std::min(failed.size(), kListed); ++i) {
+      list += fmt::format("\n  {} [{}]: {}", failed[i].problem, failed[i].profile, failed[i].status.to_string());
+    }
+    if (failed.size() > kListed) list += fmt::format("\n  and {} more", failed.size() - kListed);
+    const std::string stopped =
+        give_up() && finished.load() < problems.size() ? fmt::format("; the first {} problems all failed, so no others were begun (the cause is more likely "
+                                "this machine or these options than the problems)",
+                                failed.size())
+                  : "";
+    return error(failed.front().status.code(),
+                 fmt::format("eval: {} problem(s) could not be verified{}:{}\neverything else is committed in {} (the "
+                             "errors in problem-errors.jsonl{}): rerun the same command to retry them",
+                             failed.size(), stopped, list, store.dir().string(),
+                             not_verified > 0 ? fmt::format("; {} verification(s) also came back not_verified", not_verified.load())
+                                              : ""));
+  }
   if (not_verified > 0) {
     return error(ErrorCode::resource_exhausted,
                  fmt::format("eval: {} verification(s) came back not_verified (no healthy device or worker); everything "

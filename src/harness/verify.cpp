@@ -59,6 +59,7 @@ std::atomic<bool>& run_dirs_stopped() {
 }  // namespace
 
 void stop_making_run_dirs() { run_dirs_stopped().store(true); }
+bool making_run_dirs_stopped() { return run_dirs_stopped().load(); }
 
 std::string run_dir_base() {
   const char* shm = "/dev/shm";

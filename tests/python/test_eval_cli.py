@@ -378,3 +378,60 @@ def test_sigterm_cleans_up_and_prints_the_resume_command(cli, problem_set, tmp_p
     assert f"the run store {out} keeps every sample and verdict committed so far" in err
     assert "resume with the same command: " in err and f"--out {out}" in err
     assert not list(Path("/dev/shm").glob(f"kernelllm-verify-{proc.pid}-*"))
+
+
+def broken(source: str) -> str:
+    """`source` (a problem) with a reference whose forward raises."""
+    return source.replace("return torch.relu(x)", "raise ValueError('this reference is broken')")
+
+
+def test_a_problem_that_cannot_be_verified_does_not_stop_the_run(cli, problem_set, tmp_path):
+    # A problem whose reference raises: its failure is reported, the other problems are verified
+    # and committed, the run exits 1 without a report; once the problem is mended a rerun verifies
+    # it alone and writes the report.
+    problems, candidates = tmp_path / "problems", tmp_path / "candidates"
+    shutil.copytree(problem_set["problems"], problems)
+    shutil.copytree(problem_set["candidates"], candidates)
+    relu = (CASES / "problems" / "relu.py").read_text()
+    (problems / "mended.py").write_text(broken(relu))
+    shutil.copytree(candidates / "relu", candidates / "mended")
+    out = tmp_path / "run"
+    args = [cli, "eval", "--problems", str(problems), "--candidates", str(candidates), "--out", str(out),
+            "--verify-device", "cpu", "--jobs", "2", "--profiles", "kernelbench", "--pass-at", "1"]
+    first = run(args)
+    assert first.returncode == 1, first.stderr[-3000:]
+    assert "1 problem(s) could not be verified" in first.stderr and "this reference is broken" in first.stderr, first.stderr[-3000:]
+    assert "mended [kernelbench]: could not be verified" in first.stderr
+    errors = [json.loads(line) for line in (out / "problem-errors.jsonl").read_text().splitlines()]
+    assert [(e["problem"], e["profile"]) for e in errors] == [("mended", "kernelbench")]
+    assert "this reference is broken" in errors[0]["error"]
+    assert not (out / "report.json").exists()
+    others = sum(len(v) for v in MIX.values())
+    assert sorted({p for p, *_ in verifications(out)}) == sorted(MIX) and len(verifications(out)) == others
+    (problems / "mended.py").write_text(relu)
+    second = run(args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    counts = collections.Counter((p, s) for p, s, *_ in verifications(out))
+    assert set(counts.values()) == {1} and len(counts) == others + len(MIX["relu"])  # nothing verified twice
+    report = json.loads((out / "report.json").read_text())
+    assert {p["id"] for p in report["problems"]} == set(MIX) | {"mended"}
+
+
+def test_a_run_whose_first_problems_all_fail_stops_taking_problems(cli, problem_set, tmp_path):
+    # Three broken problems first (sorted names), then a good one: after three failures and no
+    # success the run gives up (the cause is more likely the machine or the options) and never
+    # begins the fourth.
+    problems, candidates = tmp_path / "problems", tmp_path / "candidates"
+    problems.mkdir()
+    relu = (CASES / "problems" / "relu.py").read_text()
+    for name in ("a1", "a2", "a3", "relu"):
+        (problems / f"{name}.py").write_text(relu if name == "relu" else broken(relu))
+        shutil.copytree(problem_set["candidates"] / "relu", candidates / name)
+    out = tmp_path / "run"
+    r = run([cli, "eval", "--problems", str(problems), "--candidates", str(candidates), "--out", str(out),
+             "--verify-device", "cpu", "--jobs", "2", "--profiles", "kernelbench", "--pass-at", "1"])
+    assert r.returncode == 1
+    assert "3 problem(s) could not be verified; the first 3 problems all failed, so no others were begun" in r.stderr, \
+        r.stderr[-3000:]
+    assert verifications(out) == []
+    assert len((out / "problem-errors.jsonl").read_text().splitlines()) == 3

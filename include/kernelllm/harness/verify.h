@@ -399,5 +399,6 @@ bool timing_unstable(const TimingResult& t);
 std::string run_dir_base();  // /dev/shm when writable (output files in RAM), else the temp dir
 Result<std::string> make_run_dir(std::string_view infix = "");
 void stop_making_run_dirs();
+bool making_run_dirs_stopped();  // a SIGINT/SIGTERM clean-up is under way (stop_making_run_dirs was called)
 
 }  // namespace kernelllm::harness
