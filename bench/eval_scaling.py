@@ -10,6 +10,12 @@ level 1 at k = 20 projected from the measured rate (issue #43's eval-scaling rec
 extra eval options after --eval-args (e.g. --eval-args --no-timing). Each run's directory is kept
 under --work (its report.json holds every verdict); a set whose run fails is recorded with its
 exit status and stderr tail, and the others still run.
+
+--replicate R: every candidate R times (a comment line apart, so each is verified, never a cache
+hit): more samples per problem, as at k = 20, where a run's fixed start (the zygote's imports, the
+first judges) weighs less than in 42 candidates. Before the sets an untimed warm-up eval of one
+problem (--no-warmup to skip it) leaves the host as the sets after the first find it (page cache,
+the interpreter probe's cache), so the first set does not alone pay the host's cold start.
 """
 from __future__ import annotations
 
@@ -38,6 +44,41 @@ def verdicts_of(report: dict) -> dict[str, str]:
     return out
 
 
+def replicated(candidates: Path, times: int, work: Path) -> Path:
+    """A candidates dir with each problem's files 0..n-1 as samples 0..times*n-1 (replica r of
+    file i is sample r*n + i, its text the original after one comment line naming both)."""
+    out = work / f"candidates-x{times}"
+    if out.exists():
+        shutil.rmtree(out)
+    for d in sorted(p for p in candidates.iterdir() if p.is_dir()):
+        files = sorted(d.glob("*.py"), key=lambda f: int(f.stem))
+        (out / d.name).mkdir(parents=True)
+        for r in range(times):
+            for i, f in enumerate(files):
+                (out / d.name / f"{r * len(files) + i}.py").write_text(f"# replica {r} of sample {f.stem}\n" + f.read_text())
+    return out
+
+
+def warm_up(args, devices: str) -> float:
+    """One untimed eval of the first problem with its candidates on `devices`; its wall time."""
+    problems, candidates = args.work / "warmup-problems", args.work / "warmup-candidates"
+    for d in (problems, candidates, args.work / "warmup-run"):
+        if d.exists():
+            shutil.rmtree(d)
+    level = args.levels.split(",")[0] if args.levels else ""
+    src = args.problems / f"level{level}" if level else args.problems
+    first = next(f for f in sorted(src.glob("*.py")) if (args.candidates / f.stem).is_dir())
+    dst = problems / f"level{level}" if level else problems
+    dst.mkdir(parents=True)
+    shutil.copyfile(first, dst / first.name)
+    shutil.copytree(args.candidates / first.stem, candidates / first.stem)
+    cmd = [args.cli, "eval", "--problems", str(problems), "--candidates", str(candidates), "--out", str(args.work / "warmup-run"),
+           "--verify-device", devices, "--profiles", args.profiles, "-q", *(["--levels", level] if level else []), *args.eval_args]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    return round(time.perf_counter() - t0, 2)
+
+
 def run_set(args, devices: str, index: int) -> dict:
     run_dir = args.work / f"run-{index}"
     if run_dir.exists():
@@ -60,6 +101,9 @@ def run_set(args, devices: str, index: int) -> dict:
     if rc != 0 or not report_file.is_file():
         row["error"] = err[-2000:]
         return row
+    invocations = run_dir / "invocations.jsonl"
+    if invocations.is_file():  # where each GPU lock's time went (held by a timer, draining, shared, free)
+        row["gpu_lock"] = json.loads(invocations.read_text().splitlines()[-1]).get("gpu_lock")
     verdicts = verdicts_of(json.loads(report_file.read_text()))
     row["verifications"] = len(verdicts)
     row["per_min"] = round(60.0 * len(verdicts) / wall_s, 2) if wall_s > 0 else None
@@ -78,10 +122,17 @@ def main() -> int:
     ap.add_argument("--problem-jobs-per-device", type=int, default=4)
     ap.add_argument("--work", type=Path, default=Path("eval-scaling-runs"))
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per eval run")
+    ap.add_argument("--replicate", type=int, default=1, help="each candidate this many times (samples per problem x R)")
+    ap.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                    help="an untimed eval of one problem before the sets (default on)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--eval-args", nargs=argparse.REMAINDER, default=[], help="further eval options (last)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    args.source_candidates = args.candidates
+    if args.replicate > 1:
+        args.candidates = replicated(args.candidates, args.replicate, args.work)
+    args.warmup_s = warm_up(args, args.sets[0]) if args.warmup else None
     rows = []
     for i, devices in enumerate(args.sets):
         row = run_set(args, devices, i)
@@ -111,7 +162,8 @@ def write(args, rows: list) -> None:
     record = {
         "what": "the same kernelllm eval over pre-generated candidates on each device set, one fresh run each",
         "command": " ".join(sys.argv), "host": platform.node(), "problems": str(args.problems), "levels": args.levels,
-        "candidates": str(args.candidates), "profiles": args.profiles, "complete": len(rows) == len(args.sets),
+        "candidates": str(args.source_candidates), "replicate": args.replicate, "warmup_s": args.warmup_s,
+        "profiles": args.profiles, "complete": len(rows) == len(args.sets),
         "verdicts_identical": all(s.get("same_verdicts_as_first") for s in sets) if base else False,
         "sets": sets,
     }

@@ -150,7 +150,7 @@ for mode in "$@"; do
       for d in bench/eval_candidates/level1/*/; do cp "$kb/KernelBench/level1/$(basename "$d").py" $sp/level1/; done
       python3 bench/eval_scaling.py --cli "$cli" --problems $sp --levels 1 --candidates bench/eval_candidates/level1 \
         --sets ${SCALING_SETS:-cuda:0 cuda:0,cuda:1} --profiles "${SCALING_PROFILES:-strict}" \
-        --problem-jobs-per-device "${SCALING_JOBS_PER_DEVICE:-4}" --work /tmp/scaling-runs \
+        --problem-jobs-per-device "${SCALING_JOBS_PER_DEVICE:-4}" --replicate "${SCALING_REPLICATE:-1}" --work /tmp/scaling-runs \
         --out "$out/eval-scaling-h100.json" 2>&1 | tee "$out/scaling.log" | tail -8 ;;
     reftime)
       # relu under the kernelbench profile: the reference's median and calls per round trip beside
