@@ -229,25 +229,10 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
       return false;
     }
   }
-  Json steps = r.evidence["load_steps_ms"];
-  if (dev.cuda()) {
-    // The worker's CUDA context first, without the GPU's lock (no kernel runs; candidate code has not
-    // run yet): the driver makes one context at a time for the whole host, up to seconds each while
-    // many processes start, and a timer waits for every shared holder. Made under the load's hold,
-    // contexts were most of the timers' waits: over 168 candidates on an H200 (8 problems at once)
-    // 68 s of a 135 s lock span went to timers waiting for holders, loads first.
-    const auto t_ctx = Clock::now();
-    Reply ctx = w.request(Json{{"op", "init_device"}, {"device", dev.name}}, opts_.load_timeout_s);
-    steps["init_device"] = ms_since(t_ctx);
-    add_reply_steps(ctx, "init_device", steps);
-    if (fail_from_reply(ctx, "load (the CUDA context)", opts_.load_timeout_s, w, dev, r)) {
-      r.evidence["load_steps_ms"] = std::move(steps);
-      return false;
-    }
-  }
   Json req = load_request(dev, "load");
   req["module_path"] = module.string();
   req["device"] = dev.name;
+  Json steps = r.evidence["load_steps_ms"];
   const bool loaded = send_load(w, dev, req, "load", r, &steps);
   r.evidence["load_steps_ms"] = std::move(steps);
   return loaded;
