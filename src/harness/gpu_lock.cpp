@@ -245,6 +245,21 @@ GpuGuard::~GpuGuard() {
   if (clock_) clock_->change(mode_ == Mode::shared ? -1 : 0, mode_ == Mode::exclusive ? -1 : 0, 0);
 }
 
+ContextTurn::ContextTurn(const fs::path& file) {
+  if (file.empty()) return;
+  fs::path turn = file;
+  turn += ".contexts";
+  fd_ = open_lock_file(turn);
+  if (fd_ >= 0 && flock_retrying(fd_, LOCK_EX) != 0) {  // (then no turns: as before)
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+ContextTurn::~ContextTurn() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
 GpuShare::GpuShare(const std::string& device) {
   const fs::path file = gpu_lock_file(device);
   if (file.empty()) return;

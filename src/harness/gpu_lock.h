@@ -77,4 +77,19 @@ class GpuGuard {
   std::chrono::steady_clock::time_point taken_at_;
 };
 
+// One candidate CUDA context made at a time per GPU, across threads and processes (an flock on
+// "<file>.contexts", each turn its own descriptor), taken before the GPU's lock. The driver makes
+// contexts one at a time for the host anyway; made under shared holds all at once, each waited in
+// the driver while holding the lock, and a timer waited for all of them. Nothing for the CPU.
+class ContextTurn {
+ public:
+  explicit ContextTurn(const std::filesystem::path& file);
+  ~ContextTurn();
+  ContextTurn(const ContextTurn&) = delete;
+  ContextTurn& operator=(const ContextTurn&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace kernelllm::harness

@@ -390,14 +390,38 @@ def test_cuda_that_cannot_start_is_an_environment_error_not_the_candidates(tmp_p
     cand = tmp_path / "cand.py"
     marker = tmp_path / "imported"
     cand.write_text(f"open({str(marker)!r}, 'w').write('x')\nclass ModelNew:\n    pass\n")
+    for first in ("init_device", "load"):  # the context alone (before the GPU's lock), or within the load
+        w = wh.Worker("candidate")
+        try:
+            reply = w.request(first, module_path=str(cand), device="cuda:0")
+            assert reply["error"]["kind"] == "environment_error", reply
+            assert "could not start CUDA on cuda:0 before the candidate ran" in reply["error"]["message"]
+            assert not marker.exists()  # decided before any candidate code ran
+        finally:
+            w.close()
+
+
+def test_init_device_comes_once_and_before_the_load(tmp_path):
+    s = wh.Session(CASES / "problems" / "add.py", tmp_path)
+    load = dict(module_path=str(CASES / "add" / "correct_basic.py"), init=s.problem["init"],
+                construct_seed=s.problem["construct_seed"], device="cpu", work_dir=str(tmp_path), problem=s.problem_field())
     w = wh.Worker("candidate")
     try:
-        reply = w.request("load", module_path=str(cand), device="cuda:0")
-        assert reply["error"]["kind"] == "environment_error", reply
-        assert "could not start CUDA on cuda:0 before the candidate ran" in reply["error"]["message"]
-        assert not marker.exists()  # decided before any candidate code ran
+        ready = w.request("init_device", device="cpu")
+        assert ready.get("ok") and "steps_ms" in ready, ready
+        again = w.request("init_device", device="cpu")
+        assert again["error"]["kind"] == "protocol" and "once, before load" in again["error"]["message"], again
+        assert w.request("load", **load).get("ok")
     finally:
         w.close()
+    w = wh.Worker("candidate")
+    try:
+        assert w.request("load", **load).get("ok")
+        late = w.request("init_device", device="cpu")  # candidate code has run: no more set-up requests
+        assert late["error"]["kind"] == "protocol", late
+    finally:
+        w.close()
+        s.close()
 
 
 def test_a_candidates_load_says_where_its_time_went(tmp_path):

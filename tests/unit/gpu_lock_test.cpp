@@ -136,6 +136,57 @@ TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
   std::filesystem::remove(file);
 }
 
+TEST(GpuLock, ContextTurnsAreOneAtATimeAcrossThreadsAndProcesses) {
+  auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-turn-" + std::to_string(::getpid()) + ".lock");
+  std::atomic<int> inside{0}, max_inside{0};
+  auto work = [&] {
+    for (int i = 0; i < 20; ++i) {
+      ContextTurn turn(file);
+      int now = ++inside;
+      int prev = max_inside.load();
+      while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      --inside;
+    }
+  };
+  std::thread a(work), b(work);
+  a.join();
+  b.join();
+  EXPECT_EQ(max_inside.load(), 1);
+  // Another process waits for a turn this one holds; a GPU lock's holders are not in its way.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    {
+      ContextTurn turn(file);
+      GpuMutex mu;
+      GpuGuard other(mu, file, GpuGuard::Mode::exclusive);  // the GPU lock itself is free to take
+      char c = 1;
+      if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  const auto t0 = Clock::now();
+  { ContextTurn turn(file); }
+  const double waited = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_GE(waited, 250) << "a turn was taken while another process held it";
+  ContextTurn none{std::filesystem::path()};  // the CPU: nothing to take
+  for (const char* suffix : {"", ".contexts", ".intent", ".engine"}) {
+    std::filesystem::path f = file;
+    f += suffix;
+    std::filesystem::remove(f);
+  }
+}
+
 TEST(GpuLock, ItsTimeIsSplitByWhoHeldItAndWhoWaited) {
   // gpu_lock_times: a shared hold (~80 ms), a timer waiting for it (the last ~40 ms: draining),
   // the timer's hold (~60 ms), then nothing. The process-wide clock of this lock file alone.

@@ -199,6 +199,7 @@ class Candidate:
         self.recipe: Any = None
         self.model_cls: Any = None
         self.variant = ""
+        self.device_ready = ""  # init_device's device: its CUDA context made before the load
         _COUNTER.install()
         _STREAMS.install()
         self.trusted = _guarded()
@@ -277,7 +278,34 @@ class Candidate:
             raise self._candidate_error(e, "run", "making the trial's inputs (get_inputs)") from None
         return args
 
+    def _start_cuda(self, device: str) -> None:
+        """This process's CUDA context on `device`, before any candidate code: a failure is the
+        GPU's or this machine's (no driver, all memory held by other processes), not the candidate's."""
+        try:
+            torch.cuda.set_device(device)
+            torch.empty(1, device=device)
+        except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
+            raise WorkerError("environment_error",
+                              f"this process could not start CUDA on {device} before the candidate ran: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                              " (the GPU's memory held by other processes, or no usable GPU)") from None
+
     # ---- ops --------------------------------------------------------------------------
+
+    def init_device(self, msg: dict) -> dict:
+        """The CUDA context alone, asked for before `load` without the GPU's lock: the driver makes
+        contexts one at a time for the whole host (up to seconds each while many start), and a
+        timer waiting for the lock would wait for it. No kernel runs here (the profiler's start-up,
+        which launches one, stays in `load`, under the lock)."""
+        if self.model is not None or self.model_cls is not None or self.device_ready:
+            raise WorkerError("protocol", "init_device: once, before load")
+        steps = protocol.Steps()
+        device = msg.get("device", "cpu")
+        if device.startswith("cuda"):
+            self._start_cuda(device)
+            steps.mark("cuda")
+        self.device_ready = device
+        return {"steps_ms": steps.ms()}
 
     def load(self, msg: dict) -> dict:
         if self.model is not None or self.model_cls is not None:
@@ -289,21 +317,14 @@ class Candidate:
         if self.device == "cpu":
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
         elif self.device.startswith("cuda"):
-            # The CUDA context is made here, before any candidate code: a failure is the GPU's or
-            # this machine's (no driver, all memory held by other processes), not the candidate's.
-            try:
-                torch.cuda.set_device(self.device)
-                torch.empty(1, device=self.device)
+            # The CUDA context before any candidate code (made already when init_device asked for it).
+            if self.device_ready != self.device:
+                self._start_cuda(self.device)
                 steps.mark("cuda")
-                # The last trial's run is profiled holding the GPU to itself: the profiler's start-up
-                # in this process now, under the load's shared hold, before any candidate code.
-                accounting.warm_profiler(self.device)
-                steps.mark("profiler")
-            except BaseException as e:  # RuntimeError/AssertionError from torch, never candidate code
-                raise WorkerError("environment_error",
-                                  f"this process could not start CUDA on {self.device} before the candidate ran: "
-                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                                  " (the GPU's memory held by other processes, or no usable GPU)") from None
+            # The last trial's run is profiled holding the GPU to itself: the profiler's start-up in
+            # this process now, under the load's shared hold, before any candidate code.
+            accounting.warm_profiler(self.device)
+            steps.mark("profiler")
         args, kwargs = self._init_args(msg, os.path.dirname(msg["module_path"]))
         self._load_problem(msg["problem"])
         steps.mark("problem")
@@ -618,7 +639,7 @@ def main() -> int:
         "launch_hook": sorted(_COUNTER.wrappers),
         "triton_warm_placed": warm_placed,
     }
-    return protocol.serve({"load": cand.load, "run": cand.run, "load_variant": cand.load_variant,
+    return protocol.serve({"init_device": cand.init_device, "load": cand.load, "run": cand.run, "load_variant": cand.load_variant,
                            "time_prepare": cand.time_prepare, "time_load": cand.time_load,
                            "time_call": cand.time_call}, hello)
 
