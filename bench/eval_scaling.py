@@ -59,15 +59,18 @@ def replicated(candidates: Path, times: int, work: Path) -> Path:
     return out
 
 
-def warm_up(args, devices: str) -> float:
-    """One untimed eval of the first problem with its candidates on `devices`; its wall time."""
+def warm_up(args, devices: str) -> float | None:
+    """One untimed eval of the first problem with its candidates on `devices`; its wall time
+    (None when no problem has candidates: the sets then fail on their own)."""
     problems, candidates = args.work / "warmup-problems", args.work / "warmup-candidates"
     for d in (problems, candidates, args.work / "warmup-run"):
         if d.exists():
             shutil.rmtree(d)
     level = args.levels.split(",")[0] if args.levels else ""
     src = args.problems / f"level{level}" if level else args.problems
-    first = next(f for f in sorted(src.glob("*.py")) if (args.candidates / f.stem).is_dir())
+    first = next((f for f in sorted(src.glob("*.py")) if (args.candidates / f.stem).is_dir()), None)
+    if first is None:
+        return None
     dst = problems / f"level{level}" if level else problems
     dst.mkdir(parents=True)
     shutil.copyfile(first, dst / first.name)

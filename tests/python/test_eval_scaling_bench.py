@@ -55,3 +55,31 @@ def test_a_set_whose_eval_fails_is_recorded_and_the_run_says_so(kernelllm_script
     (only,) = rec["sets"]
     assert only["exit"] != 0 and "add" in only["error"], only
     assert not rec["verdicts_identical"]
+
+
+def test_replicas_are_each_verified_after_a_warm_up(kernelllm_script, tmp_path):
+    # --replicate 3: the one candidate as samples 0-2 (a comment line apart: no cache hit), after
+    # an untimed warm-up eval of the problem.
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(ROOT / "tests" / "cases" / "problems" / "add.py", problems / "add.py")
+    cands = tmp_path / "candidates" / "add"
+    cands.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "cases" / "add" / "correct_basic.py", cands / "0.py")
+    out = tmp_path / "scaling.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_scaling.py"), "--cli", kernelllm_script,
+                        "--problems", str(problems), "--candidates", str(tmp_path / "candidates"), "--sets", "cpu",
+                        "--replicate", "3", "--work", str(tmp_path / "runs"), "--out", str(out),
+                        "--eval-args", "--no-timing"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rec = json.loads(out.read_text())
+    assert rec["replicate"] == 3 and rec["warmup_s"] > 0, rec
+    (only,) = rec["sets"]
+    assert only["verifications"] == 3, only
+    assert (tmp_path / "runs" / "warmup-run" / "report.json").is_file()
+    replicas = sorted((tmp_path / "runs" / "candidates-x3" / "add").glob("*.py"))
+    assert [f.name for f in replicas] == ["0.py", "1.py", "2.py"]
+    texts = [f.read_text() for f in replicas]
+    assert len(set(texts)) == 3 and all(t.endswith((cands / "0.py").read_text()) for t in texts)
+    report = json.loads((tmp_path / "runs" / "run-0" / "report.json").read_text())
+    assert [s["verdict"] for p in report["problems"] for s in p["samples"]["strict"]] == ["correct"] * 3
