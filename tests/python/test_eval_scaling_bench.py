@@ -12,14 +12,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_two_device_sets_give_the_same_verdicts_and_both_rates(kernelllm_script, tmp_path):
+def add_problem(tmp_path: Path, *cases: str) -> tuple[Path, Path]:
+    """tmp_path/problems with add.py and tmp_path/candidates/add/<i>.py (eval's sample files) from `cases`."""
     problems = tmp_path / "problems"
     problems.mkdir()
     shutil.copy(ROOT / "tests" / "cases" / "problems" / "add.py", problems / "add.py")
     cands = tmp_path / "candidates" / "add"
     cands.mkdir(parents=True)
-    for i, name in enumerate(("correct_basic.py", "wrong_first_input_twice.py")):
-        shutil.copy(ROOT / "tests" / "cases" / "add" / name, cands / f"{i}.py")  # eval's sample files: <n>.py
+    for i, name in enumerate(cases):
+        shutil.copy(ROOT / "tests" / "cases" / "add" / name, cands / f"{i}.py")
+    return problems, cands
+
+
+def test_two_device_sets_give_the_same_verdicts_and_both_rates(kernelllm_script, tmp_path):
+    problems, _ = add_problem(tmp_path, "correct_basic.py", "wrong_first_input_twice.py")
     out = tmp_path / "scaling.json"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_scaling.py"), "--cli", kernelllm_script,
                         "--problems", str(problems), "--candidates", str(tmp_path / "candidates"), "--sets", "cpu", "cpu,cpu",
@@ -41,11 +47,9 @@ def test_two_device_sets_give_the_same_verdicts_and_both_rates(kernelllm_script,
 
 
 def test_a_set_whose_eval_fails_is_recorded_and_the_run_says_so(kernelllm_script, tmp_path):
-    # No candidates directory for the problem: eval refuses before anything runs.
-    problems = tmp_path / "problems"
-    problems.mkdir()
-    shutil.copy(ROOT / "tests" / "cases" / "problems" / "add.py", problems / "add.py")
-    (tmp_path / "candidates").mkdir()
+    # No candidates for the problem: eval refuses before anything runs.
+    problems, cands = add_problem(tmp_path)
+    cands.rmdir()
     out = tmp_path / "scaling.json"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_scaling.py"), "--cli", kernelllm_script,
                         "--problems", str(problems), "--candidates", str(tmp_path / "candidates"), "--sets", "cpu",
@@ -60,12 +64,7 @@ def test_a_set_whose_eval_fails_is_recorded_and_the_run_says_so(kernelllm_script
 def test_replicas_are_each_verified_after_a_warm_up(kernelllm_script, tmp_path):
     # --replicate 3: the one candidate as samples 0-2 (a comment line apart: no cache hit), after
     # an untimed warm-up eval of the problem.
-    problems = tmp_path / "problems"
-    problems.mkdir()
-    shutil.copy(ROOT / "tests" / "cases" / "problems" / "add.py", problems / "add.py")
-    cands = tmp_path / "candidates" / "add"
-    cands.mkdir(parents=True)
-    shutil.copy(ROOT / "tests" / "cases" / "add" / "correct_basic.py", cands / "0.py")
+    problems, cands = add_problem(tmp_path, "correct_basic.py")
     out = tmp_path / "scaling.json"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_scaling.py"), "--cli", kernelllm_script,
                         "--problems", str(problems), "--candidates", str(tmp_path / "candidates"), "--sets", "cpu",

@@ -114,16 +114,16 @@ TEST(GpuLock, SharedHoldersDoNotBlockEachOther) {
   std::filesystem::remove(file);
 }
 
-TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
-  auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-t-" + std::to_string(::getpid()) + ".lock");
-  GpuMutex mu;
-  std::atomic<int> inside{0}, max_inside{0};
+// The most threads inside at once when two threads each hold `Hold` (made by `take`) 20 times for 1 ms.
+template <class Take>
+int most_inside_at_once(Take take) {
+  std::atomic<int> inside{0}, most{0};
   auto work = [&] {
     for (int i = 0; i < 20; ++i) {
-      GpuGuard g(mu, file, GpuGuard::Mode::exclusive);
+      auto held = take();
       int now = ++inside;
-      int prev = max_inside.load();
-      while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
+      int prev = most.load();
+      while (now > prev && !most.compare_exchange_weak(prev, now)) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       --inside;
@@ -132,28 +132,19 @@ TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
   std::thread a(work), b(work);
   a.join();
   b.join();
-  EXPECT_EQ(max_inside.load(), 1);
+  return most.load();
+}
+
+TEST(GpuLock, ThreadsOfOneProcessExcludeLikeASharedMutex) {
+  auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-t-" + std::to_string(::getpid()) + ".lock");
+  GpuMutex mu;
+  EXPECT_EQ(most_inside_at_once([&] { return std::make_unique<GpuGuard>(mu, file, GpuGuard::Mode::exclusive); }), 1);
   std::filesystem::remove(file);
 }
 
 TEST(GpuLock, ContextTurnsAreOneAtATimeAcrossThreadsAndProcesses) {
   auto file = std::filesystem::temp_directory_path() / ("kllm-gpu-lock-test-turn-" + std::to_string(::getpid()) + ".lock");
-  std::atomic<int> inside{0}, max_inside{0};
-  auto work = [&] {
-    for (int i = 0; i < 20; ++i) {
-      ContextTurn turn(file);
-      int now = ++inside;
-      int prev = max_inside.load();
-      while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      --inside;
-    }
-  };
-  std::thread a(work), b(work);
-  a.join();
-  b.join();
-  EXPECT_EQ(max_inside.load(), 1);
+  EXPECT_EQ(most_inside_at_once([&] { return std::make_unique<ContextTurn>(file); }), 1);
   // Another process waits for a turn this one holds; a GPU lock's holders are not in its way.
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
