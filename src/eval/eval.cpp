@@ -402,18 +402,31 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   std::atomic<int> not_verified{0};
   std::atomic<size_t> finished{0};
   // Problems whose verify call failed: the run goes on without them (a rerun retries them), unless
-  // the first kGiveUpAfter problems all fail (then the cause is this machine or these options).
+  // the first kGiveUpAfter problems with work to do (in start order) all fail: then the cause is
+  // this machine or these options, and no problem is begun after that. Decided by those problems
+  // alone, not by whichever finish first (a broken reference fails in seconds, a good problem
+  // takes minutes).
   struct Unverifiable {
     std::string problem, profile;
     Status status;
   };
   std::mutex failed_mu;
   std::vector<Unverifiable> failed;
-  std::atomic<int> verified_problems{0};
-  constexpr int kGiveUpAfter = 3;
+  constexpr size_t kGiveUpAfter = 3;
+  const std::vector<size_t> order = problem_start_order(work, problem_jobs);
+  std::map<size_t, int> first_pending;  // problem index -> 0 under way, 1 verified, -1 failed
+  for (size_t n = 0; n < order.size() && first_pending.size() < kGiveUpAfter; ++n) {
+    const Problem& p = problems[order[n]];
+    KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
+    KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
+    if (samples.empty() || verdicts.size() < samples.size() * options.profiles.size()) first_pending[order[n]] = 0;
+  }
+  std::atomic<bool> gave_up{false};
+  std::atomic<size_t> begun{0};
   const auto give_up = [&] {
     std::lock_guard<std::mutex> lock(failed_mu);
-    return verified_problems.load() == 0 && static_cast<int>(failed.size()) >= kGiveUpAfter;
+    return first_pending.size() == kGiveUpAfter &&
+           std::all_of(first_pending.begin(), first_pending.end(), [](const auto& kv) { return kv.second == -1; });
   };
   Json environment = nullptr;  // the verifier's, for this invocation's line in invocations.jsonl
   // Several problems at once on several GPUs named one by one: each problem verifies on the GPU
@@ -446,6 +459,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       }
     } release{device_mu, spread ? &in_flight[device] : nullptr};
     const EvalOptions& po = spread ? mine : opts;
+    ++begun;
     progress(fmt::format("[{}/{}] {}", i + 1, problems.size(), p.id));
     // `problem`: problems finished before this event (this one's index when run one at a time).
     EvalTick tick{finished.load(), problems.size(), p.id, "generating", 0, 0, 0};
@@ -488,20 +502,28 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       verified = false;
       break;  // (its other profiles would fail the same way)
     }
-    if (verified) ++verified_problems;
+    {
+      std::lock_guard<std::mutex> lock(failed_mu);
+      if (auto it = first_pending.find(i); it != first_pending.end()) it->second = verified ? 1 : -1;
+    }
     const size_t done = ++finished;
     if (po.on_tick) po.on_tick(EvalTick{done, problems.size(), p.id, "done", 0, 0, 0});
     return {};
   };
   if (problem_jobs == 1) {
-    for (size_t i = 0; i < problems.size() && !give_up(); ++i) KLLM_RETURN_IF_ERROR(one_problem(i));
+    for (size_t n = 0; n < order.size(); ++n) {
+      if (give_up()) {
+        gave_up = true;
+        break;
+      }
+      KLLM_RETURN_IF_ERROR(one_problem(order[n]));
+    }
   } else {
     // The first error (not a problem's failed verify call: one_problem records those and returns
     // ok) stops the taking of problems; those under way finish (their verdicts are committed),
     // then the error is returned.
-    // The problems with the most samples first: in a throughput run on an H200 (8 at once) the
-    // last problems begun set the wall, 6 s past the busy time of the 8 slots.
-    const std::vector<size_t> order = problem_start_order(work, problem_jobs);
+    // The problems with the most samples first (`order`): in a throughput run on an H200 (8 at
+    // once) the last problems begun set the wall, 6 s past the busy time of the 8 slots.
     std::atomic<size_t> next{0};
     std::mutex error_mu;
     Status first_error;
@@ -511,7 +533,10 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
         for (size_t n = next++; n < problems.size(); n = next++) {
           Status s = one_problem(order[n]);
           if (s.ok()) {
-            if (give_up()) next = problems.size();
+            if (give_up()) {
+              gave_up = true;
+              next = problems.size();
+            }
             continue;
           }
           std::lock_guard<std::mutex> lock(error_mu);
@@ -531,11 +556,13 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
       list += fmt::format("\n  {} [{}]: {}", failed[i].problem, failed[i].profile, failed[i].status.to_string());
     }
     if (failed.size() > kListed) list += fmt::format("\n  and {} more", failed.size() - kListed);
+    const size_t not_begun = problems.size() - begun.load();
     const std::string stopped =
-        give_up() && finished.load() < problems.size() ? fmt::format("; the first {} problems all failed, so no others were begun (the cause is more likely "
-                                "this machine or these options than the problems)",
-                                failed.size())
-                  : "";
+        gave_up && not_begun > 0
+            ? fmt::format("; the first {} problems to verify all failed, so {} other(s) were not begun (the cause is more "
+                          "likely this machine or these options than the problems)",
+                          kGiveUpAfter, not_begun)
+            : "";
     return error(failed.front().status.code(),
                  fmt::format("eval: {} problem(s) could not be verified{}:{}\neverything else is committed in {} (the "
                              "errors in problem-errors.jsonl{}): rerun the same command to retry them",

@@ -240,15 +240,23 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
     const auto t_ctx = Clock::now();
     Reply ctx;
     {
-      ContextTurn turn(dev.gpu_lock);
+      ContextTurn turn(dev.root().gpu_lock);
       steps["context_turn"] = ms_since(t_ctx);
       auto busy = use_gpu(dev, GpuGuard::Mode::shared, "load");
       ctx = w.request(Json{{"op", "init_device"}, {"device", dev.name}}, opts_.load_timeout_s, yield_hook(busy, w, dev));
     }
     steps["init_device"] = ms_since(t_ctx);
     add_reply_steps(ctx, "init_device", steps);
-    if (fail_from_reply(ctx, "load (the CUDA context)", opts_.load_timeout_s, w, dev, r)) {
-      r.evidence["load_steps_ms"] = std::move(steps);
+    r.evidence["load_steps_ms"] = steps;
+    if (!ctx.ok()) {
+      // No candidate code has run in this process: not the candidate's verdict (and never cached);
+      // a rerun verifies it again.
+      w.proc.kill_tree();
+      r.verdict = Verdict::not_verified;
+      r.evidence["phase"] = "load (the CUDA context)";
+      r.message = fmt::format("its process could not start CUDA on {} before the candidate ran ({}: {})", dev.name,
+                              ctx.error_kind(), ctx.error_message());
+      check_gpu_after_fault(dev, r);
       return false;
     }
   }

@@ -417,21 +417,43 @@ def test_a_problem_that_cannot_be_verified_does_not_stop_the_run(cli, problem_se
     assert {p["id"] for p in report["problems"]} == set(MIX) | {"mended"}
 
 
-def test_a_run_whose_first_problems_all_fail_stops_taking_problems(cli, problem_set, tmp_path):
-    # Three broken problems first (sorted names), then a good one: after three failures and no
-    # success the run gives up (the cause is more likely the machine or the options) and never
-    # begins the fourth.
+def broken_set(tmp_path: Path, problem_set: dict, names: dict) -> tuple[Path, Path]:
+    """Problems named by `names` (name -> broken?), relu's source, each with relu's candidates."""
     problems, candidates = tmp_path / "problems", tmp_path / "candidates"
     problems.mkdir()
     relu = (CASES / "problems" / "relu.py").read_text()
-    for name in ("a1", "a2", "a3", "relu"):
-        (problems / f"{name}.py").write_text(relu if name == "relu" else broken(relu))
+    for name, is_broken in names.items():
+        (problems / f"{name}.py").write_text(broken(relu) if is_broken else relu)
         shutil.copytree(problem_set["candidates"] / "relu", candidates / name)
+    return problems, candidates
+
+
+def test_a_run_whose_first_problems_all_fail_stops_taking_problems(cli, problem_set, tmp_path):
+    # Three broken problems first (sorted names), then a good one: once the first three problems
+    # to verify have all failed the run gives up (the cause is more likely the machine or the
+    # options) and never begins the fourth. (Several at once, the problems begun while the first
+    # three were still under way go on: see the next test.)
+    problems, candidates = broken_set(tmp_path, problem_set, {"a1": True, "a2": True, "a3": True, "relu": False})
     out = tmp_path / "run"
     r = run([cli, "eval", "--problems", str(problems), "--candidates", str(candidates), "--out", str(out),
              "--verify-device", "cpu", "--jobs", "2", "--profiles", "kernelbench", "--pass-at", "1"])
     assert r.returncode == 1
-    assert "3 problem(s) could not be verified; the first 3 problems all failed, so no others were begun" in r.stderr, \
-        r.stderr[-3000:]
+    assert ("3 problem(s) could not be verified; the first 3 problems to verify all failed, so 1 other(s) were not begun"
+            in r.stderr), r.stderr[-3000:]
     assert verifications(out) == []
     assert len((out / "problem-errors.jsonl").read_text().splitlines()) == 3
+
+
+def test_one_good_problem_among_the_first_three_keeps_the_run_going(cli, problem_set, tmp_path):
+    # Two at once: a1 and a3 fail within seconds while a2 verifies; the give-up looks at the first
+    # three problems to verify, not at the first three to finish, so a4 and a5 are still begun.
+    problems, candidates = broken_set(tmp_path, problem_set,
+                                      {"a1": True, "a2": False, "a3": True, "a4": True, "a5": False})
+    out = tmp_path / "run"
+    r = run([cli, "eval", "--problems", str(problems), "--candidates", str(candidates), "--out", str(out),
+             "--verify-device", "cpu", "--jobs", "2", "--profiles", "kernelbench", "--pass-at", "1", "--problem-jobs", "2"])
+    assert r.returncode == 1
+    assert "3 problem(s) could not be verified:" in r.stderr and "not begun" not in r.stderr, r.stderr[-3000:]
+    assert sorted({p for p, *_ in verifications(out)}) == ["a2", "a5"]
+    failed = sorted(json.loads(line)["problem"] for line in (out / "problem-errors.jsonl").read_text().splitlines())
+    assert failed == ["a1", "a3", "a4"]

@@ -421,6 +421,13 @@ def test_init_device_comes_once_and_before_the_load(tmp_path):
         assert late["error"]["kind"] == "protocol", late
     finally:
         w.close()
+    w = wh.Worker("candidate")
+    try:
+        assert w.request("init_device", device="cpu").get("ok")
+        other = w.request("load", **dict(load, device="cuda:0"))  # not the device it was started on
+        assert other["error"]["kind"] == "protocol" and "init_device started cpu" in other["error"]["message"], other
+    finally:
+        w.close()
         s.close()
 
 

@@ -318,6 +318,8 @@ class Candidate:
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
         elif self.device.startswith("cuda"):
             # The CUDA context before any candidate code (made already when init_device asked for it).
+            if self.device_ready and self.device_ready != self.device:
+                raise WorkerError("protocol", f"load: on {self.device}, but init_device started {self.device_ready}")
             if self.device_ready != self.device:
                 self._start_cuda(self.device)
                 steps.mark("cuda")
