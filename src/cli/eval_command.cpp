@@ -55,6 +55,7 @@ struct EvalArgs {
   EndpointArgs endpoint;
   // report / merge
   std::string report_run;
+  bool report_partial = false;
   std::vector<std::string> merge_inputs;
   std::string merge_out;
   // export-kernelbench
@@ -195,7 +196,7 @@ int run_eval_command(const EvalArgs& a) {
 int run_report_command(const EvalArgs& a) {
   auto metrics = metrics_options(a.pass_at);
   if (!metrics.ok()) return usage("--pass-at: " + metrics.status().message());
-  auto report = eval::write_run_report(a.report_run, *metrics);
+  auto report = eval::write_run_report(a.report_run, *metrics, a.report_partial);
   if (!report.ok()) return fail(report.status());
   std::fprintf(stderr, "eval: wrote %s/report.json and %s/report.html\n", a.report_run.c_str(), a.report_run.c_str());
   return print_report(*report);
@@ -272,6 +273,8 @@ void add_eval_command(CLI::App& app, CommandRun& run) {
   CLI::App* report = cmd->add_subcommand("report", "rebuild RUN/report.json and RUN/report.html from a run store");
   report->add_option("run", args->report_run, "run directory")->required();
   report->add_option("--pass-at", args->pass_at, "k values for pass@k, comma-separated (default 1,10,20)");
+  report->add_flag("--partial", args->report_partial,
+                   "report an incomplete run over the problems with every verdict; the others are listed as left out");
   report->callback([args, &run] { run = [args] { return run_report_command(*args); }; });
 
   CLI::App* merge = cmd->add_subcommand("merge", "combine shard runs (same options apart from --shard) into one run");

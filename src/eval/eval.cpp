@@ -565,10 +565,12 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
             : "";
     return error(failed.front().status.code(),
                  fmt::format("eval: {} problem(s) could not be verified{}:{}\neverything else is committed in {} (the "
-                             "errors in problem-errors.jsonl{}): rerun the same command to retry them",
+                             "errors in problem-errors.jsonl{}): rerun the same command to retry them, or `kernelllm eval "
+                             "report {} --partial` for a report of the others",
                              failed.size(), stopped, list, store.dir().string(),
                              not_verified > 0 ? fmt::format("; {} verification(s) also came back not_verified", not_verified.load())
-                                              : ""));
+                                              : "",
+                             store.dir().string()));
   }
   if (not_verified > 0) {
     return error(ErrorCode::resource_exhausted,
@@ -579,18 +581,44 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   return write_run_report(store.dir(), options.metrics);
 }
 
-Result<Json> write_run_report(const fs::path& run_dir, const MetricsOptions& metrics) {
+// The last error RUN/problem-errors.jsonl holds for each problem (eval's problems that could not
+// be verified); empty when there is none or it cannot be read.
+static std::map<std::string, std::string> last_problem_errors(const fs::path& run_dir) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(run_dir / "problem-errors.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = parse_json(line, "problem-errors.jsonl");
+    if (j.ok() && j->is_object() && j->contains("problem") && (*j)["problem"].is_string() && j->contains("error") &&
+        (*j)["error"].is_string()) {
+      out[(*j)["problem"].get<std::string>()] = (*j)["error"].get<std::string>();
+    }
+  }
+  return out;
+}
+
+Result<Json> write_run_report(const fs::path& run_dir, const MetricsOptions& metrics, bool partial) {
   KLLM_ASSIGN_OR_RETURN(RunStore store, RunStore::open_existing(run_dir));
   ReportInput input;
   input.run = report_run_facts(store.config());
   if (store.config().contains("profiles") && store.config()["profiles"].is_array()) {
     input.profiles = store.config()["profiles"].get<std::vector<std::string>>();
   }
-  KLLM_ASSIGN_OR_RETURN(input.outcomes, store.outcomes(input.profiles));
+  Json left_out = Json::array();
+  KLLM_ASSIGN_OR_RETURN(input.outcomes, store.outcomes(input.profiles, partial ? &left_out : nullptr));
+  if (partial && input.outcomes.empty()) {
+    return error(ErrorCode::invalid_argument, fmt::format("run {}: no problem has all its verdicts yet; nothing to report", run_dir.string()));
+  }
   input.metrics = metrics;
   const Json& verifier = store.config().value("verifier", Json::object());
   input.metrics.timing_meaningful = verifier.value("device_kind", "cpu") == "cuda" && verifier.value("timing", true);
   KLLM_ASSIGN_OR_RETURN(Json report, build_report(input));
+  if (!left_out.empty()) {  // (absent from a complete run's report: its bytes stay as they were)
+    const std::map<std::string, std::string> errors = last_problem_errors(store.dir());
+    for (Json& l : left_out) {
+      if (auto it = errors.find(l["id"].get<std::string>()); it != errors.end()) l["error"] = relativize(it->second, store.dir());
+    }
+    report["left_out"] = std::move(left_out);
+  }
   KLLM_RETURN_IF_ERROR(write_reports(report, store.dir(), store.dir()));
   return report;
 }
@@ -635,6 +663,11 @@ Result<std::string> summary_table(const Json& report) {
     }
   }
   out += shapes;
+  if (const Json& left = report.value("left_out", Json::array()); left.is_array() && !left.empty()) {
+    std::string ids;
+    for (const Json& l : left) ids += (ids.empty() ? "" : ", ") + l.value("id", std::string("?"));
+    out += fmt::format("partial report: {} problem(s) left out, not in these numbers: {}\n", left.size(), ids);
+  }
   const Json& run = report.value("run", Json::object());
   const Json& verifier = run.value("verifier", Json::object());
   if (verifier.value("device_kind", "cpu") != "cuda") {

@@ -284,6 +284,16 @@ Result<std::string> render_html(const Json& report, const std::filesystem::path&
     out += "<a href=\"#profile-" + html::escape(m.profile) + "\">profile " + html::escape(m.profile) + "</a>";
   }
   out += "<a href=\"#candidates\">candidates</a></nav>";
+  if (const Json left = report.value("left_out", Json::array()); left.is_array() && !left.empty()) {
+    out += "<section id=\"left-out\"><h2>Partial report: " + std::to_string(left.size()) +
+           " problem(s) left out</h2><p class=\"note\">Not in any number on this page (no verdict for every sample):</p><ul>";
+    for (const Json& l : left) {
+      out += "<li>" + html::escape(l.value("id", std::string("?"))) + ": " + html::escape(l.value("why", std::string())) +
+             (l.contains("error") && l["error"].is_string() ? " &mdash; " + html::escape(l["error"].get<std::string>()) : "") +
+             "</li>";
+    }
+    out += "</ul></section>";
+  }
 
   int max_n = 0;
   for (const ProfileMetrics& m : metrics) {

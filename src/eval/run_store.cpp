@@ -465,11 +465,15 @@ Status RunStore::add_verification_rows(const std::vector<VerificationRow>& rows)
   return exec("COMMIT");
 }
 
-Result<std::vector<ProblemOutcome>> RunStore::outcomes(const std::vector<std::string>& profiles) const {
+Result<std::vector<ProblemOutcome>> RunStore::outcomes(const std::vector<std::string>& profiles, Json* left_out) const {
   KLLM_ASSIGN_OR_RETURN(std::vector<Problem> problems, this->problems());
   std::vector<ProblemOutcome> out;
   for (const Problem& p : problems) {
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, this->samples(p.id));
+    if (samples.empty() && left_out) {
+      left_out->push_back(Json{{"id", p.id}, {"why", "no samples yet"}});
+      continue;
+    }
     if (samples.empty()) {
       return error(ErrorCode::invalid_argument,
                    fmt::format("run {} is incomplete: problem {} has no samples yet; rerun `kernelllm eval` with the "
@@ -477,6 +481,19 @@ Result<std::vector<ProblemOutcome>> RunStore::outcomes(const std::vector<std::st
                                dir_.string(), p.id));
     }
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, this->verdicts(p.id));
+    if (left_out) {
+      size_t have = 0;
+      for (const std::string& profile : profiles) {
+        for (const StoredSample& s : samples) {
+          have += std::any_of(verdicts.begin(), verdicts.end(),
+                              [&](const StoredVerdict& v) { return v.sample == s.sample && v.profile == profile; });
+        }
+      }
+      if (have < samples.size() * profiles.size()) {
+        left_out->push_back(Json{{"id", p.id}, {"why", fmt::format("{} of {} verdicts", have, samples.size() * profiles.size())}});
+        continue;
+      }
+    }
     ProblemOutcome po;
     po.id = p.id;
     po.level = p.level;

@@ -408,13 +408,23 @@ def test_a_problem_that_cannot_be_verified_does_not_stop_the_run(cli, problem_se
     assert not (out / "report.json").exists()
     others = sum(len(v) for v in MIX.values())
     assert sorted({p for p, *_ in verifications(out)}) == sorted(MIX) and len(verifications(out)) == others
+    # Meanwhile a report of the others, saying what it leaves out and why.
+    assert run([cli, "eval", "report", str(out)]).returncode == 1  # incomplete
+    partial = run([cli, "eval", "report", str(out), "--partial", "--pass-at", "1"])
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    assert "partial report: 1 problem(s) left out, not in these numbers: mended" in partial.stdout, partial.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert {p["id"] for p in report["problems"]} == set(MIX)
+    (left,) = report["left_out"]
+    assert left["id"] == "mended" and left["why"] == "0 of 3 verdicts" and "this reference is broken" in left["error"], left
+    assert "Partial report: 1 problem(s) left out" in (out / "report.html").read_text()
     (problems / "mended.py").write_text(relu)
     second = run(args)
     assert second.returncode == 0, second.stderr[-3000:]
     counts = collections.Counter((p, s) for p, s, *_ in verifications(out))
     assert set(counts.values()) == {1} and len(counts) == others + len(MIX["relu"])  # nothing verified twice
     report = json.loads((out / "report.json").read_text())
-    assert {p["id"] for p in report["problems"]} == set(MIX) | {"mended"}
+    assert {p["id"] for p in report["problems"]} == set(MIX) | {"mended"} and "left_out" not in report
 
 
 def broken_set(tmp_path: Path, problem_set: dict, names: dict) -> tuple[Path, Path]:

@@ -106,7 +106,9 @@ std::vector<size_t> problem_start_order(const std::vector<size_t>& work, int pro
 Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_source);
 
 // Builds the report from a complete store and writes RUN/report.json and RUN/report.html.
-Result<Json> write_run_report(const std::filesystem::path& run_dir, const MetricsOptions& metrics);
+// `partial`: from an incomplete one too, over the problems with every verdict; the others are
+// listed under "left_out" ({"id", "why", "error": the last from RUN/problem-errors.jsonl}).
+Result<Json> write_run_report(const std::filesystem::path& run_dir, const MetricsOptions& metrics, bool partial = false);
 
 // `kernelllm eval merge`: merge_run_stores, then the merged run's report.
 Result<Json> merge_runs(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir,

@@ -117,8 +117,9 @@ class RunStore {
   Status add_verification_rows(const std::vector<VerificationRow>& rows);  // merge: copies another store's log
 
   // The outcomes of every stored problem for `profiles`, in position order. invalid_argument
-  // naming the first (problem, sample, profile) without a verdict when the run is incomplete.
-  Result<std::vector<ProblemOutcome>> outcomes(const std::vector<std::string>& profiles) const;
+  // naming the first (problem, sample, profile) without a verdict when the run is incomplete;
+  // with `left_out`, such problems are left out instead and listed there ({"id", "why"}).
+  Result<std::vector<ProblemOutcome>> outcomes(const std::vector<std::string>& profiles, Json* left_out = nullptr) const;
 
  private:
   Status exec(const char* sql) const;
