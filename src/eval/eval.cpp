@@ -264,6 +264,21 @@ Result<int> verify_pending(RunStore& store, std::mutex& store_mu, const EvalOpti
   return not_verified;
 }
 
+// The last error RUN/problem-errors.jsonl holds for each problem (eval's problems that could not
+// be verified); empty when there is none or it cannot be read.
+std::map<std::string, std::string> last_problem_errors(const fs::path& run_dir) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(run_dir / "problem-errors.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = parse_json(line, "problem-errors.jsonl");
+    if (j.ok() && j->is_object() && j->contains("problem") && (*j)["problem"].is_string() && j->contains("error") &&
+        (*j)["error"].is_string()) {
+      out[(*j)["problem"].get<std::string>()] = (*j)["error"].get<std::string>();
+    }
+  }
+  return out;
+}
+
 // Run-specific facts stay out of report.json, whose bytes depend on the outcomes only
 // (docs/eval.md): each `kernelllm eval` invocation appends its own line here instead, with where
 // its GPU locks' time went (harness::gpu_lock_times).
@@ -414,9 +429,13 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
   std::vector<Unverifiable> failed;
   constexpr size_t kGiveUpAfter = 3;
   const std::vector<size_t> order = problem_start_order(work, problem_jobs);
+  // Problems that failed in an earlier invocation are retried but not counted: a rerun never gives
+  // up on the same three problems again, so every rerun gets further.
+  const std::map<std::string, std::string> failed_before = last_problem_errors(store.dir());
   std::map<size_t, int> first_pending;  // problem index -> 0 under way, 1 verified, -1 failed
   for (size_t n = 0; n < order.size() && first_pending.size() < kGiveUpAfter; ++n) {
     const Problem& p = problems[order[n]];
+    if (failed_before.count(p.id)) continue;
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredSample> samples, store.samples(p.id));
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
     if (samples.empty() || verdicts.size() < samples.size() * options.profiles.size()) first_pending[order[n]] = 0;
@@ -579,21 +598,6 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
                              not_verified.load(), store.dir().string()));
   }
   return write_run_report(store.dir(), options.metrics);
-}
-
-// The last error RUN/problem-errors.jsonl holds for each problem (eval's problems that could not
-// be verified); empty when there is none or it cannot be read.
-static std::map<std::string, std::string> last_problem_errors(const fs::path& run_dir) {
-  std::map<std::string, std::string> out;
-  std::ifstream in(run_dir / "problem-errors.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = parse_json(line, "problem-errors.jsonl");
-    if (j.ok() && j->is_object() && j->contains("problem") && (*j)["problem"].is_string() && j->contains("error") &&
-        (*j)["error"].is_string()) {
-      out[(*j)["problem"].get<std::string>()] = (*j)["error"].get<std::string>();
-    }
-  }
-  return out;
 }
 
 Result<Json> write_run_report(const fs::path& run_dir, const MetricsOptions& metrics, bool partial) {

@@ -452,6 +452,11 @@ def test_a_run_whose_first_problems_all_fail_stops_taking_problems(cli, problem_
             in r.stderr), r.stderr[-3000:]
     assert verifications(out) == []
     assert len((out / "problem-errors.jsonl").read_text().splitlines()) == 3
+    # A rerun retries them but does not give up on them again: relu is verified this time.
+    again = run(r.args)
+    assert again.returncode == 1 and "not begun" not in again.stderr, again.stderr[-3000:]
+    assert {p for p, *_ in verifications(out)} == {"relu"}
+    assert len((out / "problem-errors.jsonl").read_text().splitlines()) == 6
 
 
 def test_one_good_problem_among_the_first_three_keeps_the_run_going(cli, problem_set, tmp_path):
