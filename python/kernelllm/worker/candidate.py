@@ -293,10 +293,10 @@ class Candidate:
     # ---- ops --------------------------------------------------------------------------
 
     def init_device(self, msg: dict) -> dict:
-        """The CUDA context alone, asked for before `load` without the GPU's lock: the driver makes
-        contexts one at a time for the whole host (up to seconds each while many start), and a
-        timer waiting for the lock would wait for it. No kernel runs here (the profiler's start-up,
-        which launches one, stays in `load`, under the lock)."""
+        """The CUDA context alone, before `load`: the orchestrator asks for it under a shared hold
+        of the GPU's lock of its own, one process of a GPU at a time (its context turn), so that a
+        timer waits for one context rather than for every load queued in the driver. No kernel runs
+        here (the profiler's start-up, which launches one, stays in `load`)."""
         if self.model is not None or self.model_cls is not None or self.device_ready:
             raise WorkerError("protocol", "init_device: once, before load")
         steps = protocol.Steps()
@@ -314,12 +314,12 @@ class Candidate:
         # Where the load's time goes (the reply's steps_ms, shown in reports, never used for a verdict).
         steps = protocol.Steps()
         self.device = msg.get("device", "cpu")
+        if self.device_ready and self.device_ready != self.device:
+            raise WorkerError("protocol", f"load: on {self.device}, but init_device started {self.device_ready}")
         if self.device == "cpu":
             os.environ["TRITON_INTERPRET"] = "1"  # read by triton.jit at decoration time
         elif self.device.startswith("cuda"):
             # The CUDA context before any candidate code (made already when init_device asked for it).
-            if self.device_ready and self.device_ready != self.device:
-                raise WorkerError("protocol", f"load: on {self.device}, but init_device started {self.device_ready}")
             if self.device_ready != self.device:
                 self._start_cuda(self.device)
                 steps.mark("cuda")
