@@ -481,29 +481,21 @@ Result<std::vector<ProblemOutcome>> RunStore::outcomes(const std::vector<std::st
                                dir_.string(), p.id));
     }
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, this->verdicts(p.id));
-    if (left_out) {
-      size_t have = 0;
-      for (const std::string& profile : profiles) {
-        for (const StoredSample& s : samples) {
-          have += std::any_of(verdicts.begin(), verdicts.end(),
-                              [&](const StoredVerdict& v) { return v.sample == s.sample && v.profile == profile; });
-        }
-      }
-      if (have < samples.size() * profiles.size()) {
-        left_out->push_back(Json{{"id", p.id}, {"why", fmt::format("{} of {} verdicts", have, samples.size() * profiles.size())}});
-        continue;
-      }
-    }
     ProblemOutcome po;
     po.id = p.id;
     po.level = p.level;
     po.problem_file = p.file.string();
+    size_t missing = 0;  // (only with left_out: else the first one is the error)
     for (const std::string& profile : profiles) {
       std::vector<SampleOutcome>& list = po.samples[profile];
       for (const StoredSample& s : samples) {
         const StoredVerdict* found = nullptr;
         for (const StoredVerdict& v : verdicts) {
           if (v.sample == s.sample && v.profile == profile) found = &v;
+        }
+        if (!found && left_out) {
+          ++missing;
+          continue;
         }
         if (!found) {
           return error(ErrorCode::invalid_argument,
@@ -531,6 +523,11 @@ Result<std::vector<ProblemOutcome>> RunStore::outcomes(const std::vector<std::st
         }
         list.push_back(std::move(so));
       }
+    }
+    if (missing > 0) {
+      const size_t all = samples.size() * profiles.size();
+      left_out->push_back(Json{{"id", p.id}, {"why", fmt::format("{} of {} verdicts", all - missing, all)}});
+      continue;
     }
     out.push_back(std::move(po));
   }

@@ -247,8 +247,8 @@ bool Verifier::load_candidate(size_t i, Worker& w, DeviceState& dev, CandidateRe
     }
     steps["init_device"] = ms_since(t_ctx);
     add_reply_steps(ctx, "init_device", steps);
-    r.evidence["load_steps_ms"] = steps;
     if (!ctx.ok()) {
+      r.evidence["load_steps_ms"] = std::move(steps);
       // No candidate code has run in this process: not the candidate's verdict (and never cached);
       // a rerun verifies it again.
       w.proc.kill_tree();

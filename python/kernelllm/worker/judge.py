@@ -16,6 +16,7 @@ import os
 import secrets
 import sys
 import time
+import traceback
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -146,7 +147,6 @@ class Judge(Comparisons, TimedCalls, AcrossTrials, KernelChecks):
         except WorkerError:
             raise
         except BaseException as e:
-            import traceback
             raise WorkerError("problem_error", f"loading problem {path}: {type(e).__name__}: {e}",
                               traceback.format_exc()) from None
         self.model64, self.fp64_note = None, "not used in the kernelbench profile"
@@ -330,7 +330,6 @@ class Judge(Comparisons, TimedCalls, AcrossTrials, KernelChecks):
             except torch.OutOfMemoryError:
                 raise  # (the GPU's memory, which other processes share: not the problem's fault)
             except Exception as e:  # the problem's own forward on its own inputs
-                import traceback
                 raise WorkerError("problem_error", f"the reference's forward on trial {trial}'s inputs: {type(e).__name__}: {e}",
                                   traceback.format_exc()) from None
             del args

@@ -198,7 +198,7 @@ def _left_on_gpu(limit: int = 3) -> str:
         holders = [type(r).__name__ for r in gc.get_referrers(t) if r is not found][:4]
         parts.append(f"{tuple(t.shape)} {t.dtype} held by {holders}")
     del found
-    return f"{'; '.join(parts)}" if parts else "no tensor object found"
+    return "; ".join(parts) if parts else "no tensor object found"
 
 
 def _holders(obj: Any) -> List[str]:
