@@ -399,8 +399,13 @@ Result<std::unique_ptr<Worker>> Verifier::start_candidate_worker(DeviceState& de
   // check runs in its own process.
   std::vector<fs::path> readable{dev.shared_dir};
   for (const auto& v : dev.variants) readable.push_back(v->shared_dir);
+  // One hardware queue for the candidate's CUDA context (CUDA_DEVICE_MAX_CONNECTIONS=1): the
+  // driver makes such a context in about half the time, and a GPU's contexts are made one at a time
+  // (its context turn), where its candidates and its timer wait for them. Work on one stream runs
+  // as before; streams of the candidate's own share the one queue (less overlap, never more).
   auto w = spawn_worker("candidate", py_, package_dir_, dir, readable, dev.name,
-                        sandbox_.active() ? &sandbox_ : nullptr, threads, zygote_.get(), &note);
+                        sandbox_.active() ? &sandbox_ : nullptr, threads, zygote_.get(), &note,
+                        {"CUDA_DEVICE_MAX_CONNECTIONS=1"});
   note_exec_start(note);
   if (w.ok()) (*w)->proc.set_cancel(opts_.cancel);
   return w;
