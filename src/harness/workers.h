@@ -45,7 +45,7 @@ Result<std::filesystem::path> find_package_dir(const std::string& option);
 // The allow-listed environment of a worker whose private dir is `work_dir`.
 std::vector<std::string> worker_env(const std::filesystem::path& work_dir, const std::string& device, int threads);
 // worker_env for a `kind` worker ("judge" or "candidate"; the judge's device added), its work dir made.
-// `extra`: more NAME=value entries (a size variant's judge: CUDA_DEVICE_MAX_CONNECTIONS).
+// `extra`: more NAME=value entries (candidates and size variants' judges: CUDA_DEVICE_MAX_CONNECTIONS=1).
 std::vector<std::string> worker_launch_env(const std::string& kind, const std::filesystem::path& work_dir,
                                            const std::string& device, int threads,
                                            const std::vector<std::string>& extra = {});

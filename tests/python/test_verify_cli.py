@@ -97,6 +97,9 @@ WRONG = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale +
 # Off by a relative 1e-3: within KernelBench v0's atol = rtol = 1e-2, outside its current 1e-4.
 NEAR = GOOD.replace("tl.maximum(x, 0.0) * scale", "tl.maximum(x, 0.0) * scale * 1.001")
 SYNTAX = "class ModelNew(:\n"
+# Candidates' processes make their CUDA contexts with one hardware queue (verify.cpp): fails to load without it.
+ONE_QUEUE = ("import os\nassert os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == '1', "
+             "'CUDA_DEVICE_MAX_CONNECTIONS is not 1'\n" + GOOD)
 TORCH_ONLY = """
 import torch, torch.nn as nn
 class ModelNew(nn.Module):
@@ -143,7 +146,7 @@ def files(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("verify")
     out = {}
     for name, text in [("problem", PROBLEM), ("good", GOOD), ("wrong", WRONG), ("near", NEAR), ("syntax", SYNTAX),
-                       ("torch_only", TORCH_ONLY), ("hang", HANG), ("slow_trials", SLOW_TRIALS),
+                       ("torch_only", TORCH_ONLY), ("hang", HANG), ("one_queue", ONE_QUEUE), ("slow_trials", SLOW_TRIALS),
                        ("first_only", FIRST_ONLY), ("slow_inputs", SLOW_INPUTS), ("untimeable", UNTIMEABLE),
                        ("good_128", GOOD_128), ("off_sample", OFF_SAMPLE)]:
         p = d / f"{name}.py"
@@ -178,7 +181,7 @@ def sleeper_pids() -> list[int]:
 
 @pytest.fixture(scope="module")
 def full_run(files):
-    return run_verify(files, ["good", "wrong", "syntax", "torch_only", "hang"])
+    return run_verify(files, ["good", "wrong", "syntax", "torch_only", "hang", "one_queue"])
 
 
 def test_every_candidate_gets_its_verdict(full_run):
@@ -190,6 +193,7 @@ def test_every_candidate_gets_its_verdict(full_run):
     assert got["syntax"][0] == "compile_error"
     assert got["torch_only"] == ("cheat", "no_triton_kernel")
     assert got["hang"][0] == "timeout"
+    assert got["one_queue"] == ("correct", "")
 
 
 def test_hanging_candidate_tree_is_killed(full_run):
