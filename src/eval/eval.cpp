@@ -440,7 +440,6 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     KLLM_ASSIGN_OR_RETURN(std::vector<StoredVerdict> verdicts, store.verdicts(p.id));
     if (samples.empty() || verdicts.size() < samples.size() * options.profiles.size()) first_pending[order[n]] = 0;
   }
-  std::atomic<bool> gave_up{false};
   std::atomic<size_t> begun{0};
   const auto give_up = [&] {
     std::lock_guard<std::mutex> lock(failed_mu);
@@ -530,13 +529,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     return {};
   };
   if (problem_jobs == 1) {
-    for (size_t n = 0; n < order.size(); ++n) {
-      if (give_up()) {
-        gave_up = true;
-        break;
-      }
-      KLLM_RETURN_IF_ERROR(one_problem(order[n]));
-    }
+    for (size_t n = 0; n < order.size() && !give_up(); ++n) KLLM_RETURN_IF_ERROR(one_problem(order[n]));
   } else {
     // The first error (not a problem's failed verify call: one_problem records those and returns
     // ok) stops the taking of problems; those under way finish (their verdicts are committed),
@@ -552,10 +545,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
         for (size_t n = next++; n < problems.size(); n = next++) {
           Status s = one_problem(order[n]);
           if (s.ok()) {
-            if (give_up()) {
-              gave_up = true;
-              next = problems.size();
-            }
+            if (give_up()) next = problems.size();
             continue;
           }
           std::lock_guard<std::mutex> lock(error_mu);
@@ -577,7 +567,7 @@ Result<Json> run_eval(const EvalOptions& options, const SourceFactory& open_sour
     if (failed.size() > kListed) list += fmt::format("\n  and {} more", failed.size() - kListed);
     const size_t not_begun = problems.size() - begun.load();
     const std::string stopped =
-        gave_up && not_begun > 0
+        give_up() && not_begun > 0
             ? fmt::format("; the first {} problems to verify all failed, so {} other(s) were not begun (the cause is more "
                           "likely this machine or these options than the problems)",
                           kGiveUpAfter, not_begun)
